@@ -1,0 +1,79 @@
+package protocol
+
+import (
+	"encoding/json"
+)
+
+// Kinds of outbound records.
+const (
+	KindResponse = "response"
+	KindEvent    = "event"
+)
+
+// Response is a reply to one command. Exactly one of Data and Error is set: Data when OK.
+type Response struct {
+	ProtocolVersion string  `json:"protocolVersion"`
+	Kind            string  `json:"kind"`
+	RequestID       string  `json:"requestId"`
+	HostInstanceID  string  `json:"hostInstanceId"`
+	SessionID       string  `json:"sessionId,omitempty"`
+	Sequence        *uint64 `json:"sequence,omitempty"`
+	OK              bool    `json:"ok"`
+	Data            any     `json:"data,omitempty"`
+	Error           *Error  `json:"error,omitempty"`
+}
+
+// Event is a session event, delivered only to connections attached to that exact session and
+// generation.
+type Event struct {
+	ProtocolVersion string `json:"protocolVersion"`
+	Kind            string `json:"kind"`
+	Event           string `json:"event"`
+	HostInstanceID  string `json:"hostInstanceId"`
+	SessionID       string `json:"sessionId"`
+	Generation      int64  `json:"generation"`
+	Sequence        uint64 `json:"sequence"`
+	RequestID       string `json:"requestId,omitempty"`
+	Data            any    `json:"data,omitempty"`
+}
+
+// Event names emitted by this host.
+const (
+	EventSessionClosed = "sessionClosed"
+	EventEventDropped  = "eventDropped"
+	EventHostDraining  = "hostDraining"
+)
+
+// EventDroppedData is the data of an eventDropped event, which replaces an event too large to
+// send at the same sequence.
+type EventDroppedData struct {
+	OriginalEvent string `json:"originalEvent"`
+	Error         *Error `json:"error"`
+}
+
+// Command is a parsed, identity-checked command. Payload is still raw: each operation decodes it
+// with DecodePayload into its own closed type.
+type Command struct {
+	Version        Version
+	RequestID      string
+	Operation      string
+	SessionID      string
+	HasSession     bool
+	Generation     int64
+	HasGeneration  bool
+	IdempotencyKey string
+	Payload        json.RawMessage
+}
+
+// wireCommand is the outer envelope as sent. Every member stays raw so that a bad member can be
+// reported by name, and so that requestId and protocolVersion can still be echoed when another
+// member is wrong.
+type wireCommand struct {
+	ProtocolVersion json.RawMessage `json:"protocolVersion"`
+	RequestID       json.RawMessage `json:"requestId"`
+	Operation       json.RawMessage `json:"operation"`
+	SessionID       json.RawMessage `json:"sessionId"`
+	Generation      json.RawMessage `json:"generation"`
+	IdempotencyKey  json.RawMessage `json:"idempotencyKey"`
+	Payload         json.RawMessage `json:"payload"`
+}

@@ -1,0 +1,95 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes of the daemon protocol. Each is stable: clients branch on it, and docs/protocol.md
+// lists what provokes it.
+const (
+	// Framing and parsing.
+	CodeLineTooLarge           = "line_too_large"
+	CodeInvalidUTF8            = "invalid_utf8"
+	CodeInvalidJSON            = "invalid_json"
+	CodeInvalidField           = "invalid_field"
+	CodeInvalidProtocolVersion = "invalid_protocol_version"
+	CodeIncompatibleProtocol   = "incompatible_protocol"
+	CodeUnknownOperation       = "unknown_operation"
+	CodeUnsupportedOperation   = "unsupported_operation"
+	CodeUnsupportedResource    = "unsupported_resource_policy"
+	CodeDuplicateRequestID     = "duplicate_request_id"
+	CodeConnectionBusy         = "connection_busy"
+	CodeConnectionCapacity     = "connection_capacity"
+	CodeOutboundTooLarge       = "outbound_record_too_large"
+	CodeOutboundNotSerializ    = "outbound_not_serializable"
+	CodeInternal               = "internal_error"
+
+	// Sessions and admission.
+	CodeSessionNotFound       = "session_not_found"
+	CodeStaleGeneration       = "stale_generation"
+	CodeSessionPolicyConflict = "session_policy_conflict"
+	CodeSessionBusy           = "session_busy"
+	CodeSessionCapacity       = "session_capacity"
+	CodeHostNotReady          = "host_not_ready"
+	CodeHostDraining          = "host_draining"
+	CodeOpenFailed            = "open_failed"
+
+	// Durability.
+	CodeInsecureStatePath = "insecure_state_path"
+	CodeCorruptState      = "corrupt_state"
+	CodeCatalogUpdate     = "catalog_update_failed"
+)
+
+// Error is the error body of a response: a stable machine code, a human message, whether the
+// same request may succeed later, and optional details that never carry secrets.
+//
+// Errors compare by code: errors.Is(err, &Error{Code: CodeStaleGeneration}) holds for any
+// stale_generation error, however it was wrapped.
+type Error struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf returns a non-retryable error with the given code.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Retryable returns a retryable error with the given code.
+func Retryable(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: true}
+}
+
+// With returns e with one more detail. It modifies and returns e, for chaining at construction.
+func (e *Error) With(key string, value any) *Error {
+	if e.Details == nil {
+		e.Details = make(map[string]any, 2)
+	}
+	e.Details[key] = value
+	return e
+}
+
+// AsError converts any error into a wire error. An *Error anywhere in the chain is returned as
+// is; anything else becomes internal_error with a fixed message, because an arbitrary Go error
+// may carry paths or other detail that must not reach a client.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	return &Error{Code: CodeInternal, Message: "internal error"}
+}

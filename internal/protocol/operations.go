@@ -1,0 +1,69 @@
+package protocol
+
+// Operation names.
+const (
+	OpHandshake       = "handshake"
+	OpOpen            = "open"
+	OpWake            = "wake"
+	OpSteer           = "steer"
+	OpFollowUp        = "followUp"
+	OpStatus          = "status"
+	OpAbort           = "abort"
+	OpAttach          = "attach"
+	OpDetach          = "detach"
+	OpClose           = "close"
+	OpDrain           = "drain"
+	OpListSessions    = "listSessions"
+	OpDescribeSession = "describeSession"
+)
+
+// identity says which envelope identity members an operation takes.
+type identity int
+
+const (
+	idNone     identity = iota // no sessionId, generation or idempotencyKey
+	idOptional                 // optional sessionId and generation
+	idSession                  // sessionId only
+	idBound                    // sessionId and generation
+	idKeyed                    // sessionId, generation and idempotencyKey
+)
+
+type opSpec struct {
+	minMajor int
+	identity identity
+}
+
+// operations is the operation table. Version 1 has exactly the eleven operations of the original
+// protocol; the rest exist in 2.x only.
+var operations = map[string]opSpec{
+	OpHandshake:       {1, idNone},
+	OpOpen:            {1, idBound},
+	OpWake:            {1, idKeyed},
+	OpSteer:           {1, idKeyed},
+	OpFollowUp:        {1, idKeyed},
+	OpStatus:          {1, idOptional},
+	OpAbort:           {1, idBound},
+	OpAttach:          {1, idBound},
+	OpDetach:          {1, idBound},
+	OpClose:           {1, idBound},
+	OpDrain:           {1, idNone},
+	OpListSessions:    {2, idNone},
+	OpDescribeSession: {2, idSession},
+}
+
+// v1Operations is the handshake order of the version 1 operations.
+var v1Operations = []string{
+	OpHandshake, OpOpen, OpWake, OpSteer, OpFollowUp, OpStatus, OpAbort, OpAttach, OpDetach, OpClose, OpDrain,
+}
+
+// v2Operations are the operations that 2.x adds, in handshake order.
+var v2Operations = []string{OpListSessions, OpDescribeSession}
+
+// Operations lists the operations of a protocol major version, in handshake order.
+func Operations(major int) []string {
+	ops := append([]string(nil), v1Operations...)
+	if major >= 2 {
+		ops = append(ops, v2Operations...)
+	}
+	return ops
+}

@@ -1,0 +1,292 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// Identifier bounds, in Unicode code points. They are the runtime limits of the original
+// implementation, which the JSON Schemas in schemas/ repeat exactly.
+const (
+	MaxRequestIDLen      = 128
+	MaxSessionIDLen      = 256
+	MaxIdempotencyKeyLen = 512
+	MaxOperationLen      = 32
+	// MaxSafeInteger is the largest integer every JSON peer represents exactly (2^53 − 1).
+	MaxSafeInteger = 1<<53 - 1
+)
+
+// ParseError is a command that could not be accepted. Version and RequestID are what the error
+// response echoes; RequestID is empty when none could be read. Close is set when the
+// connection must end after the answer (a framing error or an incompatible major version).
+type ParseError struct {
+	*Error
+	Version   string
+	RequestID string
+	Close     bool
+}
+
+// Unwrap exposes the wire error.
+func (e *ParseError) Unwrap() error { return e.Error }
+
+// FrameError converts a framing error from the NDJSON reader into a ParseError.
+func FrameError(err error) *ParseError {
+	var fe *ndjson.FrameError
+	if !errors.As(err, &fe) {
+		return &ParseError{Error: Errorf(CodeInvalidJSON, "unreadable line"), Version: Version1, Close: true}
+	}
+	pe := &ParseError{Version: Version1, Close: true}
+	switch fe.Code {
+	case ndjson.CodeLineTooLarge:
+		pe.Error = Errorf(CodeLineTooLarge, "line exceeds %d bytes", fe.MaxLineBytes).
+			With("maxLineBytes", fe.MaxLineBytes).With("actualBytes", fe.ActualBytes)
+		if fe.ActualIsLowerBound {
+			pe.Error.With("actualBytesIsLowerBound", true)
+		}
+	default:
+		pe.Error = Errorf(CodeInvalidUTF8, "line is not valid UTF-8")
+	}
+	return pe
+}
+
+// ParseCommand parses one line into a Command. Unknown outer members are tolerated, so that a
+// newer minor version can add some; duplicated members and members that differ only in case
+// from a known one are not. The payload is only checked to be an object here.
+func ParseCommand(line []byte) (*Command, *ParseError) {
+	var w wireCommand
+	if err := ndjson.Decode(line, &w, ndjson.Open); err != nil {
+		var de *ndjson.DecodeError
+		if errors.As(err, &de) && de.Reason == ndjson.ReasonSyntax {
+			return nil, &ParseError{Error: Errorf(CodeInvalidJSON, "line is not valid JSON"), Version: Version1, Close: true}
+		}
+		pe := &ParseError{Error: fieldError(err), Version: Version1}
+		// Echo what can still be read, so the client can correlate the refusal.
+		pe.Version, pe.RequestID = salvage(line)
+		return nil, pe
+	}
+
+	cmd := &Command{}
+	fail := func(e *Error) (*Command, *ParseError) {
+		return nil, &ParseError{Error: e, Version: cmd.Version.Raw, RequestID: cmd.RequestID}
+	}
+
+	// The version decides how everything else is read, so it comes first.
+	vs, ok := rawString(w.ProtocolVersion)
+	v, vok := ParseVersion(vs)
+	if !ok || !vok {
+		e := Errorf(CodeInvalidProtocolVersion, "protocolVersion must be a string of the form <major>.<minor>")
+		cmd.Version.Raw = Version1
+		cmd.RequestID = echoRequestID(w.RequestID)
+		return fail(e)
+	}
+	cmd.Version = v
+	cmd.RequestID = echoRequestID(w.RequestID)
+	if v.Major != 1 && v.Major != 2 {
+		c, pe := fail(Errorf(CodeIncompatibleProtocol, "protocol major version %d is not supported", v.Major).
+			With("supported", SupportedVersions).With("received", v.Raw))
+		pe.Close = true
+		return c, pe
+	}
+
+	rid, ok := rawString(w.RequestID)
+	if !ok || !validIdentifier(rid, MaxRequestIDLen) {
+		return fail(invalidField("requestId", "must be a string of 1 to %d characters without control characters", MaxRequestIDLen))
+	}
+	cmd.RequestID = rid
+
+	op, ok := rawString(w.Operation)
+	if !ok || op == "" || utf8.RuneCountInString(op) > MaxOperationLen {
+		return fail(invalidField("operation", "must be a string of 1 to %d characters", MaxOperationLen))
+	}
+	spec, known := operations[op]
+	if !known || spec.minMajor > v.Major {
+		return fail(Errorf(CodeUnknownOperation, "unknown operation for protocol %s", v.Raw).With("operation", truncate(op, MaxOperationLen)))
+	}
+	cmd.Operation = op
+
+	if w.SessionID != nil {
+		s, ok := rawString(w.SessionID)
+		if !ok || !validIdentifier(s, MaxSessionIDLen) {
+			return fail(invalidField("sessionId", "must be a string of 1 to %d characters without control characters", MaxSessionIDLen))
+		}
+		cmd.SessionID, cmd.HasSession = s, true
+	}
+	if w.Generation != nil {
+		g, ok := rawSafeInt(w.Generation)
+		if !ok {
+			return fail(invalidField("generation", "must be an integer from 0 to %d", int64(MaxSafeInteger)))
+		}
+		cmd.Generation, cmd.HasGeneration = g, true
+	}
+	if w.IdempotencyKey != nil {
+		k, ok := rawString(w.IdempotencyKey)
+		if !ok || !validIdentifier(k, MaxIdempotencyKeyLen) {
+			return fail(invalidField("idempotencyKey", "must be a string of 1 to %d characters without control characters", MaxIdempotencyKeyLen))
+		}
+		cmd.IdempotencyKey = k
+	}
+	if e := checkIdentity(cmd, spec.identity, w.IdempotencyKey != nil); e != nil {
+		return fail(e)
+	}
+
+	if len(w.Payload) == 0 || w.Payload[0] != '{' {
+		return fail(invalidField("payload", "must be an object"))
+	}
+	cmd.Payload = w.Payload
+	return cmd, nil
+}
+
+func checkIdentity(cmd *Command, id identity, hasKey bool) *Error {
+	needSession, needGen, needKey := false, false, false
+	allowSession, allowGen, allowKey := false, false, false
+	switch id {
+	case idOptional:
+		allowSession, allowGen = true, true
+	case idSession:
+		needSession, allowSession = true, true
+	case idBound:
+		needSession, needGen = true, true
+		allowSession, allowGen = true, true
+	case idKeyed:
+		needSession, needGen, needKey = true, true, true
+		allowSession, allowGen, allowKey = true, true, true
+	}
+	switch {
+	case needSession && !cmd.HasSession:
+		return invalidField("sessionId", "is required for %s", cmd.Operation)
+	case needGen && !cmd.HasGeneration:
+		return invalidField("generation", "is required for %s", cmd.Operation)
+	case needKey && !hasKey:
+		return invalidField("idempotencyKey", "is required for %s", cmd.Operation)
+	case cmd.HasSession && !allowSession:
+		return invalidField("sessionId", "is not accepted by %s", cmd.Operation)
+	case cmd.HasGeneration && !allowGen:
+		return invalidField("generation", "is not accepted by %s", cmd.Operation)
+	case hasKey && !allowKey:
+		return invalidField("idempotencyKey", "is not accepted by %s", cmd.Operation)
+	case cmd.HasGeneration && !cmd.HasSession:
+		return invalidField("generation", "needs a sessionId")
+	}
+	return nil
+}
+
+// DecodePayload decodes a command payload into v, a pointer to the operation's closed payload
+// type. Unknown, duplicated and case-variant members fail with invalid_field.
+func DecodePayload(cmd *Command, v any) *Error {
+	if err := ndjson.Decode(cmd.Payload, v, ndjson.Closed); err != nil {
+		e := fieldError(err)
+		if path, ok := e.Details["field"].(string); ok {
+			e.Details["field"] = "payload." + path
+		}
+		return e
+	}
+	return nil
+}
+
+// fieldError maps a strict-decoding failure to invalid_field, naming the member and the reason.
+func fieldError(err error) *Error {
+	var de *ndjson.DecodeError
+	if !errors.As(err, &de) {
+		return Errorf(CodeInvalidField, "malformed object")
+	}
+	e := Errorf(CodeInvalidField, "%s", de.Error()).With("reason", de.Reason)
+	if de.Path != "" {
+		e.With("field", de.Path)
+	}
+	return e
+}
+
+func invalidField(field, format string, args ...any) *Error {
+	e := Errorf(CodeInvalidField, field+" "+format, args...)
+	return e.With("field", field)
+}
+
+// salvage reads protocolVersion and requestId from a line that failed strict decoding, for
+// the echo. It never fails: what cannot be read is defaulted.
+func salvage(line []byte) (version, requestID string) {
+	var loose struct {
+		ProtocolVersion json.RawMessage `json:"protocolVersion"`
+		RequestID       json.RawMessage `json:"requestId"`
+	}
+	version = Version1
+	if json.Unmarshal(line, &loose) != nil {
+		return version, ""
+	}
+	if s, ok := rawString(loose.ProtocolVersion); ok {
+		if _, ok := ParseVersion(s); ok {
+			version = s
+		}
+	}
+	return version, echoRequestID(loose.RequestID)
+}
+
+// echoRequestID returns the request id to echo, or "" when it is not a valid identifier.
+func echoRequestID(raw json.RawMessage) string {
+	if s, ok := rawString(raw); ok && validIdentifier(s, MaxRequestIDLen) {
+		return s
+	}
+	return ""
+}
+
+func rawString(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// rawSafeInt reads a JSON integer literal in [0, MaxSafeInteger]; fractions and exponents are
+// refused even when their value is integral.
+func rawSafeInt(raw json.RawMessage) (int64, bool) {
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	if len(raw) == 0 || len(raw) > 16 || (len(raw) > 1 && raw[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n > MaxSafeInteger {
+		return 0, false
+	}
+	return n, true
+}
+
+// validIdentifier reports whether s has 1 to max code points and no control characters.
+func validIdentifier(s string, max int) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	n := 0
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+		n++
+		if n > max {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}

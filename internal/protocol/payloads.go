@@ -1,0 +1,295 @@
+package protocol
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Payload bounds, in Unicode code points unless a name says bytes.
+const (
+	MaxPathLen         = 4096
+	MaxNameLen         = 128
+	MaxProviderLen     = 128
+	MaxModelIDLen      = 256
+	MaxSystemPromptLen = 262144
+	MaxDrainTimeoutMs  = 86_400_000
+	DefaultDrainMs     = 30_000
+	DefaultPageSize    = 50
+	MaxPageSize        = 100
+	maxCursorLen       = 512
+)
+
+// EmptyPayload is the closed, empty payload of handshake, status, attach, detach and
+// describeSession.
+type EmptyPayload struct{}
+
+// ClosePayload is the payload of close.
+type ClosePayload struct {
+	// RetainSession keeps the catalog record (dormant) when true, the default; false deletes the
+	// session's durable state.
+	RetainSession *bool `json:"retainSession,omitempty"`
+}
+
+// Retain reports the effective retainSession.
+func (p ClosePayload) Retain() bool { return p.RetainSession == nil || *p.RetainSession }
+
+// DrainPayload is the payload of drain.
+type DrainPayload struct {
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+}
+
+// Validate checks the bounds and returns the effective timeout.
+func (p DrainPayload) Validate() (int64, *Error) {
+	if p.TimeoutMs == nil {
+		return DefaultDrainMs, nil
+	}
+	if *p.TimeoutMs < 0 || *p.TimeoutMs > MaxDrainTimeoutMs {
+		return 0, invalidField("payload.timeoutMs", "must be from 0 to %d", MaxDrainTimeoutMs)
+	}
+	return *p.TimeoutMs, nil
+}
+
+// ListSessionsPayload is the payload of listSessions (2.x): a page of the durable catalog in
+// sessionId order.
+type ListSessionsPayload struct {
+	Cursor string `json:"cursor,omitempty"`
+	Limit  *int   `json:"limit,omitempty"`
+}
+
+// Validate checks the bounds and returns the effective page size.
+func (p ListSessionsPayload) Validate() (int, *Error) {
+	if utf8.RuneCountInString(p.Cursor) > maxCursorLen {
+		return 0, invalidField("payload.cursor", "must be at most %d characters", maxCursorLen)
+	}
+	if p.Limit == nil {
+		return DefaultPageSize, nil
+	}
+	if *p.Limit < 1 || *p.Limit > MaxPageSize {
+		return 0, invalidField("payload.limit", "must be from 1 to %d", MaxPageSize)
+	}
+	return *p.Limit, nil
+}
+
+// Session modes of open.
+const (
+	ModeNew      = "new"
+	ModeOpen     = "open"
+	ModeContinue = "continue"
+	ModeMemory   = "memory"
+)
+
+// Thinking levels a model selection may ask for.
+var thinkingLevels = []string{"off", "minimal", "low", "medium", "high", "xhigh", "max"}
+
+// ResourceNone is the only value most resource members may take.
+const ResourceNone = "none"
+
+// OpenPayload is the payload of open.
+type OpenPayload struct {
+	Cwd       string        `json:"cwd"`
+	Name      *string       `json:"name,omitempty"`
+	AgentDir  *string       `json:"agentDir,omitempty"`
+	Session   *OpenSession  `json:"session"`
+	Model     *OpenModel    `json:"model,omitempty"`
+	Resources *OpenResource `json:"resources"`
+}
+
+// OpenSession selects how the session's conversation is stored.
+type OpenSession struct {
+	Mode       string  `json:"mode"`
+	Path       *string `json:"path,omitempty"`
+	SessionDir *string `json:"sessionDir,omitempty"`
+}
+
+// OpenModel is the model member of open as sent.
+type OpenModel struct {
+	Provider      string  `json:"provider"`
+	ID            string  `json:"id"`
+	ThinkingLevel *string `json:"thinkingLevel,omitempty"`
+}
+
+// ModelRef names a model of a configured provider.
+type ModelRef struct {
+	Provider      string `json:"provider"`
+	ID            string `json:"id"`
+	ThinkingLevel string `json:"thinkingLevel,omitempty"`
+}
+
+// OpenResource is the resource policy of open. Every member except tools and systemPrompt must
+// be "none": airlock loads no extensions, skills, prompt templates, themes or context files.
+type OpenResource struct {
+	Extensions      json.RawMessage `json:"extensions"`
+	Skills          json.RawMessage `json:"skills"`
+	PromptTemplates json.RawMessage `json:"promptTemplates"`
+	Themes          json.RawMessage `json:"themes"`
+	ContextFiles    json.RawMessage `json:"contextFiles"`
+	Tools           json.RawMessage `json:"tools"`
+	SystemPrompt    *string         `json:"systemPrompt,omitempty"`
+}
+
+// Policy is the normalized, secret-free open policy of a session generation. Two opens of the
+// same generation are the same open exactly when their policies are equal; its canonical JSON
+// is what the catalog's policyDigest hashes and what a manifest keeps.
+type Policy struct {
+	Cwd          string    `json:"cwd"`
+	Name         string    `json:"name,omitempty"`
+	AgentDir     string    `json:"agentDir,omitempty"`
+	Mode         string    `json:"mode"`
+	Path         string    `json:"path,omitempty"`
+	SessionDir   string    `json:"sessionDir,omitempty"`
+	Model        *ModelRef `json:"model,omitempty"`
+	SystemPrompt string    `json:"systemPrompt,omitempty"`
+	Tools        string    `json:"tools"`
+}
+
+// Digest is the lowercase hex SHA-256 of the policy's canonical JSON.
+func (p *Policy) Digest() string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		// A Policy holds only strings and a struct of strings; Marshal cannot fail on it.
+		panic("protocol: policy not serializable: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Validate checks an open payload against the rules of the command's version and returns the
+// normalized policy. A v1 open ignores session.sessionDir, as the original protocol does.
+func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
+	if e := checkPath("payload.cwd", p.Cwd, true); e != nil {
+		return nil, e
+	}
+	pol := &Policy{Cwd: p.Cwd}
+	if p.Name != nil {
+		if !validIdentifier(*p.Name, MaxNameLen) {
+			return nil, invalidField("payload.name", "must be 1 to %d characters without control characters", MaxNameLen)
+		}
+		pol.Name = *p.Name
+	}
+	if p.AgentDir != nil {
+		if e := checkPath("payload.agentDir", *p.AgentDir, true); e != nil {
+			return nil, e
+		}
+		pol.AgentDir = *p.AgentDir
+	}
+	if p.Session == nil {
+		return nil, invalidField("payload.session", "is required")
+	}
+	switch p.Session.Mode {
+	case ModeNew, ModeContinue, ModeMemory:
+		if p.Session.Path != nil {
+			return nil, invalidField("payload.session.path", "is only accepted with mode %q", ModeOpen)
+		}
+	case ModeOpen:
+		if p.Session.Path == nil {
+			return nil, invalidField("payload.session.path", "is required with mode %q", ModeOpen)
+		}
+		if e := checkPath("payload.session.path", *p.Session.Path, true); e != nil {
+			return nil, e
+		}
+		pol.Path = *p.Session.Path
+	default:
+		return nil, invalidField("payload.session.mode", "must be one of new, open, continue, memory")
+	}
+	pol.Mode = p.Session.Mode
+	if p.Session.SessionDir != nil && v.V2() {
+		if e := checkPath("payload.session.sessionDir", *p.Session.SessionDir, true); e != nil {
+			return nil, e
+		}
+		pol.SessionDir = *p.Session.SessionDir
+	}
+	if p.Model != nil {
+		m := ModelRef{Provider: p.Model.Provider, ID: p.Model.ID}
+		if p.Model.ThinkingLevel != nil {
+			m.ThinkingLevel = *p.Model.ThinkingLevel
+			if !contains(thinkingLevels, m.ThinkingLevel) {
+				return nil, invalidField("payload.model.thinkingLevel", "must be one of %s", strings.Join(thinkingLevels, ", "))
+			}
+		}
+		if !validIdentifier(m.Provider, MaxProviderLen) {
+			return nil, invalidField("payload.model.provider", "must be 1 to %d characters without control characters", MaxProviderLen)
+		}
+		if !validIdentifier(m.ID, MaxModelIDLen) {
+			return nil, invalidField("payload.model.id", "must be 1 to %d characters without control characters", MaxModelIDLen)
+		}
+		pol.Model = &m
+	}
+	if e := p.validateResources(v, pol); e != nil {
+		return nil, e
+	}
+	return pol, nil
+}
+
+func (p *OpenPayload) validateResources(v Version, pol *Policy) *Error {
+	r := p.Resources
+	if r == nil {
+		return invalidField("payload.resources", "is required")
+	}
+	members := []struct {
+		name string
+		raw  json.RawMessage
+	}{
+		{"extensions", r.Extensions}, {"skills", r.Skills}, {"promptTemplates", r.PromptTemplates},
+		{"themes", r.Themes}, {"contextFiles", r.ContextFiles}, {"tools", r.Tools},
+	}
+	for _, m := range members {
+		if m.raw == nil {
+			return invalidField("payload.resources."+m.name, "is required")
+		}
+		if s, ok := rawString(m.raw); !ok || s != ResourceNone {
+			return unsupportedResource(m.name, v)
+		}
+	}
+	pol.Tools = ResourceNone
+	if r.SystemPrompt != nil {
+		sp := *r.SystemPrompt
+		switch {
+		case !v.V2() && sp != ResourceNone:
+			return unsupportedResource("systemPrompt", v)
+		case v.V2() && (sp == "" || utf8.RuneCountInString(sp) > MaxSystemPromptLen):
+			return invalidField("payload.resources.systemPrompt", "must be 1 to %d characters", MaxSystemPromptLen)
+		case v.V2() && sp != ResourceNone:
+			pol.SystemPrompt = sp
+		}
+	}
+	return nil
+}
+
+func unsupportedResource(member string, v Version) *Error {
+	return Errorf(CodeUnsupportedResource, "resources.%s is not supported by protocol %s on this host", member, v.Raw).
+		With("field", "payload.resources."+member)
+}
+
+// checkPath validates an absolute path member: 1 to MaxPathLen code points, no control
+// characters, and already clean ("/a/b", never "/a//b" or "/a/./b").
+func checkPath(field, p string, absolute bool) *Error {
+	if p == "" || utf8.RuneCountInString(p) > MaxPathLen {
+		return invalidField(field, "must be 1 to %d characters", MaxPathLen)
+	}
+	for _, r := range p {
+		if unicode.IsControl(r) {
+			return invalidField(field, "must not contain control characters")
+		}
+	}
+	if absolute && !filepath.IsAbs(p) {
+		return invalidField(field, "must be an absolute path")
+	}
+	if filepath.Clean(p) != p {
+		return invalidField(field, "must be a clean path (no //, ., .. or trailing /)")
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

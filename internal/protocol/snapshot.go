@@ -1,0 +1,227 @@
+package protocol
+
+import "time"
+
+// Session runtime states.
+const (
+	StateOpening = "opening"
+	StateIdle    = "idle"
+	StateRunning = "running"
+	StateFailed  = "failed"
+	StateClosing = "closing"
+)
+
+// Residency of a logical session.
+const (
+	Resident = "resident" // a runtime for one generation is loaded
+	Dormant  = "dormant"  // only durable records remain
+)
+
+// Recovery phases.
+const (
+	PhaseNotStarted = "not_started"
+	PhaseRecovering = "recovering"
+	PhaseReady      = "ready"
+	PhaseDegraded   = "degraded"
+)
+
+// SessionSnapshot is the state of a resident session generation.
+type SessionSnapshot struct {
+	SessionID       string    `json:"sessionId"`
+	Generation      int64     `json:"generation"`
+	ProtocolVersion string    `json:"protocolVersion"`
+	Name            string    `json:"name,omitempty"`
+	State           string    `json:"state"`
+	Residency       string    `json:"residency"`
+	Sequence        uint64    `json:"sequence"`
+	QueuedTurns     int       `json:"queuedTurns"`
+	ActiveRequestID string    `json:"activeRequestId,omitempty"`
+	LastErrorCode   string    `json:"lastErrorCode,omitempty"`
+	Model           *ModelRef `json:"model,omitempty"`
+	Attached        int       `json:"attachedConnections"`
+	LastUsedAt      time.Time `json:"lastUsedAt"`
+	IdleForMs       int64     `json:"idleForMs"`
+}
+
+// RecoveryCondition is a per-session quarantine after a restart.
+type RecoveryCondition struct {
+	State     string `json:"state"`
+	Code      string `json:"code"`
+	Retryable bool   `json:"retryable"`
+}
+
+// QuarantinedSession names a quarantined session generation in host status.
+type QuarantinedSession struct {
+	SessionID  string `json:"sessionId"`
+	Generation int64  `json:"generation"`
+	RecoveryCondition
+}
+
+// RecoveryHealth is the host's restart-recovery state (host.recovery).
+type RecoveryHealth struct {
+	Phase                 string               `json:"phase"`
+	PendingReplays        int                  `json:"pendingReplays"`
+	OpenedSessions        int                  `json:"openedSessions"`
+	RestoredSessions      int                  `json:"restoredSessions"`
+	ReplayedRequests      int                  `json:"replayedRequests"`
+	IndeterminateRequests int                  `json:"indeterminateRequests"`
+	FailureCount          int                  `json:"failureCount"`
+	FailureCodes          map[string]int       `json:"failureCodes"`
+	QuarantinedSessions   []QuarantinedSession `json:"quarantinedSessions"`
+	StartedAt             *time.Time           `json:"startedAt,omitempty"`
+	CompletedAt           *time.Time           `json:"completedAt,omitempty"`
+}
+
+// Limits are the server and multiplexer limits a handshake and host status report.
+type Limits struct {
+	MaxConnections                   int              `json:"maxConnections"`
+	MaxInFlightRequestsPerConnection int              `json:"maxInFlightRequestsPerConnection"`
+	MaxLineBytes                     int              `json:"maxLineBytes"`
+	MaxEventBytes                    int              `json:"maxEventBytes"`
+	MaxResponseBytes                 int              `json:"maxResponseBytes"`
+	MaxOutboundBytesPerConnection    int              `json:"maxOutboundBytesPerConnection"`
+	Multiplexer                      MultiplexerLimit `json:"multiplexer"`
+}
+
+// MultiplexerLimit bounds sessions and turns.
+type MultiplexerLimit struct {
+	MaxSessions          int `json:"maxSessions"`
+	MaxConcurrentTurns   int `json:"maxConcurrentTurns"`
+	MaxSessionQueueDepth int `json:"maxSessionQueueDepth"`
+}
+
+// MemoryStats is the daemon's memory use as the Go runtime reports it.
+type MemoryStats struct {
+	TotalBytes uint64 `json:"totalBytes"`
+	HeapBytes  uint64 `json:"heapBytes"`
+	Goroutines uint64 `json:"goroutines"`
+}
+
+// HostSnapshot is the owner-socket host status.
+type HostSnapshot struct {
+	HostInstanceID  string            `json:"hostInstanceId"`
+	Ready           bool              `json:"ready"`
+	Durable         bool              `json:"durable"`
+	Draining        bool              `json:"draining"`
+	Limits          Limits            `json:"limits"`
+	ActiveTurns     int               `json:"activeTurns"`
+	QueuedTurns     int               `json:"queuedTurns"`
+	Connections     int               `json:"connections"`
+	StartedAt       time.Time         `json:"startedAt"`
+	UptimeMs        int64             `json:"uptimeMs"`
+	Memory          MemoryStats       `json:"memory"`
+	Metrics         map[string]uint64 `json:"metrics"`
+	Recovery        RecoveryHealth    `json:"recovery"`
+	Sessions        []SessionSnapshot `json:"sessions"`
+	DormantSessions int               `json:"dormantSessions"`
+}
+
+// LastTerminal records how the latest durable request of a session ended.
+type LastTerminal struct {
+	State     string    `json:"state"`
+	At        time.Time `json:"at"`
+	RequestID string    `json:"requestId,omitempty"`
+	ErrorCode string    `json:"errorCode,omitempty"`
+}
+
+// CatalogFormatVersion is the format of CatalogRecord.
+const CatalogFormatVersion = 1
+
+// CatalogRecord is the durable, secret-free record of a logical session. revision grows by one
+// on every change.
+type CatalogRecord struct {
+	FormatVersion   int                `json:"formatVersion"`
+	SessionID       string             `json:"sessionId"`
+	Name            string             `json:"name,omitempty"`
+	Generation      int64              `json:"generation"`
+	Revision        uint64             `json:"revision"`
+	Residency       string             `json:"residency"`
+	State           string             `json:"state"`
+	ProtocolVersion string             `json:"protocolVersion"`
+	PolicyDigest    string             `json:"policyDigest"`
+	Policy          Policy             `json:"policy"`
+	CreatedAt       time.Time          `json:"createdAt"`
+	UpdatedAt       time.Time          `json:"updatedAt"`
+	LastUsedAt      time.Time          `json:"lastUsedAt"`
+	Recovery        *RecoveryCondition `json:"recovery,omitempty"`
+	LastTerminal    *LastTerminal      `json:"lastTerminal,omitempty"`
+}
+
+// Capabilities is what a handshake says the host can do.
+type Capabilities struct {
+	Operations []string `json:"operations"`
+	Transport  string   `json:"transport"`
+	Durable    bool     `json:"durable"`
+	// AgentTurns is false until this host can run wake, steer, followUp and abort.
+	AgentTurns bool `json:"agentTurns"`
+	// The members below are reported to 2.x handshakes only.
+	HostToolAdapter *bool `json:"hostToolAdapter,omitempty"`
+	ConfiguredOpen  *bool `json:"configuredOpen,omitempty"`
+	SessionDir      *bool `json:"sessionDir,omitempty"`
+}
+
+// Handshake is the data of a handshake response.
+type Handshake struct {
+	ProtocolVersion           string       `json:"protocolVersion"`
+	PackageVersion            string       `json:"packageVersion"`
+	GoVersion                 string       `json:"goVersion"`
+	Capabilities              Capabilities `json:"capabilities"`
+	SupportedVersions         []string     `json:"supportedVersions,omitempty"`
+	SupportedProtocolVersions []string     `json:"supportedProtocolVersions,omitempty"`
+	Limits                    Limits       `json:"limits"`
+	Host                      HostSnapshot `json:"host"`
+}
+
+// OpenResult is the data of open.
+type OpenResult struct {
+	Created bool            `json:"created"`
+	Session SessionSnapshot `json:"session"`
+}
+
+// AttachResult is the data of attach.
+type AttachResult struct {
+	Attached   bool   `json:"attached"`
+	Generation int64  `json:"generation"`
+	Sequence   uint64 `json:"sequence"`
+}
+
+// DetachResult is the data of detach.
+type DetachResult struct {
+	Detached   bool   `json:"detached"`
+	Generation int64  `json:"generation"`
+	Sequence   uint64 `json:"sequence"`
+}
+
+// CloseResult is the data of close. Deleted is set when retainSession:false removed the
+// session's durable records.
+type CloseResult struct {
+	Closed  bool `json:"closed"`
+	Deleted bool `json:"deleted"`
+}
+
+// DrainResult is the data of drain.
+type DrainResult struct {
+	Draining     bool  `json:"draining"`
+	TimeoutMs    int64 `json:"timeoutMs"`
+	TimedOut     bool  `json:"timedOut"`
+	AbortedTurns int   `json:"abortedTurns"`
+}
+
+// SessionPage is the data of listSessions.
+type SessionPage struct {
+	Sessions   []CatalogRecord `json:"sessions"`
+	NextCursor string          `json:"nextCursor,omitempty"`
+}
+
+// SessionDescription is the data of describeSession: the durable record, and the runtime
+// snapshot when the session is resident.
+type SessionDescription struct {
+	Record   CatalogRecord    `json:"record"`
+	Snapshot *SessionSnapshot `json:"snapshot,omitempty"`
+}
+
+// SessionClosedData is the data of a sessionClosed event.
+type SessionClosedData struct {
+	RetainSession bool            `json:"retainSession"`
+	Session       SessionSnapshot `json:"session"`
+}
