@@ -1,3 +1,12 @@
 module github.com/airlockhq/airlock
 
 go 1.26.8
+
+require (
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+	go.etcd.io/bbolt v1.5.0
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.45.0
+)
+
+require golang.org/x/text v0.14.0 // indirect

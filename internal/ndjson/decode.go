@@ -1,14 +1,15 @@
 package ndjson
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Reasons a DecodeError gives.
@@ -72,23 +73,44 @@ var (
 	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
 )
 
+// MaxDepth bounds the nesting of objects and arrays, as encoding/json does.
+const MaxDepth = 10_000
+
 // Decode parses one JSON value from data into v, strictly: duplicate keys anywhere, keys that
 // differ only in case from a field of the target, null in place of a typed value and (in Closed
 // mode) unknown keys are all refused with a *DecodeError. Members of type json.RawMessage or
 // interface types are only checked for duplicate keys; decode them with Decode in turn.
+//
+// Syntax comes first: a malformed value is refused as malformed (ReasonSyntax) whatever its
+// first part holds, exactly when json.Valid refuses it. Decode does not check UTF-8; the
+// Reader refuses lines that are not UTF-8 before they get here.
 func Decode(data []byte, v any, mode Mode) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("ndjson: Decode needs a non-nil pointer, got %T", v)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	w := walker{dec: dec, mode: mode}
-	if err := w.value(rv.Type().Elem(), ""); err != nil {
-		return err
+	ti := infoOf(rv.Type().Elem())
+	w := walker{data: data, mode: mode}
+	if ti.rawStruct {
+		w.raw = ti
+		w.spans = make([][2]int, len(ti.index))
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &DecodeError{Reason: ReasonSyntax, Detail: "trailing data after the JSON value"}
+	w.value(ti, 0)
+	if w.syntax == nil {
+		w.skipSpace()
+		if w.pos != len(w.data) {
+			w.syntax = &DecodeError{Reason: ReasonSyntax, Detail: "trailing data after the JSON value"}
+		}
+	}
+	if w.syntax != nil {
+		return w.syntax
+	}
+	if w.err != nil {
+		return w.err
+	}
+	if ti.rawStruct {
+		fillRaw(rv.Elem(), data, w.spans)
+		return nil
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		var te *json.UnmarshalTypeError
@@ -106,79 +128,240 @@ func Valid(data []byte) error {
 	return Decode(data, &raw, Open)
 }
 
+// walker checks a JSON text against a Go type in one pass over its bytes, before
+// encoding/json decodes it. It is a complete JSON syntax checker of its own: a value it walks
+// without a syntax error is one json.Valid accepts. After the first strictness error it keeps
+// scanning for syntax only, so that malformed input is always reported as malformed.
 type walker struct {
-	dec  *json.Decoder
-	mode Mode
+	data   []byte
+	pos    int
+	mode   Mode
+	raw    *typeInfo // the raw struct being filled, if any
+	spans  [][2]int  // its top-level member spans, by field index
+	err    error     // the first strictness error
+	syntax error     // the syntax error, which ends the walk
+	// path is the member being walked, root first. It becomes a string only for an error, so
+	// a deep or wide value costs no memory per step.
+	path []segment
 }
 
-func (w *walker) token() (json.Token, error) {
-	tok, err := w.dec.Token()
-	if err != nil {
-		return nil, &DecodeError{Reason: ReasonSyntax}
+// segment is one step of a path: an object key, or an array index when isIndex is set.
+type segment struct {
+	key     string
+	index   int
+	isIndex bool
+}
+
+// pathString renders the path in dotted form: "a.b", "items[2].name", "[0]".
+func (w *walker) pathString() string {
+	var b strings.Builder
+	for _, s := range w.path {
+		if s.isIndex {
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.key)
 	}
-	return tok, nil
+	return b.String()
+}
+
+// fail records a strictness error; only the first one counts.
+func (w *walker) fail(reason, detail string) {
+	if w.err == nil {
+		w.err = &DecodeError{Reason: reason, Path: w.pathString(), Detail: detail}
+	}
+}
+
+func (w *walker) failSyntax(detail string) {
+	if w.syntax == nil {
+		w.syntax = &DecodeError{Reason: ReasonSyntax, Detail: detail}
+	}
+}
+
+func (w *walker) typeErr(t *typeInfo) {
+	w.fail(ReasonType, "expected "+t.name)
+}
+
+func (w *walker) skipSpace() {
+	for w.pos < len(w.data) {
+		switch w.data[w.pos] {
+		case ' ', '\t', '\n', '\r':
+			w.pos++
+		default:
+			return
+		}
+	}
 }
 
 // value walks one JSON value against type t. A nil t means "any": only duplicates are checked.
-func (w *walker) value(t reflect.Type, path string) error {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t != nil && (t == rawMessageType || t.Kind() == reflect.Interface ||
-		reflect.PointerTo(t).Implements(unmarshalerType)) {
+// depth is the number of containers around the value.
+func (w *walker) value(t *typeInfo, depth int) {
+	if t != nil && t.shape == shapeAny {
 		t = nil
 	}
-	tok, err := w.token()
-	if err != nil {
-		return err
+	if w.err != nil {
+		t = nil // past the first strictness error only syntax matters
 	}
-	switch tok := tok.(type) {
-	case json.Delim:
-		switch tok {
-		case '{':
-			return w.object(t, path)
-		case '[':
-			return w.array(t, path)
-		}
-		return &DecodeError{Reason: ReasonSyntax, Path: path}
-	case nil:
-		if t != nil {
-			return &DecodeError{Reason: ReasonType, Path: path, Detail: "null is not allowed"}
-		}
-	case string:
-		if t != nil && t.Kind() != reflect.String {
-			return typeErr(path, t)
-		}
-	case bool:
-		if t != nil && t.Kind() != reflect.Bool {
-			return typeErr(path, t)
-		}
-	case json.Number:
-		if t != nil && !isNumberKind(t.Kind()) {
-			return typeErr(path, t)
-		}
+	w.skipSpace()
+	if w.pos >= len(w.data) {
+		w.failSyntax("unexpected end of input")
+		return
 	}
-	return nil
+	switch c := w.data[w.pos]; {
+	case c == '{' || c == '[':
+		if depth >= MaxDepth {
+			w.failSyntax("nesting too deep")
+			return
+		}
+		if c == '{' {
+			w.object(t, depth+1)
+		} else {
+			w.array(t, depth+1)
+		}
+	case c == '"':
+		if _, ok := w.str(); ok && t != nil && t.shape != shapeString {
+			w.typeErr(t)
+		}
+	case c == 't' || c == 'f':
+		if !w.literal("true") && !w.literal("false") {
+			w.failSyntax("invalid literal")
+		} else if t != nil && t.shape != shapeBool {
+			w.typeErr(t)
+		}
+	case c == 'n':
+		if !w.literal("null") {
+			w.failSyntax("invalid literal")
+		} else if t != nil {
+			w.fail(ReasonType, "null is not allowed")
+		}
+	case c == '-' || (c >= '0' && c <= '9'):
+		if !w.number() {
+			w.failSyntax("invalid number")
+		} else if t != nil && t.shape != shapeNumber {
+			w.typeErr(t)
+		}
+	default:
+		w.failSyntax("unexpected character")
+	}
 }
 
-func typeErr(path string, t reflect.Type) error {
-	return &DecodeError{Reason: ReasonType, Path: path, Detail: "expected " + kindName(t)}
+func (w *walker) literal(lit string) bool {
+	if len(w.data)-w.pos >= len(lit) && string(w.data[w.pos:w.pos+len(lit)]) == lit {
+		w.pos += len(lit)
+		return true
+	}
+	return false
 }
 
-func kindName(t reflect.Type) string {
+// number consumes a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (w *walker) number() bool {
+	d := w.data
+	i := w.pos
+	if i < len(d) && d[i] == '-' {
+		i++
+	}
 	switch {
-	case t.Kind() == reflect.String:
-		return "a string"
-	case t.Kind() == reflect.Bool:
-		return "a boolean"
-	case isNumberKind(t.Kind()):
-		return "a number"
-	case t.Kind() == reflect.Struct || t.Kind() == reflect.Map:
-		return "an object"
-	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
-		return "an array"
+	case i < len(d) && d[i] == '0':
+		i++
+	case i < len(d) && d[i] >= '1' && d[i] <= '9':
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	default:
+		return false
 	}
-	return t.String()
+	if i < len(d) && d[i] == '.' {
+		i++
+		start := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	w.pos = i
+	return true
+}
+
+// str consumes a JSON string at w.pos and returns its decoded value, as encoding/json would
+// decode it: escapes resolved and invalid UTF-8 replaced by U+FFFD. Replacing matters for keys,
+// where two different invalid sequences name the same member once decoded.
+func (w *walker) str() (string, bool) {
+	d := w.data
+	i := w.pos + 1 // past the opening quote
+	start := i
+	escaped := false
+	for {
+		if i >= len(d) {
+			w.failSyntax("unterminated string")
+			return "", false
+		}
+		switch c := d[i]; {
+		case c == '"':
+			w.pos = i + 1
+			if !escaped && utf8.Valid(d[start:i]) {
+				return string(d[start:i]), true
+			}
+			var s string
+			if err := json.Unmarshal(d[start-1:i+1], &s); err != nil {
+				w.failSyntax("invalid string")
+				return "", false
+			}
+			return s, true
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(d) {
+				w.failSyntax("unterminated string")
+				return "", false
+			}
+			switch d[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(d) || !isHex4(d[i+2:i+6]) {
+					w.failSyntax("invalid \\u escape")
+					return "", false
+				}
+				i += 6
+			default:
+				w.failSyntax("invalid escape")
+				return "", false
+			}
+		case c < 0x20:
+			w.failSyntax("control character in string")
+			return "", false
+		default:
+			i++
+		}
+	}
+}
+
+func isHex4(b []byte) bool {
+	for _, c := range b {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 func isNumberKind(k reflect.Kind) bool {
@@ -191,88 +374,163 @@ func isNumberKind(k reflect.Kind) bool {
 	return false
 }
 
-func (w *walker) object(t reflect.Type, path string) error {
-	var fields *fieldSet
-	var elem reflect.Type
+// object walks an object; w.pos is at its '{'.
+func (w *walker) object(t *typeInfo, depth int) {
+	var fields, elem *typeInfo
 	if t != nil {
-		switch t.Kind() {
-		case reflect.Struct:
-			fields = fieldsOf(t)
-		case reflect.Map:
-			elem = t.Elem()
+		switch t.shape {
+		case shapeObject:
+			fields = t
+		case shapeMap:
+			elem = t.elem
 		default:
-			return typeErr(path, t)
+			w.typeErr(t)
 		}
 	}
-	seen := make(map[string]struct{}, 8)
-	for w.dec.More() {
-		tok, err := w.token()
-		if err != nil {
-			return err
+	w.pos++
+	w.skipSpace()
+	if w.pos < len(w.data) && w.data[w.pos] == '}' {
+		w.pos++
+		return
+	}
+	var seenBuf [8]string
+	seen := seenBuf[:0] // objects are small: a slice beats a map
+	for {
+		w.skipSpace()
+		if w.pos >= len(w.data) || w.data[w.pos] != '"' {
+			w.failSyntax("expected a member name")
+			return
 		}
-		key, ok := tok.(string)
+		key, ok := w.str()
 		if !ok {
-			return &DecodeError{Reason: ReasonSyntax, Path: path}
+			return
 		}
-		kpath := join(path, key)
-		if _, dup := seen[key]; dup {
-			return &DecodeError{Reason: ReasonDuplicateKey, Path: kpath}
+		w.path = append(w.path, segment{key: key})
+		if w.err == nil {
+			if slices.Contains(seen, key) {
+				w.fail(ReasonDuplicateKey, "")
+			}
+			seen = append(seen, key)
 		}
-		seen[key] = struct{}{}
 		vt := elem
-		if fields != nil {
-			ft, known := fields.exact[key]
+		if fields != nil && w.err == nil {
+			ft, known := fields.fields[key]
 			switch {
 			case known:
 				vt = ft
 			case fields.hasFold(key):
-				return &DecodeError{Reason: ReasonCaseVariant, Path: kpath}
+				w.fail(ReasonCaseVariant, "")
 			case w.mode == Closed:
-				return &DecodeError{Reason: ReasonUnknownField, Path: kpath}
+				w.fail(ReasonUnknownField, "")
 			}
 		}
-		if err := w.value(vt, kpath); err != nil {
-			return err
+		w.skipSpace()
+		if w.pos >= len(w.data) || w.data[w.pos] != ':' {
+			w.failSyntax("expected ':'")
+			return
+		}
+		w.pos++
+		w.skipSpace()
+		start := w.pos
+		w.value(vt, depth)
+		if w.syntax != nil {
+			return
+		}
+		if w.raw != nil && depth == 1 {
+			if i, ok := w.raw.index[key]; ok {
+				w.spans[i] = [2]int{start, w.pos}
+			}
+		}
+		w.path = w.path[:len(w.path)-1]
+		w.skipSpace()
+		if w.pos >= len(w.data) {
+			w.failSyntax("unterminated object")
+			return
+		}
+		switch w.data[w.pos] {
+		case ',':
+			w.pos++
+		case '}':
+			w.pos++
+			return
+		default:
+			w.failSyntax("expected ',' or '}'")
+			return
 		}
 	}
-	_, err := w.token() // '}'
-	return err
 }
 
-func (w *walker) array(t reflect.Type, path string) error {
-	var elem reflect.Type
+// array walks an array; w.pos is at its '['.
+func (w *walker) array(t *typeInfo, depth int) {
+	var elem *typeInfo
 	if t != nil {
-		if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
-			return typeErr(path, t)
-		}
-		elem = t.Elem()
-	}
-	for i := 0; w.dec.More(); i++ {
-		if err := w.value(elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-			return err
+		if t.shape != shapeArray {
+			w.typeErr(t)
+		} else {
+			elem = t.elem
 		}
 	}
-	_, err := w.token() // ']'
-	return err
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
+	w.pos++
+	w.skipSpace()
+	if w.pos < len(w.data) && w.data[w.pos] == ']' {
+		w.pos++
+		return
 	}
-	return path + "." + key
+	for i := 0; ; i++ {
+		w.path = append(w.path, segment{index: i, isIndex: true})
+		w.value(elem, depth)
+		if w.syntax != nil {
+			return
+		}
+		w.path = w.path[:len(w.path)-1]
+		w.skipSpace()
+		if w.pos >= len(w.data) {
+			w.failSyntax("unterminated array")
+			return
+		}
+		switch w.data[w.pos] {
+		case ',':
+			w.pos++
+		case ']':
+			w.pos++
+			return
+		default:
+			w.failSyntax("expected ',' or ']'")
+			return
+		}
+	}
 }
 
-// fieldSet is the set of JSON member names a struct type declares.
-type fieldSet struct {
-	exact map[string]reflect.Type
-	names []string
+// Shapes of JSON value a Go type accepts.
+const (
+	shapeAny    = iota // json.RawMessage, interfaces, custom unmarshalers: only duplicates checked
+	shapeObject        // a struct: declared members only
+	shapeMap           // a map: any member names
+	shapeArray
+	shapeString
+	shapeBool
+	shapeNumber
+	shapeOther // a type JSON cannot fill; encoding/json reports it
+)
+
+// typeInfo is what the walker needs to know about a Go type, computed once per type and linked
+// to the typeInfo of its members, so a walk costs one cache lookup however deep the value.
+type typeInfo struct {
+	shape int
+	// rawStruct marks a struct whose members are all json.RawMessage: Decode fills it from
+	// the spans the walk found, without a second parse by encoding/json.
+	rawStruct bool
+	index     map[string]int       // rawStruct: member name → field index
+	name      string               // for "expected …" messages
+	fields    map[string]*typeInfo // shapeObject: declared member names
+	names     []string             // shapeObject: the same names, for case-folding checks
+	elem      *typeInfo            // shapeMap, shapeArray
 }
 
 // hasFold reports whether key matches a declared name under Unicode simple case folding, the
 // rule encoding/json uses to match keys (so "ſ" matches "s" and "K", the Kelvin sign, "k").
-func (fs *fieldSet) hasFold(key string) bool {
-	for _, n := range fs.names {
+func (ti *typeInfo) hasFold(key string) bool {
+	for _, n := range ti.names {
 		if strings.EqualFold(n, key) {
 			return true
 		}
@@ -280,19 +538,56 @@ func (fs *fieldSet) hasFold(key string) bool {
 	return false
 }
 
-var fieldCache sync.Map // reflect.Type → *fieldSet
+var typeCache sync.Map // reflect.Type → *typeInfo
 
-func fieldsOf(t reflect.Type) *fieldSet {
-	if fs, ok := fieldCache.Load(t); ok {
-		return fs.(*fieldSet)
+func infoOf(t reflect.Type) *typeInfo {
+	if ti, ok := typeCache.Load(t); ok {
+		return ti.(*typeInfo)
 	}
-	fs := &fieldSet{exact: map[string]reflect.Type{}}
-	collectFields(t, fs)
-	actual, _ := fieldCache.LoadOrStore(t, fs)
-	return actual.(*fieldSet)
+	ti := buildInfo(t, map[reflect.Type]*typeInfo{})
+	actual, _ := typeCache.LoadOrStore(t, ti)
+	return actual.(*typeInfo)
 }
 
-func collectFields(t reflect.Type, fs *fieldSet) {
+// buildInfo computes the typeInfo of t; building holds the types in progress, so that a
+// recursive type links back to itself instead of recursing forever.
+func buildInfo(t reflect.Type, building map[reflect.Type]*typeInfo) *typeInfo {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if ti := building[t]; ti != nil {
+		return ti
+	}
+	ti := &typeInfo{}
+	building[t] = ti
+	switch {
+	case t == rawMessageType || t.Kind() == reflect.Interface || reflect.PointerTo(t).Implements(unmarshalerType):
+		ti.shape = shapeAny
+	case t.Kind() == reflect.Struct:
+		ti.shape, ti.name = shapeObject, "an object"
+		ti.fields = map[string]*typeInfo{}
+		collectFields(t, ti, building)
+		ti.index = rawStructIndex(t)
+		ti.rawStruct = ti.index != nil
+	case t.Kind() == reflect.Map:
+		ti.shape, ti.name = shapeMap, "an object"
+		ti.elem = buildInfo(t.Elem(), building)
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		ti.shape, ti.name = shapeArray, "an array"
+		ti.elem = buildInfo(t.Elem(), building)
+	case t.Kind() == reflect.String:
+		ti.shape, ti.name = shapeString, "a string"
+	case t.Kind() == reflect.Bool:
+		ti.shape, ti.name = shapeBool, "a boolean"
+	case isNumberKind(t.Kind()):
+		ti.shape, ti.name = shapeNumber, "a number"
+	default:
+		ti.shape, ti.name = shapeOther, t.String()
+	}
+	return ti
+}
+
+func collectFields(t reflect.Type, ti *typeInfo, building map[reflect.Type]*typeInfo) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag := f.Tag.Get("json")
@@ -306,7 +601,7 @@ func collectFields(t reflect.Type, fs *fieldSet) {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct {
-				collectFields(ft, fs)
+				collectFields(ft, ti, building)
 				continue
 			}
 		}
@@ -316,7 +611,34 @@ func collectFields(t reflect.Type, fs *fieldSet) {
 		if name == "" {
 			name = f.Name
 		}
-		fs.exact[name] = f.Type
-		fs.names = append(fs.names, name)
+		ti.fields[name] = buildInfo(f.Type, building)
+		ti.names = append(ti.names, name)
+	}
+}
+
+// rawStructIndex maps the JSON names of t's fields to their indexes when every field is an
+// exported, plainly tagged json.RawMessage; otherwise it returns nil.
+func rawStructIndex(t reflect.Type) map[string]int {
+	index := make(map[string]int, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Type != rawMessageType || !f.IsExported() || f.Anonymous || name == "" || name == "-" || opts != "" {
+			return nil
+		}
+		index[name] = i
+	}
+	return index
+}
+
+// fillRaw sets the members of a raw struct from their spans in data. The members share one
+// copy of data, so they stay valid after the caller reuses its buffer.
+func fillRaw(v reflect.Value, data []byte, spans [][2]int) {
+	v.SetZero()
+	own := append([]byte(nil), data...)
+	for i, sp := range spans {
+		if sp[1] > 0 {
+			v.Field(i).SetBytes(own[sp[0]:sp[1]:sp[1]])
+		}
 	}
 }

@@ -132,19 +132,26 @@ func (r *Reader) readLine() ([]byte, error) {
 func (r *Reader) discard(seen int64) error {
 	fe := &FrameError{Code: CodeLineTooLarge, MaxLineBytes: r.max}
 	limit := int64(r.max) * discardFactor
+	// endsCR tracks whether the last byte counted is a CR: it may be the first half of a CRLF
+	// terminator split across two buffer fills, and then it is not part of the line.
+	endsCR := bytes.HasSuffix(r.line, []byte("\r"))
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		seen += int64(len(chunk))
 		switch {
 		case err == nil:
 			seen-- // the LF
-			if bytes.HasSuffix(chunk, []byte("\r\n")) {
+			if bytes.HasSuffix(chunk, []byte("\r\n")) || (len(chunk) == 1 && endsCR) {
 				seen--
 			}
 			fe.ActualBytes = seen
 			return fe
 		case errors.Is(err, bufio.ErrBufferFull):
+			endsCR = bytes.HasSuffix(chunk, []byte("\r"))
 			if seen > limit {
+				if endsCR {
+					seen-- // it may be a terminator; a lower bound must not count it
+				}
 				fe.ActualBytes, fe.ActualIsLowerBound = seen, true
 				return fe
 			}
