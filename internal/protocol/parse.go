@@ -1,9 +1,11 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -67,6 +69,12 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 		pe := &ParseError{Error: fieldError(err), Version: Version1}
 		// Echo what can still be read, so the client can correlate the refusal.
 		pe.Version, pe.RequestID = salvage(line)
+		// A line from a foreign major is refused as such, whatever else is wrong with it: the
+		// peer speaks another protocol and the connection cannot continue.
+		if v, _ := ParseVersion(pe.Version); v.Major != 1 && v.Major != 2 {
+			pe.Error = incompatible(v)
+			pe.Close = true
+		}
 		return nil, pe
 	}
 
@@ -87,8 +95,7 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	cmd.Version = v
 	cmd.RequestID = echoRequestID(w.RequestID)
 	if v.Major != 1 && v.Major != 2 {
-		c, pe := fail(Errorf(CodeIncompatibleProtocol, "protocol major version %d is not supported", v.Major).
-			With("supported", SupportedVersions).With("received", v.Raw))
+		c, pe := fail(incompatible(v))
 		pe.Close = true
 		return c, pe
 	}
@@ -139,6 +146,11 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	}
 	cmd.Payload = w.Payload
 	return cmd, nil
+}
+
+func incompatible(v Version) *Error {
+	return Errorf(CodeIncompatibleProtocol, "protocol major version %d is not supported", v.Major).
+		With("supported", SupportedVersions).With("received", v.Raw)
 }
 
 func checkIdentity(cmd *Command, id identity, hasKey bool) *Error {
@@ -207,22 +219,51 @@ func invalidField(field, format string, args ...any) *Error {
 }
 
 // salvage reads protocolVersion and requestId from a line that failed strict decoding, for
-// the echo. It never fails: what cannot be read is defaulted.
+// the echo. A member is echoed only when the top-level object names it exactly once and no
+// other key folds to its name: a line that says two things about its identity gets neither
+// echoed. salvage never fails; what cannot be read is defaulted.
 func salvage(line []byte) (version, requestID string) {
-	var loose struct {
-		ProtocolVersion json.RawMessage `json:"protocolVersion"`
-		RequestID       json.RawMessage `json:"requestId"`
-	}
 	version = Version1
-	if json.Unmarshal(line, &loose) != nil {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return version, ""
 	}
-	if s, ok := rawString(loose.ProtocolVersion); ok {
-		if _, ok := ParseVersion(s); ok {
-			version = s
+	type member struct {
+		raw   json.RawMessage
+		count int
+	}
+	members := map[string]*member{"protocolVersion": {}, "requestId": {}}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return version, ""
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return version, ""
+		}
+		for name, m := range members {
+			switch {
+			case key == name:
+				m.count++
+				m.raw = raw
+			case strings.EqualFold(key, name):
+				m.count += 2 // a case variant makes the member ambiguous
+			}
 		}
 	}
-	return version, echoRequestID(loose.RequestID)
+	if m := members["protocolVersion"]; m.count == 1 {
+		if s, ok := rawString(m.raw); ok {
+			if _, ok := ParseVersion(s); ok {
+				version = s
+			}
+		}
+	}
+	if m := members["requestId"]; m.count == 1 {
+		requestID = echoRequestID(m.raw)
+	}
+	return version, requestID
 }
 
 // echoRequestID returns the request id to echo, or "" when it is not a valid identifier.
@@ -234,8 +275,13 @@ func echoRequestID(raw json.RawMessage) string {
 }
 
 func rawString(raw json.RawMessage) (string, bool) {
-	if len(raw) == 0 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
+	}
+	// Most members have no escapes: skip the decoder for them. raw was already checked to be
+	// a well-formed JSON string by the strict decoder.
+	if inner := raw[1 : len(raw)-1]; bytes.IndexByte(inner, '\\') < 0 {
+		return string(inner), true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil {

@@ -223,5 +223,6 @@ type SessionDescription struct {
 // SessionClosedData is the data of a sessionClosed event.
 type SessionClosedData struct {
 	RetainSession bool            `json:"retainSession"`
+	Reason        string          `json:"reason"` // closed, replaced or shutdown
 	Session       SessionSnapshot `json:"session"`
 }

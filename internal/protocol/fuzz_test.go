@@ -1,0 +1,271 @@
+package protocol
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// Seeds live in testdata/fuzz/<FuzzName>; `go test` runs them, `go test -fuzz` grows them.
+
+// parseCodes are the only codes ParseCommand may answer with.
+var parseCodes = []string{
+	CodeInvalidJSON, CodeInvalidField, CodeInvalidProtocolVersion, CodeIncompatibleProtocol, CodeUnknownOperation,
+}
+
+// isIdentifier is the identifier rule written out again: 1 to max code points of valid UTF-8,
+// none of them a control character.
+func isIdentifier(s string, max int) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func FuzzParseCommand(f *testing.F) {
+	f.Fuzz(func(t *testing.T, line []byte) {
+		cmd, pe := ParseCommand(line)
+		if (cmd == nil) == (pe == nil) {
+			t.Fatalf("want exactly one of command and error, got %+v and %+v", cmd, pe)
+		}
+		if pe != nil {
+			checkFuzzRefusal(t, line, pe)
+			return
+		}
+
+		// An accepted line is well-formed, duplicate-free JSON...
+		if err := ndjson.Valid(line); err != nil {
+			t.Fatalf("accepted a line ndjson.Valid refuses: %v", err)
+		}
+		// ...whose members, read independently, are what the command says.
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("accepted a line that is not a JSON object: %v", err)
+		}
+		readString := func(key string) (string, bool) {
+			raw, ok := m[key]
+			if !ok {
+				return "", false
+			}
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				t.Fatalf("accepted %s that is not a string: %s", key, raw)
+			}
+			return s, true
+		}
+
+		v := cmd.Version
+		if v.Major != 1 && v.Major != 2 {
+			t.Fatalf("accepted major %d", v.Major)
+		}
+		if raw, _ := readString("protocolVersion"); raw != v.Raw {
+			t.Fatalf("Version.Raw %q, line says %q", v.Raw, raw)
+		}
+		if pv, ok := ParseVersion(v.Raw); !ok || pv != v {
+			t.Fatalf("Version %+v does not reparse", v)
+		}
+		if !isIdentifier(cmd.RequestID, 128) {
+			t.Fatalf("accepted requestId %q", cmd.RequestID)
+		}
+		if rid, _ := readString("requestId"); rid != cmd.RequestID {
+			t.Fatalf("RequestID %q, line says %q", cmd.RequestID, rid)
+		}
+		if !slices.Contains(Operations(v.Major), cmd.Operation) {
+			t.Fatalf("accepted operation %q under %s", cmd.Operation, v.Raw)
+		}
+		if op, _ := readString("operation"); op != cmd.Operation {
+			t.Fatalf("Operation %q, line says %q", cmd.Operation, op)
+		}
+
+		rules, ok := identityRules[cmd.Operation]
+		if !ok {
+			t.Fatalf("operation %q has no identity rule", cmd.Operation)
+		}
+		present := [3]bool{cmd.HasSession, cmd.HasGeneration, cmd.IdempotencyKey != ""}
+		for i, p := range present {
+			if (rules[i] == required && !p) || (rules[i] == forbidden && p) {
+				t.Fatalf("%s accepted with %s present=%v", cmd.Operation, identityNames[i], p)
+			}
+		}
+		if cmd.HasGeneration && !cmd.HasSession {
+			t.Fatal("accepted a generation without a sessionId")
+		}
+		if sid, ok := readString("sessionId"); ok != cmd.HasSession || sid != cmd.SessionID || (ok && !isIdentifier(sid, 256)) {
+			t.Fatalf("SessionID %q (has %v), line says %q (has %v)", cmd.SessionID, cmd.HasSession, sid, ok)
+		}
+		if key, ok := readString("idempotencyKey"); ok != (cmd.IdempotencyKey != "") || key != cmd.IdempotencyKey || (ok && !isIdentifier(key, 512)) {
+			t.Fatalf("IdempotencyKey %q, line says %q", cmd.IdempotencyKey, key)
+		}
+		if raw, ok := m["generation"]; ok != cmd.HasGeneration {
+			t.Fatalf("HasGeneration %v, line has it: %v", cmd.HasGeneration, ok)
+		} else if ok {
+			var n json.Number
+			if err := json.Unmarshal(raw, &n); err != nil || strings.ContainsAny(string(raw), "-.eE") {
+				t.Fatalf("accepted generation %s", raw)
+			}
+			g, err := n.Int64()
+			if err != nil || g != cmd.Generation || g < 0 || g > MaxSafeInteger {
+				t.Fatalf("Generation %d from %s", cmd.Generation, raw)
+			}
+		}
+
+		if len(cmd.Payload) == 0 || cmd.Payload[0] != '{' || ndjson.Valid(cmd.Payload) != nil {
+			t.Fatalf("accepted payload %q", cmd.Payload)
+		}
+	})
+}
+
+func checkFuzzRefusal(t *testing.T, line []byte, pe *ParseError) {
+	t.Helper()
+	if pe.Error == nil {
+		t.Fatal("ParseError without an error")
+	}
+	if !slices.Contains(parseCodes, pe.Code) {
+		t.Fatalf("refused with code %q", pe.Code)
+	}
+	closing := pe.Code == CodeInvalidJSON || pe.Code == CodeIncompatibleProtocol
+	if pe.Close != closing {
+		t.Fatalf("%s with Close %v", pe.Code, pe.Close)
+	}
+	if (pe.Code == CodeInvalidJSON) != !json.Valid(line) {
+		t.Fatalf("%s, but json.Valid says %v", pe.Code, json.Valid(line))
+	}
+	if _, ok := ParseVersion(pe.Version); !ok {
+		t.Fatalf("echoes version %q, which does not parse", pe.Version)
+	}
+	if pe.Code == CodeIncompatibleProtocol {
+		v, _ := ParseVersion(pe.Version)
+		if v.Major == 1 || v.Major == 2 || pe.Details["received"] != pe.Version {
+			t.Fatalf("incompatible_protocol for %q, details %v", pe.Version, pe.Details)
+		}
+	}
+	if pe.RequestID != "" && !isIdentifier(pe.RequestID, 128) {
+		t.Fatalf("echoes requestId %q", pe.RequestID)
+	}
+	if pe.Retryable {
+		t.Fatal("a parse error is retryable")
+	}
+	if f, ok := pe.Details["field"]; ok {
+		if _, isString := f.(string); !isString {
+			t.Fatalf("details.field %v", f)
+		}
+	}
+	if _, err := json.Marshal(pe.Error); err != nil {
+		t.Fatalf("error does not serialize: %v", err)
+	}
+}
+
+func FuzzOpenPayload(f *testing.F) {
+	f.Fuzz(func(t *testing.T, payload []byte, v2 bool) {
+		version := Version{Major: 1, Raw: "1.0"}
+		if v2 {
+			version = Version{Major: 2, Minor: 7, Raw: "2.7"}
+		}
+		var p OpenPayload
+		if e := DecodePayload(&Command{Version: version, Operation: OpOpen, Payload: payload}, &p); e != nil {
+			if e.Code != CodeInvalidField {
+				t.Fatalf("DecodePayload refused with %s", e.Code)
+			}
+			return
+		}
+		pol, e := p.Validate(version)
+		if e != nil {
+			if e.Code != CodeInvalidField && e.Code != CodeUnsupportedResource {
+				t.Fatalf("Validate refused with %s", e.Code)
+			}
+			if f, _ := e.Details["field"].(string); len(f) < len("payload.") || f[:len("payload.")] != "payload." {
+				t.Fatalf("refusal names field %q", f)
+			}
+			return
+		}
+
+		checkPathProp := func(name, p string) {
+			if p == "" || !utf8.ValidString(p) || utf8.RuneCountInString(p) > MaxPathLen || !filepath.IsAbs(p) || filepath.Clean(p) != p {
+				t.Fatalf("accepted %s %q", name, p)
+			}
+			for _, r := range p {
+				if unicode.IsControl(r) {
+					t.Fatalf("accepted %s %q with a control character", name, p)
+				}
+			}
+		}
+		checkPathProp("cwd", pol.Cwd)
+		if pol.AgentDir != "" {
+			checkPathProp("agentDir", pol.AgentDir)
+		}
+		if pol.Name != "" && !isIdentifier(pol.Name, MaxNameLen) {
+			t.Fatalf("accepted name %q", pol.Name)
+		}
+		switch pol.Mode {
+		case ModeOpen:
+			checkPathProp("path", pol.Path)
+		case ModeNew, ModeContinue, ModeMemory:
+			if pol.Path != "" {
+				t.Fatalf("mode %s with path %q", pol.Mode, pol.Path)
+			}
+		default:
+			t.Fatalf("accepted mode %q", pol.Mode)
+		}
+		if pol.SessionDir != "" {
+			if !v2 {
+				t.Fatalf("v1 policy keeps sessionDir %q", pol.SessionDir)
+			}
+			checkPathProp("sessionDir", pol.SessionDir)
+		}
+		if m := pol.Model; m != nil {
+			if !isIdentifier(m.Provider, MaxProviderLen) || !isIdentifier(m.ID, MaxModelIDLen) {
+				t.Fatalf("accepted model %+v", m)
+			}
+			if m.ThinkingLevel != "" && !slices.Contains([]string{"off", "minimal", "low", "medium", "high", "xhigh", "max"}, m.ThinkingLevel) {
+				t.Fatalf("accepted thinkingLevel %q", m.ThinkingLevel)
+			}
+		}
+		if pol.Tools != ResourceNone {
+			t.Fatalf("tools %q", pol.Tools)
+		}
+		if pol.SystemPrompt != "" && (!v2 || utf8.RuneCountInString(pol.SystemPrompt) > MaxSystemPromptLen) {
+			t.Fatalf("accepted systemPrompt of %d bytes under %s", len(pol.SystemPrompt), version.Raw)
+		}
+		for _, raw := range []json.RawMessage{p.Resources.Extensions, p.Resources.Skills, p.Resources.PromptTemplates,
+			p.Resources.Themes, p.Resources.ContextFiles, p.Resources.Tools} {
+			var s string
+			if json.Unmarshal(raw, &s) != nil || s != ResourceNone {
+				t.Fatalf("accepted resource %s", raw)
+			}
+		}
+
+		// The payload, written back out, is the same open: same policy, same digest.
+		again, err := json.Marshal(&p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p2 OpenPayload
+		if e := DecodePayload(&Command{Version: version, Payload: again}, &p2); e != nil {
+			t.Fatalf("re-encoded payload %s refused: %v", again, e)
+		}
+		pol2, e := p2.Validate(version)
+		if e != nil || !samePolicy(pol, pol2) || pol2.Digest() != pol.Digest() {
+			t.Fatalf("re-encoded payload gives %+v, %v; want %+v", pol2, e, pol)
+		}
+	})
+}
+
+func samePolicy(a, b *Policy) bool {
+	ac, bc := *a, *b
+	ac.Model, bc.Model = nil, nil
+	if ac != bc || (a.Model == nil) != (b.Model == nil) {
+		return false
+	}
+	return a.Model == nil || *a.Model == *b.Model
+}
