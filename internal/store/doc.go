@@ -1,0 +1,35 @@
+// Package store keeps airlockd's durable state in one embedded bbolt database: the session
+// catalog and the secret-free session manifests.
+//
+// The database is <state dir>/airlock.db. The state directory must be a real directory (not a
+// symbolic link) owned by the effective uid with no group or other permission bits, and the
+// file a regular file with the same owner and no group or other bits; Open refuses anything
+// else with insecure_state_path rather than repairing it. bbolt holds an exclusive flock on
+// the file while it is open, so a second airlockd on the same state directory fails with
+// state_locked after Options.LockTimeout.
+//
+// # Schema
+//
+// Every value is either decimal or RFC 3339 text (meta) or one JSON object (catalog,
+// manifests) keyed by the UTF-8 bytes of its session id:
+//
+//	meta/                       written once at creation; schemaVersion by every migration
+//	  format        = "airlock-state"
+//	  schemaVersion = "1"       decimal; the version of the last applied migration
+//	  createdAt     = RFC 3339 time of creation
+//	catalog/                    since schema 1
+//	  <sessionId>   = protocol.CatalogRecord as JSON
+//	manifests/                  since schema 1
+//	  <sessionId>   = Manifest as JSON
+//
+// A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
+// schemaVersion is newer than this build are refused with corrupt_state; the store never resets
+// or overwrites a file it does not understand. A bbolt file with no buckets at all holds no
+// data and is initialized as new, so a crash between bbolt creating the file and the first
+// commit does not strand the state directory.
+//
+// # Transactions
+//
+// Every state change is one bbolt Update, which bbolt fsyncs before it returns; reads are one
+// View each. All methods of a Store are safe for concurrent use.
+package store

@@ -1,0 +1,150 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Bucket and key names; doc.go draws them as a tree.
+var (
+	bucketMeta      = []byte("meta")
+	bucketCatalog   = []byte("catalog")
+	bucketManifests = []byte("manifests")
+
+	keyFormat        = []byte("format")
+	keySchemaVersion = []byte("schemaVersion")
+	keyCreatedAt     = []byte("createdAt")
+)
+
+// formatName is meta/format of every airlock state database. A bbolt file without it belongs to
+// someone else and is never written to.
+const formatName = "airlock-state"
+
+// migration moves the schema from version-1 to version. Migrations run in order inside the one
+// transaction that also writes meta/schemaVersion, so a crash leaves the old schema intact.
+//
+// Every migration needs an entry in migrationTests (migrations_test.go); TestMigrations fails
+// when the counts differ.
+type migration struct {
+	version int
+	name    string
+	migrate func(tx *bolt.Tx) error
+}
+
+var migrations = []migration{
+	{version: 1, name: "create catalog and manifests buckets", migrate: migrateV1},
+}
+
+func migrateV1(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// latestSchema is the schema version this build writes and the newest it can read.
+func latestSchema() int { return migrations[len(migrations)-1].version }
+
+// errSkip rolls back the schema transaction when nothing needs migrating, so that opening an
+// up-to-date database writes nothing.
+var errSkip = errors.New("store: schema is current")
+
+func corrupt(format string, args ...any) *protocol.Error {
+	return protocol.Errorf(protocol.CodeCorruptState, format, args...)
+}
+
+// initSchema creates the meta bucket of a new database, checks that an existing one is airlock
+// state of a schema this build knows, and applies the pending migrations: all in one Update,
+// which is rolled back when there is nothing to write.
+func initSchema(db *bolt.DB, path string, now time.Time) error {
+	err := db.Update(func(tx *bolt.Tx) error {
+		current, err := schemaOf(tx, path)
+		if err != nil {
+			return err
+		}
+		if current == 0 {
+			meta, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return fmt.Errorf("create bucket meta: %w", err)
+			}
+			if err := meta.Put(keyFormat, []byte(formatName)); err != nil {
+				return err
+			}
+			if err := meta.Put(keyCreatedAt, []byte(now.UTC().Format(time.RFC3339Nano))); err != nil {
+				return err
+			}
+		}
+		if current == latestSchema() {
+			if err := requireBuckets(tx, path); err != nil {
+				return err
+			}
+			return errSkip
+		}
+		if err := applyMigrations(tx, current); err != nil {
+			return err
+		}
+		return requireBuckets(tx, path)
+	})
+	if errors.Is(err, errSkip) {
+		return nil
+	}
+	return err
+}
+
+// schemaOf returns the schema version recorded in tx, or 0 for a database with no buckets at
+// all (new, or created by bbolt just before a crash: either way it holds nothing).
+func schemaOf(tx *bolt.Tx, path string) (int, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		if k, _ := tx.Cursor().First(); k != nil {
+			return 0, corrupt("%s is a bbolt database but not airlock state (no meta bucket); airlockd will not modify it", path)
+		}
+		return 0, nil
+	}
+	if f := meta.Get(keyFormat); string(f) != formatName {
+		return 0, corrupt("%s is a bbolt database but not airlock state (meta/format is not %q); airlockd will not modify it", path, formatName)
+	}
+	raw := meta.Get(keySchemaVersion)
+	v, err := strconv.Atoi(string(raw))
+	if err != nil || v < 1 || strconv.Itoa(v) != string(raw) {
+		return 0, corrupt("%s has an invalid meta/schemaVersion", path)
+	}
+	if v > latestSchema() {
+		return 0, corrupt("%s was written by a newer airlock (schema %d; this build reads up to %d)", path, v, latestSchema())
+	}
+	return v, nil
+}
+
+// applyMigrations runs every migration newer than from, in order, and records the new version.
+func applyMigrations(tx *bolt.Tx, from int) error {
+	to := from
+	for _, m := range migrations {
+		if m.version <= from {
+			continue
+		}
+		if err := m.migrate(tx); err != nil {
+			return fmt.Errorf("store: migration to schema %d (%s): %w", m.version, m.name, err)
+		}
+		to = m.version
+	}
+	return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte(strconv.Itoa(to)))
+}
+
+// requireBuckets checks that the buckets of the current schema exist, so that later reads can
+// rely on them.
+func requireBuckets(tx *bolt.Tx, path string) error {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests} {
+		if tx.Bucket(name) == nil {
+			return corrupt("%s lacks the %s bucket of its schema", path, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// migrationTests has one entry per migration, in the same order. init seeds data in the schema
+// before the migration; check verifies the schema and the data after it.
+var migrationTests = []struct {
+	name  string
+	init  func(*bolt.Tx) error
+	check func(*bolt.Tx) error
+}{
+	{
+		name: "v1 creates catalog and manifests",
+		init: func(*bolt.Tx) error { return nil },
+		check: func(tx *bolt.Tx) error {
+			for _, name := range [][]byte{bucketCatalog, bucketManifests} {
+				if tx.Bucket(name) == nil {
+					return fmt.Errorf("bucket %s missing", name)
+				}
+			}
+			return nil
+		},
+	},
+}
+
+// TestMigrations runs every migration on a database at the schema before it. It fails when a
+// migration has no test, as containerd's metadata TestMigrations does.
+func TestMigrations(t *testing.T) {
+	if len(migrationTests) != len(migrations) {
+		t.Fatalf("%d migrations but %d migration tests: add a migrationTests entry for each migration", len(migrations), len(migrationTests))
+	}
+	for i, m := range migrations {
+		tc := migrationTests[i]
+		t.Run(tc.name, func(t *testing.T) {
+			db, err := bolt.Open(filepath.Join(t.TempDir(), "m.db"), 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			err = db.Update(func(tx *bolt.Tx) error {
+				meta, err := tx.CreateBucket(bucketMeta)
+				if err != nil {
+					return err
+				}
+				if err := meta.Put(keyFormat, []byte(formatName)); err != nil {
+					return err
+				}
+				for _, prev := range migrations[:i] {
+					if err := prev.migrate(tx); err != nil {
+						return err
+					}
+					if err := meta.Put(keySchemaVersion, []byte(strconv.Itoa(prev.version))); err != nil {
+						return err
+					}
+				}
+				return tc.init(tx)
+			})
+			if err != nil {
+				t.Fatalf("setting up schema %d: %v", m.version-1, err)
+			}
+			if err := db.Update(m.migrate); err != nil {
+				t.Fatalf("migration %d: %v", m.version, err)
+			}
+			if err := db.View(tc.check); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestMigrationVersionsAreConsecutive(t *testing.T) {
+	for i, m := range migrations {
+		if m.version != i+1 {
+			t.Errorf("migrations[%d].version = %d, want %d", i, m.version, i+1)
+		}
+		if m.name == "" || m.migrate == nil {
+			t.Errorf("migrations[%d] needs a name and a func", i)
+		}
+	}
+}

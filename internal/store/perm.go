@@ -1,0 +1,105 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+const (
+	dirMode  = 0o700
+	fileMode = 0o600
+)
+
+func insecure(format string, args ...any) *protocol.Error {
+	return protocol.Errorf(protocol.CodeInsecureStatePath, format, args...)
+}
+
+// prepareStateDir creates dir (0700, with any missing parents) and checks that it is a real
+// directory, owned by the effective uid, with no group or other permission bits. An existing
+// directory with a looser mode is refused, not tightened: whoever loosened it may have read or
+// planted files in it already.
+func prepareStateDir(dir string) error {
+	if dir == "" {
+		return insecure("state directory path is empty")
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return wrap(insecure("cannot create state directory %s", dir), err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return wrap(insecure("cannot stat state directory %s", dir), err)
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return insecure("state directory %s is a symbolic link; use the real directory", dir)
+	case !fi.IsDir():
+		return insecure("state directory %s is not a directory", dir)
+	}
+	return checkOwnerMode(fi, "state directory", dir)
+}
+
+// checkOwnerMode refuses fi unless the effective uid owns it and it grants nothing to group or
+// others.
+func checkOwnerMode(fi fs.FileInfo, what, path string) error {
+	uid, ok := ownerUID(fi)
+	if !ok {
+		return insecure("cannot determine the owner of %s %s on this platform", what, path)
+	}
+	if euid := os.Geteuid(); uid != uint32(euid) {
+		return insecure("%s %s is owned by uid %d, not by this process's uid %d", what, path, uid, euid)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return insecure("%s %s has mode %#o; it must grant nothing to group or others (%#o)", what, path, perm, perm&^0o077)
+	}
+	return nil
+}
+
+// checkDBFile checks an existing database file without opening it, so that a device or FIFO
+// planted at the path is never opened. A missing file passes: openDBFile creates it.
+func checkDBFile(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return wrap(insecure("cannot stat state database %s", path), err)
+	}
+	return checkDBFileInfo(fi, path)
+}
+
+func checkDBFileInfo(fi fs.FileInfo, path string) error {
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return insecure("state database %s is a symbolic link", path)
+	case !fi.Mode().IsRegular():
+		return insecure("state database %s is not a regular file (%s)", path, fi.Mode().Type())
+	}
+	return checkOwnerMode(fi, "state database", path)
+}
+
+// openDBFile is bbolt's Options.OpenFile. It refuses to follow a symbolic link in the last
+// component, creates the file 0600 whatever mode bbolt asks for, and checks the open file
+// itself, closing the race between checkDBFile and the open.
+func openDBFile(path string, flag int, _ os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|openNoFollow, fileMode)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, insecure("state database %s is a symbolic link", path)
+		}
+		return nil, fmt.Errorf("open state database %s: %w", path, err)
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = checkDBFileInfo(fi, path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
