@@ -1,0 +1,656 @@
+// Package session keeps the host's logical sessions: which generation of each is resident, the
+// generation rules of open and close, attachments and events, and the durable catalog behind
+// them.
+//
+// A Manager keeps all in-memory state behind one mutex and never holds it across I/O: every
+// durable change happens under a per-session operation lock, so two commands for one session
+// are applied in order while commands for different sessions proceed independently.
+package session
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// DefaultMaxSessions bounds resident sessions.
+const DefaultMaxSessions = 128
+
+// Subscriber receives the events of the sessions a connection attached to.
+type Subscriber interface {
+	// Deliver queues one encoded event line for sending. It is called with the Manager's lock
+	// held, so it must not block and must not call back into the Manager.
+	Deliver(line []byte)
+}
+
+// EventEncoder turns an event into the line every subscriber gets, or nil to drop it. The
+// daemon's encoder enforces the event size limit once per event, not once per subscriber.
+type EventEncoder func(*protocol.Event) []byte
+
+// Config configures a Manager.
+type Config struct {
+	HostInstanceID string
+	Store          *store.Store
+	MaxSessions    int // resident sessions; DefaultMaxSessions when 0
+	Logger         *slog.Logger
+	Now            func() time.Time
+	EncodeEvent    EventEncoder
+}
+
+// Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+
+	// mu guards the fields below, and every field of the runtimes in sessions.
+	mu       sync.Mutex
+	sessions map[string]*runtime // resident generations, by sessionId
+	known    map[string]struct{} // sessionIds in the durable catalog
+	opLocks  map[string]*opLock
+	reserved int // capacity slots held by opens in progress
+	draining bool
+	recovery protocol.RecoveryHealth
+	metrics  map[string]uint64
+}
+
+// runtime is one resident session generation.
+type runtime struct {
+	id         string
+	generation int64
+	version    string // the protocol version of the open that made it resident
+	policy     protocol.Policy
+	digest     string
+	state      string
+	sequence   uint64
+	lastUsed   time.Time
+	subs       map[Subscriber]struct{}
+}
+
+// opLock serializes durable changes to one session.
+type opLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New returns a Manager in recovery phase not_started. Call Recover before admitting work.
+func New(cfg Config) *Manager {
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.EncodeEvent == nil {
+		cfg.EncodeEvent = func(ev *protocol.Event) []byte {
+			line, err := ndjson.Marshal(ev)
+			if err != nil {
+				return nil
+			}
+			return line
+		}
+	}
+	return &Manager{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		sessions: make(map[string]*runtime),
+		known:    make(map[string]struct{}),
+		opLocks:  make(map[string]*opLock),
+		metrics:  make(map[string]uint64),
+		recovery: protocol.RecoveryHealth{
+			Phase:               protocol.PhaseNotStarted,
+			FailureCodes:        map[string]int{},
+			QuarantinedSessions: []protocol.QuarantinedSession{},
+		},
+	}
+}
+
+// Recover loads the durable catalog after a start. A previous incarnation's resident sessions
+// become dormant: their runtimes did not survive the restart.
+func (m *Manager) Recover() error {
+	started := m.now().UTC()
+	m.mu.Lock()
+	m.recovery.Phase = protocol.PhaseRecovering
+	m.recovery.StartedAt = &started
+	m.mu.Unlock()
+
+	recs, err := m.cfg.Store.MarkAllDormant()
+	if err != nil {
+		m.mu.Lock()
+		m.recovery.Phase = protocol.PhaseDegraded
+		m.recovery.FailureCount++
+		m.recovery.FailureCodes[protocol.AsError(err).Code]++
+		m.mu.Unlock()
+		return fmt.Errorf("recover catalog: %w", err)
+	}
+	done := m.now().UTC()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range recs {
+		m.known[r.SessionID] = struct{}{}
+	}
+	m.recovery.Phase = protocol.PhaseReady
+	m.recovery.CompletedAt = &done
+	m.log.Info("catalog recovered", "sessions", len(recs))
+	return nil
+}
+
+// lockSession takes the operation lock of one session and returns its release.
+func (m *Manager) lockSession(id string) func() {
+	m.mu.Lock()
+	l := m.opLocks[id]
+	if l == nil {
+		l = &opLock{}
+		m.opLocks[id] = l
+	}
+	l.refs++
+	m.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		m.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(m.opLocks, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+// admitting reports why the host refuses new residency, or nil. m.mu must be held.
+func (m *Manager) admitting() *protocol.Error {
+	if m.draining {
+		return protocol.Retryable(protocol.CodeHostDraining, "host is draining")
+	}
+	if m.recovery.Phase == protocol.PhaseNotStarted || m.recovery.Phase == protocol.PhaseRecovering {
+		return protocol.Retryable(protocol.CodeHostNotReady, "host is recovering").With("phase", m.recovery.Phase)
+	}
+	return nil
+}
+
+// OpenRequest is an admitted open.
+type OpenRequest struct {
+	SessionID  string
+	Generation int64
+	Version    protocol.Version
+	Policy     *protocol.Policy
+}
+
+// Open applies the generation rules: a lower generation than the session's is stale; the same
+// generation with the same policy is reused (created:false while resident); the same generation
+// with another policy conflicts; a higher generation replaces the resident one.
+func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
+	release := m.lockSession(req.SessionID)
+	defer release()
+
+	digest := req.Policy.Digest()
+	rec, err := m.cfg.Store.Record(req.SessionID)
+	if err != nil {
+		return nil, err
+	}
+
+	m.mu.Lock()
+	rt := m.sessions[req.SessionID]
+	current, known := int64(0), false
+	switch {
+	case rt != nil:
+		current, known = rt.generation, true
+	case rec != nil:
+		current, known = rec.Generation, true
+	}
+	if known && req.Generation < current {
+		m.mu.Unlock()
+		return nil, staleGeneration(current, req.Generation)
+	}
+	if known && req.Generation == current {
+		policyDigest := digest
+		if rt != nil {
+			policyDigest = rt.digest
+		} else {
+			policyDigest = rec.PolicyDigest
+		}
+		if policyDigest != digest {
+			m.mu.Unlock()
+			return nil, protocol.Errorf(protocol.CodeSessionPolicyConflict,
+				"generation %d of this session was opened with a different policy", current)
+		}
+		if rt != nil {
+			rt.lastUsed = m.now()
+			m.metrics["openReused"]++
+			res := &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}
+			m.mu.Unlock()
+			return res, nil
+		}
+	}
+	if e := m.admitting(); e != nil {
+		m.mu.Unlock()
+		return nil, e
+	}
+	if rt == nil {
+		if len(m.sessions)+m.reserved >= m.cfg.MaxSessions {
+			m.mu.Unlock()
+			return nil, protocol.Retryable(protocol.CodeSessionCapacity, "the host holds its maximum of %d resident sessions", m.cfg.MaxSessions).
+				With("maxSessions", m.cfg.MaxSessions)
+		}
+		m.reserved++
+		defer func() {
+			m.mu.Lock()
+			m.reserved--
+			m.mu.Unlock()
+		}()
+	} else if rt.state == protocol.StateRunning {
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeSessionBusy, "generation %d has a turn in progress", rt.generation)
+	}
+	m.mu.Unlock()
+
+	if e := checkCwd(req.Policy.Cwd); e != nil {
+		return nil, e
+	}
+
+	now := m.now().UTC()
+	next := &protocol.CatalogRecord{
+		SessionID:       req.SessionID,
+		Name:            req.Policy.Name,
+		Generation:      req.Generation,
+		Residency:       protocol.Resident,
+		State:           protocol.StateIdle,
+		ProtocolVersion: req.Version.Raw,
+		PolicyDigest:    digest,
+		Policy:          *req.Policy,
+		CreatedAt:       now,
+		UpdatedAt:       now,
+		LastUsedAt:      now,
+	}
+	if rec != nil {
+		next.CreatedAt = rec.CreatedAt
+		next.Revision = rec.Revision
+		next.LastTerminal = rec.LastTerminal
+	}
+	var manifest *store.Manifest
+	if req.Policy.Mode != protocol.ModeMemory {
+		manifest = &store.Manifest{
+			ProtocolVersion: req.Version.Raw,
+			SessionID:       req.SessionID,
+			Generation:      req.Generation,
+			Policy:          *req.Policy,
+			CreatedAt:       now,
+			UpdatedAt:       now,
+		}
+	}
+	if err := m.cfg.Store.SaveSession(next, manifest); err != nil {
+		return nil, err
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.sessions[req.SessionID]
+	if old != nil {
+		m.retireLocked(old, protocol.SessionClosedData{RetainSession: true, Reason: ReasonReplaced})
+	}
+	rt = &runtime{
+		id:         req.SessionID,
+		generation: req.Generation,
+		version:    req.Version.Raw,
+		policy:     *req.Policy,
+		digest:     digest,
+		state:      protocol.StateIdle,
+		lastUsed:   m.now(),
+		subs:       make(map[Subscriber]struct{}),
+	}
+	if old != nil {
+		// The sequence is per session, not per generation: a client that follows a session
+		// across a replacement never sees it go back.
+		rt.sequence = old.sequence
+	}
+	m.sessions[req.SessionID] = rt
+	m.known[req.SessionID] = struct{}{}
+	m.metrics["openCreated"]++
+	m.log.Info("session opened", "sessionId", req.SessionID, "generation", req.Generation)
+	return &protocol.OpenResult{Created: true, Session: m.snapshotLocked(rt)}, nil
+}
+
+// Reasons a sessionClosed event gives.
+const (
+	ReasonClosed   = "closed"
+	ReasonReplaced = "replaced"
+	ReasonDrained  = "shutdown"
+)
+
+// retireLocked ends a resident runtime: its subscribers get a last sessionClosed event and are
+// dropped, so that older attachments become inert. m.mu must be held.
+func (m *Manager) retireLocked(rt *runtime, data protocol.SessionClosedData) {
+	rt.state = protocol.StateClosing
+	data.Session = m.snapshotLocked(rt)
+	data.Session.Sequence++ // the snapshot describes the session as of this, its last event
+	m.emitLocked(rt, protocol.EventSessionClosed, "", data)
+	rt.subs = nil
+	delete(m.sessions, rt.id)
+}
+
+// checkCwd refuses a cwd that is not an existing directory.
+func checkCwd(cwd string) *protocol.Error {
+	fi, err := os.Stat(cwd)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return protocol.Errorf(protocol.CodeOpenFailed, "cwd does not exist").With("field", "payload.cwd")
+	case err != nil:
+		return protocol.Errorf(protocol.CodeOpenFailed, "cwd cannot be read").With("field", "payload.cwd")
+	case !fi.IsDir():
+		return protocol.Errorf(protocol.CodeOpenFailed, "cwd is not a directory").With("field", "payload.cwd")
+	}
+	return nil
+}
+
+func staleGeneration(current, received int64) *protocol.Error {
+	return protocol.Errorf(protocol.CodeStaleGeneration, "generation %d is older than the current generation %d", received, current).
+		With("currentGeneration", current).With("receivedGeneration", received)
+}
+
+// Close ends the resident generation of a session. With retain it keeps the catalog record,
+// dormant; without it deletes the session's durable records, resident or not.
+func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.CloseResult, error) {
+	release := m.lockSession(id)
+	defer release()
+
+	rec, err := m.cfg.Store.Record(id)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	rt := m.sessions[id]
+	if rt == nil && rec == nil {
+		m.mu.Unlock()
+		return nil, notFound(id)
+	}
+	current := int64(0)
+	if rt != nil {
+		current = rt.generation
+	} else {
+		current = rec.Generation
+	}
+	m.mu.Unlock()
+	if generation < current {
+		return nil, staleGeneration(current, generation)
+	}
+	if generation > current {
+		return nil, notFound(id).With("currentGeneration", current).With("receivedGeneration", generation)
+	}
+
+	res := &protocol.CloseResult{Closed: rt != nil}
+	if retain {
+		if rec != nil && rec.Residency != protocol.Dormant {
+			rec.Residency, rec.State = protocol.Dormant, protocol.StateIdle
+			rec.UpdatedAt = m.now().UTC()
+			if err := m.cfg.Store.SaveSession(rec, nil); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		existed, err := m.cfg.Store.DeleteSession(id)
+		if err != nil {
+			return nil, err
+		}
+		res.Deleted = existed
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !retain {
+		delete(m.known, id)
+	}
+	if rt != nil && m.sessions[id] == rt {
+		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: retain, Reason: ReasonClosed})
+		m.metrics["closed"]++
+	}
+	m.log.Info("session closed", "sessionId", id, "generation", generation, "retain", retain)
+	return res, nil
+}
+
+func notFound(id string) *protocol.Error {
+	return protocol.Errorf(protocol.CodeSessionNotFound, "no such session").With("sessionId", id)
+}
+
+// resident returns the runtime of exactly this generation, or the error that says why there is
+// none. m.mu must be held.
+func (m *Manager) residentLocked(id string, generation int64, checkGen bool) (*runtime, *protocol.Error) {
+	rt := m.sessions[id]
+	if rt == nil {
+		e := protocol.Errorf(protocol.CodeSessionNotFound, "session is not resident").With("sessionId", id)
+		if _, ok := m.known[id]; ok {
+			e.With("residency", protocol.Dormant)
+		}
+		return nil, e
+	}
+	if checkGen && generation < rt.generation {
+		return nil, staleGeneration(rt.generation, generation)
+	}
+	if checkGen && generation > rt.generation {
+		return nil, notFound(id).With("currentGeneration", rt.generation).With("receivedGeneration", generation)
+	}
+	return rt, nil
+}
+
+// Attach subscribes sub to the events of exactly this session generation.
+func (m *Manager) Attach(id string, generation int64, sub Subscriber) (*protocol.AttachResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return nil, e
+	}
+	rt.subs[sub] = struct{}{}
+	return &protocol.AttachResult{Attached: true, Generation: rt.generation, Sequence: rt.sequence}, nil
+}
+
+// Detach ends sub's subscription to this session generation.
+func (m *Manager) Detach(id string, generation int64, sub Subscriber) (*protocol.DetachResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return nil, e
+	}
+	_, was := rt.subs[sub]
+	delete(rt.subs, sub)
+	return &protocol.DetachResult{Detached: was, Generation: rt.generation, Sequence: rt.sequence}, nil
+}
+
+// DetachAll drops every subscription of sub, when its connection ends.
+func (m *Manager) DetachAll(sub Subscriber) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, rt := range m.sessions {
+		delete(rt.subs, sub)
+	}
+}
+
+// emitLocked assigns the next sequence of rt to an event and delivers it to rt's subscribers.
+// m.mu must be held, which orders every session's events.
+func (m *Manager) emitLocked(rt *runtime, name, requestID string, data any) {
+	rt.sequence++
+	if len(rt.subs) == 0 {
+		return
+	}
+	ev := &protocol.Event{
+		ProtocolVersion: rt.version,
+		Kind:            protocol.KindEvent,
+		Event:           name,
+		HostInstanceID:  m.cfg.HostInstanceID,
+		SessionID:       rt.id,
+		Generation:      rt.generation,
+		Sequence:        rt.sequence,
+		RequestID:       requestID,
+		Data:            data,
+	}
+	line := m.cfg.EncodeEvent(ev)
+	if line == nil {
+		m.metrics["eventsDropped"]++
+		return
+	}
+	for sub := range rt.subs {
+		sub.Deliver(line)
+	}
+}
+
+func (m *Manager) snapshotLocked(rt *runtime) protocol.SessionSnapshot {
+	now := m.now()
+	s := protocol.SessionSnapshot{
+		SessionID:       rt.id,
+		Generation:      rt.generation,
+		ProtocolVersion: rt.version,
+		Name:            rt.policy.Name,
+		State:           rt.state,
+		Residency:       protocol.Resident,
+		Sequence:        rt.sequence,
+		Attached:        len(rt.subs),
+		LastUsedAt:      rt.lastUsed.UTC(),
+		IdleForMs:       max(0, now.Sub(rt.lastUsed).Milliseconds()),
+	}
+	if rt.policy.Model != nil {
+		s.Model = &protocol.ModelRef{Provider: rt.policy.Model.Provider, ID: rt.policy.Model.ID}
+	}
+	return s
+}
+
+// Session returns the snapshot of a resident session. A generation, when given, must be the
+// resident one.
+func (m *Manager) Session(id string, generation int64, checkGen bool) (*protocol.SessionSnapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, checkGen)
+	if e != nil {
+		return nil, e
+	}
+	s := m.snapshotLocked(rt)
+	return &s, nil
+}
+
+// Sequence returns the current sequence of a resident session, for response envelopes.
+func (m *Manager) Sequence(id string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rt := m.sessions[id]; rt != nil {
+		return rt.sequence, true
+	}
+	return 0, false
+}
+
+// HostView is the session part of host status.
+type HostView struct {
+	Ready       bool
+	Draining    bool
+	Recovery    protocol.RecoveryHealth
+	Sessions    []protocol.SessionSnapshot
+	Dormant     int
+	ActiveTurns int
+	QueuedTurns int
+	Metrics     map[string]uint64
+}
+
+// Host returns the session part of host status. Sessions are in sessionId order.
+func (m *Manager) Host() HostView {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := HostView{
+		Draining: m.draining,
+		Recovery: m.recoveryLocked(),
+		Sessions: make([]protocol.SessionSnapshot, 0, len(m.sessions)),
+		Dormant:  len(m.known) - len(m.sessions),
+		Metrics:  make(map[string]uint64, len(m.metrics)),
+	}
+	v.Ready = !m.draining && v.Recovery.Phase == protocol.PhaseReady
+	for _, rt := range m.sessions {
+		v.Sessions = append(v.Sessions, m.snapshotLocked(rt))
+	}
+	sort.Slice(v.Sessions, func(i, j int) bool { return v.Sessions[i].SessionID < v.Sessions[j].SessionID })
+	for k, n := range m.metrics {
+		v.Metrics[k] = n
+	}
+	return v
+}
+
+// Ready reports whether the host admits new work.
+func (m *Manager) Ready() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.draining && m.recovery.Phase == protocol.PhaseReady
+}
+
+func (m *Manager) recoveryLocked() protocol.RecoveryHealth {
+	r := m.recovery
+	r.FailureCodes = make(map[string]int, len(m.recovery.FailureCodes))
+	for k, n := range m.recovery.FailureCodes {
+		r.FailureCodes[k] = n
+	}
+	r.QuarantinedSessions = append([]protocol.QuarantinedSession{}, m.recovery.QuarantinedSessions...)
+	return r
+}
+
+// Drain stops admitting new residency and tells every attached client. It returns once no
+// turn is active or the timeout has passed; this host runs no turns yet, so it returns at once.
+func (m *Manager) Drain(timeout time.Duration) *protocol.DrainResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.draining {
+		m.draining = true
+		for _, rt := range m.sessions {
+			m.emitLocked(rt, protocol.EventHostDraining, "", nil)
+		}
+		m.log.Info("host draining")
+	}
+	return &protocol.DrainResult{Draining: true, TimeoutMs: timeout.Milliseconds()}
+}
+
+// Shutdown retires every resident session: subscribers get sessionClosed and the catalog keeps
+// the records, which the next start lists as dormant.
+func (m *Manager) Shutdown() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.draining = true
+	for _, rt := range m.sessions {
+		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: true, Reason: ReasonDrained})
+	}
+}
+
+// Describe returns the durable record of a session and its snapshot when resident.
+func (m *Manager) Describe(id string) (*protocol.SessionDescription, error) {
+	rec, err := m.cfg.Store.Record(id)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		return nil, notFound(id)
+	}
+	d := &protocol.SessionDescription{Record: *rec}
+	m.mu.Lock()
+	if rt := m.sessions[id]; rt != nil && rt.generation == rec.Generation {
+		s := m.snapshotLocked(rt)
+		d.Snapshot = &s
+	}
+	m.mu.Unlock()
+	return d, nil
+}
+
+// List returns a page of the durable catalog.
+func (m *Manager) List(cursor string, limit int) (*protocol.SessionPage, error) {
+	recs, next, err := m.cfg.Store.Page(cursor, limit)
+	if err != nil {
+		return nil, err
+	}
+	if recs == nil {
+		recs = []protocol.CatalogRecord{}
+	}
+	return &protocol.SessionPage{Sessions: recs, NextCursor: next}, nil
+}
