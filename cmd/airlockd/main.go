@@ -1,0 +1,127 @@
+// Command airlockd is the airlock host daemon: it serves the owner socket, keeps sessions and
+// their durable catalog, and stops cleanly on SIGTERM (drain) or SIGINT (faster).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/paths"
+	"github.com/airlockhq/airlock/internal/version"
+)
+
+// Shutdown deadlines: SIGTERM is the orderly stop of a service manager and gets time to answer
+// what is in flight; SIGINT is a person at a terminal who wants the prompt back.
+const (
+	termShutdown = 30 * time.Second
+	intShutdown  = 5 * time.Second
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "airlockd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("airlockd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	limits := daemon.DefaultLimits
+	var (
+		socket      = fs.String("socket", "", "owner socket path (default $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock or /tmp/airlock-$UID/airlockd.sock)")
+		stateDir    = fs.String("state-dir", "", "state directory (default $AIRLOCK_STATE_DIR, $XDG_STATE_HOME/airlock or ~/.local/state/airlock)")
+		logFormat   = fs.String("log-format", "text", "log format: text or json")
+		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		maxSessions = fs.Int("max-sessions", 128, "maximum resident sessions")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+	)
+	fs.IntVar(&limits.MaxConnections, "max-connections", limits.MaxConnections, "maximum concurrent client connections")
+	fs.IntVar(&limits.MaxInFlight, "max-in-flight-requests-per-connection", limits.MaxInFlight, "maximum commands in flight on one connection")
+	fs.IntVar(&limits.MaxLineBytes, "max-line-bytes", limits.MaxLineBytes, "maximum inbound line, without LF")
+	fs.IntVar(&limits.MaxEventBytes, "max-event-bytes", limits.MaxEventBytes, "maximum outbound event, LF included")
+	fs.IntVar(&limits.MaxResponseBytes, "max-response-bytes", limits.MaxResponseBytes, "maximum outbound response, LF included")
+	fs.IntVar(&limits.MaxOutboundBytes, "max-outbound-bytes-per-connection", limits.MaxOutboundBytes, "maximum bytes queued for one connection")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		fmt.Println("airlockd", version.Version)
+		return nil
+	}
+	log, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	if *socket == "" {
+		*socket = paths.Socket()
+	}
+	if *stateDir == "" {
+		if *stateDir, err = paths.StateDir(); err != nil {
+			return err
+		}
+	}
+
+	d, err := daemon.Start(daemon.Config{
+		SocketPath:  *socket,
+		StateDir:    *stateDir,
+		Limits:      limits,
+		MaxSessions: *maxSessions,
+		Logger:      log,
+		Version:     version.Version,
+	})
+	if err != nil {
+		return err
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	sig := <-sigs
+	deadline := termShutdown
+	if sig == syscall.SIGINT {
+		deadline = intShutdown
+	}
+	log.Info("signal received", "signal", sig.String(), "deadline", deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		// A second signal means "now": drop whatever is still being answered.
+		select {
+		case <-sigs:
+			cancel()
+		case <-d.Done():
+		}
+	}()
+	return d.Shutdown(ctx)
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("bad --log-level %q", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("bad --log-format %q: want text or json", format)
+}

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"bufio"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// BenchmarkStatusRoundTrip measures a host status round trip through the daemon next to a bare
+// NDJSON echo server on a Unix socket, in the same run and with the same client loop, and
+// reports both medians and their ratio (the target is ratio-p50 ≤ 2.0):
+//
+//	go test -run '^$' -bench StatusRoundTrip -benchtime 20000x ./internal/daemon/
+func BenchmarkStatusRoundTrip(b *testing.B) {
+	root := b.TempDir()
+	if len(root) > 80 {
+		root = shortDirB(b)
+	}
+	echoSock := filepath.Join(root, "echo.sock")
+	stop := startEcho(b, echoSock)
+	defer stop()
+
+	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Shutdown(b.Context())
+	waitReady(b, d)
+
+	status := []byte(`{"protocolVersion":"2.0","requestId":"bench","operation":"status","payload":{}}` + "\n")
+	echo := roundTrips(b, echoSock, status, b.N)
+	daemon := roundTrips(b, d.cfg.SocketPath, status, b.N)
+	e50, e99 := percentile(echo, 50), percentile(echo, 99)
+	d50, d99 := percentile(daemon, 50), percentile(daemon, 99)
+	b.ReportMetric(float64(e50.Nanoseconds()), "echo-p50-ns")
+	b.ReportMetric(float64(e99.Nanoseconds()), "echo-p99-ns")
+	b.ReportMetric(float64(d50.Nanoseconds()), "status-p50-ns")
+	b.ReportMetric(float64(d99.Nanoseconds()), "status-p99-ns")
+	b.ReportMetric(float64(d50)/float64(e50), "ratio-p50")
+}
+
+func waitReady(b *testing.B, d *Daemon) {
+	for deadline := time.Now().Add(10 * time.Second); !d.sessions.Ready(); {
+		if time.Now().After(deadline) {
+			b.Fatal("daemon not ready")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// roundTrips sends req n times on one connection, one at a time, and returns each latency.
+func roundTrips(b *testing.B, socket string, req []byte, n int) []time.Duration {
+	nc, err := net.Dial("unix", socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReaderSize(nc, 1<<20)
+	lat := make([]time.Duration, 0, n)
+	for range 100 { // warm up
+		nc.Write(req)
+		br.ReadSlice('\n')
+	}
+	for range n {
+		start := time.Now()
+		if _, err := nc.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := br.ReadSlice('\n'); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return lat
+}
+
+func percentile(lat []time.Duration, p int) time.Duration {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
+
+// startEcho serves a bare NDJSON echo: each line is written back as it came.
+func startEcho(b *testing.B, socket string) func() {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write(line); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return func() { ln.Close(); <-done }
+}
+
+func shortDirB(b *testing.B) string {
+	d := b.TempDir()
+	return d
+}

@@ -1,0 +1,294 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// conn is one client connection. The reader runs on the goroutine that serves the connection;
+// each command runs on its own goroutine, bounded by the in-flight limit; one writer goroutine
+// owns every write to the socket. Nothing else touches the socket.
+type conn struct {
+	srv    *Server
+	nc     *net.UnixConn
+	log    *slog.Logger
+	ctx    context.Context // cancelled when the connection is failing or the server stops
+	cancel context.CancelFunc
+
+	handlers sync.WaitGroup // command goroutines
+	writer   sync.WaitGroup
+
+	// mu guards the fields below.
+	mu       sync.Mutex
+	cond     *sync.Cond // signals the writer: queue non-empty, finishing or broken
+	inflight map[string]struct{}
+	queue    [][]byte
+	queued   int  // bytes queued or being written
+	finish   bool // no more input: the writer exits once the queue is empty
+	broken   bool // the connection failed: drop everything
+	writing  bool // someone is writing to the socket: the writer or a direct write in run
+}
+
+func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
+	ctx, cancel := context.WithCancel(srv.ctx)
+	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// serve reads commands until the peer stops sending, a framing error, an incompatible version
+// or server shutdown. Commands still in flight are answered before the connection closes.
+func (c *conn) serve() {
+	c.writer.Add(1)
+	go c.writeLoop()
+	defer c.close()
+
+	r := ndjson.NewReader(c.nc, c.srv.limits.MaxLineBytes)
+	for {
+		line, err := r.Next()
+		if err != nil {
+			var fe *ndjson.FrameError
+			if errors.As(err, &fe) {
+				c.refuse(protocol.FrameError(err))
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
+				c.log.Debug("connection read ended", "err", err)
+			}
+			return
+		}
+		if !c.handle(line) {
+			return
+		}
+	}
+}
+
+// handle admits one command line. It returns false when the connection must stop reading.
+func (c *conn) handle(line []byte) bool {
+	cmd, perr := protocol.ParseCommand(line)
+	if perr != nil {
+		c.refuse(perr)
+		return !perr.Close
+	}
+	c.mu.Lock()
+	if _, dup := c.inflight[cmd.RequestID]; dup {
+		c.mu.Unlock()
+		c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Errorf(protocol.CodeDuplicateRequestID,
+			"requestId is already in flight on this connection"))
+		return true
+	}
+	if len(c.inflight) >= c.srv.limits.MaxInFlight {
+		c.mu.Unlock()
+		c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Retryable(protocol.CodeConnectionBusy,
+			"connection has %d requests in flight", c.srv.limits.MaxInFlight).With("maxInFlightRequests", c.srv.limits.MaxInFlight))
+		return true
+	}
+	c.inflight[cmd.RequestID] = struct{}{}
+	c.mu.Unlock()
+
+	if inline(cmd.Operation) && c.srv.hook == nil {
+		c.run(cmd)
+		return true
+	}
+	c.handlers.Add(1)
+	go func() {
+		defer c.handlers.Done()
+		c.run(cmd)
+	}()
+	return true
+}
+
+// run executes one admitted command and queues its answer.
+func (c *conn) run(cmd *protocol.Command) {
+	resp := c.srv.dispatch(c.ctx, c, cmd)
+	line := c.srv.encodeResponse(resp)
+	c.mu.Lock()
+	// The id is released in the same critical section that queues the answer, so a client
+	// that reuses an id after reading its answer is never refused as a duplicate.
+	delete(c.inflight, cmd.RequestID)
+	// With nothing queued and nobody writing, the answer goes out from here: handing it to the
+	// writer goroutine would cost a wake-up on every round trip. Otherwise it queues behind what
+	// is already waiting, so a connection's output keeps the order in which it was produced.
+	if !c.writing && len(c.queue) == 0 && !c.broken && line != nil {
+		c.writing = true
+		c.mu.Unlock()
+		c.writeDirect(line)
+		return
+	}
+	c.enqueueLocked(line)
+	c.mu.Unlock()
+}
+
+// directWriteTimeout bounds a direct write. A client that reads takes a line at once; one that
+// does not has its answer's remainder queued after this long, where the outbound bound applies
+// as it does to everything else, instead of holding the command's goroutine.
+const directWriteTimeout = 20 * time.Millisecond
+
+// writeDirect writes one line from the calling goroutine; c.writing is set.
+func (c *conn) writeDirect(line []byte) {
+	c.nc.SetWriteDeadline(time.Now().Add(directWriteTimeout))
+	n, err := c.nc.Write(line)
+	c.nc.SetWriteDeadline(time.Time{})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writing = false
+	var ne net.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &ne) && ne.Timeout():
+		// The rest goes first, ahead of anything queued meanwhile.
+		rest := line[n:]
+		c.queue = append([][]byte{rest}, c.queue...)
+		c.queued += len(rest)
+		if c.queued > c.srv.limits.MaxOutboundBytes {
+			c.srv.count("connectionsOverflowed")
+			c.failLocked()
+			return
+		}
+	default:
+		c.failLocked()
+		return
+	}
+	if len(c.queue) > 0 {
+		c.cond.Signal()
+	}
+}
+
+// inline reports whether an operation runs on the reader goroutine. These operations only read
+// memory and never wait, so running them in place saves two goroutine hand-offs per command
+// without delaying the next line; anything that writes the store or waits gets its own
+// goroutine so that one slow command never stalls the connection.
+func inline(op string) bool {
+	switch op {
+	case protocol.OpHandshake, protocol.OpStatus, protocol.OpAttach, protocol.OpDetach:
+		return true
+	}
+	return false
+}
+
+// refuse answers a command that could not be parsed.
+func (c *conn) refuse(pe *protocol.ParseError) {
+	rid := pe.RequestID
+	if rid == "" {
+		rid = "invalid-" + newID()
+	}
+	c.sendError(pe.Version, rid, pe.Error)
+}
+
+func (c *conn) sendError(version, requestID string, e *protocol.Error) {
+	line := c.srv.encodeResponse(&protocol.Response{
+		ProtocolVersion: version,
+		Kind:            protocol.KindResponse,
+		RequestID:       requestID,
+		HostInstanceID:  c.srv.hostID,
+		Error:           e,
+	})
+	c.mu.Lock()
+	c.enqueueLocked(line)
+	c.mu.Unlock()
+}
+
+// Deliver queues an event line; it implements session.Subscriber.
+func (c *conn) Deliver(line []byte) {
+	c.mu.Lock()
+	c.enqueueLocked(line)
+	c.mu.Unlock()
+}
+
+// enqueueLocked queues one line. Past the outbound bound the connection is failed rather than
+// allowed to grow: a client that does not read cannot make the daemon hold unbounded memory.
+func (c *conn) enqueueLocked(line []byte) {
+	if c.broken || line == nil {
+		return
+	}
+	if c.queued+len(line) > c.srv.limits.MaxOutboundBytes {
+		c.log.Warn("closing connection: bounded outbound queue exceeded", "queuedBytes", c.queued, "maxBytes", c.srv.limits.MaxOutboundBytes)
+		c.srv.count("connectionsOverflowed")
+		c.failLocked()
+		return
+	}
+	c.queue = append(c.queue, line)
+	c.queued += len(line)
+	c.cond.Signal()
+}
+
+// failLocked drops the connection: queued output is discarded and the socket closed, which
+// unblocks the reader and the writer.
+func (c *conn) failLocked() {
+	if c.broken {
+		return
+	}
+	c.broken = true
+	c.queue = nil
+	c.cancel()
+	c.nc.Close()
+	c.cond.Broadcast()
+}
+
+func (c *conn) writeLoop() {
+	defer c.writer.Done()
+	var spare [][]byte
+	for {
+		c.mu.Lock()
+		for (c.writing || len(c.queue) == 0) && !c.finish && !c.broken {
+			c.cond.Wait()
+		}
+		if c.broken || len(c.queue) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		batch := c.queue
+		c.queue = spare[:0]
+		c.writing = true
+		c.mu.Unlock()
+
+		n := 0
+		for _, b := range batch {
+			n += len(b)
+		}
+		bufs := net.Buffers(batch)
+		_, err := bufs.WriteTo(c.nc)
+
+		c.mu.Lock()
+		c.writing = false
+		c.queued -= n
+		if err != nil {
+			if !c.broken {
+				c.log.Debug("connection write failed", "err", err)
+			}
+			c.failLocked()
+		}
+		c.mu.Unlock()
+		clear(batch)
+		spare = batch
+	}
+}
+
+// stop makes serve return: the reader is unblocked and handlers see a cancelled context.
+func (c *conn) stop() {
+	c.cancel()
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// close runs when the reader is done: it waits for the commands in flight, lets the writer
+// flush their answers, and closes the socket.
+func (c *conn) close() {
+	c.handlers.Wait()
+	c.srv.sessions.DetachAll(c)
+	c.mu.Lock()
+	c.finish = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	c.writer.Wait()
+	c.cancel()
+	c.nc.Close()
+}
+
+// deadlineSoon bounds the one write made to a connection that is refused at once.
+func deadlineSoon() time.Time { return time.Now().Add(time.Second) }

@@ -1,0 +1,232 @@
+// Package daemon wires airlockd together: the owner socket, connections and dispatch, the
+// session manager and the durable store, startup recovery and shutdown.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/metrics"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/session"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Config configures a daemon.
+type Config struct {
+	SocketPath  string
+	StateDir    string
+	Limits      Limits
+	MaxSessions int
+	Logger      *slog.Logger
+	Version     string // reported by handshake
+
+	// peerUID overrides the uid allowed to connect (default: the effective uid); tests use it
+	// to prove that other users are refused.
+	peerUID *int
+	// dispatchHook, when set, runs before every command; tests use it to hold commands in
+	// flight.
+	dispatchHook func(*protocol.Command)
+}
+
+// Daemon is a running airlockd.
+type Daemon struct {
+	cfg       Config
+	log       *slog.Logger
+	hostID    string
+	startedAt time.Time
+	store     *store.Store
+	sessions  *session.Manager
+	srv       *Server
+	ln        *ownerSocket
+	bg        sync.WaitGroup // recovery
+
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+}
+
+// Start opens the state, listens on the owner socket and recovers the catalog in the
+// background: the socket answers (not ready) while recovery runs.
+func Start(cfg Config) (*Daemon, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.SocketPath == "" || cfg.StateDir == "" {
+		return nil, errors.New("socket path and state directory are required")
+	}
+	uid := os.Geteuid()
+	if cfg.peerUID != nil {
+		uid = *cfg.peerUID
+	}
+
+	st, err := store.Open(cfg.StateDir, store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		hostID:    newID(),
+		startedAt: time.Now(),
+		store:     st,
+		done:      make(chan struct{}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.srv = &Server{
+		hostID:   d.hostID,
+		ownerUID: uid,
+		limits:   cfg.Limits,
+		log:      cfg.Logger,
+		host:     d.hostSnapshot,
+		hook:     cfg.dispatchHook,
+		version:  cfg.Version,
+		ctx:      ctx,
+		cancel:   cancel,
+		conns:    make(map[*conn]struct{}),
+		metrics:  make(map[string]uint64),
+	}
+	maxSessions := cfg.MaxSessions
+	if maxSessions <= 0 {
+		maxSessions = session.DefaultMaxSessions
+	}
+	d.srv.wire = protocol.Limits{
+		MaxConnections:                   cfg.Limits.MaxConnections,
+		MaxInFlightRequestsPerConnection: cfg.Limits.MaxInFlight,
+		MaxLineBytes:                     cfg.Limits.MaxLineBytes,
+		MaxEventBytes:                    cfg.Limits.MaxEventBytes,
+		MaxResponseBytes:                 cfg.Limits.MaxResponseBytes,
+		MaxOutboundBytesPerConnection:    cfg.Limits.MaxOutboundBytes,
+		Multiplexer:                      protocol.MultiplexerLimit{MaxSessions: maxSessions},
+	}
+	d.sessions = session.New(session.Config{
+		HostInstanceID: d.hostID,
+		Store:          st,
+		MaxSessions:    maxSessions,
+		Logger:         cfg.Logger,
+		EncodeEvent:    d.srv.encodeEvent,
+	})
+	d.srv.sessions = d.sessions
+
+	ln, err := listenOwner(cfg.SocketPath, os.Geteuid())
+	if err != nil {
+		cancel()
+		st.Close()
+		return nil, err
+	}
+	d.ln = ln
+	d.srv.wg.Add(1)
+	go d.srv.serve(ln)
+	d.log.Info("airlockd listening", "socket", cfg.SocketPath, "stateDir", cfg.StateDir,
+		"hostInstanceId", d.hostID, "pid", os.Getpid())
+
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		if err := d.sessions.Recover(); err != nil {
+			d.log.Error("recovery failed; the host stays degraded", "err", err)
+			return
+		}
+		d.log.Info("airlockd ready")
+	}()
+	return d, nil
+}
+
+// HostInstanceID returns this incarnation's id.
+func (d *Daemon) HostInstanceID() string { return d.hostID }
+
+// Done is closed when Shutdown has finished.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
+
+// Shutdown stops the daemon: it stops accepting, tells attached clients their sessions are
+// closing, answers the commands in flight until ctx ends, then drops what is left and closes
+// the store. Resident sessions stay in the catalog and are dormant at the next start.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.closeOnce.Do(func() {
+		d.log.Info("airlockd stopping")
+		d.ln.Close()
+		d.sessions.Shutdown()
+		d.srv.stopConns()
+		stopped := make(chan struct{})
+		go func() {
+			d.srv.wg.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			d.log.Warn("shutdown deadline passed; dropping connections")
+			d.srv.killConns()
+			<-stopped
+		}
+		d.srv.cancel()
+		d.bg.Wait()
+		if err := d.store.Close(); err != nil {
+			d.closeErr = fmt.Errorf("close store: %w", err)
+		}
+		d.log.Info("airlockd stopped")
+		close(d.done)
+	})
+	return d.closeErr
+}
+
+func (s *Server) wireLimits() protocol.Limits {
+	return s.wire
+}
+
+func (d *Daemon) hostSnapshot() protocol.HostSnapshot {
+	v := d.sessions.Host()
+	d.srv.metricsSnapshot(v.Metrics)
+	now := time.Now()
+	return protocol.HostSnapshot{
+		HostInstanceID:  d.hostID,
+		Ready:           v.Ready,
+		Durable:         true,
+		Draining:        v.Draining,
+		Limits:          d.srv.wireLimits(),
+		ActiveTurns:     v.ActiveTurns,
+		QueuedTurns:     v.QueuedTurns,
+		Connections:     d.srv.connections(),
+		StartedAt:       d.startedAt.UTC(),
+		UptimeMs:        now.Sub(d.startedAt).Milliseconds(),
+		Memory:          readMemory(),
+		Metrics:         v.Metrics,
+		Recovery:        v.Recovery,
+		Sessions:        v.Sessions,
+		DormantSessions: v.Dormant,
+	}
+}
+
+var memorySamples = []string{
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/sched/goroutines:goroutines",
+}
+
+// readMemory samples the Go runtime's memory metrics, which unlike ReadMemStats does not stop
+// the world.
+func readMemory() protocol.MemoryStats {
+	s := make([]metrics.Sample, len(memorySamples))
+	for i, name := range memorySamples {
+		s[i].Name = name
+	}
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() == metrics.KindUint64 {
+			return s[i].Value.Uint64()
+		}
+		return 0
+	}
+	return protocol.MemoryStats{TotalBytes: u(0), HeapBytes: u(1), Goroutines: u(2)}
+}

@@ -1,0 +1,170 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/session"
+)
+
+// dispatch runs one command and builds its response. Every response echoes the command's exact
+// protocol version.
+func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *protocol.Response {
+	resp := &protocol.Response{
+		ProtocolVersion: cmd.Version.Raw,
+		Kind:            protocol.KindResponse,
+		RequestID:       cmd.RequestID,
+		HostInstanceID:  s.hostID,
+	}
+	if cmd.HasSession {
+		resp.SessionID = cmd.SessionID
+	}
+	if s.hook != nil {
+		s.hook(cmd)
+	}
+	data, err := s.run(ctx, c, cmd)
+	if err != nil {
+		resp.Error = s.wireError(cmd, err)
+	} else {
+		resp.OK, resp.Data = true, data
+	}
+	if cmd.HasSession {
+		if seq, ok := s.sessions.Sequence(cmd.SessionID); ok {
+			resp.Sequence = &seq
+		}
+	}
+	return resp
+}
+
+// wireError maps a handler error to its wire form. Errors without a protocol code are logged
+// here, with their cause, and answered as internal_error without detail.
+func (s *Server) wireError(cmd *protocol.Command, err error) *protocol.Error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe
+	}
+	s.log.Error("command failed", "operation", cmd.Operation, "requestId", cmd.RequestID, "err", err)
+	return protocol.AsError(err)
+}
+
+func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, error) {
+	switch cmd.Operation {
+	case protocol.OpHandshake:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return s.handshake(cmd.Version), nil
+
+	case protocol.OpOpen:
+		var p protocol.OpenPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		policy, e := p.Validate(cmd.Version)
+		if e != nil {
+			return nil, e
+		}
+		return s.sessions.Open(sessionOpen(cmd, policy))
+
+	case protocol.OpStatus:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		if !cmd.HasSession {
+			return s.host(), nil
+		}
+		return s.sessions.Session(cmd.SessionID, cmd.Generation, cmd.HasGeneration)
+
+	case protocol.OpAttach:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return s.sessions.Attach(cmd.SessionID, cmd.Generation, c)
+
+	case protocol.OpDetach:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return s.sessions.Detach(cmd.SessionID, cmd.Generation, c)
+
+	case protocol.OpClose:
+		var p protocol.ClosePayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		return s.sessions.Close(cmd.SessionID, cmd.Generation, p.Retain())
+
+	case protocol.OpDrain:
+		var p protocol.DrainPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		ms, e := p.Validate()
+		if e != nil {
+			return nil, e
+		}
+		return s.sessions.Drain(time.Duration(ms) * time.Millisecond), nil
+
+	case protocol.OpListSessions:
+		var p protocol.ListSessionsPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		limit, e := p.Validate()
+		if e != nil {
+			return nil, e
+		}
+		return s.sessions.List(p.Cursor, limit)
+
+	case protocol.OpDescribeSession:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return s.sessions.Describe(cmd.SessionID)
+
+	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
+		return nil, protocol.Errorf(protocol.CodeUnsupportedOperation, "%s needs agent turns, which this host does not run yet", cmd.Operation).
+			With("operation", cmd.Operation)
+	}
+	// ParseCommand admits only operations of the table above.
+	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
+}
+
+// handshake describes this host to a client of the given version. A 2.x client also learns the
+// versions the host speaks, under both names the sources use.
+func (s *Server) handshake(v protocol.Version) *protocol.Handshake {
+	h := &protocol.Handshake{
+		ProtocolVersion: protocol.Version1,
+		PackageVersion:  s.version,
+		GoVersion:       runtime.Version(),
+		Capabilities: protocol.Capabilities{
+			Operations: protocol.Operations(v.Major),
+			Transport:  "unix-ndjson",
+			Durable:    true,
+		},
+		Limits: s.wireLimits(),
+		Host:   s.host(),
+	}
+	if v.V2() {
+		no, yes := false, true
+		h.ProtocolVersion = protocol.Version2
+		h.SupportedVersions = protocol.SupportedVersions
+		h.SupportedProtocolVersions = protocol.SupportedVersions
+		h.Capabilities.HostToolAdapter = &no
+		h.Capabilities.ConfiguredOpen = &yes
+		h.Capabilities.SessionDir = &yes
+	}
+	return h
+}
+
+func sessionOpen(cmd *protocol.Command, policy *protocol.Policy) session.OpenRequest {
+	return session.OpenRequest{
+		SessionID:  cmd.SessionID,
+		Generation: cmd.Generation,
+		Version:    cmd.Version,
+		Policy:     policy,
+	}
+}

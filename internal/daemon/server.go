@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/session"
+)
+
+// Limits bound what one client can make the server hold.
+type Limits struct {
+	MaxConnections   int // concurrent client connections
+	MaxInFlight      int // commands in flight on one connection
+	MaxLineBytes     int // one inbound line, without its LF
+	MaxEventBytes    int // one outbound event, LF included
+	MaxResponseBytes int // one outbound response, LF included
+	MaxOutboundBytes int // bytes queued for one connection
+}
+
+// DefaultLimits are the limits of the original protocol implementation.
+var DefaultLimits = Limits{
+	MaxConnections:   64,
+	MaxInFlight:      64,
+	MaxLineBytes:     1 << 20,
+	MaxEventBytes:    1 << 20,
+	MaxResponseBytes: 1 << 20,
+	MaxOutboundBytes: 4 << 20,
+}
+
+// minRecordBytes is the smallest response or event limit accepted. It is what the records that
+// replace an oversized one need in the worst case: a session id of 256 four-byte characters
+// (1 KiB), a request id of 128 (512 bytes) and the rest of the envelope. With it, an
+// outbound_record_too_large answer and an eventDropped event always fit.
+const minRecordBytes = 2048
+
+// Validate checks that the limits are usable together.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxConnections < 1:
+		return errors.New("max connections must be at least 1")
+	case l.MaxInFlight < 1:
+		return errors.New("max in-flight requests per connection must be at least 1")
+	case l.MaxLineBytes < 1024:
+		return errors.New("max line bytes must be at least 1024")
+	case l.MaxEventBytes < minRecordBytes || l.MaxResponseBytes < minRecordBytes:
+		return fmt.Errorf("max event and response bytes must be at least %d", minRecordBytes)
+	case l.MaxEventBytes > l.MaxOutboundBytes || l.MaxResponseBytes > l.MaxOutboundBytes:
+		return errors.New("max event and response bytes must not exceed max outbound bytes per connection")
+	}
+	return nil
+}
+
+// Server accepts owner connections and dispatches their commands.
+type Server struct {
+	hostID   string
+	ownerUID int
+	limits   Limits
+	wire     protocol.Limits // limits as handshake and status report them
+	log      *slog.Logger
+	sessions *session.Manager
+	host     func() protocol.HostSnapshot
+	hook     func(*protocol.Command)
+	version  string
+
+	ctx    context.Context // cancelled at shutdown: handlers stop waiting
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // accept loop and connections
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+
+	metricsMu sync.Mutex
+	metrics   map[string]uint64
+}
+
+// serve accepts connections until the listener closes.
+func (s *Server) serve(ln *ownerSocket) {
+	defer s.wg.Done()
+	for {
+		nc, err := ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error("accept failed", "err", err)
+			}
+			return
+		}
+		s.admit(nc)
+	}
+}
+
+// admit checks a new connection's peer and the connection limit, then serves it.
+func (s *Server) admit(nc *net.UnixConn) {
+	uid, err := peerUID(nc)
+	if err != nil || uid != s.ownerUID {
+		s.log.Warn("refused connection from another user", "peerUid", uid, "err", err)
+		s.count("connectionsRefusedPeer")
+		nc.Close()
+		return
+	}
+	s.mu.Lock()
+	if len(s.conns) >= s.limits.MaxConnections {
+		s.mu.Unlock()
+		s.count("connectionsRefusedCapacity")
+		s.refuseCapacity(nc)
+		return
+	}
+	c := newConn(s, nc, s.log)
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.count("connectionsAccepted")
+	go func() {
+		defer s.wg.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+}
+
+// refuseCapacity tells a client over the connection limit why, then closes.
+func (s *Server) refuseCapacity(nc *net.UnixConn) {
+	line := s.encodeResponse(&protocol.Response{
+		ProtocolVersion: protocol.Version1,
+		Kind:            protocol.KindResponse,
+		RequestID:       "invalid-" + newID(),
+		HostInstanceID:  s.hostID,
+		Error: protocol.Retryable(protocol.CodeConnectionCapacity, "the host serves at most %d connections", s.limits.MaxConnections).
+			With("maxConnections", s.limits.MaxConnections),
+	})
+	nc.SetWriteDeadline(deadlineSoon())
+	nc.Write(line)
+	nc.Close()
+}
+
+// connections returns the number of open client connections.
+func (s *Server) connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// stopConns makes every connection stop reading and answer what it has in flight.
+func (s *Server) stopConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.stop()
+	}
+}
+
+// killConns drops every connection at once.
+func (s *Server) killConns() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.mu.Lock()
+		c.failLocked()
+		c.mu.Unlock()
+	}
+}
+
+func (s *Server) count(name string) {
+	s.metricsMu.Lock()
+	s.metrics[name]++
+	s.metricsMu.Unlock()
+}
+
+func (s *Server) metricsSnapshot(into map[string]uint64) {
+	s.metricsMu.Lock()
+	defer s.metricsMu.Unlock()
+	for k, v := range s.metrics {
+		into[k] = v
+	}
+}
+
+// encodeResponse serializes a response within the response limit. A response that does not fit
+// becomes outbound_record_too_large for the same request; one that cannot be serialized
+// becomes outbound_not_serializable.
+func (s *Server) encodeResponse(r *protocol.Response) []byte {
+	line, err := ndjson.Marshal(r)
+	if err != nil {
+		s.log.Error("response not serializable", "operation", r.RequestID, "err", err)
+		line = s.replaceResponse(r, protocol.Errorf(protocol.CodeOutboundNotSerializ, "response could not be serialized"))
+	} else if len(line) > s.limits.MaxResponseBytes {
+		s.count("responsesTooLarge")
+		line = s.replaceResponse(r, protocol.Errorf(protocol.CodeOutboundTooLarge,
+			"response of %d bytes exceeds the limit of %d", len(line), s.limits.MaxResponseBytes).
+			With("maxBytes", s.limits.MaxResponseBytes))
+	}
+	return line
+}
+
+func (s *Server) replaceResponse(r *protocol.Response, e *protocol.Error) []byte {
+	line, err := ndjson.Marshal(&protocol.Response{
+		ProtocolVersion: r.ProtocolVersion,
+		Kind:            protocol.KindResponse,
+		RequestID:       r.RequestID,
+		HostInstanceID:  r.HostInstanceID,
+		SessionID:       r.SessionID,
+		Error:           e,
+	})
+	if err != nil || len(line) > s.limits.MaxResponseBytes {
+		return nil
+	}
+	return line
+}
+
+// encodeEvent serializes an event within the event limit. An event that does not fit is
+// replaced, at the same sequence, by an eventDropped event naming it.
+func (s *Server) encodeEvent(ev *protocol.Event) []byte {
+	line, err := ndjson.Marshal(ev)
+	if err == nil && len(line) <= s.limits.MaxEventBytes {
+		return line
+	}
+	e := protocol.Errorf(protocol.CodeOutboundTooLarge, "event exceeds the limit of %d bytes", s.limits.MaxEventBytes).
+		With("maxBytes", s.limits.MaxEventBytes)
+	if err != nil {
+		e = protocol.Errorf(protocol.CodeOutboundNotSerializ, "event could not be serialized")
+	}
+	dropped := *ev
+	dropped.Event = protocol.EventEventDropped
+	dropped.Data = protocol.EventDroppedData{OriginalEvent: ev.Event, Error: e}
+	line, err = ndjson.Marshal(&dropped)
+	if err != nil || len(line) > s.limits.MaxEventBytes {
+		return nil
+	}
+	s.count("eventsReplaced")
+	return line
+}
+
+// newID returns a random RFC 4122 version 4 UUID.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var out [36]byte
+	hex.Encode(out[0:8], b[0:4])
+	out[8] = '-'
+	hex.Encode(out[9:13], b[4:6])
+	out[13] = '-'
+	hex.Encode(out[14:18], b[6:8])
+	out[18] = '-'
+	hex.Encode(out[19:23], b[8:10])
+	out[23] = '-'
+	hex.Encode(out[24:], b[10:])
+	return string(out[:])
+}
