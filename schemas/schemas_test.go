@@ -1,0 +1,1055 @@
+package schemas_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/schemas"
+)
+
+// TestMain fails the package when a test leaves goroutines behind: the server tests start
+// daemons and clients, and must stop them all.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// validator holds the compiled protocol schemas. Only the embedded files are loaded: a $ref that
+// left them would fail to compile, because the compiler has no loader for https.
+type validator struct {
+	c    *jsonschema.Compiler
+	root map[int]*jsonschema.Schema // by protocol major
+}
+
+func newValidator(t testing.TB) *validator {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	v := &validator{c: c, root: map[int]*jsonschema.Schema{}}
+	for _, major := range []int{1, 2} {
+		name := schemas.Protocol(major)
+		f, err := schemas.FS().Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := jsonschema.UnmarshalJSON(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if id, _ := doc.(map[string]any)["$id"].(string); id != schemas.ID(name) {
+			t.Fatalf("%s: $id is %q, want %q", name, id, schemas.ID(name))
+		}
+		if err := c.AddResource(schemas.ID(name), doc); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for _, major := range []int{1, 2} {
+		sch, err := c.Compile(schemas.ID(schemas.Protocol(major)))
+		if err != nil {
+			t.Fatalf("compile %s: %v", schemas.Protocol(major), err)
+		}
+		v.root[major] = sch
+	}
+	return v
+}
+
+// def compiles one definition of the schema of a major version.
+func (v *validator) def(t testing.TB, major int, name string) *jsonschema.Schema {
+	t.Helper()
+	sch, err := v.c.Compile(schemas.ID(schemas.Protocol(major)) + "#/$defs/" + name)
+	if err != nil {
+		t.Fatalf("compile v%d %s: %v", major, name, err)
+	}
+	return sch
+}
+
+func parseInstance(t testing.TB, data []byte) any {
+	t.Helper()
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, data)
+	}
+	return inst
+}
+
+func TestSchemasCompile(t *testing.T) {
+	v := newValidator(t)
+	defs := []string{
+		"command", "response", "error", "event", "handshake", "openResult", "sessionSnapshot",
+		"hostSnapshot", "recoveryHealth", "limits", "attachResult", "detachResult", "closeResult",
+		"drainResult", "sessionClosedData", "eventDroppedData", "openPayload",
+	}
+	for _, major := range []int{1, 2} {
+		for _, d := range defs {
+			v.def(t, major, d)
+		}
+	}
+	for _, d := range []string{"catalogRecord", "policy", "sessionPage", "sessionDescription", "listSessionsPayload"} {
+		v.def(t, 2, d)
+	}
+	names, err := fs.Glob(schemas.FS(), "*.schema.json")
+	if err != nil || len(names) != 2 {
+		t.Fatalf("embedded schemas: %v, %v", names, err)
+	}
+}
+
+// TestFixtures validates every fixture against the schema of its version, and against the
+// definition its name starts with (command-, response-, event-). Fixtures under invalid/ must
+// fail, which shows the schema is not vacuous where they probe it.
+func TestFixtures(t *testing.T) {
+	v := newValidator(t)
+	for _, major := range []int{1, 2} {
+		dir := filepath.Join("testdata", "fixtures", fmt.Sprintf("v%d", major))
+		valid, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		invalid, _ := filepath.Glob(filepath.Join(dir, "invalid", "*.json"))
+		if len(valid) < 20 || len(invalid) < 3 {
+			t.Fatalf("%s: %d fixtures and %d invalid ones; expected more", dir, len(valid), len(invalid))
+		}
+		covered := map[string]bool{}
+		for _, path := range valid {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := parseInstance(t, data)
+			if err := v.root[major].Validate(inst); err != nil {
+				t.Errorf("%s: %v", path, err)
+				continue
+			}
+			kind, _, _ := strings.Cut(filepath.Base(path), "-")
+			if err := v.def(t, major, kind).Validate(inst); err != nil {
+				t.Errorf("%s is not a %s: %v", path, kind, err)
+			}
+			m := inst.(map[string]any)
+			switch kind {
+			case "command":
+				covered["command "+m["operation"].(string)] = true
+			case "event":
+				covered["event "+m["event"].(string)] = true
+			case "response":
+				if e, ok := m["error"].(map[string]any); ok {
+					covered["error"] = true
+					covered["error "+e["code"].(string)] = true
+				} else if _, ok := m["data"].(map[string]any)["capabilities"]; ok {
+					covered["handshake"] = true
+				}
+			}
+		}
+		want := []string{"handshake", "error", "event sessionClosed", "event eventDropped", "event hostDraining",
+			"error stale_generation", "error unsupported_operation", "error outbound_record_too_large"}
+		for _, op := range protocol.Operations(major) {
+			want = append(want, "command "+op)
+		}
+		for _, w := range want {
+			if !covered[w] {
+				t.Errorf("%s: no fixture for %s", dir, w)
+			}
+		}
+		for _, path := range invalid {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.root[major].Validate(parseInstance(t, data)); err == nil {
+				t.Errorf("%s validates, but it should not", path)
+			}
+		}
+	}
+}
+
+// TestVersionPattern checks the protocolVersion pattern against ParseVersion. The pattern
+// spells out "a minor that fits an int64" digit by digit, so the minors tried are those around
+// every digit of the largest int64, plus random ones of every length the parser reads.
+func TestVersionPattern(t *testing.T) {
+	v := newValidator(t)
+	const top = "9223372036854775807"
+	minors := []string{"", "0", "00", "01", "1", "9", "10", "99", "999999999999999999", "1000000000000000000",
+		"9999999999999999999", "18446744073709551615", "99999999999999999999", top}
+	for i := range len(top) {
+		d := int(top[i] - '0')
+		rest := len(top) - i - 1
+		if d > 0 && (i > 0 || d > 1) {
+			minors = append(minors, top[:i]+string(rune('0'+d-1))+top[i+1:], top[:i]+string(rune('0'+d-1))+strings.Repeat("9", rest))
+		}
+		if d < 9 {
+			minors = append(minors, top[:i]+string(rune('0'+d+1))+top[i+1:], top[:i]+string(rune('0'+d+1))+strings.Repeat("0", rest))
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, 1+rng.IntN(30))
+		for i := range b {
+			b[i] = byte('0' + rng.IntN(10))
+		}
+		if rng.IntN(4) > 0 {
+			b[0] = byte('1' + rng.IntN(9)) // mostly without a leading zero
+		}
+		minors = append(minors, string(b))
+	}
+	accepted := 0
+	for _, major := range []int{1, 2} {
+		sch := v.def(t, major, "protocolVersion")
+		for _, minor := range minors {
+			s := strconv.Itoa(major) + "." + minor
+			_, code := protocol.ParseVersion(s)
+			schema := sch.Validate(s) == nil
+			if code != schema {
+				t.Errorf("%q: ParseVersion accepts=%v, schema accepts=%v", s, code, schema)
+			}
+			if code {
+				accepted++
+			}
+		}
+	}
+	if accepted < 100 {
+		t.Errorf("only %d accepted versions tried", accepted)
+	}
+}
+
+// agreementCase is one command line and whether the daemon accepts it.
+type agreementCase struct {
+	name  string
+	major int
+	line  string
+	ok    bool
+}
+
+func line(version, op, identity, payload string) string {
+	s := `{"protocolVersion":"` + version + `","requestId":"r-1","operation":"` + op + `"`
+	if identity != "" {
+		s += "," + identity
+	}
+	return s + `,"payload":` + payload + "}"
+}
+
+func openLine(version, payload string) string {
+	return line(version, "open", `"sessionId":"s","generation":1`, payload)
+}
+
+// openPayload builds an open payload from a base with every required member, with members
+// replaced or added by over (JSON members, without the braces) and members removed by drop.
+func openPayload(over string, drop ...string) string {
+	base := map[string]string{
+		"cwd":       `"/tmp"`,
+		"session":   `{"mode":"new"}`,
+		"resources": resources(""),
+	}
+	for _, d := range drop {
+		delete(base, d)
+	}
+	var parts []string
+	for _, k := range []string{"cwd", "session", "resources"} {
+		if v, ok := base[k]; ok {
+			parts = append(parts, `"`+k+`":`+v)
+		}
+	}
+	if over != "" {
+		parts = append(parts, over)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+func resources(over string, drop ...string) string {
+	var parts []string
+next:
+	for _, k := range []string{"extensions", "skills", "promptTemplates", "themes", "contextFiles", "tools"} {
+		for _, d := range drop {
+			if d == k {
+				continue next
+			}
+		}
+		if strings.Contains(over, `"`+k+`"`) {
+			continue
+		}
+		parts = append(parts, `"`+k+`":"none"`)
+	}
+	if over != "" {
+		parts = append(parts, over)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+func rep(s string, n int) string { return strings.Repeat(s, n) }
+
+// agreementCases are command lines for the parser and the schema. The parser refuses a
+// duplicated member and reads numbers by their text ("1.0", "1e2" and "-0" are not the
+// integers it wants); JSON parsing hides both from a schema, so neither is in this table. A
+// member that differs from a known one only in case is visible to the schema and is here.
+// Lines of a major other than 1 or 2 are outside both schemas and are not here either.
+var agreementCases = []agreementCase{
+	// Versions.
+	{"handshake 1.0", 1, line("1.0", "handshake", "", `{}`), true},
+	{"handshake unknown minor", 1, line("1.7", "handshake", "", `{}`), true},
+	{"version largest minor", 1, line("1.9223372036854775807", "handshake", "", `{}`), true},
+	{"version minor overflows int64", 1, line("1.9223372036854775808", "handshake", "", `{}`), false},
+	{"version leading zero minor", 1, line("1.00", "handshake", "", `{}`), false},
+	{"version leading zero major", 1, line("01.0", "handshake", "", `{}`), false},
+	{"version no minor", 1, line("1.", "handshake", "", `{}`), false},
+	{"version no major", 1, line(".1", "handshake", "", `{}`), false},
+	{"version no dot", 1, line("1", "handshake", "", `{}`), false},
+	{"version with space", 1, line(" 1.0", "handshake", "", `{}`), false},
+	{"version with suffix", 1, line("1.0-beta", "handshake", "", `{}`), false},
+	{"version number", 1, `{"protocolVersion":1.0,"requestId":"r","operation":"handshake","payload":{}}`, false},
+	{"version missing", 1, `{"requestId":"r","operation":"handshake","payload":{}}`, false},
+	{"handshake 2.0", 2, line("2.0", "handshake", "", `{}`), true},
+	{"handshake 2.7", 2, line("2.7", "handshake", "", `{}`), true},
+	{"version 2.01", 2, line("2.01", "handshake", "", `{}`), false},
+
+	// requestId.
+	{"requestId 128 two-byte runes", 1, `{"protocolVersion":"1.0","requestId":"` + rep("é", 128) + `","operation":"handshake","payload":{}}`, true},
+	{"requestId 129 two-byte runes", 1, `{"protocolVersion":"1.0","requestId":"` + rep("é", 129) + `","operation":"handshake","payload":{}}`, false},
+	{"requestId 128 astral runes", 2, `{"protocolVersion":"2.0","requestId":"` + rep("😀", 128) + `","operation":"handshake","payload":{}}`, true},
+	{"requestId 129 astral runes", 2, `{"protocolVersion":"2.0","requestId":"` + rep("😀", 129) + `","operation":"handshake","payload":{}}`, false},
+	{"requestId empty", 1, `{"protocolVersion":"1.0","requestId":"","operation":"handshake","payload":{}}`, false},
+	{"requestId C0 control", 1, `{"protocolVersion":"1.0","requestId":"a\u0007b","operation":"handshake","payload":{}}`, false},
+	{"requestId DEL", 1, `{"protocolVersion":"1.0","requestId":"a\u007fb","operation":"handshake","payload":{}}`, false},
+	{"requestId C1 control", 1, `{"protocolVersion":"1.0","requestId":"a\u0085b","operation":"handshake","payload":{}}`, false},
+	{"requestId no-break space", 1, `{"protocolVersion":"1.0","requestId":"a\u00a0b","operation":"handshake","payload":{}}`, true},
+	{"requestId line separator", 1, `{"protocolVersion":"1.0","requestId":"a\u2028b","operation":"handshake","payload":{}}`, true},
+	{"requestId number", 1, `{"protocolVersion":"1.0","requestId":7,"operation":"handshake","payload":{}}`, false},
+	{"requestId missing", 1, `{"protocolVersion":"1.0","operation":"handshake","payload":{}}`, false},
+
+	// operation and payload.
+	{"operation unknown", 1, line("1.0", "fly", "", `{}`), false},
+	{"operation of 2.x in 1.x", 1, line("1.0", "listSessions", "", `{}`), false},
+	{"operation wrong case", 1, line("1.0", "Handshake", "", `{}`), false},
+	{"operation empty", 1, line("1.0", "", "", `{}`), false},
+	{"operation missing", 1, `{"protocolVersion":"1.0","requestId":"r","payload":{}}`, false},
+	{"payload missing", 1, `{"protocolVersion":"1.0","requestId":"r","operation":"handshake"}`, false},
+	{"payload array", 1, line("1.0", "handshake", "", `[]`), false},
+	{"payload null", 1, line("1.0", "handshake", "", `null`), false},
+	{"payload string", 1, line("1.0", "handshake", "", `"{}"`), false},
+	{"handshake payload member", 1, line("1.0", "handshake", "", `{"x":1}`), false},
+	{"top level array", 1, `[{"protocolVersion":"1.0"}]`, false},
+
+	// Outer members.
+	{"unknown outer member", 1, `{"protocolVersion":"1.0","requestId":"r","operation":"handshake","payload":{},"trace":{"a":[1,null]}}`, true},
+	{"unknown outer null", 2, `{"protocolVersion":"2.0","requestId":"r","operation":"handshake","payload":{},"x":null}`, true},
+	{"outer name that only starts like a member", 1, `{"protocolVersion":"1.0","requestId":"r","operation":"handshake","payload":{},"payloads":1}`, true},
+	{"outer case variant", 1, `{"protocolVersion":"1.0","requestId":"r","RequestId":"r","operation":"handshake","payload":{}}`, false},
+	{"outer case variant long s", 1, `{"protocolVersion":"1.0","requestId":"r","operation":"status","payload":{},"ſessionId":"x"}`, false},
+	{"outer case variant Kelvin sign", 2, `{"protocolVersion":"2.0","requestId":"r","operation":"handshake","payload":{},"idempotencyKey":"k"}`, false},
+	{"outer case variant only", 1, `{"protocolVersion":"1.0","requestId":"r","operation":"handshake","Payload":{}}`, false},
+	{"sessionId null", 1, line("1.0", "status", `"sessionId":null`, `{}`), false},
+
+	// Identity rules.
+	{"handshake with sessionId", 1, line("1.0", "handshake", `"sessionId":"s"`, `{}`), false},
+	{"handshake with generation", 1, line("1.0", "handshake", `"sessionId":"s","generation":1`, `{}`), false},
+	{"handshake with idempotencyKey", 1, line("1.0", "handshake", `"idempotencyKey":"k"`, `{}`), false},
+	{"status host", 1, line("1.0", "status", "", `{}`), true},
+	{"status session", 1, line("1.0", "status", `"sessionId":"s"`, `{}`), true},
+	{"status session generation", 1, line("1.0", "status", `"sessionId":"s","generation":3`, `{}`), true},
+	{"status generation without session", 1, line("1.0", "status", `"generation":3`, `{}`), false},
+	{"status with idempotencyKey", 1, line("1.0", "status", `"sessionId":"s","idempotencyKey":"k"`, `{}`), false},
+	{"status payload member", 2, line("2.0", "status", "", `{"verbose":true}`), false},
+	{"attach", 1, line("1.0", "attach", `"sessionId":"s","generation":0`, `{}`), true},
+	{"attach without generation", 1, line("1.0", "attach", `"sessionId":"s"`, `{}`), false},
+	{"attach without session", 1, line("1.0", "attach", `"generation":0`, `{}`), false},
+	{"attach with idempotencyKey", 1, line("1.0", "attach", `"sessionId":"s","generation":0,"idempotencyKey":"k"`, `{}`), false},
+	{"attach payload member", 1, line("1.0", "attach", `"sessionId":"s","generation":0`, `{"since":1}`), false},
+	{"detach", 2, line("2.0", "detach", `"sessionId":"s","generation":0`, `{}`), true},
+	{"wake", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"prompt":"hi"}`), true},
+	{"wake without idempotencyKey", 1, line("1.0", "wake", `"sessionId":"s","generation":1`, `{"prompt":"hi"}`), false},
+	{"wake idempotencyKey 512", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"`+rep("ключ", 128)+`"`, `{}`), true},
+	{"wake idempotencyKey 513", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"`+rep("ключ", 128)+`x"`, `{}`), false},
+	{"wake idempotencyKey empty", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":""`, `{}`), false},
+	{"steer", 2, line("2.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"m"}`), true},
+	{"followUp without generation", 1, line("1.0", "followUp", `"sessionId":"s","idempotencyKey":"k"`, `{}`), false},
+	{"abort", 1, line("1.0", "abort", `"sessionId":"s","generation":1`, `{}`), true},
+	{"abort with idempotencyKey", 1, line("1.0", "abort", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{}`), false},
+	{"drain with sessionId", 1, line("1.0", "drain", `"sessionId":"s"`, `{}`), false},
+	{"listSessions with sessionId", 2, line("2.0", "listSessions", `"sessionId":"s"`, `{}`), false},
+	{"describeSession", 2, line("2.0", "describeSession", `"sessionId":"s"`, `{}`), true},
+	{"describeSession without session", 2, line("2.0", "describeSession", "", `{}`), false},
+	{"describeSession with generation", 2, line("2.0", "describeSession", `"sessionId":"s","generation":1`, `{}`), false},
+	{"describeSession payload member", 2, line("2.0", "describeSession", `"sessionId":"s"`, `{"x":1}`), false},
+
+	// sessionId and generation.
+	{"sessionId 256 runes", 1, line("1.0", "status", `"sessionId":"`+rep("ж", 256)+`"`, `{}`), true},
+	{"sessionId 257 runes", 1, line("1.0", "status", `"sessionId":"`+rep("ж", 257)+`"`, `{}`), false},
+	{"sessionId empty", 1, line("1.0", "status", `"sessionId":""`, `{}`), false},
+	{"sessionId newline", 1, line("1.0", "status", `"sessionId":"a\nb"`, `{}`), false},
+	{"sessionId number", 1, line("1.0", "status", `"sessionId":5`, `{}`), false},
+	{"generation 0", 1, line("1.0", "attach", `"sessionId":"s","generation":0`, `{}`), true},
+	{"generation 2^53-1", 1, line("1.0", "attach", `"sessionId":"s","generation":9007199254740991`, `{}`), true},
+	{"generation 2^53", 1, line("1.0", "attach", `"sessionId":"s","generation":9007199254740992`, `{}`), false},
+	{"generation negative", 1, line("1.0", "attach", `"sessionId":"s","generation":-1`, `{}`), false},
+	{"generation fraction", 1, line("1.0", "attach", `"sessionId":"s","generation":1.5`, `{}`), false},
+	{"generation string", 1, line("1.0", "attach", `"sessionId":"s","generation":"1"`, `{}`), false},
+	{"generation null", 1, line("1.0", "attach", `"sessionId":"s","generation":null`, `{}`), false},
+
+	// close and drain payloads.
+	{"close", 1, line("1.0", "close", `"sessionId":"s","generation":1`, `{}`), true},
+	{"close retain false", 1, line("1.0", "close", `"sessionId":"s","generation":1`, `{"retainSession":false}`), true},
+	{"close retain string", 1, line("1.0", "close", `"sessionId":"s","generation":1`, `{"retainSession":"no"}`), false},
+	{"close retain null", 1, line("1.0", "close", `"sessionId":"s","generation":1`, `{"retainSession":null}`), false},
+	{"close retain case variant", 2, line("2.0", "close", `"sessionId":"s","generation":1`, `{"RetainSession":true}`), false},
+	{"drain", 1, line("1.0", "drain", "", `{}`), true},
+	{"drain timeout 0", 1, line("1.0", "drain", "", `{"timeoutMs":0}`), true},
+	{"drain timeout max", 2, line("2.0", "drain", "", `{"timeoutMs":86400000}`), true},
+	{"drain timeout over max", 1, line("1.0", "drain", "", `{"timeoutMs":86400001}`), false},
+	{"drain timeout negative", 1, line("1.0", "drain", "", `{"timeoutMs":-1}`), false},
+	{"drain timeout fraction", 1, line("1.0", "drain", "", `{"timeoutMs":1.5}`), false},
+	{"drain timeout huge", 1, line("1.0", "drain", "", `{"timeoutMs":100000000000000000000}`), false},
+	{"drain unknown member", 1, line("1.0", "drain", "", `{"timeout":5}`), false},
+
+	// listSessions payload.
+	{"listSessions", 2, line("2.0", "listSessions", "", `{}`), true},
+	{"listSessions limit 1", 2, line("2.0", "listSessions", "", `{"limit":1}`), true},
+	{"listSessions limit 100", 2, line("2.0", "listSessions", "", `{"limit":100}`), true},
+	{"listSessions limit 0", 2, line("2.0", "listSessions", "", `{"limit":0}`), false},
+	{"listSessions limit 101", 2, line("2.0", "listSessions", "", `{"limit":101}`), false},
+	{"listSessions cursor empty", 2, line("2.0", "listSessions", "", `{"cursor":""}`), true},
+	{"listSessions cursor", 2, line("2.0", "listSessions", "", `{"cursor":"c2Vzc2lvbi1h"}`), true},
+	{"listSessions cursor one byte", 2, line("2.0", "listSessions", "", `{"cursor":"QQ"}`), true},
+	{"listSessions cursor two bytes", 2, line("2.0", "listSessions", "", `{"cursor":"QUI"}`), true},
+	{"listSessions cursor dirty bits", 2, line("2.0", "listSessions", "", `{"cursor":"QR"}`), false},
+	{"listSessions cursor one char", 2, line("2.0", "listSessions", "", `{"cursor":"Q"}`), false},
+	{"listSessions cursor padded", 2, line("2.0", "listSessions", "", `{"cursor":"QQ=="}`), false},
+	{"listSessions cursor standard alphabet", 2, line("2.0", "listSessions", "", `{"cursor":"a+/A"}`), false},
+	{"listSessions cursor with newline", 2, line("2.0", "listSessions", "", `{"cursor":"QU\nJD"}`), false},
+	{"listSessions cursor trailing CRLF", 2, line("2.0", "listSessions", "", `{"cursor":"QUJD\r\n"}`), false},
+	{"listSessions cursor only newline", 2, line("2.0", "listSessions", "", `{"cursor":"\n"}`), false},
+	{"listSessions cursor 512", 2, line("2.0", "listSessions", "", `{"cursor":"`+rep("A", 512)+`"}`), true},
+	{"listSessions cursor 516", 2, line("2.0", "listSessions", "", `{"cursor":"`+rep("A", 516)+`"}`), false},
+	{"listSessions cursor number", 2, line("2.0", "listSessions", "", `{"cursor":5}`), false},
+
+	// open payload, both versions.
+	{"open v1", 1, openLine("1.0", openPayload("")), true},
+	{"open v2", 2, openLine("2.0", openPayload("")), true},
+	{"open full v1", 1, openLine("1.0", openPayload(`"name":"Büro","agentDir":"/home/a/.agent","model":{"provider":"openai","id":"gpt-x","thinkingLevel":"high"}`)), true},
+	{"open without generation", 1, line("1.0", "open", `"sessionId":"s"`, openPayload("")), false},
+	{"open with idempotencyKey", 1, line("1.0", "open", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, openPayload("")), false},
+	{"open no cwd", 1, openLine("1.0", openPayload("", "cwd")), false},
+	{"open no session", 1, openLine("1.0", openPayload("", "session")), false},
+	{"open no resources", 1, openLine("1.0", openPayload("", "resources")), false},
+	{"open unknown member", 1, openLine("1.0", openPayload(`"tools":"none"`)), false},
+	{"open cwd root", 1, openLine("1.0", openPayload(`"cwd":"/"`, "cwd")), true},
+	{"open cwd dotted names", 1, openLine("1.0", openPayload(`"cwd":"/a/..b/.c/.../b."`, "cwd")), true},
+	{"open cwd relative", 1, openLine("1.0", openPayload(`"cwd":"tmp"`, "cwd")), false},
+	{"open cwd double slash", 1, openLine("1.0", openPayload(`"cwd":"/a//b"`, "cwd")), false},
+	{"open cwd dot", 1, openLine("1.0", openPayload(`"cwd":"/a/./b"`, "cwd")), false},
+	{"open cwd dot dot", 1, openLine("1.0", openPayload(`"cwd":"/a/../b"`, "cwd")), false},
+	{"open cwd trailing slash", 1, openLine("1.0", openPayload(`"cwd":"/a/"`, "cwd")), false},
+	{"open cwd trailing dot", 2, openLine("2.0", openPayload(`"cwd":"/a/."`, "cwd")), false},
+	{"open cwd tab", 1, openLine("1.0", openPayload(`"cwd":"/a\tb"`, "cwd")), false},
+	{"open cwd 4096", 1, openLine("1.0", openPayload(`"cwd":"/`+rep("ü", 4095)+`"`, "cwd")), true},
+	{"open cwd 4097", 1, openLine("1.0", openPayload(`"cwd":"/`+rep("ü", 4096)+`"`, "cwd")), false},
+	{"open cwd null", 1, openLine("1.0", openPayload(`"cwd":null`, "cwd")), false},
+	{"open name 128", 1, openLine("1.0", openPayload(`"name":"`+rep("名", 128)+`"`)), true},
+	{"open name 129", 1, openLine("1.0", openPayload(`"name":"`+rep("名", 129)+`"`)), false},
+	{"open name empty", 1, openLine("1.0", openPayload(`"name":""`)), false},
+	{"open name control", 2, openLine("2.0", openPayload(`"name":"a\u009bb"`)), false},
+	{"open agentDir relative", 1, openLine("1.0", openPayload(`"agentDir":"./agent"`)), false},
+	{"open mode open with path", 1, openLine("1.0", openPayload(`"session":{"mode":"open","path":"/s/a.jsonl"}`, "session")), true},
+	{"open mode open without path", 1, openLine("1.0", openPayload(`"session":{"mode":"open"}`, "session")), false},
+	{"open mode new with path", 1, openLine("1.0", openPayload(`"session":{"mode":"new","path":"/s/a.jsonl"}`, "session")), false},
+	{"open mode continue", 1, openLine("1.0", openPayload(`"session":{"mode":"continue"}`, "session")), true},
+	{"open mode memory", 2, openLine("2.0", openPayload(`"session":{"mode":"memory"}`, "session")), true},
+	{"open mode unknown", 1, openLine("1.0", openPayload(`"session":{"mode":"fork"}`, "session")), false},
+	{"open mode missing", 1, openLine("1.0", openPayload(`"session":{}`, "session")), false},
+	{"open session null", 1, openLine("1.0", openPayload(`"session":null`, "session")), false},
+	{"open session case variant", 1, openLine("1.0", openPayload(`"session":{"Mode":"new"}`, "session")), false},
+	{"open session unknown member", 2, openLine("2.0", openPayload(`"session":{"mode":"new","id":"x"}`, "session")), false},
+	{"open v1 sessionDir ignored", 1, openLine("1.0", openPayload(`"session":{"mode":"new","sessionDir":"not a path"}`, "session")), true},
+	{"open v1 sessionDir not a string", 1, openLine("1.0", openPayload(`"session":{"mode":"new","sessionDir":1}`, "session")), false},
+	{"open v2 sessionDir", 2, openLine("2.0", openPayload(`"session":{"mode":"new","sessionDir":"/var/s"}`, "session")), true},
+	{"open v2 sessionDir relative", 2, openLine("2.0", openPayload(`"session":{"mode":"new","sessionDir":"not a path"}`, "session")), false},
+	{"open model", 2, openLine("2.0", openPayload(`"model":{"provider":"ollama","id":"`+rep("模", 256)+`"}`)), true},
+	{"open model id 257", 2, openLine("2.0", openPayload(`"model":{"provider":"ollama","id":"`+rep("模", 257)+`"}`)), false},
+	{"open model provider 129", 1, openLine("1.0", openPayload(`"model":{"provider":"`+rep("p", 129)+`","id":"m"}`)), false},
+	{"open model without id", 1, openLine("1.0", openPayload(`"model":{"provider":"p"}`)), false},
+	{"open model thinking unknown", 1, openLine("1.0", openPayload(`"model":{"provider":"p","id":"m","thinkingLevel":"extreme"}`)), false},
+	{"open model unknown member", 1, openLine("1.0", openPayload(`"model":{"provider":"p","id":"m","temperature":1}`)), false},
+
+	// Resources.
+	{"open tools not none", 1, openLine("1.0", openPayload(`"resources":`+resources(`"tools":"all"`), "resources")), false},
+	{"open skills object", 2, openLine("2.0", openPayload(`"resources":`+resources(`"skills":{}`), "resources")), false},
+	{"open tools host adapter", 2, openLine("2.0", openPayload(`"resources":`+resources(`"tools":{"mode":"host-adapter"}`), "resources")), false},
+	{"open themes missing", 1, openLine("1.0", openPayload(`"resources":`+resources("", "themes"), "resources")), false},
+	{"open resources unknown member", 1, openLine("1.0", openPayload(`"resources":`+resources(`"mcp":"none"`), "resources")), false},
+	{"open v1 systemPrompt none", 1, openLine("1.0", openPayload(`"resources":`+resources(`"systemPrompt":"none"`), "resources")), true},
+	{"open v1 systemPrompt text", 1, openLine("1.0", openPayload(`"resources":`+resources(`"systemPrompt":"Be brief."`), "resources")), false},
+	{"open v2 systemPrompt text", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":"Be brief.\n\tNo tables."`), "resources")), true},
+	{"open v2 systemPrompt none", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":"none"`), "resources")), true},
+	{"open v2 systemPrompt empty", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":""`), "resources")), false},
+	{"open v2 systemPrompt null", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":null`), "resources")), false},
+}
+
+// TestAgreement runs each command line through the parser and through the schema of its major
+// version and requires the same verdict from both, and the one the table expects.
+func TestAgreement(t *testing.T) {
+	if len(agreementCases) < 60 {
+		t.Fatalf("only %d agreement cases", len(agreementCases))
+	}
+	v := newValidator(t)
+	st, err := store.Open(filepath.Join(t.TempDir(), "state"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	seen := map[string]bool{}
+	for _, tc := range agreementCases {
+		if seen[tc.name] {
+			t.Fatalf("duplicate case name %q", tc.name)
+		}
+		seen[tc.name] = true
+		t.Run(tc.name, func(t *testing.T) {
+			code, why := codeAccepts(st, []byte(tc.line))
+			schemaErr := v.root[tc.major].Validate(parseInstance(t, []byte(tc.line)))
+			if code != tc.ok {
+				t.Errorf("parser accepts=%v (%s), table says %v", code, why, tc.ok)
+			}
+			if (schemaErr == nil) != tc.ok {
+				t.Errorf("schema accepts=%v, table says %v: %v", schemaErr == nil, tc.ok, schemaErr)
+			}
+		})
+	}
+}
+
+// codeAccepts reports whether the daemon would accept a command line: the envelope parser, the
+// operation's closed payload type and its bounds check, and for listSessions the cursor check
+// the store makes. Runtime checks (a cwd that exists, a session that is resident) are not part
+// of the wire format and are left out.
+func codeAccepts(st *store.Store, line []byte) (bool, string) {
+	cmd, perr := protocol.ParseCommand(line)
+	if perr != nil {
+		return false, perr.Code
+	}
+	var e *protocol.Error
+	switch cmd.Operation {
+	case protocol.OpHandshake, protocol.OpStatus, protocol.OpAttach, protocol.OpDetach, protocol.OpDescribeSession:
+		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpOpen:
+		var p protocol.OpenPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			_, e = p.Validate(cmd.Version)
+		}
+	case protocol.OpClose:
+		e = protocol.DecodePayload(cmd, &protocol.ClosePayload{})
+	case protocol.OpDrain:
+		var p protocol.DrainPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			_, e = p.Validate()
+		}
+	case protocol.OpListSessions:
+		var p protocol.ListSessionsPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			var limit int
+			if limit, e = p.Validate(); e == nil {
+				if _, _, err := st.Page(p.Cursor, limit); err != nil {
+					e = protocol.AsError(err)
+				}
+			}
+		}
+	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
+		// Not read until agent turns land: the daemon answers unsupported_operation.
+	default:
+		return false, "no payload rule for " + cmd.Operation
+	}
+	if e != nil {
+		return false, e.Code + ": " + e.Message
+	}
+	return true, ""
+}
+
+// --- Real server output ---
+
+// startDaemon starts an in-process daemon under a short temporary directory.
+func startDaemon(t *testing.T, limits daemon.Limits) (*daemon.Daemon, string, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "al-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "s.sock")
+	d, err := daemon.Start(daemon.Config{SocketPath: socket, StateDir: filepath.Join(dir, "state"), Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		d.Shutdown(ctx)
+	})
+	cwd := filepath.Join(dir, "work")
+	if err := os.Mkdir(cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return d, socket, cwd
+}
+
+// peer is one client connection whose every received line is validated.
+type peer struct {
+	t       *testing.T
+	v       *validator
+	name    string
+	version string
+	c       *client.Client
+	n       int
+	events  []map[string]any // events received and not yet taken
+	checked *int             // lines validated, across peers
+}
+
+func (v *validator) dial(t *testing.T, socket, name, version string, checked *int) *peer {
+	t.Helper()
+	c, err := client.Dial(context.Background(), socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetVersion(version)
+	return &peer{t: t, v: v, name: name, version: version, c: c, checked: checked}
+}
+
+var majorPrefix = regexp.MustCompile(`^([0-9]+)\.`)
+
+// check validates one line the daemon sent against the schema of the major version it carries
+// and returns it decoded. A line of another major (an incompatible_protocol answer echoes the
+// client's "3.0") is outside both schemas; it is returned unchecked.
+func (p *peer) check(line []byte) map[string]any {
+	p.t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(line, &m); err != nil {
+		p.t.Fatalf("%s: daemon sent non-JSON: %v\n%s", p.name, err, line)
+	}
+	pv, _ := m["protocolVersion"].(string)
+	sub := majorPrefix.FindStringSubmatch(pv)
+	if sub == nil {
+		p.t.Fatalf("%s: line without a protocol version: %s", p.name, line)
+	}
+	major, _ := strconv.Atoi(sub[1])
+	sch := p.v.root[major]
+	if sch == nil {
+		return m
+	}
+	if err := sch.Validate(parseInstance(p.t, line)); err != nil {
+		p.t.Errorf("%s: line does not validate against the v%d schema: %v\n%s", p.name, major, err, line)
+	}
+	*p.checked++
+	return m
+}
+
+// next returns the next line the daemon sends on this connection, checked.
+func (p *peer) next() map[string]any {
+	p.t.Helper()
+	select {
+	case raw, ok := <-p.c.Events():
+		if !ok {
+			p.t.Fatalf("%s: connection closed", p.name)
+		}
+		return p.check(raw)
+	case <-time.After(10 * time.Second):
+		p.t.Fatalf("%s: nothing received for 10s", p.name)
+	}
+	return nil
+}
+
+// send writes one raw line and returns the response to it. Events that arrive first are kept
+// for event().
+func (p *peer) send(line string) map[string]any {
+	p.t.Helper()
+	if err := p.c.WriteLine([]byte(line + "\n")); err != nil {
+		p.t.Fatal(err)
+	}
+	for {
+		m := p.next()
+		if m["kind"] == "event" {
+			p.events = append(p.events, m)
+			continue
+		}
+		return m
+	}
+}
+
+// call sends a command built from its parts, with a fresh requestId.
+func (p *peer) call(op, identity, payload string) map[string]any {
+	p.t.Helper()
+	p.n++
+	rid := fmt.Sprintf("%s-%d", p.name, p.n)
+	s := `{"protocolVersion":"` + p.version + `","requestId":"` + rid + `","operation":"` + op + `"`
+	if identity != "" {
+		s += "," + identity
+	}
+	s += `,"payload":` + payload + "}"
+	resp := p.send(s)
+	if resp["requestId"] != rid {
+		p.t.Fatalf("%s: answer to %s has requestId %v", p.name, rid, resp["requestId"])
+	}
+	if resp["protocolVersion"] != p.version {
+		p.t.Errorf("%s: answer to %s version %v, want the echo %q", p.name, rid, resp["protocolVersion"], p.version)
+	}
+	return resp
+}
+
+// ok requires a successful response and validates its data against one definition.
+func (p *peer) ok(resp map[string]any, def string) map[string]any {
+	p.t.Helper()
+	if resp["ok"] != true {
+		p.t.Fatalf("%s: want ok, got %v", p.name, resp)
+	}
+	major, _ := strconv.Atoi(strings.SplitN(p.version, ".", 2)[0])
+	if err := p.v.def(p.t, major, def).Validate(resp["data"]); err != nil {
+		p.t.Errorf("%s: data is not a %s: %v", p.name, def, err)
+	}
+	return resp["data"].(map[string]any)
+}
+
+// fail requires an error response with the given code and returns the error.
+func (p *peer) fail(resp map[string]any, code string) map[string]any {
+	p.t.Helper()
+	e, _ := resp["error"].(map[string]any)
+	if resp["ok"] != false || e == nil || e["code"] != code {
+		p.t.Fatalf("%s: want error %s, got %v", p.name, code, resp)
+	}
+	return e
+}
+
+// event returns the next event, waiting for it if none is kept.
+func (p *peer) event() map[string]any {
+	p.t.Helper()
+	for len(p.events) == 0 {
+		m := p.next()
+		if m["kind"] != "event" {
+			p.t.Fatalf("%s: want an event, got %v", p.name, m)
+		}
+		p.events = append(p.events, m)
+	}
+	ev := p.events[0]
+	p.events = p.events[1:]
+	return ev
+}
+
+func (p *peer) noEvents() {
+	p.t.Helper()
+	if len(p.events) > 0 {
+		p.t.Errorf("%s: unexpected events %v", p.name, p.events)
+	}
+}
+
+// waitReady polls host status until recovery is done. It uses Call, whose parsed response is
+// encoded again to be checked.
+func waitReady(t *testing.T, p *peer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := p.c.Call(context.Background(), client.Command{Operation: protocol.OpStatus})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := json.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.check(raw)
+		var host protocol.HostSnapshot
+		if err := resp.Decode(&host); err != nil {
+			t.Fatal(err)
+		}
+		if host.Ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon not ready after 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func num(v any) int64 {
+	f, _ := v.(float64)
+	return int64(f)
+}
+
+// TestServerOutput drives a daemon through every operation and validates every line it sends.
+func TestServerOutput(t *testing.T) {
+	v := newValidator(t)
+	d, socket, cwd := startDaemon(t, daemon.DefaultLimits)
+	checked := 0
+	a := v.dial(t, socket, "a", "1.0", &checked)
+	b := v.dial(t, socket, "b", "2.0", &checked)
+	c := v.dial(t, socket, "c", "2.7", &checked)
+	waitReady(t, b)
+
+	// Handshakes: data.protocolVersion is "2.0" for any 2.x request, "1.0" otherwise.
+	h1 := a.ok(a.call("handshake", "", `{}`), "handshake")
+	if h1["protocolVersion"] != "1.0" || h1["supportedVersions"] != nil {
+		t.Errorf("1.0 handshake: %v", h1)
+	}
+	h2 := b.ok(b.call("handshake", "", `{}`), "handshake")
+	if h2["protocolVersion"] != "2.0" || h2["supportedVersions"] == nil || h2["supportedProtocolVersions"] == nil {
+		t.Errorf("2.0 handshake: %v", h2)
+	}
+	h27 := c.ok(c.call("handshake", "", `{}`), "handshake")
+	if h27["protocolVersion"] != "2.0" {
+		t.Errorf("2.7 handshake: %v", h27)
+	}
+
+	// Opens: a v1 session with a model, a v2 session with a system prompt and a sessionDir.
+	open1 := openPayload(`"cwd":"`+cwd+`","name":"Büro","model":{"provider":"ollama","id":"qwen3","thinkingLevel":"low"}`, "cwd")
+	r := a.ok(a.call("open", `"sessionId":"s1","generation":1`, open1), "openResult")
+	if r["created"] != true {
+		t.Errorf("first open: %v", r)
+	}
+	r = a.ok(a.call("open", `"sessionId":"s1","generation":1`, open1), "openResult")
+	if r["created"] != false {
+		t.Errorf("repeated open of the resident generation: %v", r)
+	}
+	open2 := `{"cwd":"` + cwd + `","session":{"mode":"new","sessionDir":"` + cwd + `"},"resources":` +
+		resources(`"systemPrompt":"Answer in one line."`) + `}`
+	b.ok(b.call("open", `"sessionId":"s2","generation":4`, open2), "openResult")
+	a.fail(a.call("open", `"sessionId":"s1","generation":1`, openPayload(`"cwd":"`+cwd+`"`, "cwd")), "session_policy_conflict")
+
+	// Status: host (lists the 2.0 session to a 1.0 client), one session.
+	host := a.ok(a.call("status", "", `{}`), "hostSnapshot")
+	if n := len(host["sessions"].([]any)); n != 2 {
+		t.Errorf("host status lists %d sessions, want 2", n)
+	}
+	a.ok(a.call("status", `"sessionId":"s1"`, `{}`), "sessionSnapshot")
+	a.ok(a.call("status", `"sessionId":"s1","generation":1`, `{}`), "sessionSnapshot")
+	a.fail(a.call("status", `"sessionId":"nope"`, `{}`), "session_not_found")
+
+	// Attach: a (1.0) and b (2.0) to s1, c to s2.
+	att := a.ok(a.call("attach", `"sessionId":"s1","generation":1`, `{}`), "attachResult")
+	if att["attached"] != true {
+		t.Errorf("attach: %v", att)
+	}
+	b.ok(b.call("attach", `"sessionId":"s1","generation":1`, `{}`), "attachResult")
+	c.ok(c.call("attach", `"sessionId":"s2","generation":4`, `{}`), "attachResult")
+
+	// Errors: stale generation, a higher one, unsupported and unknown operations.
+	e := a.fail(a.call("open", `"sessionId":"s1","generation":0`, open1), "stale_generation")
+	if det := e["details"].(map[string]any); num(det["currentGeneration"]) != 1 || num(det["receivedGeneration"]) != 0 {
+		t.Errorf("stale_generation details: %v", det)
+	}
+	a.fail(a.call("attach", `"sessionId":"s1","generation":0`, `{}`), "stale_generation")
+	a.fail(a.call("attach", `"sessionId":"s1","generation":2`, `{}`), "session_not_found")
+	a.fail(a.call("wake", `"sessionId":"s1","generation":1,"idempotencyKey":"k1"`, `{"prompt":"hi"}`), "unsupported_operation")
+	a.fail(a.call("abort", `"sessionId":"s1","generation":1`, `{}`), "unsupported_operation")
+	a.fail(a.call("listSessions", "", `{}`), "unknown_operation")
+	a.fail(a.call("close", `"sessionId":"s1","generation":1`, `{"retainSession":1}`), "invalid_field")
+	a.fail(a.send(`{"protocolVersion":"1.0","requestId":"dup","operation":"status","operation":"status","payload":{}}`), "invalid_field")
+	a.fail(a.send(`{"protocolVersion":"1.00","requestId":"badv","operation":"status","payload":{}}`), "invalid_protocol_version")
+	a.fail(a.send(`{"protocolVersion":"1.0","requestId":"","operation":"status","payload":{}}`), "invalid_field")
+	b.fail(b.call("open", `"sessionId":"s9","generation":1`, openPayload(`"cwd":"/nonexistent/airlock"`, "cwd")), "open_failed")
+	b.fail(b.call("open", `"sessionId":"s9","generation":1`, openPayload(`"resources":`+resources(`"skills":"all"`), "resources")), "unsupported_resource_policy")
+
+	// Detach: once attached, then not.
+	if r := a.ok(a.call("detach", `"sessionId":"s1","generation":1`, `{}`), "detachResult"); r["detached"] != true {
+		t.Errorf("detach: %v", r)
+	}
+	if r := a.ok(a.call("detach", `"sessionId":"s1","generation":1`, `{}`), "detachResult"); r["detached"] != false {
+		t.Errorf("second detach: %v", r)
+	}
+
+	// The catalog (2.x only): pages of one, and a description with the policy digest.
+	page := b.ok(b.call("listSessions", "", `{"limit":1}`), "sessionPage")
+	cursor, _ := page["nextCursor"].(string)
+	if cursor == "" || len(page["sessions"].([]any)) != 1 {
+		t.Fatalf("first page: %v", page)
+	}
+	page = b.ok(b.call("listSessions", "", `{"limit":1,"cursor":"`+cursor+`"}`), "sessionPage")
+	if page["nextCursor"] != nil {
+		t.Errorf("last page has a cursor: %v", page)
+	}
+	desc := b.ok(b.call("describeSession", `"sessionId":"s1"`, `{}`), "sessionDescription")
+	checkDigest(t, desc["record"].(map[string]any))
+	if desc["snapshot"] == nil {
+		t.Errorf("resident session described without a snapshot: %v", desc)
+	}
+	desc2 := b.ok(b.call("describeSession", `"sessionId":"s2"`, `{}`), "sessionDescription")
+	checkDigest(t, desc2["record"].(map[string]any))
+	b.fail(b.call("describeSession", `"sessionId":"nope"`, `{}`), "session_not_found")
+
+	// Close with the session kept: b is attached and gets sessionClosed in the version of the
+	// session's open (1.0), though it speaks 2.0.
+	cl := b.ok(b.call("close", `"sessionId":"s1","generation":1`, `{}`), "closeResult")
+	if cl["closed"] != true || cl["deleted"] != false {
+		t.Errorf("close: %v", cl)
+	}
+	ev := b.event()
+	if ev["event"] != "sessionClosed" || ev["protocolVersion"] != "1.0" || ev["sessionId"] != "s1" {
+		t.Errorf("sessionClosed: %v", ev)
+	}
+	if data := ev["data"].(map[string]any); data["retainSession"] != true || data["reason"] != "closed" {
+		t.Errorf("sessionClosed data: %v", data)
+	}
+	a.noEvents()
+	desc = b.ok(b.call("describeSession", `"sessionId":"s1"`, `{}`), "sessionDescription")
+	if rec := desc["record"].(map[string]any); rec["residency"] != "dormant" || desc["snapshot"] != nil {
+		t.Errorf("closed session: %v", desc)
+	}
+	a.fail(a.call("status", `"sessionId":"s1"`, `{}`), "session_not_found")
+	cl = b.ok(b.call("close", `"sessionId":"s1","generation":1`, `{"retainSession":false}`), "closeResult")
+	if cl["closed"] != false || cl["deleted"] != true {
+		t.Errorf("close of a dormant session without retain: %v", cl)
+	}
+
+	// A higher generation replaces the resident one: its subscribers get sessionClosed.
+	a.ok(a.call("open", `"sessionId":"s3","generation":1`, open1), "openResult")
+	a.ok(a.call("attach", `"sessionId":"s3","generation":1`, `{}`), "attachResult")
+	a.ok(a.call("open", `"sessionId":"s3","generation":2`, open1), "openResult")
+	if ev := a.event(); ev["event"] != "sessionClosed" || ev["data"].(map[string]any)["reason"] != "replaced" || num(ev["generation"]) != 1 {
+		t.Errorf("replaced: %v", ev)
+	}
+
+	// Drain: c, attached to s2, gets hostDraining; new residency is refused.
+	dr := b.ok(b.call("drain", "", `{"timeoutMs":1000}`), "drainResult")
+	if num(dr["timeoutMs"]) != 1000 {
+		t.Errorf("drain: %v", dr)
+	}
+	if ev := c.event(); ev["event"] != "hostDraining" || ev["protocolVersion"] != "2.0" {
+		t.Errorf("hostDraining: %v", ev)
+	}
+	b.fail(b.call("open", `"sessionId":"s4","generation":1`, open2), "host_draining")
+
+	// A framing error is answered (version 1.0) and closes the connection.
+	f := v.dial(t, socket, "f", "2.0", &checked)
+	f.fail(f.send(`{"protocolVersion":"2.0",`), "invalid_json")
+	waitClosed(t, f)
+	// Another major is answered in its own version, outside both schemas, and closes too.
+	g := v.dial(t, socket, "g", "3.0", &checked)
+	if r := g.send(`{"protocolVersion":"3.0","requestId":"x","operation":"handshake","payload":{}}`); r["protocolVersion"] != "3.0" {
+		t.Errorf("incompatible_protocol answer: %v", r)
+	} else {
+		g.fail(r, "incompatible_protocol")
+	}
+	waitClosed(t, g)
+
+	// Shutdown retires s2: c gets sessionClosed with reason shutdown before its connection ends.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ev := c.event(); ev["event"] != "sessionClosed" || ev["data"].(map[string]any)["reason"] != "shutdown" {
+		t.Errorf("shutdown: %v", ev)
+	}
+	if checked < 40 {
+		t.Errorf("only %d lines checked", checked)
+	}
+	t.Logf("%d lines validated", checked)
+}
+
+// waitClosed drains a connection the daemon is closing, checking what it still sends.
+func waitClosed(t *testing.T, p *peer) {
+	t.Helper()
+	for {
+		select {
+		case raw, ok := <-p.c.Events():
+			if !ok {
+				return
+			}
+			p.check(raw)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: connection still open", p.name)
+		}
+	}
+}
+
+// checkDigest recomputes a catalog record's policyDigest from its policy.
+func checkDigest(t *testing.T, rec map[string]any) {
+	t.Helper()
+	raw, err := json.Marshal(rec["policy"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pol protocol.Policy
+	if err := json.Unmarshal(raw, &pol); err != nil {
+		t.Fatal(err)
+	}
+	if got := pol.Digest(); got != rec["policyDigest"] {
+		t.Errorf("policyDigest %v, recomputed %s", rec["policyDigest"], got)
+	}
+}
+
+// TestServerOutputOverLimits provokes the replacement records: a response over the response
+// limit becomes outbound_record_too_large, an event over the event limit becomes eventDropped at
+// the same sequence.
+func TestServerOutputOverLimits(t *testing.T) {
+	v := newValidator(t)
+	limits := daemon.DefaultLimits
+	limits.MaxEventBytes = 2048
+	limits.MaxResponseBytes = 2048
+	d, socket, cwd := startDaemon(t, limits)
+	checked := 0
+	a := v.dial(t, socket, "a", "1.0", &checked)
+	b := v.dial(t, socket, "b", "2.0", &checked)
+
+	// A session id of four-byte runes (1 KiB, in the envelope and again in the snapshot), a
+	// name and a model id of three-byte runes make the open response exceed 2048 bytes, the
+	// smallest limit the daemon accepts. Until recovery is done the open is refused with
+	// host_not_ready, which is small.
+	bigID := rep("𝔰", 256)
+	bigSession := `"sessionId":"` + bigID + `","generation":1`
+	big := `{"cwd":"` + cwd + `","name":"` + rep("名", 128) + `","session":{"mode":"new"},"model":{"provider":"p","id":"` +
+		rep("模", 256) + `"},"resources":` + resources("") + `}`
+	deadline := time.Now().Add(10 * time.Second)
+	var resp map[string]any
+	for {
+		resp = a.call("open", bigSession, big)
+		if e, _ := resp["error"].(map[string]any); e == nil || e["code"] != "host_not_ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon not ready after 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e := a.fail(resp, "outbound_record_too_large")
+	if resp["sessionId"] != bigID || resp["sequence"] != nil {
+		t.Errorf("replaced response should keep sessionId and drop sequence: %v", resp)
+	}
+	if num(e["details"].(map[string]any)["maxBytes"]) != 2048 {
+		t.Errorf("details: %v", e)
+	}
+
+	// Several sessions make host status (and the handshake that embeds it) too large as well.
+	for i := range 3 {
+		a.call("open", fmt.Sprintf(`"sessionId":"more-%d","generation":1`, i), big)
+	}
+	a.fail(a.call("status", "", `{}`), "outbound_record_too_large")
+	b.fail(b.call("handshake", "", `{}`), "outbound_record_too_large")
+
+	// The attached connection gets eventDropped in place of the oversized sessionClosed.
+	att := b.ok(b.call("attach", bigSession, `{}`), "attachResult")
+	b.ok(b.call("close", bigSession, `{}`), "closeResult")
+	ev := b.event()
+	if ev["event"] != "eventDropped" || num(ev["sequence"]) != num(att["sequence"])+1 || ev["protocolVersion"] != "1.0" {
+		t.Errorf("eventDropped: %v", ev)
+	}
+	data := ev["data"].(map[string]any)
+	if data["originalEvent"] != "sessionClosed" || data["error"].(map[string]any)["code"] != "outbound_record_too_large" {
+		t.Errorf("eventDropped data: %v", data)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d lines validated", checked)
+}
