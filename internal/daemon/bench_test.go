@@ -31,8 +31,7 @@ func BenchmarkStatusRoundTrip(b *testing.B) {
 	waitReady(b, d)
 
 	status := []byte(`{"protocolVersion":"2.0","requestId":"bench","operation":"status","payload":{}}` + "\n")
-	echo := roundTrips(b, echoSock, status, b.N)
-	daemon := roundTrips(b, d.cfg.SocketPath, status, b.N)
+	echo, daemon := interleaved(b, echoSock, d.cfg.SocketPath, status, b.N)
 	e50, e99 := percentile(echo, 50), percentile(echo, 99)
 	d50, d99 := percentile(daemon, 50), percentile(daemon, 99)
 	b.ReportMetric(float64(e50.Nanoseconds()), "echo-p50-ns")
@@ -51,30 +50,50 @@ func waitReady(b *testing.B, d *Daemon) {
 	}
 }
 
-// roundTrips sends req n times on one connection, one at a time, and returns each latency.
-func roundTrips(b *testing.B, socket string, req []byte, n int) []time.Duration {
+// interleaved times n round trips of req on each of two sockets, alternating between them so
+// that both see the same machine: a burst of load on a shared host slows both, not one.
+func interleaved(b *testing.B, baseline, subject string, req []byte, n int) (base, subj []time.Duration) {
+	bc, sc := dialLine(b, baseline), dialLine(b, subject)
+	defer bc.close()
+	defer sc.close()
+	for range 200 { // warm up both
+		bc.roundTrip(b, req)
+		sc.roundTrip(b, req)
+	}
+	base, subj = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	b.ResetTimer()
+	for range n {
+		base = append(base, bc.roundTrip(b, req))
+		subj = append(subj, sc.roundTrip(b, req))
+	}
+	return base, subj
+}
+
+// lineConn is a minimal NDJSON client: one line out, one line back.
+type lineConn struct {
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialLine(b *testing.B, socket string) *lineConn {
 	nc, err := net.Dial("unix", socket)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer nc.Close()
-	br := bufio.NewReaderSize(nc, 1<<20)
-	lat := make([]time.Duration, 0, n)
-	for range 100 { // warm up
-		nc.Write(req)
-		br.ReadSlice('\n')
+	return &lineConn{nc: nc, br: bufio.NewReaderSize(nc, 1<<20)}
+}
+
+func (c *lineConn) close() { c.nc.Close() }
+
+func (c *lineConn) roundTrip(b *testing.B, req []byte) time.Duration {
+	start := time.Now()
+	if _, err := c.nc.Write(req); err != nil {
+		b.Fatal(err)
 	}
-	for range n {
-		start := time.Now()
-		if _, err := nc.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := br.ReadSlice('\n'); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
+	if _, err := c.br.ReadSlice('\n'); err != nil {
+		b.Fatal(err)
 	}
-	return lat
+	return time.Since(start)
 }
 
 func percentile(lat []time.Duration, p int) time.Duration {

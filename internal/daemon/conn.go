@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"golang.org/x/sys/unix"
 )
 
 // conn is one client connection. The reader runs on the goroutine that serves the connection;
@@ -19,6 +21,7 @@ import (
 type conn struct {
 	srv    *Server
 	nc     *net.UnixConn
+	raw    syscall.RawConn
 	log    *slog.Logger
 	ctx    context.Context // cancelled when the connection is failing or the server stops
 	cancel context.CancelFunc
@@ -40,6 +43,8 @@ type conn struct {
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(srv.ctx)
 	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
+	// SyscallConn fails only for a closed connection, and then every later write fails too.
+	c.raw, _ = nc.SyscallConn()
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -125,25 +130,20 @@ func (c *conn) run(cmd *protocol.Command) {
 	c.mu.Unlock()
 }
 
-// directWriteTimeout bounds a direct write. A client that reads takes a line at once; one that
-// does not has its answer's remainder queued after this long, where the outbound bound applies
-// as it does to everything else, instead of holding the command's goroutine.
-const directWriteTimeout = 20 * time.Millisecond
-
-// writeDirect writes one line from the calling goroutine; c.writing is set.
+// writeDirect makes one non-blocking write attempt from the calling goroutine; c.writing is
+// set. Whatever the socket does not take at once (a client that is not reading) is queued, in
+// front of anything queued meanwhile, and the writer goroutine finishes it under the outbound
+// bound like everything else.
 func (c *conn) writeDirect(line []byte) {
-	c.nc.SetWriteDeadline(time.Now().Add(directWriteTimeout))
-	n, err := c.nc.Write(line)
-	c.nc.SetWriteDeadline(time.Time{})
+	n, err := c.tryWrite(line)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.writing = false
-	var ne net.Error
-	switch {
-	case err == nil:
-	case errors.As(err, &ne) && ne.Timeout():
-		// The rest goes first, ahead of anything queued meanwhile.
-		rest := line[n:]
+	if err != nil {
+		c.failLocked()
+		return
+	}
+	if rest := line[n:]; len(rest) > 0 {
 		c.queue = append([][]byte{rest}, c.queue...)
 		c.queued += len(rest)
 		if c.queued > c.srv.limits.MaxOutboundBytes {
@@ -151,13 +151,38 @@ func (c *conn) writeDirect(line []byte) {
 			c.failLocked()
 			return
 		}
-	default:
-		c.failLocked()
-		return
 	}
 	if len(c.queue) > 0 {
 		c.cond.Signal()
 	}
+}
+
+// tryWrite writes what the socket takes without waiting: EAGAIN is not an error, just a
+// short write.
+func (c *conn) tryWrite(b []byte) (int, error) {
+	var n int
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		for n < len(b) {
+			m, err := unix.Write(int(fd), b[n:])
+			if err == unix.EINTR {
+				continue
+			}
+			if err == unix.EAGAIN {
+				return true
+			}
+			if err != nil {
+				werr = err
+				return true
+			}
+			n += m
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	return n, err
 }
 
 // inline reports whether an operation runs on the reader goroutine. These operations only read

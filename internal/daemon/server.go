@@ -186,7 +186,11 @@ func (s *Server) metricsSnapshot(into map[string]uint64) {
 // becomes outbound_record_too_large for the same request; one that cannot be serialized
 // becomes outbound_not_serializable.
 func (s *Server) encodeResponse(r *protocol.Response) []byte {
-	line, err := ndjson.Marshal(r)
+	line, ok := r.AppendLine(make([]byte, 0, 2048))
+	var err error
+	if !ok {
+		line, err = ndjson.Marshal(r)
+	}
 	if err != nil {
 		s.log.Error("response not serializable", "operation", r.RequestID, "err", err)
 		line = s.replaceResponse(r, protocol.Errorf(protocol.CodeOutboundNotSerializ, "response could not be serialized"))

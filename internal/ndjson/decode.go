@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,7 +146,7 @@ type walker struct {
 
 // segment is one step of a path: an object key, or an array index when isIndex is set.
 type segment struct {
-	key     string
+	key     key
 	index   int
 	isIndex bool
 }
@@ -165,7 +164,7 @@ func (w *walker) pathString() string {
 		if b.Len() > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(s.key)
+		b.WriteString(s.key.String())
 	}
 	return b.String()
 }
@@ -224,7 +223,7 @@ func (w *walker) value(t *typeInfo, depth int) {
 			w.array(t, depth+1)
 		}
 	case c == '"':
-		if _, ok := w.str(); ok && t != nil && t.shape != shapeString {
+		if _, _, _, ok := w.scanString(); ok && t != nil && t.shape != shapeString {
 			w.typeErr(t)
 		}
 	case c == 't' || c == 'f':
@@ -302,36 +301,27 @@ func (w *walker) number() bool {
 	return true
 }
 
-// str consumes a JSON string at w.pos and returns its decoded value, as encoding/json would
-// decode it: escapes resolved and invalid UTF-8 replaced by U+FFFD. Replacing matters for keys,
-// where two different invalid sequences name the same member once decoded.
-func (w *walker) str() (string, bool) {
+// scanString consumes a JSON string at w.pos and returns the span of its contents. plain
+// reports that the contents need no decoding: no escapes, valid UTF-8.
+func (w *walker) scanString() (start, end int, plain, ok bool) {
 	d := w.data
 	i := w.pos + 1 // past the opening quote
-	start := i
+	start = i
 	escaped := false
 	for {
 		if i >= len(d) {
 			w.failSyntax("unterminated string")
-			return "", false
+			return 0, 0, false, false
 		}
 		switch c := d[i]; {
 		case c == '"':
 			w.pos = i + 1
-			if !escaped && utf8.Valid(d[start:i]) {
-				return string(d[start:i]), true
-			}
-			var s string
-			if err := json.Unmarshal(d[start-1:i+1], &s); err != nil {
-				w.failSyntax("invalid string")
-				return "", false
-			}
-			return s, true
+			return start, i, !escaped && utf8.Valid(d[start:i]), true
 		case c == '\\':
 			escaped = true
 			if i+1 >= len(d) {
 				w.failSyntax("unterminated string")
-				return "", false
+				return 0, 0, false, false
 			}
 			switch d[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -339,20 +329,62 @@ func (w *walker) str() (string, bool) {
 			case 'u':
 				if i+6 > len(d) || !isHex4(d[i+2:i+6]) {
 					w.failSyntax("invalid \\u escape")
-					return "", false
+					return 0, 0, false, false
 				}
 				i += 6
 			default:
 				w.failSyntax("invalid escape")
-				return "", false
+				return 0, 0, false, false
 			}
 		case c < 0x20:
 			w.failSyntax("control character in string")
-			return "", false
+			return 0, 0, false, false
 		default:
 			i++
 		}
 	}
+}
+
+// key is an object member name: its raw bytes when they need no decoding, else its decoded
+// value. Plain keys, nearly all of them, cost no allocation.
+type key struct {
+	raw     []byte
+	decoded string
+	plain   bool
+}
+
+// String returns the name as encoding/json would decode it: escapes resolved and invalid UTF-8
+// replaced by U+FFFD. Replacing matters, since two different invalid sequences name the same
+// member once decoded.
+func (k key) String() string {
+	if k.plain {
+		return string(k.raw)
+	}
+	return k.decoded
+}
+
+func (k key) equal(o key) bool {
+	if k.plain && o.plain {
+		return string(k.raw) == string(o.raw)
+	}
+	return k.String() == o.String()
+}
+
+// scanKey consumes a member name.
+func (w *walker) scanKey() (key, bool) {
+	start, end, plain, ok := w.scanString()
+	if !ok {
+		return key{}, false
+	}
+	if plain {
+		return key{raw: w.data[start:end], plain: true}, true
+	}
+	var s string
+	if err := json.Unmarshal(w.data[start-1:end+1], &s); err != nil {
+		w.failSyntax("invalid string")
+		return key{}, false
+	}
+	return key{decoded: s}, true
 }
 
 func isHex4(b []byte) bool {
@@ -393,7 +425,7 @@ func (w *walker) object(t *typeInfo, depth int) {
 		w.pos++
 		return
 	}
-	var seenBuf [8]string
+	var seenBuf [8]key
 	seen := seenBuf[:0] // objects are small: a slice beats a map
 	for {
 		w.skipSpace()
@@ -401,24 +433,33 @@ func (w *walker) object(t *typeInfo, depth int) {
 			w.failSyntax("expected a member name")
 			return
 		}
-		key, ok := w.str()
+		k, ok := w.scanKey()
 		if !ok {
 			return
 		}
-		w.path = append(w.path, segment{key: key})
+		w.path = append(w.path, segment{key: k})
 		if w.err == nil {
-			if slices.Contains(seen, key) {
-				w.fail(ReasonDuplicateKey, "")
+			for _, s := range seen {
+				if s.equal(k) {
+					w.fail(ReasonDuplicateKey, "")
+					break
+				}
 			}
-			seen = append(seen, key)
+			seen = append(seen, k)
 		}
 		vt := elem
 		if fields != nil && w.err == nil {
-			ft, known := fields.fields[key]
+			var ft *typeInfo
+			var known bool
+			if k.plain {
+				ft, known = fields.fields[string(k.raw)]
+			} else {
+				ft, known = fields.fields[k.decoded]
+			}
 			switch {
 			case known:
 				vt = ft
-			case fields.hasFold(key):
+			case fields.hasFold(k.String()):
 				w.fail(ReasonCaseVariant, "")
 			case w.mode == Closed:
 				w.fail(ReasonUnknownField, "")
@@ -437,7 +478,14 @@ func (w *walker) object(t *typeInfo, depth int) {
 			return
 		}
 		if w.raw != nil && depth == 1 {
-			if i, ok := w.raw.index[key]; ok {
+			var i int
+			var ok bool
+			if k.plain {
+				i, ok = w.raw.index[string(k.raw)]
+			} else {
+				i, ok = w.raw.index[k.decoded]
+			}
+			if ok {
 				w.spans[i] = [2]int{start, w.pos}
 			}
 		}
