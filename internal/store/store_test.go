@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -154,7 +156,7 @@ func TestOpenCreatesPrivateState(t *testing.T) {
 		if meta == nil {
 			t.Fatal("no meta bucket")
 		}
-		want := map[string]string{"format": "airlock-state", "schemaVersion": "1", "createdAt": "2026-08-01T12:00:00Z"}
+		want := map[string]string{"format": "airlock-state", "schemaVersion": strconv.Itoa(latestSchema()), "createdAt": "2026-08-01T12:00:00Z"}
 		for k, v := range want {
 			if got := string(meta.Get([]byte(k))); got != v {
 				t.Errorf("meta/%s = %q, want %q", k, got, v)
@@ -780,7 +782,7 @@ func TestCorruptStateFile(t *testing.T) {
 		{"newer schemaVersion", func(t *testing.T, path string) {
 			writeSampleDB(t, path)
 			rawUpdate(t, path, func(tx *bolt.Tx) error {
-				return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte("2"))
+				return tx.Bucket(bucketMeta).Put(keySchemaVersion, []byte(strconv.Itoa(latestSchema()+1)))
 			})
 		}, "written by a newer airlock"},
 		{"schemaVersion not decimal", setSchemaVersion("one"), "invalid meta/schemaVersion"},
@@ -819,7 +821,7 @@ func TestCorruptStateFile(t *testing.T) {
 			}
 			// The refused file is not left locked.
 			db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 50 * time.Millisecond, ReadOnly: true})
-			if errors.Is(err, bolt.ErrTimeout) {
+			if errors.Is(err, berrors.ErrTimeout) {
 				t.Error("the refused file is still locked")
 			}
 			if db != nil {
