@@ -113,6 +113,8 @@ type Options struct {
 	Env      []string // extra environment
 	// NoWait returns as soon as the process started, without waiting for the socket.
 	NoWait bool
+	// ListeningOnly waits until the socket answers a handshake, not until the host is ready.
+	ListeningOnly bool
 }
 
 // Start starts airlockd and waits until it answers a handshake. The daemon is stopped (SIGTERM,
@@ -146,14 +148,30 @@ func Start(t testing.TB, opts Options) *Daemon {
 			t.Logf("airlockd stderr:\n%s", d.Stderr())
 		}
 	})
-	if !opts.NoWait {
+	switch {
+	case opts.NoWait:
+	case opts.ListeningOnly:
+		d.WaitListening()
+	default:
 		d.WaitReady()
 	}
 	return d
 }
 
-// WaitReady waits until the socket accepts a handshake.
+// WaitReady waits until the daemon reports host.ready: it is listening and its recovery has
+// finished.
 func (d *Daemon) WaitReady() {
+	d.t.Helper()
+	d.wait(true)
+}
+
+// WaitListening waits until the socket accepts a handshake, ready or not.
+func (d *Daemon) WaitListening() {
+	d.t.Helper()
+	d.wait(false)
+}
+
+func (d *Daemon) wait(ready bool) {
 	d.t.Helper()
 	deadline := time.Now().Add(startTimeout)
 	for {
@@ -165,7 +183,18 @@ func (d *Daemon) WaitReady() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		c, err := client.Dial(ctx, d.Socket)
 		if err == nil {
-			_, err = c.Call(ctx, client.Command{Operation: "handshake"})
+			var r *client.Response
+			r, err = c.Call(ctx, client.Command{Operation: "handshake"})
+			if err == nil && ready {
+				var h struct {
+					Host struct {
+						Ready bool `json:"ready"`
+					} `json:"host"`
+				}
+				if err = r.Decode(&h); err == nil && !h.Host.Ready {
+					err = errors.New("host not ready yet")
+				}
+			}
 			c.Close()
 		}
 		cancel()
