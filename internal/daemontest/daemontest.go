@@ -115,6 +115,9 @@ type Options struct {
 	NoWait bool
 	// ListeningOnly waits until the socket answers a handshake, not until the host is ready.
 	ListeningOnly bool
+	// Defaults passes neither --socket nor --state-dir, so the daemon picks its default paths
+	// from Env; Socket must still name where that puts the socket, for the readiness wait.
+	Defaults bool
 }
 
 // Start starts airlockd and waits until it answers a handshake. The daemon is stopped (SIGTERM,
@@ -130,7 +133,11 @@ func Start(t testing.TB, opts Options) *Daemon {
 			opts.StateDir = filepath.Join(root, "state")
 		}
 	}
-	args := append([]string{"--socket", opts.Socket, "--state-dir", opts.StateDir, "--log-level", "debug"}, opts.Args...)
+	args := []string{"--log-level", "debug"}
+	if !opts.Defaults {
+		args = append(args, "--socket", opts.Socket, "--state-dir", opts.StateDir)
+	}
+	args = append(args, opts.Args...)
 	cmd := exec.Command(Binary(t, "airlockd"), args...)
 	cmd.Env = append(os.Environ(), opts.Env...)
 	d := &Daemon{t: t, Socket: opts.Socket, StateDir: opts.StateDir, Cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}

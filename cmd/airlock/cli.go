@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/paths"
+)
+
+// callTimeout bounds dialing plus one exchange of the one-shot commands. The daemon answers
+// them in milliseconds; 30 s leaves room for a loaded host syncing its catalog without letting
+// a wedged daemon hang a script forever.
+const callTimeout = 30 * time.Second
+
+// app is one invocation of the CLI.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	socket         string
+}
+
+// command is one entry of the command table, which drives dispatch and help.
+type command struct {
+	name     string // the words after "airlock"
+	synopsis string // flags and arguments
+	summary  string
+	run      func(a *app, ctx context.Context, args []string) int
+}
+
+func commandTable() []command {
+	return []command{
+		{"status", "[--json]", "show host status and resident sessions", (*app).status},
+		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
+		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
+			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
+			"      [--system-prompt-file F] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation", (*app).sessionOpen},
+		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
+		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
+		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
+		{"session attach", "SESSION --generation N", "print the session's events as NDJSON until interrupted", (*app).sessionAttach},
+		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
+		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
+		{"help", "", "print this help", (*app).help},
+	}
+}
+
+// run is the whole CLI: it parses args, runs one command and returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	top := &output{stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("airlock", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.socket, "socket", paths.Socket(), "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.usage(stdout)
+			return exitOK
+		}
+		return a.failUsage(top, err)
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return a.failUsage(top, usageErrorf("no command given"))
+	}
+	for _, c := range commandTable() {
+		words := strings.Fields(c.name)
+		if len(rest) >= len(words) && strings.Join(rest[:len(words)], " ") == c.name {
+			return c.run(a, ctx, rest[len(words):])
+		}
+	}
+	if rest[0] == "session" {
+		if len(rest) == 1 {
+			return a.failUsage(top, usageErrorf("session needs a subcommand: open, close, list, show or attach"))
+		}
+		return a.failUsage(top, usageErrorf("unknown command %q", "session "+rest[1]))
+	}
+	return a.failUsage(top, usageErrorf("unknown command %q", rest[0]))
+}
+
+// failUsage reports a usage error and points at the help of the command, or of the CLI.
+func (a *app) failUsage(o *output, err error) int {
+	var ce *cliError
+	if !errors.As(err, &ce) {
+		err = usageErrorf("%v", err)
+	}
+	code := o.fail(err)
+	hint := "airlock help"
+	if o.command != "" {
+		hint = "airlock " + o.command + " -h"
+	}
+	fmt.Fprintf(a.stderr, "run '%s' for usage\n", hint)
+	return code
+}
+
+func (a *app) usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: airlock [--socket PATH] COMMAND [flags]\n\n")
+	fmt.Fprintf(w, "The socket defaults to $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock\n")
+	fmt.Fprintf(w, "or /tmp/airlock-$UID/airlockd.sock (here: %s).\n\nCommands:\n", a.socket)
+	for _, c := range commandTable() {
+		fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+	}
+	fmt.Fprintf(w, "\nWith --json a command prints one object {schema, command, ok, data|error}.\n")
+	fmt.Fprintf(w, "Errors go to stderr as 'airlock: CODE: message'. Exit codes: 0 ok, 1 refused by the\n")
+	fmt.Fprintf(w, "daemon, 2 usage, 69 daemon unreachable, 75 not ready (probe), 76 protocol failure.\n")
+}
+
+func (a *app) help(context.Context, []string) int {
+	a.usage(a.stdout)
+	return exitOK
+}
+
+// newCommand returns the output and the flag set of one command. Every command also accepts
+// --socket, so that it may follow the command name too.
+func (a *app) newCommand(name string) (*output, *flag.FlagSet) {
+	o := &output{stdout: a.stdout, stderr: a.stderr, command: name}
+	fs := flag.NewFlagSet("airlock "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.socket, "socket", a.socket, "daemon socket `path`")
+	return o, fs
+}
+
+// parse parses a command's flags and positional arguments, which may come in any order (flag
+// alone stops at the first positional one). It wants exactly the named positional arguments.
+// When it returns done, the command ends with code: after -h, or a usage error.
+func (a *app) parse(o *output, fs *flag.FlagSet, args []string, positional ...string) (pos []string, code int, done bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				a.commandHelp(o.command, fs)
+				return nil, exitOK, true
+			}
+			return nil, a.failUsage(o, err), true
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) != len(positional) {
+		if len(pos) < len(positional) {
+			return nil, a.failUsage(o, fmt.Errorf("missing %s", positional[len(pos)])), true
+		}
+		return nil, a.failUsage(o, fmt.Errorf("unexpected argument %q", pos[len(positional)])), true
+	}
+	for i, p := range pos {
+		if p == "" {
+			return nil, a.failUsage(o, fmt.Errorf("%s must not be empty", positional[i])), true
+		}
+	}
+	return pos, exitOK, false
+}
+
+func (a *app) commandHelp(name string, fs *flag.FlagSet) {
+	for _, c := range commandTable() {
+		if c.name == name {
+			fmt.Fprintf(a.stdout, "usage: airlock %s\n\n%s\n\nFlags:\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+		}
+	}
+	fs.SetOutput(a.stdout)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// isSet reports whether the flag was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// dial connects to the daemon; a failure is reported as unreachable (exit 69).
+func (a *app) dial(ctx context.Context, version string) (*client.Client, error) {
+	c, err := client.Dial(ctx, a.socket)
+	if err != nil {
+		return nil, unreachable(a.socket, err)
+	}
+	if version != "" {
+		c.SetVersion(version)
+	}
+	return c, nil
+}
+
+// unreachable describes a failed dial.
+func unreachable(socket string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	var cause error = err
+	// "dial unix PATH: connect: ENOENT" names the path twice once it is in the message.
+	if u := errors.Unwrap(err); u != nil {
+		cause = u
+	}
+	return transportErrorf(exitUnavailable, "cannot connect to airlockd at %s: %v", socket, cause)
+}
+
+// call runs one command on a fresh connection and returns the data of its answer. A refusal
+// comes back as the daemon's *protocol.Error.
+func (a *app) call(ctx context.Context, version string, cmd client.Command) (json.RawMessage, error) {
+	return a.callWithin(ctx, callTimeout, version, cmd)
+}
+
+// callWithin is call with another bound than callTimeout.
+func (a *app) callWithin(ctx context.Context, timeout time.Duration, version string, cmd client.Command) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := a.dial(ctx, version)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return exchange(ctx, c, cmd)
+}
+
+// exchange sends one command on c and returns the data of its answer.
+func exchange(ctx context.Context, c *client.Client, cmd client.Command) (json.RawMessage, error) {
+	resp, err := c.Call(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := resp.Err(); err != nil {
+		return nil, err
+	}
+	return resp.Data, nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
+)
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
+		r := cli(t, "/nonexistent.sock", "", args...).wantCode(t, exitOK)
+		for _, c := range commandTable() {
+			if !strings.Contains(r.stdout, "  "+c.name) {
+				t.Errorf("%v: usage does not list %q:\n%s", args, c.name, r.stdout)
+			}
+		}
+	}
+	r := cli(t, "/nonexistent.sock", "", "session", "open", "-h").wantCode(t, exitOK)
+	if !strings.HasPrefix(r.stdout, "usage: airlock session open SESSION") || !strings.Contains(r.stdout, "-generation") {
+		t.Errorf("session open -h:\n%s", r.stdout)
+	}
+}
+
+// TestUsageErrors runs every case against a socket that does not exist: a usage error must be
+// reported before the CLI tries to connect (which would exit 69).
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	socket := filepath.Join(daemontest.ShortDir(t), "absent.sock")
+	missing := filepath.Join(t.TempDir(), "missing.txt")
+	cases := [][]string{
+		{},
+		{"teleport"},
+		{"session"},
+		{"session", "teleport"},
+		{"--no-such-flag", "status"},
+		{"status", "extra"},
+		{"status", "--verbose"},
+		{"probe", "--timeout", "0s"},
+		{"probe", "--timeout", "soon"},
+		{"session", "open", "s", "--cwd", "/tmp"},
+		{"session", "open", "s", "--generation", "1"},
+		{"session", "open", "--generation", "1", "--cwd", "/tmp"},
+		{"session", "open", "", "--generation", "1", "--cwd", "/tmp"},
+		{"session", "open", "s", "t", "--generation", "1", "--cwd", "/tmp"},
+		{"session", "open", "s", "--generation", "-1", "--cwd", "/tmp"},
+		{"session", "open", "s", "--generation", "x", "--cwd", "/tmp"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--mode", "fork"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--model", "no-slash"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--model", "/id"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--thinking-level", "high"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--protocol", "3.0"},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--path", ""},
+		{"session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--system-prompt-file", missing},
+		{"session", "close", "s"},
+		{"session", "close", "--generation", "1"},
+		{"session", "list", "--limit", "-1"},
+		{"session", "show"},
+		{"session", "attach", "s"},
+		{"drain", "--timeout-ms", "soon"},
+		{"raw", "--wait", "-1s"},
+		{"raw", "extra"},
+	}
+	for _, args := range cases {
+		r := cli(t, socket, "", args...)
+		if r.code != exitUsage {
+			t.Errorf("%q: exit %d, want %d\nstderr: %s", args, r.code, exitUsage, r.stderr)
+			continue
+		}
+		if !strings.HasPrefix(r.stderr, "airlock: usage: ") || r.stdout != "" {
+			t.Errorf("%q: stdout %q stderr %q", args, r.stdout, r.stderr)
+		}
+	}
+
+	// Under --json a usage error is an envelope too.
+	r := cli(t, socket, "", "session", "close", "s", "--json").wantCode(t, exitUsage)
+	if env := envelopeOf(t, r, "session close", false); env.Error.Code != codeUsage {
+		t.Errorf("error %+v", env.Error)
+	}
+}
+
+func TestPromptFileTooLarge(t *testing.T) {
+	t.Parallel()
+	big := filepath.Join(t.TempDir(), "big.txt")
+	if err := os.WriteFile(big, []byte(strings.Repeat("x", maxPromptFileBytes+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "/nonexistent.sock", "", "session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--system-prompt-file", big).wantCode(t, exitUsage)
+	if !strings.Contains(r.stderr, "larger than") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}
