@@ -243,12 +243,6 @@ func (t *answers) endInput() {
 	t.settleLocked()
 }
 
-func (t *answers) inputEnded() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.ended
-}
-
 func (t *answers) outstanding() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
@@ -160,7 +161,7 @@ func TestSessionStaleGeneration(t *testing.T) {
 
 // attachRun is a session attach running in the background.
 type attachRun struct {
-	stdout, stderr *syncBuffer
+	stdout, stderr *daemontest.SyncBuffer
 	cancel         context.CancelFunc
 	done           chan int
 }
@@ -168,7 +169,7 @@ type attachRun struct {
 func startAttach(t *testing.T, socket string, args ...string) *attachRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &attachRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	a := &attachRun{stdout: &daemontest.SyncBuffer{}, stderr: &daemontest.SyncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		a.done <- run(ctx, append([]string{"--socket", socket, "session", "attach"}, args...), strings.NewReader(""), a.stdout, a.stderr)
 	}()

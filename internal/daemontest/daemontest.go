@@ -100,7 +100,7 @@ type Daemon struct {
 	Socket   string
 	StateDir string
 	Cmd      *exec.Cmd
-	stderr   *syncBuffer
+	stderr   *SyncBuffer
 	exited   chan struct{}
 	exitErr  error
 }
@@ -140,7 +140,7 @@ func Start(t testing.TB, opts Options) *Daemon {
 	args = append(args, opts.Args...)
 	cmd := exec.Command(Binary(t, "airlockd"), args...)
 	cmd.Env = append(os.Environ(), opts.Env...)
-	d := &Daemon{t: t, Socket: opts.Socket, StateDir: opts.StateDir, Cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	d := &Daemon{t: t, Socket: opts.Socket, StateDir: opts.StateDir, Cmd: cmd, stderr: &SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -279,19 +279,19 @@ func (d *Daemon) Stop() {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a process writer and test readers.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a running process or command writes while a test reads it.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
