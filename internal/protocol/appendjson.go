@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -123,7 +122,8 @@ func (r *RecoveryHealth) appendJSON(b []byte) []byte {
 		b = append(b, "null"...)
 	} else {
 		b = append(b, '{')
-		for i, k := range slices.Sorted(maps.Keys(r.FailureCodes)) {
+		var buf [16]string
+		for i, k := range sortedKeys(buf[:0], r.FailureCodes) {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -227,7 +227,8 @@ func appendUintMap(b []byte, m map[string]uint64) []byte {
 		return append(b, "null"...)
 	}
 	b = append(b, '{')
-	for i, k := range slices.Sorted(maps.Keys(m)) {
+	var buf [16]string
+	for i, k := range sortedKeys(buf[:0], m) {
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -236,6 +237,16 @@ func appendUintMap(b []byte, m map[string]uint64) []byte {
 		b = strconv.AppendUint(b, m[k], 10)
 	}
 	return append(b, '}')
+}
+
+// sortedKeys appends m's keys to buf and sorts them; with a buffer on the caller's stack, small
+// maps cost no allocation.
+func sortedKeys[V any](buf []string, m map[string]V) []string {
+	for k := range m {
+		buf = append(buf, k)
+	}
+	slices.Sort(buf)
+	return buf
 }
 
 // appendTime writes t as time.Time's MarshalJSON does.

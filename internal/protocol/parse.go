@@ -106,7 +106,7 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	}
 	cmd.RequestID = rid
 
-	op, ok := rawString(w.Operation)
+	op, ok := rawOperation(w.Operation)
 	if !ok || op == "" || utf8.RuneCountInString(op) > MaxOperationLen {
 		return fail(invalidField("operation", "must be a string of 1 to %d characters", MaxOperationLen))
 	}
@@ -273,6 +273,26 @@ func echoRequestID(raw json.RawMessage) string {
 	}
 	return ""
 }
+
+// rawOperation reads the operation member, returning the table's own string for a known name
+// so that the common case allocates nothing.
+func rawOperation(raw json.RawMessage) (string, bool) {
+	if len(raw) >= 2 && raw[0] == '"' {
+		if spec, ok := operationNames[string(raw[1:len(raw)-1])]; ok {
+			return spec, true
+		}
+	}
+	return rawString(raw)
+}
+
+// operationNames maps each operation name to itself.
+var operationNames = func() map[string]string {
+	m := make(map[string]string, len(operations))
+	for name := range operations {
+		m[name] = name
+	}
+	return m
+}()
 
 func rawString(raw json.RawMessage) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
