@@ -1,5 +1,5 @@
 // Package store keeps airlockd's durable state in one embedded bbolt database: the session
-// catalog and the secret-free session manifests.
+// catalog, the secret-free session manifests and the capability adapter registrations.
 //
 // The database is <state dir>/airlock.db. The state directory must be a real directory (not a
 // symbolic link) owned by the effective uid with no group or other permission bits, and the
@@ -11,16 +11,18 @@
 // # Schema
 //
 // Every value is either decimal or RFC 3339 text (meta) or one JSON object (catalog,
-// manifests) keyed by the UTF-8 bytes of its session id:
+// manifests) keyed by the UTF-8 bytes of its session id, or (registrations) of its adapter name:
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "1"       decimal; the version of the last applied migration
+//	  schemaVersion = "2"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
 //	manifests/                  since schema 1
 //	  <sessionId>   = Manifest as JSON
+//	registrations/              since schema 2
+//	  <name>        = Registration as JSON: {name, command, args} only
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets

@@ -16,6 +16,8 @@ var (
 	bucketMeta      = []byte("meta")
 	bucketCatalog   = []byte("catalog")
 	bucketManifests = []byte("manifests")
+	// bucketRegistrations holds capability adapter registrations (schema 2).
+	bucketRegistrations = []byte("registrations")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -39,6 +41,7 @@ type migration struct {
 
 var migrations = []migration{
 	{version: 1, name: "create catalog and manifests buckets", migrate: migrateV1},
+	{version: 2, name: "create registrations bucket", migrate: migrateV2},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -46,6 +49,13 @@ func migrateV1(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+func migrateV2(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketRegistrations); err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucketRegistrations, err)
 	}
 	return nil
 }
@@ -141,7 +151,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}

@@ -28,6 +28,21 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v2 creates registrations and keeps sessions",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketCatalog).Put([]byte("s1"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketRegistrations) == nil {
+				return fmt.Errorf("bucket %s missing", bucketRegistrations)
+			}
+			if got := string(tx.Bucket(bucketCatalog).Get([]byte("s1"))); got != `{"kept":true}` {
+				return fmt.Errorf("catalog/s1 = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // TestMigrations runs every migration on a database at the schema before it. It fails when a

@@ -1,0 +1,405 @@
+package capadapter
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// Descriptor bounds.
+const (
+	// MaxCapabilities is the most descriptors one adapter may list.
+	MaxCapabilities = 8
+	// MaxDescriptorBytes bounds one descriptor, compactly encoded.
+	MaxDescriptorBytes = 1024
+	// MaxActions bounds the actions of one descriptor.
+	MaxActions = 4
+	// MaxProperties bounds the input properties of one action.
+	MaxProperties = 16
+	// MaxTitleRunes and MaxVersionRunes bound the descriptor's (and actions') title and version.
+	MaxTitleRunes   = 64
+	MaxVersionRunes = 32
+	// MaxActionBytes bounds an action name.
+	MaxActionBytes = 32
+)
+
+// Primitive property types of an action input.
+const (
+	TypeString  = "string"
+	TypeNumber  = "number"
+	TypeBoolean = "boolean"
+)
+
+var (
+	capabilityIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._:-]{0,63}$`)
+	actionNamePattern   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	propertyNamePattern = regexp.MustCompile(`^[a-z][a-zA-Z0-9_]{0,31}$`)
+	// sensitiveNamePattern refuses names that suggest an endpoint, a credential or transport
+	// detail: no action, property or result key may look like one.
+	sensitiveNamePattern = regexp.MustCompile(`(?i)(endpoint|url|credential|password|secret|token|adapter|protocol|hostname|authorization|cookie|method|path|accesskey)`)
+	// unsafePayloadPattern is screened against the raw list, describe, observe and invoke
+	// results: a URL anywhere, or a sensitive key followed by ':' or '='.
+	unsafePayloadPattern = regexp.MustCompile(`(?i)(https?://|"?(endpoint|url|credential|password|secret|token|authorization|cookie|adapter|protocol|hostname|accesskey)"?\s*[:=])`)
+	urlPattern           = regexp.MustCompile(`(?i)https?://`)
+)
+
+// Descriptor is an adapter's semantic projection of one capability.
+type Descriptor struct {
+	CapabilityID string   `json:"capabilityId"`
+	Title        string   `json:"title"`
+	Version      string   `json:"version"`
+	Observe      bool     `json:"observe"`
+	Actions      []Action `json:"actions"`
+}
+
+// Action is one invokable action of a capability.
+type Action struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	Input Input  `json:"input"`
+}
+
+// Input is an action's closed object schema: property name → primitive type, and the names
+// that must be present.
+type Input struct {
+	Type       string            `json:"type"`
+	Properties map[string]string `json:"properties"`
+	Required   []string          `json:"required,omitempty"`
+}
+
+// descriptorWire catches absent members, which the zero values of Descriptor would hide.
+type descriptorWire struct {
+	CapabilityID *string      `json:"capabilityId"`
+	Title        *string      `json:"title"`
+	Version      *string      `json:"version"`
+	Observe      *bool        `json:"observe"`
+	Actions      []actionWire `json:"actions"`
+}
+
+type actionWire struct {
+	Name  *string    `json:"name"`
+	Title *string    `json:"title"`
+	Input *inputWire `json:"input"`
+}
+
+type inputWire struct {
+	Type       *string           `json:"type"`
+	Properties map[string]string `json:"properties"`
+	Required   []string          `json:"required"`
+}
+
+func invalidDescriptor(detail string) *Error { return newError(CodeInvalidDescriptor, detail) }
+
+// ParseDescriptor strictly decodes and validates one descriptor and returns it with its
+// canonical encoding (compact, members in declaration order, properties sorted), which is
+// what byte-identical comparisons use. Errors are invalid_descriptor, or too_large for a
+// descriptor over MaxDescriptorBytes; they never quote the descriptor.
+func ParseDescriptor(data []byte) (Descriptor, []byte, error) {
+	if unsafePayload(data) {
+		return Descriptor{}, nil, invalidDescriptor("descriptor carries a URL or a sensitive key")
+	}
+	var w descriptorWire
+	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil {
+		return Descriptor{}, nil, invalidDescriptor("descriptor is not a strict descriptor object")
+	}
+	if w.CapabilityID == nil || w.Title == nil || w.Version == nil || w.Observe == nil || w.Actions == nil {
+		return Descriptor{}, nil, invalidDescriptor("descriptor lacks one of capabilityId, title, version, observe, actions")
+	}
+	d := Descriptor{CapabilityID: *w.CapabilityID, Title: *w.Title, Version: *w.Version, Observe: *w.Observe, Actions: []Action{}}
+	for _, aw := range w.Actions {
+		if aw.Name == nil || aw.Title == nil || aw.Input == nil || aw.Input.Type == nil || aw.Input.Properties == nil {
+			return Descriptor{}, nil, invalidDescriptor("action lacks one of name, title, input.type, input.properties")
+		}
+		a := Action{Name: *aw.Name, Title: *aw.Title, Input: Input{Type: *aw.Input.Type, Properties: aw.Input.Properties, Required: aw.Input.Required}}
+		if len(a.Input.Required) == 0 {
+			a.Input.Required = nil
+		}
+		d.Actions = append(d.Actions, a)
+	}
+	if err := ValidateDescriptor(d); err != nil {
+		return Descriptor{}, nil, err
+	}
+	canon, err := canonicalDescriptor(d)
+	if err != nil {
+		return Descriptor{}, nil, err
+	}
+	return d, canon, nil
+}
+
+func canonicalDescriptor(d Descriptor) ([]byte, error) {
+	canon, err := json.Marshal(&d) // map keys sort; no HTML is possible in validated text
+	if err != nil {
+		return nil, invalidDescriptor("descriptor is not serializable")
+	}
+	if len(canon) > MaxDescriptorBytes {
+		return nil, newError(CodeTooLarge, "descriptor exceeds "+strconv.Itoa(MaxDescriptorBytes)+" bytes")
+	}
+	return canon, nil
+}
+
+// ValidateDescriptor checks d against the descriptor rules: the id, name and property
+// grammars, title and version text, the counts, the primitive types, required names, the
+// sensitive-name screen, and the encoded size.
+func ValidateDescriptor(d Descriptor) error {
+	if !capabilityIDPattern.MatchString(d.CapabilityID) {
+		return invalidDescriptor("capabilityId does not match " + capabilityIDPattern.String())
+	}
+	if !validText(d.Title, MaxTitleRunes) {
+		return invalidDescriptor("title must be 1 to 64 characters of trimmed text without control characters or URLs")
+	}
+	if !validText(d.Version, MaxVersionRunes) {
+		return invalidDescriptor("version must be 1 to 32 characters of trimmed text without control characters or URLs")
+	}
+	if d.Actions == nil {
+		return invalidDescriptor("actions must be an array")
+	}
+	if len(d.Actions) > MaxActions {
+		return invalidDescriptor("more than 4 actions")
+	}
+	names := make([]string, 0, len(d.Actions))
+	for _, a := range d.Actions {
+		if !actionNamePattern.MatchString(a.Name) || sensitiveName(a.Name) {
+			return invalidDescriptor("an action name does not match " + actionNamePattern.String() + " or is sensitive")
+		}
+		if slices.Contains(names, a.Name) {
+			return invalidDescriptor("duplicate action name")
+		}
+		names = append(names, a.Name)
+		if !validText(a.Title, MaxTitleRunes) {
+			return invalidDescriptor("an action title must be 1 to 64 characters of trimmed text")
+		}
+		if a.Input.Type != "object" {
+			return invalidDescriptor(`an action input type is not "object"`)
+		}
+		if a.Input.Properties == nil {
+			return invalidDescriptor("an action input has no properties object")
+		}
+		if len(a.Input.Properties) > MaxProperties {
+			return invalidDescriptor("an action input has more than 16 properties")
+		}
+		for name, typ := range a.Input.Properties {
+			if !propertyNamePattern.MatchString(name) || sensitiveName(name) {
+				return invalidDescriptor("a property name does not match " + propertyNamePattern.String() + " or is sensitive")
+			}
+			if typ != TypeString && typ != TypeNumber && typ != TypeBoolean {
+				return invalidDescriptor("a property type is not string, number or boolean")
+			}
+		}
+		for i, r := range a.Input.Required {
+			if _, ok := a.Input.Properties[r]; !ok {
+				return invalidDescriptor("a required name is not a property")
+			}
+			if slices.Contains(a.Input.Required[:i], r) {
+				return invalidDescriptor("a required name is listed twice")
+			}
+		}
+	}
+	canon, err := json.Marshal(&d)
+	if err != nil {
+		return invalidDescriptor("descriptor is not serializable")
+	}
+	if len(canon) > MaxDescriptorBytes {
+		return newError(CodeTooLarge, "descriptor exceeds 1024 bytes")
+	}
+	return nil
+}
+
+// validText: non-empty, at most maxRunes runes, trimmed, valid UTF-8, no control characters
+// and no URL.
+func validText(s string, maxRunes int) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > maxRunes || strings.TrimSpace(s) != s {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return !urlPattern.MatchString(s)
+}
+
+// Action returns the action called name, if d declares it.
+func (d *Descriptor) Action(name string) (Action, bool) {
+	for _, a := range d.Actions {
+		if a.Name == name {
+			return a, true
+		}
+	}
+	return Action{}, false
+}
+
+// ValidateArgs checks invoke args against an action's declared input: at most MaxArgsBytes,
+// one strict JSON object (no duplicate keys), every required name present, no undeclared
+// name, each value of its declared primitive type (null is no type), and no URL in a string.
+// It fails with too_large or invalid_args and never quotes the args.
+func ValidateArgs(in Input, args json.RawMessage) error {
+	if len(args) > MaxArgsBytes {
+		return newError(CodeTooLarge, "args exceed 1024 bytes")
+	}
+	var obj map[string]json.RawMessage
+	if len(bytes.TrimSpace(args)) == 0 || ndjson.Decode(args, &obj, ndjson.Closed) != nil || obj == nil {
+		return newError(CodeInvalidArgs, "args must be one JSON object without duplicate keys")
+	}
+	for _, r := range in.Required {
+		if _, ok := obj[r]; !ok {
+			return newError(CodeInvalidArgs, "a required argument is missing")
+		}
+	}
+	for k, v := range obj {
+		typ, ok := in.Properties[k]
+		if !ok {
+			return newError(CodeInvalidArgs, "an argument is not declared by the action")
+		}
+		if !primitiveOf(v, typ) {
+			return newError(CodeInvalidArgs, "an argument is not of its declared type")
+		}
+		if typ == TypeString && urlPattern.Match(v) {
+			return newError(CodeInvalidArgs, "an argument carries a URL")
+		}
+	}
+	return nil
+}
+
+func primitiveOf(v json.RawMessage, typ string) bool {
+	if len(v) == 0 {
+		return false
+	}
+	switch typ {
+	case TypeString:
+		return v[0] == '"'
+	case TypeBoolean:
+		return string(v) == "true" || string(v) == "false"
+	case TypeNumber:
+		if v[0] != '-' && (v[0] < '0' || v[0] > '9') {
+			return false
+		}
+		f, err := strconv.ParseFloat(string(v), 64)
+		return err == nil && !math.IsInf(f, 0)
+	}
+	return false
+}
+
+// Semantic result bounds: what an observe or invoke result may be, beyond MaxResultBytes.
+const (
+	maxResultDepth   = 4
+	maxResultEntries = 32
+	maxResultKeyLen  = 64
+)
+
+// checkResult screens an observe or invoke result: at most MaxResultBytes, one strict JSON
+// value, no URL or sensitive key:value text, nesting at most 4 deep, arrays and objects of at
+// most 32 entries, keys of at most 64 characters that are not sensitive names, finite
+// numbers. Results are semantic data: anything else fails closed.
+func checkResult(raw json.RawMessage) error {
+	if len(raw) > MaxResultBytes {
+		return newError(CodeTooLarge, "result exceeds 4096 bytes")
+	}
+	if unsafePayload(raw) {
+		return newError(CodeMalformedResponse, "result carries a URL or a sensitive key")
+	}
+	if ndjson.Valid(raw) != nil {
+		return newError(CodeMalformedResponse, "result is not strict JSON")
+	}
+	sc := semanticScanner{data: raw}
+	if !sc.value(0) {
+		return newError(CodeMalformedResponse, "result is not bounded semantic data")
+	}
+	return nil
+}
+
+// semanticScanner walks a JSON value that ndjson.Valid accepted, checking the semantic
+// bounds of checkResult without building it in memory.
+type semanticScanner struct {
+	data []byte
+	pos  int
+}
+
+func (sc *semanticScanner) skipSpace() {
+	for sc.pos < len(sc.data) && isRegexpSpace(sc.data[sc.pos]) {
+		sc.pos++
+	}
+}
+
+// value checks the value at pos, nested in depth containers, and moves past it.
+func (sc *semanticScanner) value(depth int) bool {
+	sc.skipSpace()
+	switch c := sc.data[sc.pos]; {
+	case c == '{' || c == '[':
+		if depth >= maxResultDepth {
+			return false
+		}
+		sc.pos++
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		for n := 0; ; n++ {
+			sc.skipSpace()
+			if sc.data[sc.pos] == closer {
+				sc.pos++
+				return true
+			}
+			if sc.data[sc.pos] == ',' {
+				sc.pos++
+				sc.skipSpace()
+			}
+			if n == maxResultEntries {
+				return false
+			}
+			if c == '{' {
+				key := sc.str()
+				if utf8.RuneCountInString(key) > maxResultKeyLen || sensitiveName(key) {
+					return false
+				}
+				sc.skipSpace()
+				sc.pos++ // ':'
+			}
+			if !sc.value(depth + 1) {
+				return false
+			}
+		}
+	case c == '"':
+		sc.str()
+		return true
+	case c == 't':
+		sc.pos += 4
+	case c == 'f':
+		sc.pos += 5
+	case c == 'n':
+		sc.pos += 4
+	default:
+		start := sc.pos
+		for sc.pos < len(sc.data) && strings.IndexByte("+-.0123456789eE", sc.data[sc.pos]) >= 0 {
+			sc.pos++
+		}
+		f, err := strconv.ParseFloat(string(sc.data[start:sc.pos]), 64)
+		return err == nil && !math.IsInf(f, 0)
+	}
+	return true
+}
+
+// str returns the decoded string at pos and moves past it.
+func (sc *semanticScanner) str() string {
+	start := sc.pos
+	escaped := false
+	for sc.pos++; sc.data[sc.pos] != '"'; sc.pos++ {
+		if sc.data[sc.pos] == '\\' {
+			escaped = true
+			sc.pos++
+		}
+	}
+	sc.pos++
+	if !escaped {
+		return string(sc.data[start+1 : sc.pos-1])
+	}
+	var s string
+	_ = json.Unmarshal(sc.data[start:sc.pos], &s)
+	return s
+}

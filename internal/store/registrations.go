@@ -1,0 +1,144 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Registration bounds. They are the store's own limits, loose enough for any registration
+// the capability adapter supervisor accepts (which checks its stricter rules before a
+// registration reaches the store) and tight enough that a damaged file cannot make the
+// daemon read without bound.
+const (
+	// MaxRegistrations is the most adapter registrations the store holds.
+	MaxRegistrations = 256
+	// MaxRegistrationBytes bounds the JSON of one registration.
+	MaxRegistrationBytes = 64 << 10
+	// MaxRegistrationNameBytes bounds a registration's name, which is also its key.
+	MaxRegistrationNameBytes = 64
+)
+
+// Registration is a capability adapter registration, the operator's local execution approval:
+// an adapter name, the command and its argv. Nothing else is stored: no environment, no
+// adapter configuration, no descriptor.
+type Registration struct {
+	Name    string   `json:"name"`
+	Command string   `json:"command"`
+	Args    []string `json:"args"`
+}
+
+// PutRegistration stores r under r.Name, replacing any registration of that name, in one
+// transaction. It fails with catalog_update_failed when r is invalid (a name that is empty,
+// longer than MaxRegistrationNameBytes, not UTF-8 or holding a NUL; an empty command; JSON
+// over MaxRegistrationBytes), when the store already holds MaxRegistrations other
+// registrations, or when the write fails.
+func (s *Store) PutRegistration(r Registration) error {
+	if !validRegistrationName(r.Name) {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration has an invalid name (1 to %d bytes of UTF-8 without NUL)", MaxRegistrationNameBytes)
+	}
+	if r.Command == "" {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q has no command", r.Name)
+	}
+	rc := Registration{Name: r.Name, Command: r.Command, Args: append([]string{}, r.Args...)}
+	data, err := json.Marshal(&rc)
+	if err != nil {
+		return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is not serializable", r.Name), err)
+	}
+	if len(data) > MaxRegistrationBytes {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is %d bytes, over the limit of %d", r.Name, len(data), MaxRegistrationBytes)
+	}
+	key := []byte(r.Name)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketRegistrations)
+		if err != nil {
+			return err
+		}
+		if b.Get(key) == nil && b.Stats().KeyN >= MaxRegistrations {
+			return protocol.Errorf(protocol.CodeCatalogUpdate, "the store already holds %d adapter registrations", MaxRegistrations)
+		}
+		return b.Put(key, data)
+	})
+	if err != nil {
+		return s.writeErr(fmt.Sprintf("cannot save registration %q", r.Name), err)
+	}
+	return nil
+}
+
+// DeleteRegistration removes the registration called name and reports whether it existed.
+// Deleting an absent registration writes nothing.
+func (s *Store) DeleteRegistration(name string) (existed bool, err error) {
+	key := []byte(name)
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketRegistrations)
+		if err != nil {
+			return err
+		}
+		if b.Get(key) == nil {
+			return errNoChange
+		}
+		existed = true
+		return b.Delete(key)
+	})
+	if err != nil && !errors.Is(err, errNoChange) {
+		return false, s.writeErr(fmt.Sprintf("cannot delete registration %q", name), err)
+	}
+	return existed, nil
+}
+
+// Registrations returns every stored registration in name order. A registration that does
+// not decode strictly, is stored under another name or has no command, and a bucket holding
+// more than MaxRegistrations entries, fail the whole call with corrupt_state.
+func (s *Store) Registrations() ([]Registration, error) {
+	var regs []Registration
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketRegistrations)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(regs) == MaxRegistrations {
+				return corrupt("%s: the registrations bucket holds more than %d entries", s.path, MaxRegistrations)
+			}
+			r, err := s.decodeRegistration(k, v)
+			if err != nil {
+				return err
+			}
+			regs = append(regs, *r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.readErr("read registrations", err)
+	}
+	return regs, nil
+}
+
+func (s *Store) decodeRegistration(key, v []byte) (*Registration, error) {
+	if len(v) > MaxRegistrationBytes {
+		return nil, corrupt("%s: registration %q is larger than %d bytes", s.path, key, MaxRegistrationBytes)
+	}
+	var r Registration
+	if err := ndjson.Decode(v, &r, ndjson.Closed); err != nil {
+		return nil, wrap(corrupt("%s: registration %q does not decode", s.path, key), decodeCause(err))
+	}
+	if r.Name != string(key) {
+		return nil, corrupt("%s: registration stored under %q names another adapter", s.path, key)
+	}
+	if r.Command == "" || r.Args == nil {
+		return nil, corrupt("%s: registration %q lacks its command or args", s.path, key)
+	}
+	return &r, nil
+}
+
+func validRegistrationName(name string) bool {
+	return name != "" && len(name) <= MaxRegistrationNameBytes && utf8.ValidString(name) && !strings.ContainsRune(name, 0)
+}
