@@ -1,0 +1,579 @@
+package tooladapter
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Kind is a frame kind.
+type Kind string
+
+// The eight frame kinds. Lifecycle kinds never double as operations.
+const (
+	KindBind    Kind = "bind"    // daemon → adapter: the only frame that carries the handle
+	KindBound   Kind = "bound"   // adapter → daemon: echoes operations and limits
+	KindInvoke  Kind = "invoke"  // daemon → adapter
+	KindResult  Kind = "result"  // adapter → daemon
+	KindAbort   Kind = "abort"   // daemon → adapter: targets one in-flight invoke
+	KindAborted Kind = "aborted" // adapter → daemon
+	KindRevoke  Kind = "revoke"  // daemon → adapter
+	KindRevoked Kind = "revoked" // adapter → daemon
+)
+
+// Identity is the wire identity every frame carries besides protocolVersion and kind.
+type Identity struct {
+	AdapterID      string `json:"adapterId"`
+	AdapterVersion string `json:"adapterVersion"`
+	HostInstanceID string `json:"hostInstanceId"`
+	SessionID      string `json:"sessionId"`
+	Generation     int64  `json:"generation"`
+}
+
+// checkBinding validates the host, session and generation members.
+func (id Identity) checkBinding(prefix, code string) *protocol.Error {
+	switch {
+	case !validText(id.HostInstanceID, MaxHostInstanceIDLen):
+		return fieldError(code, prefix+"hostInstanceId", "hostInstanceId must be 1 to %d characters without control characters", MaxHostInstanceIDLen)
+	case !validText(id.SessionID, MaxSessionIDLen):
+		return fieldError(code, prefix+"sessionId", "sessionId must be 1 to %d characters without control characters", MaxSessionIDLen)
+	case id.Generation < 0 || id.Generation > maxSafeInteger:
+		return fieldError(code, prefix+"generation", "generation must be an integer from 0 to %d", maxSafeInteger)
+	}
+	return nil
+}
+
+// ErrorBody is the error of a failed result or abort acknowledgement.
+type ErrorBody struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable"`
+}
+
+// Frame is one adapter protocol frame. Which members a kind carries is fixed:
+//
+//	bind     Operations, Limits, CapabilityHandle
+//	bound    Operations, Limits
+//	invoke   RequestID, IdempotencyKey, Operation, Payload
+//	result   RequestID, IdempotencyKey, Operation, OK, and Data (OK) or Error (not OK)
+//	abort    RequestID, TargetRequestID
+//	aborted  RequestID, TargetRequestID, Aborted, and optionally Error when not Aborted
+//	revoke, revoked: identity only
+//
+// Members a kind does not carry must be zero.
+type Frame struct {
+	Kind Kind
+	Identity
+	CapabilityHandle Handle
+	Operations       []string
+	Limits           *Limits
+	RequestID        string
+	TargetRequestID  string
+	IdempotencyKey   string
+	Operation        string
+	Payload          json.RawMessage
+	OK               bool
+	Data             json.RawMessage
+	Error            *ErrorBody
+	Aborted          bool
+}
+
+// wireFrame is a frame as it travels. Pointers tell a missing member from a zero one; the
+// member order is the order frames are written in.
+type wireFrame struct {
+	ProtocolVersion  *string         `json:"protocolVersion,omitempty"`
+	Kind             *string         `json:"kind,omitempty"`
+	AdapterID        *string         `json:"adapterId,omitempty"`
+	AdapterVersion   *string         `json:"adapterVersion,omitempty"`
+	HostInstanceID   *string         `json:"hostInstanceId,omitempty"`
+	SessionID        *string         `json:"sessionId,omitempty"`
+	Generation       *int64          `json:"generation,omitempty"`
+	CapabilityHandle *string         `json:"capabilityHandle,omitempty"`
+	Operations       *[]string       `json:"operations,omitempty"`
+	Limits           *rawLimits      `json:"limits,omitempty"`
+	RequestID        *string         `json:"requestId,omitempty"`
+	TargetRequestID  *string         `json:"targetRequestId,omitempty"`
+	IdempotencyKey   *string         `json:"idempotencyKey,omitempty"`
+	Operation        *string         `json:"operation,omitempty"`
+	Payload          json.RawMessage `json:"payload,omitempty"`
+	OK               *bool           `json:"ok,omitempty"`
+	Data             json.RawMessage `json:"data,omitempty"`
+	Error            *rawErrorBody   `json:"error,omitempty"`
+	Aborted          *bool           `json:"aborted,omitempty"`
+}
+
+type rawErrorBody struct {
+	Code      *string `json:"code"`
+	Message   *string `json:"message"`
+	Retryable *bool   `json:"retryable"`
+}
+
+// member is a bit set of the kind-specific members of a frame.
+type member uint16
+
+const (
+	mHandle member = 1 << iota
+	mOps
+	mLimits
+	mReq
+	mTarget
+	mKey
+	mOp
+	mPayload
+	mOK
+	mData
+	mError
+	mAborted
+)
+
+var kindMembers = map[Kind]struct{ required, optional member }{
+	KindBind:    {mHandle | mOps | mLimits, 0},
+	KindBound:   {mOps | mLimits, 0},
+	KindInvoke:  {mReq | mKey | mOp | mPayload, 0},
+	KindResult:  {mReq | mKey | mOp | mOK, mData | mError},
+	KindAbort:   {mReq | mTarget, 0},
+	KindAborted: {mReq | mTarget | mAborted, mError},
+	KindRevoke:  {},
+	KindRevoked: {},
+}
+
+// validWireID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._:-]*$ with 1 to max bytes.
+func validWireID(s string, max int) bool {
+	return validToken(s, max, "._:-")
+}
+
+func frameError(field, format string, args ...any) *protocol.Error {
+	e := protocol.Errorf(CodeProtocolInvalid, format, args...)
+	if field != "" {
+		e = e.With(DetailField, field)
+	}
+	return e
+}
+
+// DecodeFrame decodes and validates one frame line (without its LF) strictly: one closed JSON
+// object, exactly the members of its kind, the wire identity, id formats, the error body rules,
+// and the typed payload (invoke) or result data (result) of its operation. Any failure is
+// adapter_protocol_invalid with details.field; messages never quote values.
+//
+// DecodeFrame checks the frame alone. Whether its kind may arrive, and whether its identity is
+// the expected one, is the receiver's business.
+func DecodeFrame(line []byte) (*Frame, *protocol.Error) {
+	var r rawFrame
+	if err := ndjson.Decode(line, &r, ndjson.Closed); err != nil {
+		return nil, decodeFrameError(err, "")
+	}
+	w, e := r.wire()
+	if e != nil {
+		return nil, e
+	}
+	f, e := w.toFrame()
+	if e != nil {
+		return nil, e
+	}
+	if e := f.validate(); e != nil {
+		return nil, e
+	}
+	return f, nil
+}
+
+func decodeFrameError(err error, prefix string) *protocol.Error {
+	var de *ndjson.DecodeError
+	if errors.As(err, &de) {
+		field := de.Path
+		if prefix != "" {
+			field = strings.TrimSuffix(prefix+field, ".")
+		}
+		return frameError(field, "frame is not a closed frame object (%s)", de.Reason)
+	}
+	return frameError(strings.TrimSuffix(prefix, "."), "frame is not a closed frame object")
+}
+
+// rawFrame is the first stage of decoding: a struct of raw members lets ndjson check the whole
+// line (syntax, closed keys, duplicates, case variants) in one pass without a reflective second
+// pass; wire then converts each member, most of them plain strings, by hand.
+type rawFrame struct {
+	ProtocolVersion  json.RawMessage `json:"protocolVersion"`
+	Kind             json.RawMessage `json:"kind"`
+	AdapterID        json.RawMessage `json:"adapterId"`
+	AdapterVersion   json.RawMessage `json:"adapterVersion"`
+	HostInstanceID   json.RawMessage `json:"hostInstanceId"`
+	SessionID        json.RawMessage `json:"sessionId"`
+	Generation       json.RawMessage `json:"generation"`
+	CapabilityHandle json.RawMessage `json:"capabilityHandle"`
+	Operations       json.RawMessage `json:"operations"`
+	Limits           json.RawMessage `json:"limits"`
+	RequestID        json.RawMessage `json:"requestId"`
+	TargetRequestID  json.RawMessage `json:"targetRequestId"`
+	IdempotencyKey   json.RawMessage `json:"idempotencyKey"`
+	Operation        json.RawMessage `json:"operation"`
+	Payload          json.RawMessage `json:"payload"`
+	OK               json.RawMessage `json:"ok"`
+	Data             json.RawMessage `json:"data"`
+	Error            json.RawMessage `json:"error"`
+	Aborted          json.RawMessage `json:"aborted"`
+}
+
+func (r *rawFrame) wire() (*wireFrame, *protocol.Error) {
+	w := &wireFrame{}
+	var e *protocol.Error
+	str := func(raw json.RawMessage, name string) *string {
+		if raw == nil || e != nil {
+			return nil
+		}
+		s, ok := rawString(raw)
+		if !ok {
+			e = frameError(name, "frame member %s must be a string", name)
+			return nil
+		}
+		return &s
+	}
+	w.ProtocolVersion = str(r.ProtocolVersion, "protocolVersion")
+	w.Kind = str(r.Kind, "kind")
+	w.AdapterID = str(r.AdapterID, "adapterId")
+	w.AdapterVersion = str(r.AdapterVersion, "adapterVersion")
+	w.HostInstanceID = str(r.HostInstanceID, "hostInstanceId")
+	w.SessionID = str(r.SessionID, "sessionId")
+	w.CapabilityHandle = str(r.CapabilityHandle, "capabilityHandle")
+	w.RequestID = str(r.RequestID, "requestId")
+	w.TargetRequestID = str(r.TargetRequestID, "targetRequestId")
+	w.IdempotencyKey = str(r.IdempotencyKey, "idempotencyKey")
+	w.Operation = str(r.Operation, "operation")
+	if e != nil {
+		return nil, e
+	}
+	if r.Generation != nil {
+		g, err := strconv.ParseInt(string(r.Generation), 10, 64)
+		if err != nil {
+			return nil, frameError("generation", "frame member generation must be an integer")
+		}
+		w.Generation = &g
+	}
+	for _, b := range []struct {
+		raw  json.RawMessage
+		dst  **bool
+		name string
+	}{{r.OK, &w.OK, "ok"}, {r.Aborted, &w.Aborted, "aborted"}} {
+		if b.raw == nil {
+			continue
+		}
+		v := string(b.raw) == "true"
+		if !v && string(b.raw) != "false" {
+			return nil, frameError(b.name, "frame member %s must be a boolean", b.name)
+		}
+		*b.dst = &v
+	}
+	if r.Operations != nil {
+		var ops []string
+		if err := ndjson.Decode(r.Operations, &ops, ndjson.Closed); err != nil {
+			return nil, decodeFrameError(err, "operations.")
+		}
+		w.Operations = &ops
+	}
+	if r.Limits != nil {
+		w.Limits = &rawLimits{}
+		if err := ndjson.Decode(r.Limits, w.Limits, ndjson.Closed); err != nil {
+			return nil, decodeFrameError(err, "limits.")
+		}
+	}
+	if r.Error != nil {
+		w.Error = &rawErrorBody{}
+		if err := ndjson.Decode(r.Error, w.Error, ndjson.Closed); err != nil {
+			return nil, decodeFrameError(err, "error.")
+		}
+	}
+	w.Payload, w.Data = r.Payload, r.Data
+	return w, nil
+}
+
+// rawString decodes a JSON string member. Plain ASCII without escapes, the common case, is
+// sliced out directly; anything else goes through encoding/json, so that escapes and invalid
+// UTF-8 are treated exactly as everywhere else.
+func rawString(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	plain := true
+	for _, c := range raw[1 : len(raw)-1] {
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
+	switch {
+	case w.ProtocolVersion == nil:
+		return nil, frameError("protocolVersion", "frame member protocolVersion is required")
+	case *w.ProtocolVersion != ProtocolVersion:
+		return nil, frameError("protocolVersion", "frame protocol version must be %q", ProtocolVersion)
+	case w.Kind == nil:
+		return nil, frameError("kind", "frame member kind is required")
+	}
+	kind := Kind(*w.Kind)
+	spec, ok := kindMembers[kind]
+	if !ok {
+		return nil, frameError("kind", "unknown frame kind")
+	}
+	for _, m := range []struct {
+		name string
+		ok   bool
+	}{
+		{"adapterId", w.AdapterID != nil}, {"adapterVersion", w.AdapterVersion != nil},
+		{"hostInstanceId", w.HostInstanceID != nil}, {"sessionId", w.SessionID != nil},
+		{"generation", w.Generation != nil},
+	} {
+		if !m.ok {
+			return nil, frameError(m.name, "frame member %s is required", m.name)
+		}
+	}
+	present := []struct {
+		m    member
+		name string
+		ok   bool
+	}{
+		{mHandle, "capabilityHandle", w.CapabilityHandle != nil}, {mOps, "operations", w.Operations != nil},
+		{mLimits, "limits", w.Limits != nil}, {mReq, "requestId", w.RequestID != nil},
+		{mTarget, "targetRequestId", w.TargetRequestID != nil}, {mKey, "idempotencyKey", w.IdempotencyKey != nil},
+		{mOp, "operation", w.Operation != nil}, {mPayload, "payload", w.Payload != nil},
+		{mOK, "ok", w.OK != nil}, {mData, "data", w.Data != nil},
+		{mError, "error", w.Error != nil}, {mAborted, "aborted", w.Aborted != nil},
+	}
+	for _, p := range present {
+		switch {
+		case p.ok && (spec.required|spec.optional)&p.m == 0:
+			return nil, frameError(p.name, "member %s is not allowed in a %s frame", p.name, kind)
+		case !p.ok && spec.required&p.m != 0:
+			return nil, frameError(p.name, "member %s is required in a %s frame", p.name, kind)
+		}
+	}
+	f := &Frame{Kind: kind, Identity: Identity{
+		AdapterID: *w.AdapterID, AdapterVersion: *w.AdapterVersion,
+		HostInstanceID: *w.HostInstanceID, SessionID: *w.SessionID, Generation: *w.Generation,
+	}}
+	if w.CapabilityHandle != nil {
+		f.CapabilityHandle = Handle{v: *w.CapabilityHandle}
+		if f.CapabilityHandle.IsZero() {
+			return nil, frameError("capabilityHandle", "capabilityHandle is invalid")
+		}
+	}
+	if w.Operations != nil {
+		f.Operations = *w.Operations
+		if f.Operations == nil {
+			f.Operations = []string{}
+		}
+	}
+	if w.Limits != nil {
+		l, e := w.Limits.toLimits("limits.")
+		if e != nil {
+			return nil, frameError(e.Details[DetailField].(string), "frame limits are invalid")
+		}
+		f.Limits = &l
+	}
+	deref := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	f.RequestID, f.TargetRequestID = deref(w.RequestID), deref(w.TargetRequestID)
+	f.IdempotencyKey, f.Operation = deref(w.IdempotencyKey), deref(w.Operation)
+	f.Payload, f.Data = w.Payload, w.Data
+	if w.OK != nil {
+		f.OK = *w.OK
+	}
+	if w.Aborted != nil {
+		f.Aborted = *w.Aborted
+	}
+	if w.Error != nil {
+		eb := w.Error
+		switch {
+		case eb.Code == nil:
+			return nil, frameError("error.code", "error member code is required")
+		case eb.Message == nil:
+			return nil, frameError("error.message", "error member message is required")
+		case eb.Retryable == nil:
+			return nil, frameError("error.retryable", "error member retryable is required")
+		}
+		f.Error = &ErrorBody{Code: *eb.Code, Message: *eb.Message, Retryable: *eb.Retryable}
+	}
+	return f, nil
+}
+
+// validate checks the values of a frame whose member set is already right for its kind.
+func (f *Frame) validate() *protocol.Error {
+	if !validAdapterIdentity(f.AdapterID, f.AdapterVersion) {
+		if checkAdapterID(f.AdapterID, "") != nil {
+			return frameError("adapterId", "frame adapterId is invalid")
+		}
+		return frameError("adapterVersion", "frame adapterVersion is invalid")
+	}
+	if e := f.Identity.checkBinding("", CodeProtocolInvalid); e != nil {
+		return e
+	}
+	if _, ok := kindMembers[f.Kind]; !ok {
+		return frameError("kind", "unknown frame kind")
+	}
+	switch f.Kind {
+	case KindBind, KindBound:
+		if f.Kind == KindBind && !validHandle(f.CapabilityHandle.v) {
+			return frameError("capabilityHandle", "capabilityHandle is invalid")
+		}
+		if _, e := checkOperations(f.Operations, "operations", CodeProtocolInvalid); e != nil {
+			return e
+		}
+		if f.Limits == nil {
+			return frameError("limits", "limits are required")
+		}
+		if e := f.Limits.check("limits."); e != nil {
+			return frameError(e.Details[DetailField].(string), "frame limits are invalid")
+		}
+	case KindInvoke, KindResult:
+		if !validWireID(f.RequestID, MaxRequestIDLen) {
+			return frameError("requestId", "requestId must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxRequestIDLen)
+		}
+		if !validWireID(f.IdempotencyKey, MaxIdempotencyKeyLen) {
+			return frameError("idempotencyKey", "idempotencyKey must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxIdempotencyKeyLen)
+		}
+		if !knownOperation(f.Operation) {
+			return frameError("operation", "operation is not a tool operation")
+		}
+		if f.Kind == KindInvoke {
+			if e := ValidatePayload(f.Operation, f.Payload); e != nil {
+				return frameError("payload", "invoke payload is invalid")
+			}
+			break
+		}
+		switch {
+		case f.OK && (f.Data == nil || f.Error != nil):
+			return frameError("data", "a successful result carries data and no error")
+		case !f.OK && (f.Data != nil || f.Error == nil):
+			return frameError("error", "a failed result carries an error and no data")
+		case f.OK:
+			if e := ValidateResult(f.Operation, f.Data); e != nil {
+				return frameError("data", "result data is invalid")
+			}
+		}
+	case KindAbort, KindAborted:
+		if !validWireID(f.RequestID, MaxRequestIDLen) {
+			return frameError("requestId", "requestId is invalid")
+		}
+		if !validWireID(f.TargetRequestID, MaxRequestIDLen) {
+			return frameError("targetRequestId", "targetRequestId is invalid")
+		}
+		if f.Kind == KindAborted && f.Aborted && f.Error != nil {
+			return frameError("error", "a successful abort acknowledgement carries no error")
+		}
+	}
+	if f.Error != nil {
+		if !validText(f.Error.Code, MaxErrorCodeLen) {
+			return frameError("error.code", "error code must be 1 to %d characters without control characters", MaxErrorCodeLen)
+		}
+		if f.Error.Message == "" || len([]rune(f.Error.Message)) > MaxErrorMessageLen {
+			return frameError("error.message", "error message must be 1 to %d characters", MaxErrorMessageLen)
+		}
+	}
+	return nil
+}
+
+func validAdapterIdentity(id, version string) bool {
+	return checkAdapterID(id, "") == nil && checkAdapterVersion(version, "") == nil
+}
+
+// EncodeFrame validates f and serializes it as one line, LF included. A line longer than
+// maxBytes (when maxBytes > 0) is refused with adapter_request_too_large.
+func EncodeFrame(f *Frame, maxBytes int) ([]byte, *protocol.Error) {
+	if e := f.validate(); e != nil {
+		return nil, protocol.Errorf(CodeRequestInvalid, "frame is invalid").With(DetailField, e.Details[DetailField])
+	}
+	b, err := marshalFrame(f)
+	if err != nil {
+		return nil, protocol.Errorf(CodeRequestInvalid, "frame is not serializable")
+	}
+	if maxBytes > 0 && len(b) > maxBytes {
+		return nil, protocol.Errorf(CodeRequestTooLarge, "frame of %d bytes exceeds the limit of %d", len(b), maxBytes)
+	}
+	return b, nil
+}
+
+// marshalFrame serializes f without validating it. It is the only reader of the handle's value
+// outside the reflection check.
+func marshalFrame(f *Frame) ([]byte, error) {
+	pv, kind := ProtocolVersion, string(f.Kind)
+	id := f.Identity
+	w := wireFrame{
+		ProtocolVersion: &pv, Kind: &kind,
+		AdapterID: &id.AdapterID, AdapterVersion: &id.AdapterVersion,
+		HostInstanceID: &id.HostInstanceID, SessionID: &id.SessionID, Generation: &id.Generation,
+	}
+	spec := kindMembers[f.Kind]
+	has := func(m member) bool { return (spec.required|spec.optional)&m != 0 }
+	if has(mHandle) {
+		w.CapabilityHandle = &f.CapabilityHandle.v
+	}
+	if has(mOps) {
+		ops := f.Operations
+		w.Operations = &ops
+	}
+	if has(mLimits) && f.Limits != nil {
+		l := *f.Limits
+		w.Limits = &rawLimits{&l.MaxRequestBytes, &l.MaxResponseBytes, &l.MaxConcurrentRequests,
+			&l.MaxQueuedRequests, &l.RequestTimeoutMs, &l.MaxIdempotencyKeys, &l.IdempotencyTtlMs}
+	}
+	if has(mReq) {
+		w.RequestID = &f.RequestID
+	}
+	if has(mTarget) {
+		w.TargetRequestID = &f.TargetRequestID
+	}
+	if has(mKey) {
+		w.IdempotencyKey = &f.IdempotencyKey
+	}
+	if has(mOp) {
+		w.Operation = &f.Operation
+	}
+	if has(mPayload) {
+		w.Payload = f.Payload
+	}
+	switch f.Kind {
+	case KindResult:
+		ok := f.OK
+		w.OK = &ok
+		if ok {
+			w.Data = f.Data
+		}
+	case KindAborted:
+		ab := f.Aborted
+		w.Aborted = &ab
+	}
+	if has(mError) && f.Error != nil && !(f.Kind == KindResult && f.OK) {
+		eb := *f.Error
+		w.Error = &rawErrorBody{&eb.Code, &eb.Message, &eb.Retryable}
+	}
+	return ndjson.Marshal(&w)
+}
+
+// bindFrame is the normalized bind frame of a descriptor.
+func (d *Descriptor) bindFrame() *Frame {
+	l := d.Limits
+	return &Frame{Kind: KindBind, Identity: d.identity(), CapabilityHandle: d.Binding.CapabilityHandle,
+		Operations: d.Operations, Limits: &l}
+}
+
+// boundFrame is the bound frame a conforming adapter answers bind with.
+func (d *Descriptor) boundFrame() *Frame {
+	l := d.Limits
+	return &Frame{Kind: KindBound, Identity: d.identity(), Operations: d.Operations, Limits: &l}
+}

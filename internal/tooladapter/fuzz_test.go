@@ -1,0 +1,174 @@
+package tooladapter
+
+import (
+	"bytes"
+	"encoding/json"
+	"path"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FuzzDecodeFrame: whatever the adapter sends, DecodeFrame either refuses it with
+// adapter_protocol_invalid or returns a frame whose encoding is a fixed point of
+// decode∘encode and carries the handle only in bind.
+func FuzzDecodeFrame(f *testing.F) {
+	for _, fr := range sampleFrames() {
+		b, _ := marshalFrame(fr)
+		f.Add(bytes.TrimSuffix(b, []byte("\n")))
+	}
+	f.Add([]byte(`{"protocolVersion":"1.0","kind":"revoke"}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fr, e := DecodeFrame(line)
+		if e != nil {
+			if fr != nil || e.Code != CodeProtocolInvalid {
+				t.Fatalf("refusal = %v, frame %v", e, fr)
+			}
+			return
+		}
+		enc, e := EncodeFrame(fr, 0)
+		if e != nil {
+			t.Fatalf("decoded frame does not encode: %v", e)
+		}
+		fr2, e := DecodeFrame(bytes.TrimSuffix(enc, []byte("\n")))
+		if e != nil {
+			t.Fatalf("encoding does not decode: %v\n%s", e, enc)
+		}
+		enc2, _ := EncodeFrame(fr2, 0)
+		if !bytes.Equal(enc, enc2) {
+			t.Fatalf("not a fixed point:\n%s\n%s", enc, enc2)
+		}
+		if fr2.Kind != fr.Kind || fr2.Identity != fr.Identity || fr2.RequestID != fr.RequestID || fr2.OK != fr.OK || fr2.Aborted != fr.Aborted {
+			t.Fatalf("members changed: %+v vs %+v", fr, fr2)
+		}
+		if hasHandle := bytes.Contains(enc, []byte(`"capabilityHandle"`)); hasHandle != (fr.Kind == KindBind) {
+			t.Fatalf("%s frame: capabilityHandle present = %v", fr.Kind, hasHandle)
+		}
+		if bytes.Count(enc, []byte("\n")) != 1 {
+			t.Fatal("encoding is not one line")
+		}
+	})
+}
+
+var descriptorCodes = map[string]bool{
+	CodeInvalidDescriptor: true, CodeUnsupportedVersion: true, CodeInvalidIdentity: true,
+	CodeInvalidEndpoint: true, CodeInvalidBinding: true, CodeInvalidCapability: true,
+	CodeUnsupportedOp: true, CodeInvalidLimit: true, CodeInvalidField: true, CodeBindingMismatch: true,
+}
+
+var handleLike = regexp.MustCompile(`^[A-Za-z0-9_-]{32,}$`)
+
+// FuzzParseDescriptor: a refusal has a descriptor code and never quotes the handle or the
+// endpoint; an accepted descriptor is bound to the wanted incarnation, re-parses from its own
+// members to the same policy, and can complete its handshake within its limits.
+func FuzzParseDescriptor(f *testing.F) {
+	f.Add([]byte(mustJSON(f, descriptorMap(testSock))), "host-019f", "agent-a", int64(2))
+	m := descriptorMap("/" + strings.Repeat("p", 99))
+	binding(m)["capabilityHandle"] = strings.Repeat("c", 512)
+	limits(m)["maxRequestBytes"], limits(m)["maxResponseBytes"] = 2048, 1024
+	f.Add([]byte(mustJSON(f, m)), "host-019f", "agent-a", int64(2))
+	f.Fuzz(func(t *testing.T, raw []byte, host, session string, gen int64) {
+		want := Binding{host, session, gen}
+		d, e := ParseDescriptor(raw, want)
+		if e != nil {
+			if d != nil || !descriptorCodes[e.Code] {
+				t.Fatalf("refusal = %v", e)
+			}
+			var probe struct {
+				Endpoint struct {
+					Path any `json:"path"`
+				} `json:"endpoint"`
+				Binding struct {
+					CapabilityHandle any `json:"capabilityHandle"`
+				} `json:"binding"`
+			}
+			if json.Unmarshal(raw, &probe) == nil {
+				text := errorTexts(e)
+				if h, ok := probe.Binding.CapabilityHandle.(string); ok && handleLike.MatchString(h) && strings.Contains(text, h) {
+					t.Fatalf("error quotes the handle: %v", e)
+				}
+				if p, ok := probe.Endpoint.Path.(string); ok && len(p) >= 8 && strings.Count(p, "/") >= 2 && strings.Contains(text, p) {
+					t.Fatalf("error quotes the endpoint: %v", e)
+				}
+			}
+			return
+		}
+		if d.Incarnation() != want {
+			t.Fatalf("accepted for %+v, bound to %+v", want, d.Incarnation())
+		}
+		bind, _ := marshalFrame(d.bindFrame())
+		bound, _ := marshalFrame(d.boundFrame())
+		if int64(len(bind)) > d.Limits.MaxRequestBytes || int64(len(bound)) > d.Limits.MaxResponseBytes {
+			t.Fatal("accepted limits cannot hold the handshake")
+		}
+		if _, e := DecodeFrame(bind[:len(bind)-1]); e != nil {
+			t.Fatalf("bind frame does not decode: %v", e)
+		}
+		again := map[string]any{
+			"protocolVersion": d.ProtocolVersion, "adapterId": d.AdapterID, "adapterVersion": d.AdapterVersion,
+			"endpoint": d.Endpoint,
+			"binding": map[string]any{"hostInstanceId": d.Binding.HostInstanceID, "sessionId": d.Binding.SessionID,
+				"generation": d.Binding.Generation, "capabilityHandle": d.Binding.CapabilityHandle.v},
+			"operations": d.Operations, "limits": d.Limits,
+		}
+		d2, e := ParseDescriptor(mustJSON(t, again), want)
+		if e != nil {
+			t.Fatalf("re-parse: %v", e)
+		}
+		if !d2.Summary().Equal(d.Summary()) || d2.Endpoint != d.Endpoint || !d2.Binding.CapabilityHandle.Equal(d.Binding.CapabilityHandle) {
+			t.Fatal("re-parse changed the descriptor")
+		}
+		if strings.Contains(string(d.Summary().Canonical()), d.Binding.CapabilityHandle.v) {
+			t.Fatal("summary holds the handle")
+		}
+	})
+}
+
+// schemaBadPath is the schema's "not" pattern for relativePath.
+var schemaBadPath = regexp.MustCompile(`(^/|(^|/)\.\.(/|$)|\\|[\x00-\x1f\x7f])`)
+
+// referenceValid is an independent statement of the relative-path rules: the schema pattern,
+// the byte bound, and canonical form, with every Unicode control character refused.
+func referenceValid(p string) bool {
+	return p != "" && len(p) <= MaxRelativePathBytes && utf8.ValidString(p) &&
+		!schemaBadPath.MatchString(p) && !strings.ContainsFunc(p, unicode.IsControl) &&
+		path.Clean(p) == p
+}
+
+// FuzzValidateRelativePath: the validator agrees with the reference; an accepted path stays
+// beneath its root lexically, has no empty, "." (but the root itself) or ".." segment; a refused
+// one has a reason and a message that does not quote it.
+func FuzzValidateRelativePath(f *testing.F) {
+	for _, s := range []string{".", "a", "src/protocol.ts", "", "/etc/passwd", "../secret", "src/../secret", "src//file", "src\\file", "x\x00y", "./a", "a/", "a/.", "é/ü", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		e := ValidateRelativePath(p)
+		if (e == nil) != referenceValid(p) {
+			t.Fatalf("ValidateRelativePath(%q) = %v, reference says valid=%v", p, e, referenceValid(p))
+		}
+		if e != nil {
+			reason, _ := e.Details[DetailReason].(string)
+			if e.Code != CodeInvalidPath || reason == "" || e.Message != pathError(reason).Message {
+				t.Fatalf("refusal = %v %v", e, e.Details)
+			}
+			return
+		}
+		if escapes(p) {
+			t.Fatalf("%q escapes its root", p)
+		}
+		if p == "." {
+			return
+		}
+		for _, seg := range strings.Split(p, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				t.Fatalf("%q has segment %q", p, seg)
+			}
+		}
+		if j := path.Join("/root", p); !strings.HasPrefix(j, "/root/") {
+			t.Fatalf("%q joins to %q", p, j)
+		}
+	})
+}

@@ -1,0 +1,379 @@
+package tooladapter
+
+import (
+	"encoding/json"
+	"errors"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Bounds of operation payloads and results. The wire has no defaults: optional bounds are the
+// adapter's choice, and only their maxima are fixed.
+const (
+	MaxContentBytes  = 4 << 20 // fs.read content, fs.write content, fs.edit texts
+	MaxListEntries   = 10_000
+	MaxSearchResults = 10_000
+	MaxQueryLen      = 4096
+	MaxMatchTextLen  = 4096
+	MaxEdits         = 256
+	MaxEntryNameLen  = 255
+	minModifiedAtLen = 20
+	maxModifiedAtLen = 64
+	entryTypeFile    = "file"
+	entryTypeDir     = "directory"
+)
+
+var (
+	modifiedAtPattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$`)
+)
+
+// Request payloads, closed; pointers tell a missing member from a zero one.
+type (
+	listPayload struct {
+		Path       *string `json:"path"`
+		MaxEntries *int64  `json:"maxEntries"`
+	}
+	statPayload struct {
+		Path *string `json:"path"`
+	}
+	readPayload struct {
+		Path     *string `json:"path"`
+		Offset   *int64  `json:"offset"`
+		MaxBytes *int64  `json:"maxBytes"`
+	}
+	searchPayload struct {
+		Path       *string `json:"path"`
+		Query      *string `json:"query"`
+		MaxResults *int64  `json:"maxResults"`
+	}
+	writePayload struct {
+		Path           *string `json:"path"`
+		Content        *string `json:"content"`
+		Create         *bool   `json:"create"`
+		Overwrite      *bool   `json:"overwrite"`
+		ExpectedDigest *string `json:"expectedDigest"`
+	}
+	editPayload struct {
+		Path           *string     `json:"path"`
+		Edits          *[]editItem `json:"edits"`
+		ExpectedDigest *string     `json:"expectedDigest"`
+	}
+	editItem struct {
+		OldText *string `json:"oldText"`
+		NewText *string `json:"newText"`
+	}
+)
+
+// Result data, closed.
+type (
+	listResult struct {
+		Entries   *[]listEntry `json:"entries"`
+		Truncated *bool        `json:"truncated"`
+	}
+	listEntry struct {
+		Name       *string `json:"name"`
+		Type       *string `json:"type"`
+		Size       *int64  `json:"size"`
+		ModifiedAt *string `json:"modifiedAt"`
+	}
+	statResult struct {
+		Type       *string `json:"type"`
+		Size       *int64  `json:"size"`
+		ModifiedAt *string `json:"modifiedAt"`
+	}
+	readResult struct {
+		Content   *string `json:"content"`
+		BytesRead *int64  `json:"bytesRead"`
+		EOF       *bool   `json:"eof"`
+	}
+	searchResult struct {
+		Matches   *[]searchMatch `json:"matches"`
+		Truncated *bool          `json:"truncated"`
+	}
+	searchMatch struct {
+		Path   *string `json:"path"`
+		Line   *int64  `json:"line"`
+		Column *int64  `json:"column"`
+		Text   *string `json:"text"`
+	}
+	writeResult struct {
+		Created      *bool   `json:"created"`
+		BytesWritten *int64  `json:"bytesWritten"`
+		Digest       *string `json:"digest"`
+	}
+	editResult struct {
+		Replacements *int64  `json:"replacements"`
+		Digest       *string `json:"digest"`
+	}
+)
+
+// shapeCheck collects the first failure of a payload or result check.
+type shapeCheck struct {
+	code  string // the code of every failure but paths
+	field string
+	path  *protocol.Error
+}
+
+func (c *shapeCheck) fail(field string) {
+	if c.field == "" && c.path == nil {
+		c.field = field
+	}
+}
+
+func (c *shapeCheck) ok() bool { return c.field == "" && c.path == nil }
+
+func (c *shapeCheck) required(field string, present bool) bool {
+	if !present {
+		c.fail(field)
+	}
+	return present
+}
+
+func (c *shapeCheck) intRange(field string, v *int64, lo, hi int64, optional bool) {
+	if v == nil {
+		if !optional {
+			c.fail(field)
+		}
+		return
+	}
+	if *v < lo || *v > hi {
+		c.fail(field)
+	}
+}
+
+func (c *shapeCheck) relPath(field string, p *string) {
+	if !c.required(field, p != nil) {
+		return
+	}
+	if e := ValidateRelativePath(*p); e != nil && c.ok() {
+		c.path = e.With(DetailField, field)
+	}
+}
+
+func (c *shapeCheck) digest(field string, p *string, optional bool) {
+	if p == nil {
+		if !optional {
+			c.fail(field)
+		}
+		return
+	}
+	if !validDigest(*p) {
+		c.fail(field)
+	}
+}
+
+func (c *shapeCheck) content(field string, p *string, minBytes int) {
+	if c.required(field, p != nil) && (len(*p) < minBytes || len(*p) > MaxContentBytes) {
+		c.fail(field)
+	}
+}
+
+func (c *shapeCheck) modifiedAt(field string, p *string) {
+	if p != nil && (len(*p) < minModifiedAtLen || len(*p) > maxModifiedAtLen || !modifiedAtPattern.MatchString(*p)) {
+		c.fail(field)
+	}
+}
+
+func (c *shapeCheck) entryType(field string, p *string) {
+	if c.required(field, p != nil) && *p != entryTypeFile && *p != entryTypeDir {
+		c.fail(field)
+	}
+}
+
+func (c *shapeCheck) err(what string) *protocol.Error {
+	if c.path != nil {
+		return c.path
+	}
+	if c.field == "" {
+		return nil
+	}
+	return fieldError(c.code, c.field, "%s member %s is missing or out of range", what, c.field)
+}
+
+func decodeShape(code, what string, raw json.RawMessage, v any) *protocol.Error {
+	if raw == nil {
+		return protocol.Errorf(code, "%s is required", what)
+	}
+	if err := ndjson.Decode(raw, v, ndjson.Closed); err != nil {
+		field := what
+		var de *ndjson.DecodeError
+		if errors.As(err, &de) && de.Path != "" {
+			field = de.Path
+		}
+		return fieldError(code, field, "%s is not a closed %s object", what, what)
+	}
+	return nil
+}
+
+// ValidatePayload checks an invoke payload against the closed request schema of op. A path that
+// breaks the relative-path rules is invalid_tool_adapter_path; anything else is
+// adapter_request_invalid. It does not look at the filesystem: see ResolveUnder.
+func ValidatePayload(op string, raw json.RawMessage) *protocol.Error {
+	_, e := payloadPath(op, raw)
+	return e
+}
+
+// payloadPath validates a payload and returns its path member.
+func payloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
+	c := &shapeCheck{code: CodeRequestInvalid}
+	var p *string
+	var e *protocol.Error
+	switch op {
+	case OpList:
+		var v listPayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+			c.intRange("maxEntries", v.MaxEntries, 1, MaxListEntries, true)
+		}
+	case OpStat:
+		var v statPayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+		}
+	case OpRead:
+		var v readPayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+			c.intRange("offset", v.Offset, 0, maxSafeInteger, true)
+			c.intRange("maxBytes", v.MaxBytes, 1, MaxContentBytes, true)
+		}
+	case OpSearch:
+		var v searchPayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+			if c.required("query", v.Query != nil) && (*v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen) {
+				c.fail("query")
+			}
+			c.intRange("maxResults", v.MaxResults, 1, MaxSearchResults, true)
+		}
+	case OpWrite:
+		var v writePayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+			c.content("content", v.Content, 0)
+			c.digest("expectedDigest", v.ExpectedDigest, true)
+		}
+	case OpEdit:
+		var v editPayload
+		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+			p = v.Path
+			c.relPath("path", v.Path)
+			if c.required("edits", v.Edits != nil) {
+				if n := len(*v.Edits); n < 1 || n > MaxEdits {
+					c.fail("edits")
+				}
+				for _, ed := range *v.Edits {
+					c.content("edits.oldText", ed.OldText, 1)
+					c.content("edits.newText", ed.NewText, 0)
+				}
+			}
+			c.digest("expectedDigest", v.ExpectedDigest, true)
+		}
+	default:
+		return "", protocol.Errorf(CodeOperationDenied, "operation is not a tool operation")
+	}
+	if e != nil {
+		return "", e
+	}
+	if e := c.err("payload"); e != nil {
+		return "", e
+	}
+	return *p, nil
+}
+
+// ValidateResult checks the data of a successful result against the closed result schema of
+// op. Failures are adapter_protocol_invalid: an adapter that answers out of contract is broken.
+func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
+	c := &shapeCheck{code: CodeProtocolInvalid}
+	var e *protocol.Error
+	switch op {
+	case OpList:
+		var v listResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			if c.required("entries", v.Entries != nil) {
+				if len(*v.Entries) > MaxListEntries {
+					c.fail("entries")
+				}
+				for _, en := range *v.Entries {
+					if c.required("entries.name", en.Name != nil) && !validEntryName(*en.Name) {
+						c.fail("entries.name")
+					}
+					c.entryType("entries.type", en.Type)
+					c.intRange("entries.size", en.Size, 0, maxSafeInteger, true)
+					c.modifiedAt("entries.modifiedAt", en.ModifiedAt)
+				}
+			}
+			c.required("truncated", v.Truncated != nil)
+		}
+	case OpStat:
+		var v statResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			c.entryType("type", v.Type)
+			c.intRange("size", v.Size, 0, maxSafeInteger, false)
+			c.modifiedAt("modifiedAt", v.ModifiedAt)
+		}
+	case OpRead:
+		var v readResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			c.content("content", v.Content, 0)
+			c.intRange("bytesRead", v.BytesRead, 0, MaxContentBytes, false)
+			c.required("eof", v.EOF != nil)
+		}
+	case OpSearch:
+		var v searchResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			if c.required("matches", v.Matches != nil) {
+				if len(*v.Matches) > MaxSearchResults {
+					c.fail("matches")
+				}
+				for _, m := range *v.Matches {
+					if c.required("matches.path", m.Path != nil) && ValidateRelativePath(*m.Path) != nil {
+						c.fail("matches.path")
+					}
+					c.intRange("matches.line", m.Line, 1, maxSafeInteger, false)
+					c.intRange("matches.column", m.Column, 1, maxSafeInteger, false)
+					if c.required("matches.text", m.Text != nil) && utf8.RuneCountInString(*m.Text) > MaxMatchTextLen {
+						c.fail("matches.text")
+					}
+				}
+			}
+			c.required("truncated", v.Truncated != nil)
+		}
+	case OpWrite:
+		var v writeResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			c.required("created", v.Created != nil)
+			c.intRange("bytesWritten", v.BytesWritten, 0, MaxContentBytes, false)
+			c.digest("digest", v.Digest, false)
+		}
+	case OpEdit:
+		var v editResult
+		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+			c.intRange("replacements", v.Replacements, 0, MaxEdits, false)
+			c.digest("digest", v.Digest, false)
+		}
+	default:
+		return protocol.Errorf(CodeProtocolInvalid, "operation is not a tool operation")
+	}
+	if e != nil {
+		return e
+	}
+	return c.err("data")
+}
+
+func validEntryName(n string) bool {
+	if n == "." || n == ".." || strings.Contains(n, "/") || !validText(n, MaxEntryNameLen) {
+		return false
+	}
+	return !strings.ContainsFunc(n, unicode.IsControl)
+}
