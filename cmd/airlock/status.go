@@ -45,6 +45,10 @@ func printHost(w io.Writer, h *protocol.HostSnapshot) {
 		fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%s\n", orDash(s.SessionID), s.Generation, orDash(s.State), s.Sequence, s.Attached, millis(s.IdleForMs))
 	}
 	t.Flush()
+	if len(h.Adapters) > 0 {
+		fmt.Fprintln(w)
+		printAdapters(w, h.Adapters)
+	}
 }
 
 // drain tells the daemon to stop admitting new residency. The daemon answers once no turn is

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
@@ -29,6 +30,9 @@ type Config struct {
 	// peerUID overrides the uid allowed to connect (default: the effective uid); tests use it
 	// to prove that other users are refused.
 	peerUID *int
+	// Adapters tunes the capability-adapter supervisor; the zero value uses its defaults.
+	Adapters capadapter.Options
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
@@ -75,6 +79,11 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	sup, err := capadapter.New(cfg.Adapters)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	d := &Daemon{
 		cfg:       cfg,
 		log:       cfg.Logger,
@@ -118,10 +127,12 @@ func Start(cfg Config) (*Daemon, error) {
 		EncodeEvent:    d.srv.encodeEvent,
 	})
 	d.srv.sessions = d.sessions
+	d.srv.adapters = &adapterHost{sup: sup, store: st}
 
 	ln, err := listenOwner(cfg.SocketPath, os.Geteuid())
 	if err != nil {
 		cancel()
+		sup.Close(context.Background())
 		st.Close()
 		return nil, err
 	}
@@ -139,6 +150,15 @@ func Start(cfg Config) (*Daemon, error) {
 			return
 		}
 		d.log.Info("airlockd ready")
+		// Adapters start after readiness: a slow or broken adapter delays only its own
+		// capabilities, never the host.
+		n, err := d.srv.adapters.restore(ctx)
+		if err != nil {
+			d.log.Error("capability adapter registrations not restored", "err", err)
+		}
+		if n > 0 {
+			d.log.Info("capability adapters restored", "adapters", n)
+		}
 	}()
 	return d, nil
 }
@@ -172,6 +192,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		if err := d.srv.adapters.sup.Close(ctx); err != nil {
+			d.log.Warn("capability adapters did not all stop in time", "err", err)
+		}
 		if err := d.store.Close(); err != nil {
 			d.closeErr = fmt.Errorf("close store: %w", err)
 		}
@@ -185,7 +208,20 @@ func (s *Server) wireLimits() protocol.Limits {
 	return s.wire
 }
 
-func (d *Daemon) hostSnapshot() protocol.HostSnapshot {
+func (d *Daemon) hostSnapshot(v2 bool) protocol.HostSnapshot {
+	h := d.hostView()
+	if v2 {
+		for _, a := range d.srv.adapters.sup.Status() {
+			h.Adapters = append(h.Adapters, protocol.AdapterState{
+				Name: a.Name, Command: a.Command, Args: a.Args, State: string(a.State), PID: a.PID,
+				Restarts: a.Restarts, LastFailure: a.LastFailure, Capabilities: a.Capabilities,
+			})
+		}
+	}
+	return h
+}
+
+func (d *Daemon) hostView() protocol.HostSnapshot {
 	v := d.sessions.Host()
 	d.srv.metricsSnapshot(v.Metrics)
 	now := time.Now()

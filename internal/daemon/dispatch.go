@@ -74,7 +74,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 			return nil, e
 		}
 		if !cmd.HasSession {
-			return s.host(), nil
+			return s.host(cmd.Version.V2()), nil
 		}
 		return s.sessions.Session(cmd.SessionID, cmd.Generation, cmd.HasGeneration)
 
@@ -125,6 +125,10 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		}
 		return s.sessions.Describe(cmd.SessionID)
 
+	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs,
+		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
+		return s.runAdapters(ctx, cmd)
+
 	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
 		return nil, protocol.Errorf(protocol.CodeUnsupportedOperation, "%s needs agent turns, which this host does not run yet", cmd.Operation).
 			With("operation", cmd.Operation)
@@ -146,7 +150,7 @@ func (s *Server) handshake(v protocol.Version) *protocol.Handshake {
 			Durable:    true,
 		},
 		Limits: s.wireLimits(),
-		Host:   s.host(),
+		Host:   s.host(v.V2()),
 	}
 	if v.V2() {
 		no, yes := false, true

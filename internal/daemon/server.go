@@ -66,7 +66,8 @@ type Server struct {
 	wire     protocol.Limits // limits as handshake and status report them
 	log      *slog.Logger
 	sessions *session.Manager
-	host     func() protocol.HostSnapshot
+	adapters *adapterHost
+	host     func(v2 bool) protocol.HostSnapshot
 	hook     func(*protocol.Command)
 	version  string
 

@@ -114,7 +114,7 @@ func TestOtherUsersAreRefused(t *testing.T) {
 	// The daemon may already have closed the connection; the write is allowed to fail.
 	rc.nc.Write([]byte(`{"protocolVersion":"2.0","requestId":"a","operation":"handshake","payload":{}}` + "\n"))
 	rc.expectEOF()
-	host := d.hostSnapshot()
+	host := d.hostSnapshot(false)
 	if host.Metrics["connectionsRefusedPeer"] != 1 {
 		t.Fatalf("refusal not counted: %v", host.Metrics)
 	}

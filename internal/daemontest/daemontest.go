@@ -33,9 +33,16 @@ var (
 // Binary builds ./cmd/<name> once per test process and returns the executable's path.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
+	return Build(t, "./cmd/"+name)
+}
+
+// Build builds the main package at pkg (relative to the module root, such as
+// "./examples/adapters/go-lamp") once per test process and returns the executable's path.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[name]; ok {
+	if p, ok := built[pkg]; ok {
 		return p
 	}
 	if buildDir == "" {
@@ -45,18 +52,18 @@ func Binary(t testing.TB, name string) string {
 		}
 		buildDir = d
 	}
-	out := filepath.Join(buildDir, name)
+	out := filepath.Join(buildDir, filepath.Base(pkg))
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/"+name)
+	args = append(args, pkg)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = moduleRoot(t)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", name, err, b)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
-	built[name] = out
+	built[pkg] = out
 	return out
 }
 

@@ -90,7 +90,53 @@ func (h *HostSnapshot) appendJSON(b []byte) []byte {
 		b = append(b, ']')
 	}
 	b = appendIntField(b, "dormantSessions", int64(h.DormantSessions))
+	if len(h.Adapters) > 0 {
+		b = append(b, `,"adapters":[`...)
+		for i := range h.Adapters {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = h.Adapters[i].appendJSON(b)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
+}
+
+func (a *AdapterState) appendJSON(b []byte) []byte {
+	b = append(b, `{"name":`...)
+	b = appendString(b, a.Name)
+	b = append(b, `,"command":`...)
+	b = appendString(b, a.Command)
+	b = append(b, `,"args":`...)
+	b = appendStrings(b, a.Args)
+	b = append(b, `,"state":`...)
+	b = appendString(b, a.State)
+	if a.PID != 0 {
+		b = appendIntField(b, "pid", int64(a.PID))
+	}
+	b = appendIntField(b, "restarts", int64(a.Restarts))
+	if a.LastFailure != "" {
+		b = append(b, `,"lastFailure":`...)
+		b = appendString(b, a.LastFailure)
+	}
+	b = append(b, `,"capabilities":`...)
+	b = appendStrings(b, a.Capabilities)
+	return append(b, '}')
+}
+
+func appendStrings(b []byte, ss []string) []byte {
+	if ss == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, s)
+	}
+	return append(b, ']')
 }
 
 func (l *Limits) appendJSON(b []byte) []byte {

@@ -73,6 +73,17 @@ func randHost(r *rand.Rand) HostSnapshot {
 		t1, t2 := randTime(r), randTime(r)
 		h.Recovery.StartedAt, h.Recovery.CompletedAt = &t1, &t2
 	}
+	if r.IntN(2) == 0 {
+		for range r.IntN(3) {
+			a := AdapterState{Name: randString(r), Command: randString(r), State: randString(r), PID: r.IntN(3) * 1000,
+				Restarts: r.IntN(5), LastFailure: randString(r)}
+			if r.IntN(3) > 0 {
+				a.Args = []string{randString(r), randString(r)}
+				a.Capabilities = []string{randString(r)}
+			}
+			h.Adapters = append(h.Adapters, a)
+		}
+	}
 	if r.IntN(4) > 0 {
 		h.Sessions = []SessionSnapshot{}
 		for range r.IntN(4) {

@@ -15,6 +15,16 @@ const (
 	OpDrain           = "drain"
 	OpListSessions    = "listSessions"
 	OpDescribeSession = "describeSession"
+
+	// Capability adapters (2.x).
+	OpRegisterAdapter    = "registerAdapter"
+	OpRemoveAdapter      = "removeAdapter"
+	OpListAdapters       = "listAdapters"
+	OpAdapterLogs        = "adapterLogs"
+	OpListCapabilities   = "listCapabilities"
+	OpDescribeCapability = "describeCapability"
+	OpObserveCapability  = "observeCapability"
+	OpInvokeCapability   = "invokeCapability"
 )
 
 // identity says which envelope identity members an operation takes.
@@ -49,6 +59,15 @@ var operations = map[string]opSpec{
 	OpDrain:           {1, idNone},
 	OpListSessions:    {2, idNone},
 	OpDescribeSession: {2, idSession},
+
+	OpRegisterAdapter:    {2, idNone},
+	OpRemoveAdapter:      {2, idNone},
+	OpListAdapters:       {2, idNone},
+	OpAdapterLogs:        {2, idNone},
+	OpListCapabilities:   {2, idNone},
+	OpDescribeCapability: {2, idNone},
+	OpObserveCapability:  {2, idNone},
+	OpInvokeCapability:   {2, idNone},
 }
 
 // v1Operations is the handshake order of the version 1 operations.
@@ -57,7 +76,11 @@ var v1Operations = []string{
 }
 
 // v2Operations are the operations that 2.x adds, in handshake order.
-var v2Operations = []string{OpListSessions, OpDescribeSession}
+var v2Operations = []string{
+	OpListSessions, OpDescribeSession,
+	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs,
+	OpListCapabilities, OpDescribeCapability, OpObserveCapability, OpInvokeCapability,
+}
 
 // Operations lists the operations of a protocol major version, in handshake order.
 func Operations(major int) []string {

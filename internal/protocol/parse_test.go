@@ -285,10 +285,13 @@ func TestParseCommandOperation(t *testing.T) {
 }
 
 // TestOperationTables pins the operation lists: version 1 is exactly the eleven operations of
-// the original protocol, in handshake order; 2.x adds two.
+// the original protocol, in handshake order; 2.x adds the session catalog and the capability
+// adapter operations.
 func TestOperationTables(t *testing.T) {
 	v1 := []string{"handshake", "open", "wake", "steer", "followUp", "status", "abort", "attach", "detach", "close", "drain"}
-	v2 := append(slices.Clone(v1), "listSessions", "describeSession")
+	v2 := append(slices.Clone(v1), "listSessions", "describeSession",
+		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
+		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -333,6 +336,15 @@ var identityRules = map[string][3]presence{
 	"drain":           {forbidden, forbidden, forbidden},
 	"listSessions":    {forbidden, forbidden, forbidden},
 	"describeSession": {required, forbidden, forbidden},
+
+	"registerAdapter":    {forbidden, forbidden, forbidden},
+	"removeAdapter":      {forbidden, forbidden, forbidden},
+	"listAdapters":       {forbidden, forbidden, forbidden},
+	"adapterLogs":        {forbidden, forbidden, forbidden},
+	"listCapabilities":   {forbidden, forbidden, forbidden},
+	"describeCapability": {forbidden, forbidden, forbidden},
+	"observeCapability":  {forbidden, forbidden, forbidden},
+	"invokeCapability":   {forbidden, forbidden, forbidden},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}
@@ -343,7 +355,7 @@ func TestParseCommandIdentity(t *testing.T) {
 	values := [3]string{str("sessionId", "sess-1"), raw("generation", "7"), str("idempotencyKey", "key-1")}
 	for op, rules := range identityRules {
 		for _, version := range []string{"1.0", "2.0"} {
-			if version == "1.0" && (op == "listSessions" || op == "describeSession") {
+			if version == "1.0" && !slices.Contains(Operations(1), op) {
 				continue // 2.x only; see TestParseCommandOperation
 			}
 			for mask := range 8 {

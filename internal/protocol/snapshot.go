@@ -118,6 +118,20 @@ type HostSnapshot struct {
 	Recovery        RecoveryHealth    `json:"recovery"`
 	Sessions        []SessionSnapshot `json:"sessions"`
 	DormantSessions int               `json:"dormantSessions"`
+	// Adapters is reported to 2.x clients only: the capability adapters' supervision state.
+	Adapters []AdapterState `json:"adapters,omitempty"`
+}
+
+// AdapterState is one capability adapter registration as host status reports it.
+type AdapterState struct {
+	Name         string   `json:"name"`
+	Command      string   `json:"command"`
+	Args         []string `json:"args"`
+	State        string   `json:"state"`
+	PID          int      `json:"pid,omitempty"`
+	Restarts     int      `json:"restarts"`
+	LastFailure  string   `json:"lastFailure,omitempty"`
+	Capabilities []string `json:"capabilities"`
 }
 
 // LastTerminal records how the latest durable request of a session ended.

@@ -1,0 +1,237 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// adapterHost joins the capability-adapter supervisor to the durable registrations: a
+// registration is persisted only after its adapter started and passed validation, and a
+// restart restores every persisted registration.
+type adapterHost struct {
+	sup   *capadapter.Supervisor
+	store *store.Store
+
+	// mu serializes register and remove with their persistence, so the store and the
+	// supervisor never disagree about which registration is current.
+	mu sync.Mutex
+}
+
+// restore starts every persisted registration. An adapter that fails to start is kept and
+// retried with backoff by the supervisor; only an invalid stored registration is reported.
+func (a *adapterHost) restore(ctx context.Context) (restored int, err error) {
+	regs, err := a.store.Registrations()
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, r := range regs {
+		if _, err := a.sup.Restore(ctx, capadapter.Registration(r)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		restored++
+	}
+	return restored, errors.Join(errs...)
+}
+
+// RegisterResult is the data of registerAdapter.
+type RegisterResult struct {
+	Adapter capadapter.AdapterStatus `json:"adapter"`
+}
+
+func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterPayload) (*RegisterResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	reg, err := a.sup.Register(ctx, capadapter.Registration{Name: p.Name, Command: p.Command, Args: p.Args})
+	if err != nil {
+		return nil, adapterError(err, false)
+	}
+	if err := a.store.PutRegistration(store.Registration(reg)); err != nil {
+		// What is not persisted must not run: after a restart the operator would find it gone.
+		a.sup.Remove(context.WithoutCancel(ctx), reg.Name)
+		return nil, err
+	}
+	st, _ := a.status(reg.Name)
+	return &RegisterResult{Adapter: st}, nil
+}
+
+// RemoveResult is the data of removeAdapter.
+type RemoveResult struct {
+	Removed bool `json:"removed"`
+}
+
+func (a *adapterHost) remove(ctx context.Context, name string) (*RemoveResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.sup.Remove(ctx, name); err != nil {
+		return nil, adapterError(err, false)
+	}
+	if _, err := a.store.DeleteRegistration(name); err != nil {
+		return nil, err
+	}
+	return &RemoveResult{Removed: true}, nil
+}
+
+func (a *adapterHost) status(name string) (capadapter.AdapterStatus, bool) {
+	for _, st := range a.sup.Status() {
+		if st.Name == name {
+			return st, true
+		}
+	}
+	return capadapter.AdapterStatus{}, false
+}
+
+// AdapterList is the data of listAdapters.
+type AdapterList struct {
+	Adapters []capadapter.AdapterStatus `json:"adapters"`
+}
+
+// AdapterLogs is the data of adapterLogs: the adapter's kept stderr lines, for the operator
+// who owns the socket and nobody else.
+type AdapterLogs struct {
+	Name  string   `json:"name"`
+	Lines []string `json:"lines"`
+}
+
+// CapabilityList is the data of listCapabilities.
+type CapabilityList struct {
+	Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+}
+
+// CapabilityDescription is the data of describeCapability.
+type CapabilityDescription struct {
+	Descriptor capadapter.Descriptor `json:"descriptor"`
+}
+
+// CapabilityResult is the data of observeCapability and invokeCapability: bounded semantic
+// data, always an object. A non-object result is wrapped, {"state": v} for an observation and
+// {"value": v} for an action, as the original runtime does.
+type CapabilityResult struct {
+	CapabilityID string          `json:"capabilityId"`
+	Action       string          `json:"action,omitempty"`
+	Result       json.RawMessage `json:"result"`
+}
+
+func wrapResult(raw json.RawMessage, key string) json.RawMessage {
+	if len(raw) > 0 && raw[0] == '{' {
+		return raw
+	}
+	wrapped, err := json.Marshal(map[string]json.RawMessage{key: raw})
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return wrapped
+}
+
+// adapterError maps a supervisor error to the wire. Observations and actions are projected
+// with the protocol's closed code set; administration keeps the supervisor's finer codes.
+// The supervisor's messages never quote adapter output, arguments or results.
+func adapterError(err error, project bool) *protocol.Error {
+	code := capadapter.CodeOf(err)
+	if project {
+		code = capadapter.WireCode(err)
+	}
+	e := &protocol.Error{Code: code, Message: err.Error()}
+	switch code {
+	case capadapter.CodeUnavailable, capadapter.CodeTimeout:
+		e.Retryable = true
+	}
+	return e
+}
+
+func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, error) {
+	a := s.adapters
+	switch cmd.Operation {
+	case protocol.OpRegisterAdapter:
+		var p protocol.RegisterAdapterPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		return a.register(ctx, &p)
+	case protocol.OpRemoveAdapter:
+		var p protocol.AdapterNamePayload
+		if e := decodeValid(cmd, &p); e != nil {
+			return nil, e
+		}
+		return a.remove(ctx, p.Name)
+	case protocol.OpListAdapters:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return &AdapterList{Adapters: nonNil(a.sup.Status())}, nil
+	case protocol.OpAdapterLogs:
+		var p protocol.AdapterNamePayload
+		if e := decodeValid(cmd, &p); e != nil {
+			return nil, e
+		}
+		lines, err := a.sup.Logs(p.Name)
+		if err != nil {
+			return nil, adapterError(err, false)
+		}
+		return &AdapterLogs{Name: p.Name, Lines: nonNil(lines)}, nil
+	case protocol.OpListCapabilities:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return &CapabilityList{Capabilities: nonNil(a.sup.List())}, nil
+	case protocol.OpDescribeCapability:
+		var p protocol.CapabilityPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		d, err := a.sup.Describe(p.CapabilityID)
+		if err != nil {
+			return nil, adapterError(err, true)
+		}
+		return &CapabilityDescription{Descriptor: d}, nil
+	case protocol.OpObserveCapability:
+		var p protocol.CapabilityPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		raw, err := a.sup.Observe(ctx, p.CapabilityID)
+		if err != nil {
+			return nil, adapterError(err, true)
+		}
+		return &CapabilityResult{CapabilityID: p.CapabilityID, Result: wrapResult(raw, "state")}, nil
+	case protocol.OpInvokeCapability:
+		var p protocol.InvokeCapabilityPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		args := p.Args
+		if len(args) == 0 {
+			args = json.RawMessage(`{}`)
+		}
+		raw, err := a.sup.Invoke(ctx, p.CapabilityID, p.Action, args)
+		if err != nil {
+			return nil, adapterError(err, true)
+		}
+		return &CapabilityResult{CapabilityID: p.CapabilityID, Action: p.Action, Result: wrapResult(raw, "value")}, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
+}
+
+func decodeValid(cmd *protocol.Command, p *protocol.AdapterNamePayload) *protocol.Error {
+	if e := protocol.DecodePayload(cmd, p); e != nil {
+		return e
+	}
+	return p.Validate()
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,142 @@
+package daemon_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemontest"
+)
+
+func TestBinaryCapabilityAdapters(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	t.Setenv("AIRLOCK_TEST_SECRET", "do-not-leak-7f3a")
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+
+	r := call(t, c, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": lamp}})
+	var reg struct {
+		Adapter struct {
+			State        string   `json:"state"`
+			PID          int      `json:"pid"`
+			Capabilities []string `json:"capabilities"`
+		} `json:"adapter"`
+	}
+	if err := r.Decode(&reg); err != nil || reg.Adapter.State != "ready" || reg.Adapter.PID == 0 ||
+		len(reg.Adapter.Capabilities) != 1 || reg.Adapter.Capabilities[0] != "desk_lamp" {
+		t.Fatalf("register: %v %+v", err, reg)
+	}
+
+	var obs struct {
+		Result struct {
+			On         bool `json:"on"`
+			Brightness int  `json:"brightness"`
+		} `json:"result"`
+	}
+	r = call(t, c, client.Command{Operation: "invokeCapability", Payload: map[string]any{
+		"capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{"on": true}}})
+	if err := r.Decode(&obs); err != nil || !obs.Result.On {
+		t.Fatalf("invoke set_power: %v %+v", err, obs)
+	}
+	if err := call(t, c, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}}).Decode(&obs); err != nil ||
+		!obs.Result.On || obs.Result.Brightness != 60 {
+		t.Fatalf("observe: %v %+v", err, obs)
+	}
+	refusals := []struct {
+		payload map[string]any
+		code    string
+	}{
+		{map[string]any{"capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{"on": "yes"}}, "invalid_args"},
+		{map[string]any{"capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{"on": true, "extra": 1}}, "invalid_args"},
+		{map[string]any{"capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{}}, "invalid_args"},
+		{map[string]any{"capabilityId": "desk_lamp", "action": "explode", "args": map[string]any{}}, "unsupported_action"},
+		{map[string]any{"capabilityId": "no_such_thing", "action": "set_power", "args": map[string]any{"on": true}}, "unknown_capability"},
+	}
+	for _, tc := range refusals {
+		if r := call(t, c, client.Command{Operation: "invokeCapability", Payload: tc.payload}); code(r) != tc.code {
+			t.Errorf("invoke %v: %s, want %s", tc.payload, code(r), tc.code)
+		}
+	}
+
+	// The registration is persisted: a restart brings the adapter back.
+	d.Stop()
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	c2 := d2.Dial()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var caps struct {
+			Capabilities []struct {
+				CapabilityID string `json:"capabilityId"`
+				Available    bool   `json:"available"`
+			} `json:"capabilities"`
+		}
+		if err := call(t, c2, client.Command{Operation: "listCapabilities"}).Decode(&caps); err != nil {
+			t.Fatal(err)
+		}
+		if len(caps.Capabilities) == 1 && caps.Capabilities[0].Available {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adapter not restored after restart: %+v", caps)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Host status (2.x) shows the adapter; nothing the adapter or its environment holds leaks.
+	r = call(t, c2, client.Command{Operation: "status"})
+	if !strings.Contains(string(r.Data), `"adapters":[{"name":"lamp"`) {
+		t.Fatalf("status lacks the adapter: %s", r.Data)
+	}
+	logs := call(t, c2, client.Command{Operation: "adapterLogs", Payload: map[string]any{"name": "lamp"}})
+	if !logs.OK {
+		t.Fatal(logs.Err())
+	}
+	if r := call(t, c2, client.Command{Operation: "removeAdapter", Payload: map[string]any{"name": "lamp"}}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	if r := call(t, c2, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}}); code(r) != "unknown_capability" {
+		t.Fatalf("observe after remove: %s", code(r))
+	}
+	if r := call(t, c2, client.Command{Operation: "removeAdapter", Payload: map[string]any{"name": "lamp"}}); code(r) == "" {
+		t.Fatal("removing an absent adapter succeeded")
+	}
+	d2.Stop()
+	for _, out := range []string{d.Stderr(), d2.Stderr()} {
+		if strings.Contains(out, os.Getenv("AIRLOCK_TEST_SECRET")) {
+			t.Fatal("the daemon's environment secret reached its log")
+		}
+	}
+}
+
+func TestBinaryAdapterRegistrationRefusals(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+	cases := []struct {
+		name    string
+		payload map[string]any
+	}{
+		{"missing command", map[string]any{"name": "x", "command": "/nonexistent/adapter"}},
+		{"not an adapter", map[string]any{"name": "x", "command": "/bin/true"}},
+		{"NUL in an argument", map[string]any{"name": "x", "command": "/bin/cat", "args": []string{"a\x00b"}}},
+		{"too many arguments", map[string]any{"name": "x", "command": "/bin/cat", "args": make([]string, 17)}},
+	}
+	for _, tc := range cases {
+		r := call(t, c, client.Command{Operation: "registerAdapter", Payload: tc.payload})
+		if r.OK {
+			t.Errorf("%s: registered", tc.name)
+		}
+	}
+	var list struct {
+		Adapters []any `json:"adapters"`
+	}
+	if err := call(t, c, client.Command{Operation: "listAdapters"}).Decode(&list); err != nil || len(list.Adapters) != 0 {
+		t.Fatalf("refused registrations left adapters behind: %v %+v", err, list)
+	}
+	// A v1 client does not see the 2.x operations.
+	c1 := d.Dial()
+	c1.SetVersion("1.0")
+	if r := call(t, c1, client.Command{Operation: "listCapabilities"}); code(r) != "unknown_operation" {
+		t.Fatalf("v1 listCapabilities: %s", code(r))
+	}
+}
