@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // dispatch runs one command and builds its response. Every response echoes the command's exact
@@ -67,7 +68,35 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		if e != nil {
 			return nil, e
 		}
-		return s.sessions.Open(sessionOpen(cmd, policy))
+		req := sessionOpen(cmd, policy)
+		if raw := p.ToolDescriptor(); raw != nil {
+			d, e := tooladapter.ParseDescriptor(raw, tooladapter.Binding{
+				HostInstanceID: s.hostID, SessionID: cmd.SessionID, Generation: cmd.Generation})
+			if e != nil {
+				return nil, e
+			}
+			policy.ToolAdapter = d.Summary().Canonical()
+			req.Tools = d
+		}
+		return s.sessions.Open(ctx, req)
+
+	case protocol.OpInvokeTool:
+		var p protocol.InvokeToolPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		conn, err := s.sessions.Tool(cmd.SessionID, cmd.Generation)
+		if err != nil {
+			return nil, err
+		}
+		data, e := conn.Invoke(ctx, p.Operation, tooladapter.IdempotencyKey(p.Operation, p.ToolCallID), p.Arguments)
+		if e != nil {
+			return nil, e
+		}
+		return &protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}, nil
 
 	case protocol.OpStatus:
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
@@ -153,11 +182,11 @@ func (s *Server) handshake(v protocol.Version) *protocol.Handshake {
 		Host:   s.host(v.V2()),
 	}
 	if v.V2() {
-		no, yes := false, true
+		yes := true
 		h.ProtocolVersion = protocol.Version2
 		h.SupportedVersions = protocol.SupportedVersions
 		h.SupportedProtocolVersions = protocol.SupportedVersions
-		h.Capabilities.HostToolAdapter = &no
+		h.Capabilities.HostToolAdapter = &yes
 		h.Capabilities.ConfiguredOpen = &yes
 		h.Capabilities.SessionDir = &yes
 	}

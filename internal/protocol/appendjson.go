@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
@@ -251,7 +253,25 @@ func (s *SessionSnapshot) appendJSON(b []byte) []byte {
 	b = append(b, `,"lastUsedAt":`...)
 	b = appendTime(b, s.LastUsedAt)
 	b = appendIntField(b, "idleForMs", s.IdleForMs)
+	if s.HostToolAdapterQueue != nil {
+		// Rare and nested: encoding/json writes it, exactly as it would inside the whole.
+		q, err := marshalNoEscape(s.HostToolAdapterQueue)
+		if err == nil {
+			b = append(b, `,"hostToolAdapterQueue":`...)
+			b = append(b, q...)
+		}
+	}
 	return append(b, '}')
+}
+
+func marshalNoEscape(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func appendIntField(b []byte, name string, n int64) []byte {

@@ -53,3 +53,37 @@ type InvokeCapabilityPayload struct {
 	Action       string          `json:"action"`
 	Args         json.RawMessage `json:"args,omitempty"`
 }
+
+// MaxToolCallIDLen bounds invokeTool's toolCallId.
+const MaxToolCallIDLen = 128
+
+// InvokeToolPayload is the payload of invokeTool (2.x): one call of a granted host tool
+// operation. The idempotency key sent to the adapter derives from operation and toolCallId, so
+// a retry of the same call reuses it.
+type InvokeToolPayload struct {
+	ToolCallID string          `json:"toolCallId"`
+	Operation  string          `json:"operation"`
+	Arguments  json.RawMessage `json:"arguments"`
+}
+
+// Validate checks the envelope-level rules; the operation's own payload rules are the
+// tool-adapter layer's.
+func (p *InvokeToolPayload) Validate() *Error {
+	if !validIdentifier(p.ToolCallID, MaxToolCallIDLen) {
+		return invalidField("payload.toolCallId", "must be 1 to %d characters without control characters", MaxToolCallIDLen)
+	}
+	if p.Operation == "" {
+		return invalidField("payload.operation", "is required")
+	}
+	if len(p.Arguments) == 0 || p.Arguments[0] != '{' {
+		return invalidField("payload.arguments", "must be an object")
+	}
+	return nil
+}
+
+// ToolResult is the data of invokeTool: the adapter's typed result for the operation.
+type ToolResult struct {
+	ToolCallID string          `json:"toolCallId"`
+	Operation  string          `json:"operation"`
+	Data       json.RawMessage `json:"data"`
+}

@@ -18,6 +18,7 @@ const (
 	CodeUnknownOperation       = "unknown_operation"
 	CodeUnsupportedOperation   = "unsupported_operation"
 	CodeUnsupportedResource    = "unsupported_resource_policy"
+	CodeInvalidToolDescriptor  = "invalid_tool_adapter_descriptor"
 	CodeDuplicateRequestID     = "duplicate_request_id"
 	CodeConnectionBusy         = "connection_busy"
 	CodeConnectionCapacity     = "connection_capacity"

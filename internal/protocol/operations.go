@@ -15,6 +15,7 @@ const (
 	OpDrain           = "drain"
 	OpListSessions    = "listSessions"
 	OpDescribeSession = "describeSession"
+	OpInvokeTool      = "invokeTool"
 
 	// Capability adapters (2.x).
 	OpRegisterAdapter    = "registerAdapter"
@@ -59,6 +60,7 @@ var operations = map[string]opSpec{
 	OpDrain:           {1, idNone},
 	OpListSessions:    {2, idNone},
 	OpDescribeSession: {2, idSession},
+	OpInvokeTool:      {2, idBound},
 
 	OpRegisterAdapter:    {2, idNone},
 	OpRemoveAdapter:      {2, idNone},
@@ -77,7 +79,7 @@ var v1Operations = []string{
 
 // v2Operations are the operations that 2.x adds, in handshake order.
 var v2Operations = []string{
-	OpListSessions, OpDescribeSession,
+	OpListSessions, OpDescribeSession, OpInvokeTool,
 	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs,
 	OpListCapabilities, OpDescribeCapability, OpObserveCapability, OpInvokeCapability,
 }

@@ -289,7 +289,7 @@ func TestParseCommandOperation(t *testing.T) {
 // adapter operations.
 func TestOperationTables(t *testing.T) {
 	v1 := []string{"handshake", "open", "wake", "steer", "followUp", "status", "abort", "attach", "detach", "close", "drain"}
-	v2 := append(slices.Clone(v1), "listSessions", "describeSession",
+	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
 		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability")
 	if got := Operations(1); !slices.Equal(got, v1) {
@@ -336,6 +336,7 @@ var identityRules = map[string][3]presence{
 	"drain":           {forbidden, forbidden, forbidden},
 	"listSessions":    {forbidden, forbidden, forbidden},
 	"describeSession": {required, forbidden, forbidden},
+	"invokeTool":      {required, required, forbidden},
 
 	"registerAdapter":    {forbidden, forbidden, forbidden},
 	"removeAdapter":      {forbidden, forbidden, forbidden},

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/airlockhq/airlock/internal/ndjson"
 	"path/filepath"
 	"strings"
 	"unicode"
@@ -97,6 +98,46 @@ type OpenPayload struct {
 	Session   *OpenSession  `json:"session"`
 	Model     *OpenModel    `json:"model,omitempty"`
 	Resources *OpenResource `json:"resources"`
+
+	toolDescriptor json.RawMessage // set by Validate when tools grants a host adapter
+}
+
+// ToolsHostAdapter is the tools mode that grants a host tool adapter (2.x).
+const ToolsHostAdapter = "host-adapter"
+
+// ToolsResource is resources.tools when it grants a host tool adapter. The descriptor is
+// validated by the tool-adapter layer, which knows the host incarnation it must be bound to.
+type ToolsResource struct {
+	Mode       string          `json:"mode"`
+	Descriptor json.RawMessage `json:"descriptor"`
+}
+
+// ToolDescriptor returns the raw host tool-adapter descriptor of a validated 2.x open, or nil
+// when the open grants no tools. It holds the capability handle: never log or store it.
+func (p *OpenPayload) ToolDescriptor() json.RawMessage { return p.toolDescriptor }
+
+// decodeTools reads resources.tools = {mode:"host-adapter", descriptor}: closed, like the
+// descriptor inside it.
+func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
+	var t ToolsResource
+	if err := ndjson.Decode(raw, &t, ndjson.Closed); err != nil {
+		e := fieldError(err)
+		e.Code = CodeInvalidToolDescriptor
+		if path, ok := e.Details["field"].(string); ok {
+			e.Details["field"] = "payload.resources.tools." + path
+		}
+		return e
+	}
+	if t.Mode != ToolsHostAdapter {
+		return Errorf(CodeInvalidToolDescriptor, "resources.tools.mode must be %q", ToolsHostAdapter).
+			With("field", "payload.resources.tools.mode")
+	}
+	if len(t.Descriptor) == 0 || t.Descriptor[0] != '{' {
+		return Errorf(CodeInvalidToolDescriptor, "resources.tools.descriptor must be an object").
+			With("field", "payload.resources.tools.descriptor")
+	}
+	p.toolDescriptor = t.Descriptor
+	return nil
 }
 
 // OpenSession selects how the session's conversation is stored.
@@ -145,6 +186,10 @@ type Policy struct {
 	Model        *ModelRef `json:"model,omitempty"`
 	SystemPrompt string    `json:"systemPrompt,omitempty"`
 	Tools        string    `json:"tools"`
+	// ToolAdapter is the secret-free summary of a granted host tool adapter (protocol
+	// version, adapter id and version, operations in order, limits): never the endpoint or
+	// the capability handle.
+	ToolAdapter json.RawMessage `json:"toolAdapter,omitempty"`
 }
 
 // Digest is the lowercase hex SHA-256 of the policy's canonical JSON.
@@ -241,11 +286,22 @@ func (p *OpenPayload) validateResources(v Version, pol *Policy) *Error {
 		if m.raw == nil {
 			return invalidField("payload.resources."+m.name, "is required")
 		}
-		if s, ok := rawString(m.raw); !ok || s != ResourceNone {
-			return unsupportedResource(m.name, v)
+		if s, ok := rawString(m.raw); ok && s == ResourceNone {
+			continue
 		}
+		// Version 2 may grant a host tool adapter; everything else stays "none".
+		if m.name == "tools" && v.V2() && len(m.raw) > 0 && m.raw[0] == '{' {
+			if e := p.decodeTools(m.raw); e != nil {
+				return e
+			}
+			continue
+		}
+		return unsupportedResource(m.name, v)
 	}
 	pol.Tools = ResourceNone
+	if p.toolDescriptor != nil {
+		pol.Tools = ToolsHostAdapter
+	}
 	if r.SystemPrompt != nil {
 		sp := *r.SystemPrompt
 		switch {

@@ -183,6 +183,9 @@ func TestOpenPayloadResources(t *testing.T) {
 	for _, v := range []string{"1.0", "2.0"} {
 		for _, m := range members {
 			for _, val := range values {
+				if _, isObject := val.(map[string]any); isObject && v == "2.0" && m == "tools" {
+					continue // a 2.x tools object is a host adapter grant: TestOpenPayloadToolsGrant
+				}
 				tests = append(tests, openCase{
 					name: fmt.Sprintf("%s %s=%v", v, m, val), version: v,
 					changes: []change{{"resources." + m, val}},
@@ -593,6 +596,33 @@ func TestListSessionsPayloadValidate(t *testing.T) {
 		got, e := tt.p.Validate()
 		if got != tt.want || (e == nil) != (tt.field == "") || (e != nil && e.Details["field"] != tt.field) {
 			t.Errorf("Validate(%+v) = %d, %v", tt.p, got, e)
+		}
+	}
+}
+
+// TestOpenPayloadToolsGrant: in 2.x, resources.tools may be {mode:"host-adapter", descriptor}.
+// The wrapper is closed here; the descriptor itself is validated by the tool-adapter layer,
+// which knows the host incarnation it must be bound to.
+func TestOpenPayloadToolsGrant(t *testing.T) {
+	descriptor := map[string]any{"adapterId": "fs"}
+	pol, e := validateOpen(t, "2.0", apply(openBase(), change{"resources.tools", map[string]any{"mode": "host-adapter", "descriptor": descriptor}}))
+	if e != nil || pol.Tools != ToolsHostAdapter {
+		t.Fatalf("grant refused: %v %+v", e, pol)
+	}
+	for _, tc := range []struct {
+		name  string
+		tools any
+		field string
+	}{
+		{"no mode", map[string]any{"descriptor": descriptor}, "payload.resources.tools.mode"},
+		{"other mode", map[string]any{"mode": "builtin", "descriptor": descriptor}, "payload.resources.tools.mode"},
+		{"descriptor not an object", map[string]any{"mode": "host-adapter", "descriptor": "x"}, "payload.resources.tools.descriptor"},
+		{"no descriptor", map[string]any{"mode": "host-adapter"}, "payload.resources.tools.descriptor"},
+		{"smuggled member", map[string]any{"mode": "host-adapter", "descriptor": descriptor, "token": "t"}, "payload.resources.tools.token"},
+	} {
+		_, e := validateOpen(t, "2.0", apply(openBase(), change{"resources.tools", tc.tools}))
+		if e == nil || e.Code != CodeInvalidToolDescriptor || e.Details["field"] != tc.field {
+			t.Errorf("%s: %v %v, want %s at %s", tc.name, e, e.Details, CodeInvalidToolDescriptor, tc.field)
 		}
 	}
 }

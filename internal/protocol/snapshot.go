@@ -43,6 +43,9 @@ type SessionSnapshot struct {
 	Attached        int       `json:"attachedConnections"`
 	LastUsedAt      time.Time `json:"lastUsedAt"`
 	IdleForMs       int64     `json:"idleForMs"`
+	// HostToolAdapterQueue is the content-free queue telemetry of the generation's host tool
+	// adapter, when it has one.
+	HostToolAdapterQueue any `json:"hostToolAdapterQueue,omitempty"`
 }
 
 // RecoveryCondition is a per-session quarantine after a restart.

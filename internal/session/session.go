@@ -8,6 +8,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // DefaultMaxSessions bounds resident sessions.
@@ -43,6 +45,8 @@ type Config struct {
 	Logger         *slog.Logger
 	Now            func() time.Time
 	EncodeEvent    EventEncoder
+	// Tools holds the host tool-adapter connections; nil gives a private registry.
+	Tools *tooladapter.Registry
 }
 
 // Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.
@@ -73,6 +77,7 @@ type runtime struct {
 	sequence   uint64
 	lastUsed   time.Time
 	subs       map[Subscriber]struct{}
+	tools      *tooladapter.Conn // the bound host tool adapter, if the policy grants one
 }
 
 // opLock serializes durable changes to one session.
@@ -91,6 +96,9 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = tooladapter.NewRegistry()
 	}
 	if cfg.EncodeEvent == nil {
 		cfg.EncodeEvent = func(ev *protocol.Event) []byte {
@@ -185,12 +193,19 @@ type OpenRequest struct {
 	Generation int64
 	Version    protocol.Version
 	Policy     *protocol.Policy
+	// Tools is the validated host tool-adapter descriptor when the policy grants one; its
+	// summary is already in Policy.ToolAdapter.
+	Tools *tooladapter.Descriptor
 }
 
 // Open applies the generation rules: a lower generation than the session's is stale; the same
 // generation with the same policy is reused (created:false while resident); the same generation
 // with another policy conflicts; a higher generation replaces the resident one.
-func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
+//
+// A policy that grants a host tool adapter is connected and bound before anything is
+// persisted, so a refused binding leaves no trace; the connection is revoked whenever the
+// generation stops being resident.
+func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResult, error) {
 	release := m.lockSession(req.SessionID)
 	defer release()
 
@@ -225,12 +240,17 @@ func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
 			return nil, protocol.Errorf(protocol.CodeSessionPolicyConflict,
 				"generation %d of this session was opened with a different policy", current)
 		}
-		if rt != nil {
+		if rt != nil && (rt.tools == nil || rt.tools.Err() == nil) {
 			rt.lastUsed = m.now()
 			m.metrics["openReused"]++
 			res := &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}
 			m.mu.Unlock()
 			return res, nil
+		}
+		if rt != nil {
+			// The same generation whose adapter connection failed: bind it again.
+			m.mu.Unlock()
+			return m.rebind(ctx, rt, req)
 		}
 	}
 	if e := m.admitting(); e != nil {
@@ -257,6 +277,14 @@ func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
 
 	if e := checkCwd(req.Policy.Cwd); e != nil {
 		return nil, e
+	}
+	var conn *tooladapter.Conn
+	if req.Tools != nil {
+		c, e := m.bind(ctx, req)
+		if e != nil {
+			return nil, e
+		}
+		conn = c
 	}
 
 	now := m.now().UTC()
@@ -290,15 +318,19 @@ func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
 		}
 	}
 	if err := m.cfg.Store.SaveSession(next, manifest); err != nil {
+		if conn != nil {
+			m.cfg.Tools.Revoke(req.Tools.Incarnation())
+		}
 		return nil, err
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	old := m.sessions[req.SessionID]
 	if old != nil {
 		m.retireLocked(old, protocol.SessionClosedData{RetainSession: true, Reason: ReasonReplaced})
 	}
+	defer m.revoke(old)
+	defer m.mu.Unlock()
 	rt = &runtime{
 		id:         req.SessionID,
 		generation: req.Generation,
@@ -308,6 +340,7 @@ func (m *Manager) Open(req OpenRequest) (*protocol.OpenResult, error) {
 		state:      protocol.StateIdle,
 		lastUsed:   m.now(),
 		subs:       make(map[Subscriber]struct{}),
+		tools:      conn,
 	}
 	if old != nil {
 		// The sequence is per session, not per generation: a client that follows a session
@@ -406,7 +439,6 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 	}
 
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if !retain {
 		delete(m.known, id)
 	}
@@ -414,6 +446,8 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: retain, Reason: ReasonClosed})
 		m.metrics["closed"]++
 	}
+	m.mu.Unlock()
+	m.revoke(rt)
 	m.log.Info("session closed", "sessionId", id, "generation", generation, "retain", retain)
 	return res, nil
 }
@@ -521,6 +555,9 @@ func (m *Manager) snapshotLocked(rt *runtime) protocol.SessionSnapshot {
 	if rt.policy.Model != nil {
 		s.Model = &protocol.ModelRef{Provider: rt.policy.Model.Provider, ID: rt.policy.Model.ID}
 	}
+	if rt.tools != nil {
+		s.HostToolAdapterQueue = rt.tools.Telemetry()
+	}
 	return s
 }
 
@@ -598,30 +635,103 @@ func (m *Manager) recoveryLocked() protocol.RecoveryHealth {
 	return r
 }
 
-// Drain stops admitting new residency and tells every attached client. It returns once no
-// turn is active or the timeout has passed; this host runs no turns yet, so it returns at once.
+// Drain stops admitting new residency, tells every attached client, and revokes the host tool
+// adapters: a draining host starts no new tool work. It returns once no turn is active or the
+// timeout has passed; this host runs no turns yet, so it returns at once.
 func (m *Manager) Drain(timeout time.Duration) *protocol.DrainResult {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	var revoke []*runtime
 	if !m.draining {
 		m.draining = true
 		for _, rt := range m.sessions {
 			m.emitLocked(rt, protocol.EventHostDraining, "", nil)
+			revoke = append(revoke, rt)
 		}
 		m.log.Info("host draining")
+	}
+	m.mu.Unlock()
+	for _, rt := range revoke {
+		m.revoke(rt)
 	}
 	return &protocol.DrainResult{Draining: true, TimeoutMs: timeout.Milliseconds()}
 }
 
-// Shutdown retires every resident session: subscribers get sessionClosed and the catalog keeps
-// the records, which the next start lists as dormant.
+// Shutdown retires every resident session: subscribers get sessionClosed, tool adapters are
+// revoked, and the catalog keeps the records, which the next start lists as dormant.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.draining = true
+	var retired []*runtime
 	for _, rt := range m.sessions {
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: true, Reason: ReasonDrained})
+		retired = append(retired, rt)
 	}
+	m.mu.Unlock()
+	for _, rt := range retired {
+		m.revoke(rt)
+	}
+	m.cfg.Tools.Close()
+}
+
+// bind connects and binds the host tool adapter an open grants, beneath the canonical cwd.
+func (m *Manager) bind(ctx context.Context, req OpenRequest) (*tooladapter.Conn, *protocol.Error) {
+	root, e := tooladapter.CanonicalRoot(req.Policy.Cwd)
+	if e != nil {
+		return nil, e
+	}
+	return m.cfg.Tools.Open(ctx, req.Tools, tooladapter.Options{Root: root, Logger: m.log})
+}
+
+// rebind replaces the failed adapter connection of a resident generation, for an open of the
+// same generation and policy. Nothing durable changes; the answer is created:false.
+func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*protocol.OpenResult, error) {
+	if req.Tools == nil {
+		return nil, protocol.Errorf(protocol.CodeSessionPolicyConflict, "the generation was opened with a tool adapter")
+	}
+	m.cfg.Tools.Revoke(req.Tools.Incarnation())
+	conn, e := m.bind(ctx, req)
+	if e != nil {
+		return nil, e
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sessions[rt.id] != rt {
+		// Closed or replaced meanwhile.
+		m.cfg.Tools.Revoke(req.Tools.Incarnation())
+		return nil, notFound(rt.id)
+	}
+	rt.tools = conn
+	rt.lastUsed = m.now()
+	return &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}, nil
+}
+
+// revoke ends a runtime's adapter connection, if any: pending work fails, a best-effort revoke
+// frame is sent and the socket closed. It may wait briefly, so m.mu must not be held.
+func (m *Manager) revoke(rt *runtime) {
+	if rt == nil {
+		return
+	}
+	m.mu.Lock()
+	conn := rt.tools
+	m.mu.Unlock()
+	if conn != nil {
+		m.cfg.Tools.Revoke(conn.Incarnation())
+	}
+}
+
+// Tool returns the adapter connection of exactly this resident generation.
+func (m *Manager) Tool(id string, generation int64) (*tooladapter.Conn, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return nil, e
+	}
+	if rt.tools == nil {
+		return nil, protocol.Errorf(tooladapter.CodeOperationDenied, "this session generation has no host tool adapter")
+	}
+	rt.lastUsed = m.now()
+	return rt.tools, nil
 }
 
 // Describe returns the durable record of a session and its snapshot when resident.

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -62,7 +63,7 @@ func TestOpenBeforeRecoveryIsNotReady(t *testing.T) {
 	}
 	defer st.Close()
 	m := New(Config{Store: st})
-	_, err = m.Open(OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")})
+	_, err = m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")})
 	if code(err) != protocol.CodeHostNotReady {
 		t.Fatalf("open before recovery: %v", err)
 	}
@@ -78,7 +79,7 @@ func TestConcurrentOpensOfOneSessionAgree(t *testing.T) {
 	created := make(chan bool, 16)
 	for range 16 {
 		wg.Go(func() {
-			res, err := m.Open(OpenRequest{SessionID: "same", Generation: 3, Version: v1(), Policy: p})
+			res, err := m.Open(context.Background(), OpenRequest{SessionID: "same", Generation: 3, Version: v1(), Policy: p})
 			if err != nil {
 				t.Error(err)
 				return
@@ -109,7 +110,7 @@ func TestCapacityCountsOpensInProgress(t *testing.T) {
 	errs := make(chan error, 12)
 	for i := range 12 {
 		wg.Go(func() {
-			_, err := m.Open(OpenRequest{SessionID: fmt.Sprintf("s%d", i), Generation: 0, Version: v1(), Policy: policy(t, "")})
+			_, err := m.Open(context.Background(), OpenRequest{SessionID: fmt.Sprintf("s%d", i), Generation: 0, Version: v1(), Policy: policy(t, "")})
 			errs <- err
 		})
 	}
@@ -133,14 +134,14 @@ func TestCapacityCountsOpensInProgress(t *testing.T) {
 
 func TestEventsAreOrderedAndGenerationFenced(t *testing.T) {
 	m, _ := newManager(t, 0)
-	if _, err := m.Open(OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	old, next := &recorder{}, &recorder{}
 	if _, err := m.Attach("s", 1, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Open(OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: policy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Attach("s", 1, next); code(err) != protocol.CodeStaleGeneration {
@@ -165,7 +166,7 @@ func TestEventsAreOrderedAndGenerationFenced(t *testing.T) {
 
 func TestCloseWithoutRetainDeletes(t *testing.T) {
 	m, st := newManager(t, 0)
-	if _, err := m.Open(OpenRequest{SessionID: "gone", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := m.Close("gone", 1, false)
@@ -182,7 +183,7 @@ func TestCloseWithoutRetainDeletes(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 	// A new generation 0 is a fresh session now.
-	if _, err := m.Open(OpenRequest{SessionID: "gone", Generation: 0, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 0, Version: v1(), Policy: policy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -190,7 +191,7 @@ func TestCloseWithoutRetainDeletes(t *testing.T) {
 func TestRetainedCloseKeepsRecordAndDropsManifest(t *testing.T) {
 	m, st := newManager(t, 0)
 	p := policy(t, "kept")
-	if _, err := m.Open(OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: p}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: p}); err != nil {
 		t.Fatal(err)
 	}
 	if man, _ := st.Manifest("k"); man == nil || man.Generation != 5 {
@@ -206,7 +207,7 @@ func TestRetainedCloseKeepsRecordAndDropsManifest(t *testing.T) {
 	if man, _ := st.Manifest("k"); man != nil {
 		t.Fatal("a dormant session kept its manifest")
 	}
-	if _, err := m.Open(OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: policy(t, "other")}); code(err) != protocol.CodeSessionPolicyConflict {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: policy(t, "other")}); code(err) != protocol.CodeSessionPolicyConflict {
 		t.Fatalf("dormant session, same generation, other policy: %v", err)
 	}
 	if h := m.Host(); h.Dormant != 1 || len(h.Sessions) != 0 {
@@ -218,7 +219,7 @@ func TestMemorySessionsHaveNoManifest(t *testing.T) {
 	m, st := newManager(t, 0)
 	p := policy(t, "")
 	p.Mode = protocol.ModeMemory
-	if _, err := m.Open(OpenRequest{SessionID: "mem", Generation: 0, Version: v1(), Policy: p}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "mem", Generation: 0, Version: v1(), Policy: p}); err != nil {
 		t.Fatal(err)
 	}
 	if man, _ := st.Manifest("mem"); man != nil {
