@@ -40,11 +40,12 @@ func commandTable() []command {
 		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
 		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
 			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
-			"      [--system-prompt-file F] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation", (*app).sessionOpen},
+			"      [--system-prompt-file F] [--descriptor FILE|-] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter", (*app).sessionOpen},
 		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
 		{"session attach", "SESSION --generation N", "print the session's events as NDJSON until interrupted", (*app).sessionAttach},
+		{"tool", "SESSION OPERATION --generation N [--call-id ID] [--arg key=value …] [--json]", "call a granted host tool operation (fs.read, fs.list, …); without --arg, JSON arguments come from stdin", (*app).tool},
 		{"adapter register", "NAME [--json] -- COMMAND [ARGS…]", "approve, start and validate a capability adapter, then persist it", (*app).adapterRegister},
 		{"adapter remove", "NAME [--json]", "stop an adapter and forget its registration", (*app).adapterRemove},
 		{"adapter list", "[--json]", "show every adapter's state, pid, restarts and last failure", (*app).adapterList},

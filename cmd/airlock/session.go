@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -49,6 +50,7 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	model := fs.String("model", "", "model as PROVIDER/ID")
 	thinking := fs.String("thinking-level", "", "thinking level of the model (needs --model)")
 	promptFile := fs.String("system-prompt-file", "", "file whose text replaces the system prompt (protocol 2.x)")
+	descriptor := fs.String("descriptor", "", "host tool-adapter descriptor JSON `file` (- for stdin), as airlock-fs grant prints it (protocol 2.x)")
 	version := fs.String("protocol", protocol.Version2, "protocol version of the open: 2.0 or 1.0")
 	pos, code, done := a.parse(o, fs, args, "SESSION")
 	if done {
@@ -63,6 +65,14 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	})
 	if err != nil {
 		return a.failUsage(o, err)
+	}
+	if *descriptor != "" {
+		raw, err := a.readDescriptor(*descriptor)
+		if err != nil {
+			return a.failUsage(o, err)
+		}
+		tools, _ := json.Marshal(protocol.ToolsResource{Mode: protocol.ToolsHostAdapter, Descriptor: raw})
+		p.Resources.Tools = tools
 	}
 	if *version != protocol.Version1 && *version != protocol.Version2 {
 		return a.failUsage(o, usageErrorf("--protocol must be %s or %s", protocol.Version2, protocol.Version1))
@@ -428,4 +438,38 @@ func (a *app) sessionAttach(ctx context.Context, args []string) int {
 			}
 		}
 	}
+}
+
+// maxDescriptorBytes bounds what is read of --descriptor; real descriptors are under 2 KiB.
+const maxDescriptorBytes = 64 << 10
+
+// readDescriptor reads a tool-adapter descriptor from a file or stdin. It holds a capability
+// handle: it is passed through to the daemon and never printed.
+func (a *app) readDescriptor(name string) (json.RawMessage, error) {
+	var r io.Reader
+	if name == "-" {
+		r = a.stdin
+	} else {
+		fh, err := os.Open(name)
+		if err != nil {
+			return nil, usageErrorf("--descriptor: %v", err)
+		}
+		defer fh.Close()
+		r = fh
+	}
+	if r == nil {
+		return nil, usageErrorf("--descriptor -: no standard input")
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxDescriptorBytes+1))
+	switch {
+	case err != nil:
+		return nil, usageErrorf("--descriptor: %v", err)
+	case len(b) > maxDescriptorBytes:
+		return nil, usageErrorf("--descriptor: larger than %d bytes", maxDescriptorBytes)
+	}
+	raw := json.RawMessage(bytes.TrimSpace(b))
+	if !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {
+		return nil, usageErrorf("--descriptor: not a JSON object")
+	}
+	return raw, nil
 }
