@@ -3,7 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"log/slog"
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
@@ -24,21 +24,23 @@ type adapterHost struct {
 }
 
 // restore starts every persisted registration. An adapter that fails to start is kept and
-// retried with backoff by the supervisor; only an invalid stored registration is reported.
-func (a *adapterHost) restore(ctx context.Context) (restored int, err error) {
+// retried with backoff by the supervisor; a stored registration the supervisor refuses is
+// reported by name and stays stored, so the operator can see and remove it.
+func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored int, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	regs, err := a.store.Registrations()
 	if err != nil {
 		return 0, err
 	}
-	var errs []error
 	for _, r := range regs {
 		if _, err := a.sup.Restore(ctx, capadapter.Registration(r)); err != nil {
-			errs = append(errs, err)
+			log.Error("capability adapter registration not restored", "adapter", r.Name, "code", capadapter.CodeOf(err), "err", err)
 			continue
 		}
 		restored++
 	}
-	return restored, errors.Join(errs...)
+	return restored, nil
 }
 
 // RegisterResult is the data of registerAdapter.
@@ -67,14 +69,21 @@ type RemoveResult struct {
 	Removed bool `json:"removed"`
 }
 
+// remove forgets a registration, durable record first: if that fails nothing changed, and once
+// it is gone the adapter is stopped. A stored registration the supervisor never ran (its
+// command was missing at startup) is removed all the same.
 func (a *adapterHost) remove(ctx context.Context, name string) (*RemoveResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.sup.Remove(ctx, name); err != nil {
-		return nil, adapterError(err, false)
-	}
-	if _, err := a.store.DeleteRegistration(name); err != nil {
+	stored, err := a.store.DeleteRegistration(name)
+	if err != nil {
 		return nil, err
+	}
+	if err := a.sup.Remove(ctx, name); err != nil {
+		if stored && capadapter.CodeOf(err) == capadapter.CodeUnknownAdapter {
+			return &RemoveResult{Removed: true}, nil
+		}
+		return nil, adapterError(err, false)
 	}
 	return &RemoveResult{Removed: true}, nil
 }
@@ -155,6 +164,11 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 			return nil, e
 		}
 		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		// A registration during recovery would race the restore of the stored ones; one while
+		// draining would start work on a host that is going away.
+		if e := s.sessions.Admitting(); e != nil {
 			return nil, e
 		}
 		return a.register(ctx, &p)

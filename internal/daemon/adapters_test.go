@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,51 @@ func TestBinaryAdapterRegistrationRefusals(t *testing.T) {
 	c1.SetVersion("1.0")
 	if r := call(t, c1, client.Command{Operation: "listCapabilities"}); code(r) != "unknown_operation" {
 		t.Fatalf("v1 listCapabilities: %s", code(r))
+	}
+}
+
+// TestBinaryAdapterWithMissingCommandCanBeRemoved: a stored registration whose command is gone
+// at startup is not restored, is logged by name, and can still be removed.
+func TestBinaryAdapterWithMissingCommandCanBeRemoved(t *testing.T) {
+	built := daemontest.Build(t, "./examples/adapters/go-lamp")
+	dir := daemontest.ShortDir(t)
+	lamp := filepath.Join(dir, "lamp")
+	b, err := os.ReadFile(built)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(lamp, b, 0o755)
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+	if r := call(t, c, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": lamp}}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	d.Stop()
+	os.Remove(lamp)
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	c2 := d2.Dial()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(d2.Stderr(), "adapter=lamp") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed restore is not logged by name:\n%s", d2.Stderr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := call(t, c2, client.Command{Operation: "removeAdapter", Payload: map[string]any{"name": "lamp"}}); !r.OK {
+		t.Fatalf("remove of a registration that never ran: %v", r.Err())
+	}
+	d2.Stop()
+	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	var list struct {
+		Adapters []any `json:"adapters"`
+	}
+	if err := call(t, d3.Dial(), client.Command{Operation: "listAdapters"}).Decode(&list); err != nil || len(list.Adapters) != 0 {
+		t.Fatalf("the removed registration came back: %v %+v", err, list)
+	}
+	// A draining host starts no new adapter.
+	c3 := d3.Dial()
+	call(t, c3, client.Command{Operation: "drain", Payload: map[string]any{"timeoutMs": 0}})
+	if r := call(t, c3, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": built}}); code(r) != "host_draining" {
+		t.Fatalf("register while draining: %s", code(r))
 	}
 }

@@ -152,9 +152,9 @@ func Start(cfg Config) (*Daemon, error) {
 		d.log.Info("airlockd ready")
 		// Adapters start after readiness: a slow or broken adapter delays only its own
 		// capabilities, never the host.
-		n, err := d.srv.adapters.restore(ctx)
+		n, err := d.srv.adapters.restore(ctx, d.log)
 		if err != nil {
-			d.log.Error("capability adapter registrations not restored", "err", err)
+			d.log.Error("capability adapter registrations not readable", "err", err)
 		}
 		if n > 0 {
 			d.log.Info("capability adapters restored", "adapters", n)

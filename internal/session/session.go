@@ -187,6 +187,14 @@ func (m *Manager) admitting() *protocol.Error {
 	return nil
 }
 
+// Admitting reports why the host refuses new work (host_not_ready while recovering,
+// host_draining while draining), or nil.
+func (m *Manager) Admitting() *protocol.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.admitting()
+}
+
 // OpenRequest is an admitted open.
 type OpenRequest struct {
 	SessionID  string
