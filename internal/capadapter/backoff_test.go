@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -20,6 +21,7 @@ type fakeInst struct {
 	once  sync.Once
 	mu    sync.Mutex
 	fail  error
+	stuck bool // Close does not reap it: Done never closes
 }
 
 func (f *fakeInst) PID() int                  { return f.pid }
@@ -38,6 +40,12 @@ func (f *fakeInst) Invoke(context.Context, string, string, json.RawMessage) (jso
 	return json.RawMessage(`true`), nil
 }
 func (f *fakeInst) Close(context.Context) error {
+	f.mu.Lock()
+	stuck := f.stuck
+	f.mu.Unlock()
+	if stuck {
+		return newError(CodeUnavailable, "scripted: not reaped")
+	}
 	f.once.Do(func() { close(f.done) })
 	return nil
 }
@@ -315,5 +323,36 @@ func TestSupervisorRestoreRetriesInBackground(t *testing.T) {
 		// Restore still refuses what can never work.
 		_, err = s.Restore(context.Background(), Registration{Name: "bad", Command: "./relative"})
 		wantCode(t, err, CodeInvalidRegistration)
+	})
+}
+
+// Close reports a child it could not reap, so that the daemon can warn; a clean Close is nil.
+func TestSupervisorCloseReportsUnreapedChild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, fs := fakeSupervisor(t, Options{})
+		for _, name := range []string{"a", "b", "c"} {
+			if _, err := s.Register(context.Background(), helperRegistration(t, name, "unused", "cap_"+name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stuck := fs.insts[1]
+		stuck.mu.Lock()
+		stuck.stuck = true
+		stuck.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err := s.Close(ctx)
+		e := wantCode(t, err, CodeTimeout)
+		if !strings.Contains(e.Detail, `"b"`) || strings.Contains(e.Detail, `"a"`) || strings.Contains(e.Detail, `"c"`) {
+			t.Fatalf("Close = %v, want only adapter b named", err)
+		}
+
+		s2, _ := fakeSupervisor(t, Options{})
+		if _, err := s2.Register(context.Background(), helperRegistration(t, "a", "unused", "cap_a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := s2.Close(context.Background()); err != nil {
+			t.Fatalf("clean Close = %v", err)
+		}
 	})
 }

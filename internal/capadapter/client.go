@@ -141,7 +141,7 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	errR, errW, err3 := pipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		closeAll()
-		return nil, fmt.Errorf("capadapter: pipes: %w", err)
+		return nil, newError(CodeUnavailable, "the adapter's pipes could not be created")
 	}
 	cmd := &exec.Cmd{
 		Path:        command,

@@ -45,7 +45,8 @@ var (
 	// detail: no action, property or result key may look like one.
 	sensitiveNamePattern = regexp.MustCompile(`(?i)(endpoint|url|credential|password|secret|token|adapter|protocol|hostname|authorization|cookie|method|path|accesskey)`)
 	// unsafePayloadPattern is screened against the raw list, describe, observe and invoke
-	// results: a URL anywhere, or a sensitive key followed by ':' or '='.
+	// results as an early reject, and against every decoded key and string of them (the
+	// screen proper): a URL anywhere, or a sensitive key followed by ':' or '='.
 	unsafePayloadPattern = regexp.MustCompile(`(?i)(https?://|"?(endpoint|url|credential|password|secret|token|authorization|cookie|adapter|protocol|hostname|accesskey)"?\s*[:=])`)
 	urlPattern           = regexp.MustCompile(`(?i)https?://`)
 )
@@ -101,6 +102,9 @@ func invalidDescriptor(detail string) *Error { return newError(CodeInvalidDescri
 // canonical encoding (compact, members in declaration order, properties sorted), which is
 // what byte-identical comparisons use. Errors are invalid_descriptor, or too_large for a
 // descriptor over MaxDescriptorBytes; they never quote the descriptor.
+//
+// The raw-byte screen here is only an early reject: ValidateDescriptor screens the decoded
+// text, which is what a client sees.
 func ParseDescriptor(data []byte) (Descriptor, []byte, error) {
 	if unsafePayload(data) {
 		return Descriptor{}, nil, invalidDescriptor("descriptor carries a URL or a sensitive key")
@@ -146,8 +150,12 @@ func canonicalDescriptor(d Descriptor) ([]byte, error) {
 
 // ValidateDescriptor checks d against the descriptor rules: the id, name and property
 // grammars, title and version text, the counts, the primitive types, required names, the
-// sensitive-name screen, and the encoded size.
+// sensitive-name screen, the URL and sensitive key:value screen of every string (as decoded
+// text, the way a client sees it), and the encoded size.
 func ValidateDescriptor(d Descriptor) error {
+	if unsafeDescriptorText(&d) {
+		return invalidDescriptor("descriptor text carries a URL or a sensitive key")
+	}
 	if !capabilityIDPattern.MatchString(d.CapabilityID) {
 		return invalidDescriptor("capabilityId does not match " + capabilityIDPattern.String())
 	}
@@ -211,6 +219,29 @@ func ValidateDescriptor(d Descriptor) error {
 	return nil
 }
 
+// unsafeDescriptorText reports whether any string of d fails unsafeText.
+func unsafeDescriptorText(d *Descriptor) bool {
+	if unsafeText(d.CapabilityID) || unsafeText(d.Title) || unsafeText(d.Version) {
+		return true
+	}
+	for _, a := range d.Actions {
+		if unsafeText(a.Name) || unsafeText(a.Title) || unsafeText(a.Input.Type) {
+			return true
+		}
+		for name, typ := range a.Input.Properties {
+			if unsafeText(name) || unsafeText(typ) {
+				return true
+			}
+		}
+		for _, r := range a.Input.Required {
+			if unsafeText(r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // validText: non-empty, at most maxRunes runes, trimmed, valid UTF-8, no control characters
 // and no URL.
 func validText(s string, maxRunes int) bool {
@@ -237,8 +268,9 @@ func (d *Descriptor) Action(name string) (Action, bool) {
 
 // ValidateArgs checks invoke args against an action's declared input: at most MaxArgsBytes,
 // one strict JSON object (no duplicate keys), every required name present, no undeclared
-// name, each value of its declared primitive type (null is no type), and no URL in a string.
-// It fails with too_large or invalid_args and never quotes the args.
+// name, each value of its declared primitive type (null is no type), and no URL in a string
+// once decoded (an escaped "https:\/\/" is a URL). It fails with too_large or invalid_args
+// and never quotes the args.
 func ValidateArgs(in Input, args json.RawMessage) error {
 	if len(args) > MaxArgsBytes {
 		return newError(CodeTooLarge, "args exceed 1024 bytes")
@@ -260,8 +292,14 @@ func ValidateArgs(in Input, args json.RawMessage) error {
 		if !primitiveOf(v, typ) {
 			return newError(CodeInvalidArgs, "an argument is not of its declared type")
 		}
-		if typ == TypeString && urlPattern.Match(v) {
-			return newError(CodeInvalidArgs, "an argument carries a URL")
+		if typ == TypeString {
+			var text string
+			if json.Unmarshal(v, &text) != nil {
+				return newError(CodeInvalidArgs, "an argument is not of its declared type")
+			}
+			if urlPattern.MatchString(text) {
+				return newError(CodeInvalidArgs, "an argument carries a URL")
+			}
 		}
 	}
 	return nil
@@ -294,9 +332,10 @@ const (
 )
 
 // checkResult screens an observe or invoke result: at most MaxResultBytes, one strict JSON
-// value, no URL or sensitive key:value text, nesting at most 4 deep, arrays and objects of at
-// most 32 entries, keys of at most 64 characters that are not sensitive names, finite
-// numbers. Results are semantic data: anything else fails closed.
+// value, no URL or sensitive key:value text in any decoded key or string (the raw-byte screen
+// is only an early reject), nesting at most 4 deep, arrays and objects of at most 32 entries,
+// keys of at most 64 characters that are not sensitive names, finite numbers. Results are
+// semantic data: anything else fails closed.
 func checkResult(raw json.RawMessage) error {
 	if len(raw) > MaxResultBytes {
 		return newError(CodeTooLarge, "result exceeds 4096 bytes")
@@ -355,7 +394,7 @@ func (sc *semanticScanner) value(depth int) bool {
 			}
 			if c == '{' {
 				key := sc.str()
-				if utf8.RuneCountInString(key) > maxResultKeyLen || sensitiveName(key) {
+				if utf8.RuneCountInString(key) > maxResultKeyLen || sensitiveName(key) || unsafeText(key) {
 					return false
 				}
 				sc.skipSpace()
@@ -366,8 +405,7 @@ func (sc *semanticScanner) value(depth int) bool {
 			}
 		}
 	case c == '"':
-		sc.str()
-		return true
+		return !unsafePayload(sc.text())
 	case c == 't':
 		sc.pos += 4
 	case c == 'f':
@@ -386,7 +424,12 @@ func (sc *semanticScanner) value(depth int) bool {
 }
 
 // str returns the decoded string at pos and moves past it.
-func (sc *semanticScanner) str() string {
+func (sc *semanticScanner) str() string { return string(sc.text()) }
+
+// text returns the decoded text of the string at pos and moves past it: the raw bytes
+// between the quotes when the string has no escape (they are then the decoded text, and are
+// not copied), else the string decoded as a client would decode it.
+func (sc *semanticScanner) text() []byte {
 	start := sc.pos
 	escaped := false
 	for sc.pos++; sc.data[sc.pos] != '"'; sc.pos++ {
@@ -397,9 +440,9 @@ func (sc *semanticScanner) str() string {
 	}
 	sc.pos++
 	if !escaped {
-		return string(sc.data[start+1 : sc.pos-1])
+		return sc.data[start+1 : sc.pos-1]
 	}
 	var s string
 	_ = json.Unmarshal(sc.data[start:sc.pos], &s)
-	return s
+	return []byte(s)
 }

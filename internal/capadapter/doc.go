@@ -18,7 +18,9 @@
 // Descriptors {capabilityId, title, version, observe, actions[{name, title, input}]} are
 // validated by ParseDescriptor / ValidateDescriptor: id, action and property grammars, text
 // bounds, at most 4 actions of at most 16 primitive properties, at most 1,024 encoded bytes,
-// and the sensitive-name and URL screens. An adapter lists 1 to MaxCapabilities (8).
+// and the sensitive-name and URL screens. Every screen and grammar applies to decoded text,
+// what a client sees: a raw-byte scan is only an early reject, since a JSON escape (\u003a,
+// \/) hides text from it. An adapter lists 1 to MaxCapabilities (8).
 //
 // # Children
 //

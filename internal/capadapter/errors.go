@@ -19,7 +19,8 @@ const (
 // Local codes: conditions the runtime classifies itself. None of them is ever sent to an
 // adapter; WireCode maps each to the closed protocol set for projection.
 const (
-	// CodeTimeout: the adapter did not answer within the call deadline (the child is killed).
+	// CodeTimeout: the adapter did not answer within the call deadline (the child is
+	// killed), or, from Supervisor.Close, a child could not be reaped in time.
 	CodeTimeout = "timeout"
 	// CodeMalformedResponse: a response frame that is not valid protocol: bad framing or
 	// UTF-8, not strict JSON, wrong version or id, both or neither of result and error, an

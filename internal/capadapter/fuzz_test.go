@@ -34,7 +34,8 @@ func referenceSemantic(v any, depth int, sensitive *regexp.Regexp) bool {
 			return false
 		}
 		for k, e := range x {
-			if utf8.RuneCountInString(k) > maxResultKeyLen || sensitive.MatchString(k) || !referenceSemantic(e, depth+1, sensitive) {
+			if utf8.RuneCountInString(k) > maxResultKeyLen || sensitive.MatchString(k) || unsafePayloadPattern.MatchString(k) ||
+				!referenceSemantic(e, depth+1, sensitive) {
 				return false
 			}
 		}
@@ -47,11 +48,53 @@ func referenceSemantic(v any, depth int, sensitive *regexp.Regexp) bool {
 				return false
 			}
 		}
+	case string:
+		return !unsafePayloadPattern.MatchString(x)
 	case json.Number:
 		f, err := x.Float64()
 		return err == nil && !math.IsInf(f, 0)
 	}
 	return true
+}
+
+// decodedTextUnsafe reports whether any key or string of the JSON value data, decoded as a
+// client decodes it, matches unsafePayloadPattern.
+func decodedTextUnsafe(data []byte) bool {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return false
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if unsafePayloadPattern.MatchString(k) || walk(e) {
+					return true
+				}
+			}
+		case []any:
+			for _, e := range x {
+				if walk(e) {
+					return true
+				}
+			}
+		case string:
+			return unsafePayloadPattern.MatchString(x)
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// escapeSeeds are inputs whose unsafe text hides behind JSON escapes.
+var escapeSeeds = []string{
+	`{"capabilityId":"my.url\u003a1","title":"X","version":"1","observe":true,"actions":[]}`,
+	`{"capabilityId":"x","title":"Token\u003a x","version":"1","observe":true,"actions":[]}`,
+	`{"capabilityId":"x","title":"see HtTpS:\/\/evil","version":"1","observe":true,"actions":[]}`,
+	`{"capabilityId":"x","title":"\ud83d\ude00 http:\u002f\u002fx","version":"1","observe":true,"actions":[]}`,
+	`{"capabilityId":"x","title":"a token\": b","version":"1","observe":true,"actions":[]}`,
+	`{"capabilityId":"x","title":"\u017fecret= b","version":"1","observe":true,"actions":[]}`,
 }
 
 // FuzzDecodeResponse checks DecodeResponse's contract on arbitrary frames: an accepted frame
@@ -70,6 +113,10 @@ func FuzzDecodeResponse(f *testing.F) {
 		`{"protocolVersion":1,"id":"1","result":1,"error":{"code":"internal"}}`,
 		`{"protocolVersion":1,"id":"1","id":"1","result":1}`,
 		`not-json`,
+		`{"protocolVersion":1,"id":"1","result":{"note":"https:\/\/evil.example/x"}}`,
+		`{"protocolVersion":1,"id":"1","result":["password\u003d hunter2"]}`,
+		`{"protocolVersion":1,"id":"1","result":{"HTTP\u003a\u002F\u002Fx":"\ud83d\ude00"}}`,
+		`{"protocolVersion":1,"id":"1","result":{"note":"a secret\" = b"}}`,
 	} {
 		f.Add([]byte(s), "1")
 	}
@@ -98,8 +145,12 @@ func FuzzDecodeResponse(f *testing.F) {
 			t.Fatalf("accepted a result that is not strict JSON: %q", resp.Result)
 		}
 		if resp.Result != nil {
-			if got, want := CodeOf(checkResult(resp.Result)), referenceCheckResult(resp.Result); got != want {
+			got, want := CodeOf(checkResult(resp.Result)), referenceCheckResult(resp.Result)
+			if got != want {
 				t.Fatalf("checkResult(%q) = %q, reference %q", resp.Result, got, want)
+			}
+			if got == "" && decodedTextUnsafe(resp.Result) {
+				t.Fatalf("checkResult accepted unsafe decoded text in %q", resp.Result)
 			}
 		}
 		env := map[string]any{"protocolVersion": 1, "id": resp.ID}
@@ -138,6 +189,9 @@ func FuzzValidateDescriptor(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	for _, s := range escapeSeeds {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// The hand-written screens agree with the regular expressions they stand for.
 		if unsafePayload(data) != unsafePayloadPattern.Match(data) {
@@ -158,6 +212,9 @@ func FuzzValidateDescriptor(f *testing.F) {
 		}
 		if len(canon) > MaxDescriptorBytes || unsafePayloadPattern.Match(canon) {
 			t.Fatalf("canonical form out of bounds or unsafe: %s", canon)
+		}
+		if decodedTextUnsafe(data) || decodedTextUnsafe(canon) {
+			t.Fatalf("accepted descriptor carries unsafe decoded text: %q", data)
 		}
 		_, canon2, err := ParseDescriptor(canon)
 		if err != nil || !bytes.Equal(canon, canon2) {
@@ -185,6 +242,38 @@ func FuzzValidateDescriptor(f *testing.F) {
 				if err := ValidateArgs(a.Input, json.RawMessage(`{}`)); CodeOf(err) != CodeInvalidArgs {
 					t.Fatalf("missing required args accepted: %v", err)
 				}
+			}
+		}
+	})
+}
+
+// FuzzValidateArgs checks that args ValidateArgs accepts carry no URL in any string, decoded
+// as the adapter decodes it, and are one object of the declared keys.
+func FuzzValidateArgs(f *testing.F) {
+	for _, s := range []string{
+		`{"label":"kitchen","level":3,"on":true}`,
+		`{"label":"https:\/\/evil.example/x"}`,
+		`{"label":"HTTP:\u002f\u002fx"}`,
+		`{"l\u0061bel":"\ud83d\ude00 hTtP:\/\/x"}`,
+		`{"label":"a\/b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	in := Input{Type: "object", Properties: map[string]string{"on": "boolean", "level": "number", "label": "string"}}
+	f.Fuzz(func(t *testing.T, args []byte) {
+		if ValidateArgs(in, args) != nil {
+			return
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
+			t.Fatalf("accepted args that are not an object: %q", args)
+		}
+		for k, v := range obj {
+			if _, ok := in.Properties[k]; !ok {
+				t.Fatalf("accepted undeclared key %q", k)
+			}
+			if s, ok := v.(string); ok && urlPattern.MatchString(s) {
+				t.Fatalf("accepted a URL in %q", args)
 			}
 		}
 	})

@@ -92,6 +92,7 @@ func switchDescriptor(prefix string) string {
 //	sensitive        a descriptor with an "endpoint" property
 //	describe-differs describe returns another title than list
 //	url-result       observe returns a URL
+//	escaped-*        escape unsafe text past a byte screen (see escapedResponse)
 //	big-result       observe returns 5,000 bytes
 //	grandchild       starts `sleep 300` (holding stdout) and observe returns its pid
 //	ignore-term      ignores SIGTERM and stdin EOF
@@ -188,6 +189,10 @@ func runHelper(mode string, args []string) int {
 			continue
 		}
 		if mode == "hang" {
+			continue
+		}
+		if frame := escapedResponse(mode, req.Method, req.ID); frame != "" {
+			raw(frame)
 			continue
 		}
 		switch req.Method {

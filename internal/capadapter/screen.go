@@ -2,8 +2,11 @@ package capadapter
 
 import "bytes"
 
-// The screens below are the hot path of every observe and invoke. For ASCII input they scan
-// by hand; input with any non-ASCII byte goes to the regular expressions, whose Unicode case
+// The screens below are the hot path of every observe and invoke. They apply to text as a
+// client sees it: unsafePayload over a raw JSON document is only an early reject, because an
+// escape (\u003a, \/, a surrogate pair) hides text from a byte scan that a decoder then
+// restores; every decoded key and string is screened again (unsafeText). For ASCII input they
+// scan by hand; input with any non-ASCII byte goes to the regular expressions, whose Unicode case
 // folding ("ſ" folds to "s", the Kelvin sign to "k") the hand scan does not model. The fuzz
 // targets check that both agree.
 
@@ -68,6 +71,10 @@ func unsafePayload(b []byte) bool {
 	}
 	return false
 }
+
+// unsafeText reports whether one decoded string (a key or a value, as a client sees it)
+// matches unsafePayloadPattern.
+func unsafeText(s string) bool { return unsafePayload([]byte(s)) }
 
 // isRegexpSpace is RE2's \s: tab, newline, form feed, carriage return and space (not \v).
 func isRegexpSpace(c byte) bool {

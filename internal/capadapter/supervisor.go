@@ -329,6 +329,9 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 
 // Close stops every adapter, concurrently, and reaps every child; later operations fail with
 // unavailable. The daemon calls it at shutdown; registrations stay persisted by the caller.
+// ctx bounds the graceful part of each stop (see Client.Close); a child still not reaped when
+// its stop gives up (one stuck in the kernel even after SIGKILL) makes Close return a timeout
+// *Error naming the adapters concerned, after every stop has ended.
 func (s *Supervisor) Close(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -342,26 +345,46 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	clear(s.adapters)
 	clear(s.owners)
 	s.mu.Unlock()
+	unreaped := make([]string, len(all))
 	var wg sync.WaitGroup
-	for _, a := range all {
-		wg.Go(func() { s.stopAdapter(ctx, a) })
+	for i, a := range all {
+		wg.Go(func() {
+			if !s.stopAdapter(ctx, a) {
+				unreaped[i] = a.reg.Name
+			}
+		})
 	}
 	wg.Wait()
-	return nil
+	unreaped = slices.DeleteFunc(unreaped, func(n string) bool { return n == "" })
+	if len(unreaped) == 0 {
+		return nil
+	}
+	sort.Strings(unreaped)
+	return newError(CodeTimeout, fmt.Sprintf("the children of adapters %q were not reaped in time", unreaped))
 }
 
-// stopAdapter stops a's monitor, then stops and reaps its child.
-func (s *Supervisor) stopAdapter(ctx context.Context, a *adapter) {
+// stopAdapter stops a's monitor, then stops and reaps its child. It reports whether the
+// child, if any, was reaped.
+func (s *Supervisor) stopAdapter(ctx context.Context, a *adapter) bool {
 	a.cancel()
 	<-a.done
 	s.mu.Lock()
 	inst := a.inst
 	a.inst, a.state, a.pid = nil, StateStopped, 0
 	s.mu.Unlock()
-	if inst != nil {
-		_ = inst.Close(ctx) // waits, bounded, for the child to be reaped
+	if inst == nil {
+		a.log.note("stopped")
+		return true
 	}
-	a.log.note("stopped")
+	_ = inst.Close(ctx) // waits, bounded, for the child to be reaped
+	select {
+	case <-inst.Done():
+		a.log.note("stopped")
+		return true
+	default:
+		a.log.note("stopped, but the child was not reaped in time")
+		return false
+	}
 }
 
 // monitor watches a's child and restarts it after a crash, with backoff, until a is stopped

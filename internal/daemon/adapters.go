@@ -200,7 +200,7 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		return &CapabilityList{Capabilities: nonNil(a.sup.List())}, nil
 	case protocol.OpDescribeCapability:
 		var p protocol.CapabilityPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
+		if e := decodeCapability(cmd, &p); e != nil {
 			return nil, e
 		}
 		d, err := a.sup.Describe(p.CapabilityID)
@@ -210,7 +210,7 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		return &CapabilityDescription{Descriptor: d}, nil
 	case protocol.OpObserveCapability:
 		var p protocol.CapabilityPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
+		if e := decodeCapability(cmd, &p); e != nil {
 			return nil, e
 		}
 		raw, err := a.sup.Observe(ctx, p.CapabilityID)
@@ -221,6 +221,9 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 	case protocol.OpInvokeCapability:
 		var p protocol.InvokeCapabilityPayload
 		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
 			return nil, e
 		}
 		args := p.Args
@@ -237,6 +240,13 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 }
 
 func decodeValid(cmd *protocol.Command, p *protocol.AdapterNamePayload) *protocol.Error {
+	if e := protocol.DecodePayload(cmd, p); e != nil {
+		return e
+	}
+	return p.Validate()
+}
+
+func decodeCapability(cmd *protocol.Command, p *protocol.CapabilityPayload) *protocol.Error {
 	if e := protocol.DecodePayload(cmd, p); e != nil {
 		return e
 	}

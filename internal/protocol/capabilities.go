@@ -1,12 +1,44 @@
 package protocol
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"unicode/utf8"
 
-// Bounds of the capability-adapter operations' payloads. The adapter protocol's own bounds
-// (argument count and sizes, identifier grammars) are checked by the supervisor.
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// Bounds and grammars of the capability-adapter operations' payloads. They are the capability
+// runtime's own rules (internal/capadapter), copied here because this package must not import
+// it; a test in each package holds the copies equal, so a payload valid here is never refused
+// by the supervisor for a bound.
 const (
+	// MaxAdapterNameLen bounds an adapter name, in bytes (the name grammar is ASCII).
 	MaxAdapterNameLen = 64
-	maxCommandLen     = 4096
+	// MaxAdapterArgs bounds registerAdapter's args, the command excluded.
+	MaxAdapterArgs = 16
+	// MaxAdapterArgBytes bounds the command and each argument, in bytes.
+	MaxAdapterArgBytes = 1024
+	// MaxAdapterRegistrationBytes bounds the command and arguments together, in bytes.
+	MaxAdapterRegistrationBytes = 16 << 10
+	// MaxCapabilityIDLen bounds a capability id, in bytes (the id grammar is ASCII).
+	MaxCapabilityIDLen = 64
+	// MaxCapabilityActionLen bounds an action name, in bytes (the name grammar is ASCII).
+	MaxCapabilityActionLen = 32
+	// MaxCapabilityArgsBytes bounds invokeCapability's args as sent: the adapter protocol's
+	// args bound.
+	MaxCapabilityArgsBytes = 1024
+)
+
+var (
+	// adapterNamePattern is the grammar of an adapter name.
+	adapterNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	// capabilityIDPattern is the adapter protocol's capability id grammar.
+	capabilityIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._:-]{0,63}$`)
+	// actionNamePattern is the adapter protocol's action name grammar.
+	actionNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 )
 
 // RegisterAdapterPayload is the payload of registerAdapter: an operator's approval to run
@@ -17,13 +49,44 @@ type RegisterAdapterPayload struct {
 	Args    []string `json:"args,omitempty"`
 }
 
-// Validate checks the envelope-level bounds.
+// Validate checks the registration bounds, exactly those of the supervisor: the name
+// grammar; at most MaxAdapterArgs args; the command and each arg valid UTF-8 of at most
+// MaxAdapterArgBytes bytes without NUL, together at most MaxAdapterRegistrationBytes; and a
+// command that is not blank. Whether the command resolves to an executable is the
+// supervisor's to say (invalid_registration).
 func (p *RegisterAdapterPayload) Validate() *Error {
-	if !validIdentifier(p.Name, MaxAdapterNameLen) {
-		return invalidField("payload.name", "must be 1 to %d characters without control characters", MaxAdapterNameLen)
+	if e := validAdapterName(p.Name); e != nil {
+		return e
 	}
-	if p.Command == "" || len(p.Command) > maxCommandLen {
-		return invalidField("payload.command", "must be 1 to %d bytes", maxCommandLen)
+	if len(p.Args) > MaxAdapterArgs {
+		return invalidField("payload.args", "must have at most %d items", MaxAdapterArgs)
+	}
+	if !validAdapterArg(p.Command) {
+		return invalidField("payload.command", "must be UTF-8 of at most %d bytes without NUL", MaxAdapterArgBytes)
+	}
+	total := len(p.Command)
+	for _, a := range p.Args {
+		if !validAdapterArg(a) {
+			return invalidField("payload.args", "items must be UTF-8 of at most %d bytes without NUL", MaxAdapterArgBytes)
+		}
+		total += len(a)
+	}
+	if total > MaxAdapterRegistrationBytes {
+		return invalidField("payload.args", "command and args together must be at most %d bytes", MaxAdapterRegistrationBytes)
+	}
+	if strings.TrimSpace(p.Command) == "" {
+		return invalidField("payload.command", "must not be blank")
+	}
+	return nil
+}
+
+func validAdapterArg(s string) bool {
+	return len(s) <= MaxAdapterArgBytes && !strings.ContainsRune(s, 0) && utf8.ValidString(s)
+}
+
+func validAdapterName(name string) *Error {
+	if !adapterNamePattern.MatchString(name) {
+		return invalidField("payload.name", "must match %s", adapterNamePattern.String())
 	}
 	return nil
 }
@@ -33,17 +96,30 @@ type AdapterNamePayload struct {
 	Name string `json:"name"`
 }
 
-// Validate checks the name's bounds.
-func (p *AdapterNamePayload) Validate() *Error {
-	if !validIdentifier(p.Name, MaxAdapterNameLen) {
-		return invalidField("payload.name", "must be 1 to %d characters without control characters", MaxAdapterNameLen)
-	}
-	return nil
-}
+// Validate checks the name against the adapter name grammar: a name no registration can have
+// is a bad field, not an unknown adapter.
+func (p *AdapterNamePayload) Validate() *Error { return validAdapterName(p.Name) }
 
 // CapabilityPayload is the payload of describeCapability and observeCapability.
 type CapabilityPayload struct {
 	CapabilityID string `json:"capabilityId"`
+}
+
+// Validate checks capabilityId: present, at most MaxCapabilityIDLen bytes, and of the
+// adapter protocol's capability id grammar, so that a malformed id is invalid_field rather
+// than unknown_capability.
+func (p *CapabilityPayload) Validate() *Error { return validCapabilityID(p.CapabilityID) }
+
+func validCapabilityID(id string) *Error {
+	switch {
+	case id == "":
+		return invalidField("payload.capabilityId", "is required")
+	case len(id) > MaxCapabilityIDLen:
+		return invalidField("payload.capabilityId", "must be at most %d bytes", MaxCapabilityIDLen)
+	case !capabilityIDPattern.MatchString(id):
+		return invalidField("payload.capabilityId", "must match %s", capabilityIDPattern.String())
+	}
+	return nil
 }
 
 // InvokeCapabilityPayload is the payload of invokeCapability. Args is checked against the
@@ -52,6 +128,33 @@ type InvokeCapabilityPayload struct {
 	CapabilityID string          `json:"capabilityId"`
 	Action       string          `json:"action"`
 	Args         json.RawMessage `json:"args,omitempty"`
+}
+
+// Validate checks the envelope-level rules: capabilityId as CapabilityPayload.Validate does;
+// action present and of the adapter protocol's action name grammar; args, when present, one
+// JSON object (without duplicate keys) of at most MaxCapabilityArgsBytes bytes as sent. Absent
+// args mean {}. Whether the action is declared and the args fit its input is the
+// supervisor's to say.
+func (p *InvokeCapabilityPayload) Validate() *Error {
+	if e := validCapabilityID(p.CapabilityID); e != nil {
+		return e
+	}
+	switch {
+	case p.Action == "":
+		return invalidField("payload.action", "is required")
+	case !actionNamePattern.MatchString(p.Action):
+		return invalidField("payload.action", "must match %s", actionNamePattern.String())
+	}
+	if p.Args == nil {
+		return nil
+	}
+	if len(p.Args) > MaxCapabilityArgsBytes {
+		return invalidField("payload.args", "must be at most %d bytes", MaxCapabilityArgsBytes)
+	}
+	if t := bytes.TrimLeft(p.Args, " \t\r\n"); len(t) == 0 || t[0] != '{' || ndjson.Valid(p.Args) != nil {
+		return invalidField("payload.args", "must be a JSON object")
+	}
+	return nil
 }
 
 // MaxToolCallIDLen bounds invokeTool's toolCallId.
