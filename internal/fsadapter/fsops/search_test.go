@@ -1,0 +1,216 @@
+//go:build linux
+
+package fsops
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// refSearch is the reference fs.search: whole files, no chunks, sorted afterwards.
+func refSearch(t testing.TB, root, under, query string) []SearchMatch {
+	var out []SearchMatch
+	filepath.WalkDir(filepath.Join(root, under), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		for _, seg := range strings.Split(rel, "/") {
+			if !validName(seg) {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.IndexByte(b[:min(len(b), binarySniffBytes)], 0) >= 0 || !utf8.Valid(b) {
+			return nil
+		}
+		s := string(b)
+		from := 0
+		for {
+			i := strings.Index(s[from:], query)
+			if i < 0 {
+				break
+			}
+			at := from + i
+			ls := strings.LastIndexByte(s[:at], '\n') + 1
+			line := strings.Count(s[:at], "\n") + 1
+			text := s[ls:]
+			if e := strings.IndexByte(text, '\n'); e >= 0 {
+				text = text[:e]
+			}
+			if len(text) > MaxMatchTextBytes {
+				text = text[:MaxMatchTextBytes]
+				for !utf8.ValidString(text) {
+					text = text[:len(text)-1]
+				}
+			}
+			out = append(out, SearchMatch{Path: rel, Line: int64(line), Column: int64(utf8.RuneCountInString(s[ls:at]) + 1), Text: text})
+			e := strings.IndexByte(s[at:], '\n')
+			if e < 0 {
+				break
+			}
+			from = at + e + 1
+		}
+		return nil
+	})
+	slices.SortStableFunc(out, func(a, b SearchMatch) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// makeSearchTree writes a random tree whose files exercise chunk boundaries, long lines,
+// multi-byte text, binary files and the ordering of "a", "a-b", "a/b".
+func makeSearchTree(t testing.TB, dir string, rng *rand.Rand, q string) {
+	words := []string{"x", "yy", "é", "€", "𝄞", "\t", " ", q, string([]rune(q)[:len([]rune(q))/2]), "\n", "\n", "\r\n"}
+	gen := func(n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteString(words[rng.IntN(len(words))])
+		}
+		return b.String()
+	}
+	names := []string{"a", "a-b", "a.b", "a/b", "a/b-c", "a/b/c", "b", "Z", "é", "a0", "a/0"}
+	for i := 0; i < 30; i++ {
+		name := names[rng.IntN(len(names))] + "/" + fmt.Sprint("f", i)
+		if rng.IntN(3) == 0 {
+			name = names[rng.IntN(len(names))] + fmt.Sprint("-f", i)
+		}
+		var content string
+		switch rng.IntN(8) {
+		case 0:
+			content = strings.Repeat("z", 5000+rng.IntN(9000)) + q + gen(100) // long line
+		case 1:
+			content = gen(10) + "\x00" + q // binary
+		case 2:
+			content = gen(300) + "\xff" + q // invalid UTF-8
+		default:
+			content = gen(rng.IntN(12000))
+		}
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			continue // a file of that name is in the way
+		}
+		os.WriteFile(p, []byte(content), 0o644)
+	}
+	os.Symlink("a", filepath.Join(dir, "link-to-a"))
+	unix.Mkfifo(filepath.Join(dir, "fifo"), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad\nname"), []byte(q), 0o644)
+}
+
+func TestSearchMatchesReference(t *testing.T) {
+	for seed := range uint64(6) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		dir := t.TempDir()
+		q := []string{"needle", "é€", "ab", "𝄞x", "z\nz", "zz"}[seed]
+		makeSearchTree(t, dir, rng, q)
+		want := refSearch(t, dir, ".", q)
+		for _, chunk := range []int{1, 7, 64, 1000, 4096, searchChunk} {
+			r := openRoot(t, dir)
+			r.chunk = chunk
+			res, perr := r.Search(bg, SearchPayload{Path: ".", Query: q, MaxResults: ptr(MaxSearchResults)})
+			noErr(t, perr)
+			if len(want) > MaxSearchResults {
+				want = want[:MaxSearchResults]
+				if !res.Truncated {
+					t.Fatalf("seed %d chunk %d: not truncated", seed, chunk)
+				}
+			} else if res.Truncated {
+				t.Fatalf("seed %d chunk %d: truncated with %d matches, want %d (%d bytes)", seed, chunk, len(res.Matches), len(want), encodedSize(t, res))
+			}
+			if !slices.Equal(res.Matches, want) {
+				for i := range min(len(want), len(res.Matches)) {
+					if res.Matches[i] != want[i] {
+						t.Fatalf("seed %d chunk %d query %q: match %d = %+v, want %+v", seed, chunk, q, i, res.Matches[i], want[i])
+					}
+				}
+				t.Fatalf("seed %d chunk %d: %d matches, want %d", seed, chunk, len(res.Matches), len(want))
+			}
+		}
+		if len(want) == 0 {
+			t.Fatalf("seed %d: no matches generated", seed)
+		}
+	}
+}
+
+func TestSearch(t *testing.T) {
+	dir := t.TempDir()
+	makeTree(t, dir, "a/x=needle\nno\nneedle needle\n", "a-b=needle", "a.b=needle", "sub/deep/f=ééneedle",
+		"l -> a/x", "bin=needle\x00", "long="+strings.Repeat("é", 3000)+"needle")
+	r := openRoot(t, dir)
+	res, perr := r.Search(bg, SearchPayload{Path: ".", Query: "needle"})
+	noErr(t, perr)
+	var got []string
+	for _, m := range res.Matches {
+		got = append(got, fmt.Sprintf("%s:%d:%d", m.Path, m.Line, m.Column))
+	}
+	if want := "a-b:1:1 a.b:1:1 a/x:1:1 a/x:3:1 long:1:3001 sub/deep/f:1:3"; strings.Join(got, " ") != want {
+		t.Fatalf("matches %s, want %s", strings.Join(got, " "), want)
+	}
+	if m := res.Matches[4]; len(m.Text) != MaxMatchTextBytes || !utf8.ValidString(m.Text) {
+		t.Fatalf("long line text: %d bytes", len(m.Text))
+	}
+	res, perr = r.Search(bg, SearchPayload{Path: "a/x", Query: "needle"})
+	noErr(t, perr)
+	if len(res.Matches) != 2 || res.Matches[0].Path != "a/x" {
+		t.Fatalf("file search: %+v", res)
+	}
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: "needle", MaxResults: ptr(6)})
+	noErr(t, perr)
+	if len(res.Matches) != 6 || res.Truncated {
+		t.Fatalf("exact cap: %d truncated=%v", len(res.Matches), res.Truncated)
+	}
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: "needle", MaxResults: ptr(3)})
+	noErr(t, perr)
+	if len(res.Matches) != 3 || !res.Truncated {
+		t.Fatalf("cap 3: %d truncated=%v", len(res.Matches), res.Truncated)
+	}
+	_, perr = r.Search(bg, SearchPayload{Path: ".", Query: ""})
+	wantCode(t, perr, CodeInvalidArgument)
+	_, perr = r.Search(bg, SearchPayload{Path: ".", Query: strings.Repeat("q", MaxQueryBytes+1)})
+	wantCode(t, perr, CodeInvalidArgument)
+	_, perr = r.Search(bg, SearchPayload{Path: ".", Query: "\xff"})
+	wantCode(t, perr, CodeNotUTF8)
+	_, perr = r.Search(bg, SearchPayload{Path: ".", Query: "x", MaxResults: ptr(0)})
+	wantCode(t, perr, CodeInvalidArgument)
+	_, perr = r.Search(bg, SearchPayload{Path: "l", Query: "x"})
+	wantCode(t, perr, CodePathSymlink)
+	_, perr = r.Search(bg, SearchPayload{Path: "nope", Query: "x"})
+	wantCode(t, perr, CodeNotFound)
+
+	budget, err := OpenOptions(dir, Options{MaxResponseBytes: 1200})
+	mustDo(t, err)
+	defer budget.Close()
+	res, perr = budget.Search(bg, SearchPayload{Path: ".", Query: "needle"})
+	noErr(t, perr)
+	if !res.Truncated || encodedSize(t, res) > 1200 || len(res.Matches) != 4 {
+		t.Fatalf("budget: %d matches, %d bytes, truncated=%v", len(res.Matches), encodedSize(t, res), res.Truncated)
+	}
+	bounded, err := OpenOptions(dir, Options{MaxSearchFiles: 2, MaxSearchDepth: 1})
+	mustDo(t, err)
+	defer bounded.Close()
+	res, perr = bounded.Search(bg, SearchPayload{Path: ".", Query: "needle"})
+	noErr(t, perr)
+	if !res.Truncated || len(res.Matches) != 2 {
+		t.Fatalf("file bound: %+v", res)
+	}
+	deep, err := OpenOptions(dir, Options{MaxSearchDepth: 1})
+	mustDo(t, err)
+	defer deep.Close()
+	res, perr = deep.Search(bg, SearchPayload{Path: ".", Query: "needle"})
+	noErr(t, perr)
+	if !res.Truncated || len(res.Matches) != 5 {
+		t.Fatalf("depth bound: %+v", res)
+	}
+}
