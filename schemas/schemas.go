@@ -1,10 +1,13 @@
 // Package schemas holds the JSON Schemas (draft 2020-12) of airlock's wire formats, embedded so
 // that tests, validators and tools can load them without a network or a checkout.
 //
-// Each file is self-contained: its $id is https://airlock.dev/schemas/<name> and every $ref in
-// it points into its own $defs, so a validator needs only the file itself. The schemas say
-// exactly what the code accepts and emits; schemas_test.go proves it by running the same
-// command lines through the parser and the schema, and by validating what a real daemon sends.
+// Each file's $id is https://airlock.dev/schemas/<name>. Every $ref points into the file's own
+// $defs, except that protocol-v2 takes the host tool-adapter descriptor, the operation names and
+// results of invokeTool and the policy summary from tool-adapter.schema.json, by relative $refs
+// that resolve against its $id: a validator that loads every file of FS needs no network.
+// The schemas say exactly what the code accepts and emits; schemas_test.go proves it by running
+// the same command lines, descriptors and frames through the Go parsers and the schemas, and by
+// validating what a real daemon and a real adapter connection send.
 package schemas
 
 import (
@@ -14,9 +17,13 @@ import (
 
 // Names of the embedded schema files.
 const (
-	ProtocolV1 = "protocol-v1.schema.json" // daemon protocol, major version 1
-	ProtocolV2 = "protocol-v2.schema.json" // daemon protocol, major version 2
+	ProtocolV1  = "protocol-v1.schema.json"  // daemon protocol, major version 1
+	ProtocolV2  = "protocol-v2.schema.json"  // daemon protocol, major version 2
+	ToolAdapter = "tool-adapter.schema.json" // host tool-adapter protocol, wire version 1.0
 )
+
+// Names lists every embedded schema file.
+var Names = []string{ProtocolV1, ProtocolV2, ToolAdapter}
 
 // BaseURL is the prefix of every schema's $id: the $id of a file is BaseURL + its name.
 const BaseURL = "https://airlock.dev/schemas/"

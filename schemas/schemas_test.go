@@ -8,10 +8,12 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/schemas"
 )
 
@@ -31,11 +34,13 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// validator holds the compiled protocol schemas. Only the embedded files are loaded: a $ref that
-// left them would fail to compile, because the compiler has no loader for https.
+// validator holds the compiled schemas. Only the embedded files are loaded: a $ref that left
+// them would fail to compile, because the compiler has no loader for https. protocol-v2's
+// relative references into tool-adapter.schema.json resolve against its $id to the embedded file.
 type validator struct {
 	c    *jsonschema.Compiler
 	root map[int]*jsonschema.Schema // by protocol major
+	tool *jsonschema.Schema         // tool-adapter.schema.json: a descriptor or a frame
 }
 
 func newValidator(t testing.TB) *validator {
@@ -44,8 +49,7 @@ func newValidator(t testing.TB) *validator {
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	v := &validator{c: c, root: map[int]*jsonschema.Schema{}}
-	for _, major := range []int{1, 2} {
-		name := schemas.Protocol(major)
+	for _, name := range schemas.Names {
 		f, err := schemas.FS().Open(name)
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +73,22 @@ func newValidator(t testing.TB) *validator {
 		}
 		v.root[major] = sch
 	}
+	sch, err := c.Compile(schemas.ID(schemas.ToolAdapter))
+	if err != nil {
+		t.Fatalf("compile %s: %v", schemas.ToolAdapter, err)
+	}
+	v.tool = sch
 	return v
+}
+
+// toolDef compiles one definition of the tool-adapter schema.
+func (v *validator) toolDef(t testing.TB, name string) *jsonschema.Schema {
+	t.Helper()
+	sch, err := v.c.Compile(schemas.ID(schemas.ToolAdapter) + "#/$defs/" + name)
+	if err != nil {
+		t.Fatalf("compile tool-adapter %s: %v", name, err)
+	}
+	return sch
 }
 
 // def compiles one definition of the schema of a major version.
@@ -103,11 +122,19 @@ func TestSchemasCompile(t *testing.T) {
 			v.def(t, major, d)
 		}
 	}
-	for _, d := range []string{"catalogRecord", "policy", "sessionPage", "sessionDescription", "listSessionsPayload"} {
+	for _, d := range []string{"catalogRecord", "policy", "sessionPage", "sessionDescription", "listSessionsPayload",
+		"registerAdapterPayload", "adapterNamePayload", "capabilityPayload", "invokeCapabilityPayload",
+		"capabilityDescriptor", "adapterStatus", "capabilitySummary", "registerResult", "removeResult", "adapterList",
+		"adapterLogsResult", "capabilityList", "capabilityDescription", "capabilityResult",
+		"invokeToolPayload", "toolsResource", "toolResult", "hostToolAdapterQueue", "adapterError", "daemonError"} {
 		v.def(t, 2, d)
 	}
+	for _, d := range toolDefs {
+		v.toolDef(t, d)
+	}
 	names, err := fs.Glob(schemas.FS(), "*.schema.json")
-	if err != nil || len(names) != 2 {
+	if err != nil || strings.Join(names, " ") != strings.Join([]string{schemas.ProtocolV1, schemas.ProtocolV2, schemas.ToolAdapter}, " ") ||
+		len(schemas.Names) != len(names) {
 		t.Fatalf("embedded schemas: %v, %v", names, err)
 	}
 }
@@ -493,6 +520,119 @@ var agreementCases = []agreementCase{
 	{"open v2 systemPrompt none", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":"none"`), "resources")), true},
 	{"open v2 systemPrompt empty", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":""`), "resources")), false},
 	{"open v2 systemPrompt null", 2, openLine("2.0", openPayload(`"resources":`+resources(`"systemPrompt":null`), "resources")), false},
+
+	// Host tool adapters (2.x): the resources.tools wrapper, and invokeTool. openLine's envelope
+	// is session "s", generation 1, which toolsLine's descriptor is bound to.
+	{"open tools descriptor", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), true},
+	{"open tools descriptor 2.9", 2, toolsLine("2.9", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), true},
+	{"open tools descriptor in 1.x", 1, toolsLine("1.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), false},
+	{"open tools mode builtin", 2, toolsLine("2.0", `{"mode":"builtin","descriptor":`+toolDescriptor(nil)+`}`), false},
+	{"open tools mode missing", 2, toolsLine("2.0", `{"descriptor":`+toolDescriptor(nil)+`}`), false},
+	{"open tools mode case variant", 2, toolsLine("2.0", `{"Mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), false},
+	{"open tools wrapper unknown member", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`,"root":"/"}`), false},
+	{"open tools descriptor string", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":"airlock-fs"}`), false},
+	{"open tools descriptor array", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":[`+toolDescriptor(nil)+`]}`), false},
+	{"open tools descriptor null", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":null}`), false},
+	{"open tools descriptor empty", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":{}}`), false},
+	{"open tools descriptor unknown member", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(map[string]string{"binding.bearer": `"x"`})+`}`), false},
+	{"open tools descriptor short handle", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(map[string]string{"binding.capabilityHandle": `"abc"`})+`}`), false},
+	{"open tools descriptor no limits", 2, toolsLine("2.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(map[string]string{"limits": ""})+`}`), false},
+	{"open tools null", 2, toolsLine("2.0", `null`), false},
+	{"open tools string all", 2, toolsLine("2.0", `"all"`), false},
+	{"open tools empty object", 2, toolsLine("2.0", `{}`), false},
+	{"invokeTool", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"call-1","operation":"fs.read","arguments":{"path":"README.md"}}`), true},
+	{"invokeTool empty arguments", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"call-1","operation":"fs.read","arguments":{}}`), true},
+	{"invokeTool unknown operation", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"call-1","operation":"fs.delete","arguments":{"path":"a"}}`), true},
+	{"invokeTool toolCallId 128 runes", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"`+rep("ж", 128)+`","operation":"fs.stat","arguments":{"path":"."}}`), true},
+	{"invokeTool toolCallId 129 runes", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"`+rep("ж", 129)+`","operation":"fs.stat","arguments":{"path":"."}}`), false},
+	{"invokeTool toolCallId empty", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"","operation":"fs.stat","arguments":{"path":"."}}`), false},
+	{"invokeTool toolCallId C1 control", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"a\u0090b","operation":"fs.stat","arguments":{"path":"."}}`), false},
+	{"invokeTool toolCallId number", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":7,"operation":"fs.stat","arguments":{"path":"."}}`), false},
+	{"invokeTool without toolCallId", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"operation":"fs.stat","arguments":{"path":"."}}`), false},
+	{"invokeTool operation empty", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"","arguments":{"path":"."}}`), false},
+	{"invokeTool operation number", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":1,"arguments":{"path":"."}}`), false},
+	{"invokeTool without operation", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","arguments":{"path":"."}}`), false},
+	{"invokeTool arguments array", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":[]}`), false},
+	{"invokeTool arguments null", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":null}`), false},
+	{"invokeTool arguments string", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":"."}`), false},
+	{"invokeTool without arguments", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat"}`), false},
+	{"invokeTool payload unknown member", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":{},"idempotencyKey":"k"}`), false},
+	{"invokeTool payload case variant", 2, toolLine("2.0", `"sessionId":"s","generation":1`, `{"toolCallID":"c","operation":"fs.stat","arguments":{}}`), false},
+	{"invokeTool without generation", 2, toolLine("2.0", `"sessionId":"s"`, `{"toolCallId":"c","operation":"fs.stat","arguments":{}}`), false},
+	{"invokeTool without sessionId", 2, toolLine("2.0", `"generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":{}}`), false},
+	{"invokeTool with idempotencyKey", 2, toolLine("2.0", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"toolCallId":"c","operation":"fs.stat","arguments":{}}`), false},
+	{"invokeTool in 1.x", 1, toolLine("1.0", `"sessionId":"s","generation":1`, `{"toolCallId":"c","operation":"fs.stat","arguments":{}}`), false},
+
+	// Capability adapters (2.x). The wire checks are the member types and the envelope bounds
+	// of registerAdapter, removeAdapter and adapterLogs; the registration rules
+	// (invalid_registration), capability ids and actions (unknown_capability,
+	// unsupported_action) and invoke args (too_large, invalid_args) are checked later and are
+	// not part of the wire format.
+	{"registerAdapter", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/usr/local/bin/go-lamp"}`), true},
+	{"registerAdapter with args", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"go-lamp","args":["--verbose",""]}`), true},
+	{"registerAdapter args empty", 2, line("2.7", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":[]}`), true},
+	{"registerAdapter name 64 runes", 2, line("2.0", "registerAdapter", "", `{"name":"`+rep("ä", 64)+`","command":"/bin/lamp"}`), false},
+	{"registerAdapter name 65 runes", 2, line("2.0", "registerAdapter", "", `{"name":"`+rep("ä", 65)+`","command":"/bin/lamp"}`), false},
+	{"registerAdapter name empty", 2, line("2.0", "registerAdapter", "", `{"name":"","command":"/bin/lamp"}`), false},
+	{"registerAdapter name C1 control", 2, line("2.0", "registerAdapter", "", `{"name":"la\u0085mp","command":"/bin/lamp"}`), false},
+	{"registerAdapter name number", 2, line("2.0", "registerAdapter", "", `{"name":7,"command":"/bin/lamp"}`), false},
+	{"registerAdapter without name", 2, line("2.0", "registerAdapter", "", `{"command":"/bin/lamp"}`), false},
+	{"registerAdapter without command", 2, line("2.0", "registerAdapter", "", `{"name":"lamp"}`), false},
+	{"registerAdapter command empty", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":""}`), false},
+	{"registerAdapter command over 1024", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/`+rep("c", 4095)+`"}`), false},
+	{"registerAdapter command 4097", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/`+rep("c", 4096)+`"}`), false},
+	{"registerAdapter command null", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":null}`), false},
+	{"registerAdapter args string", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":"-v"}`), false},
+	{"registerAdapter args null", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":null}`), false},
+	{"registerAdapter args number item", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":[1]}`), false},
+	{"registerAdapter unknown member", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","env":{}}`), false},
+	{"registerAdapter case variant", 2, line("2.0", "registerAdapter", "", `{"Name":"lamp","command":"/bin/lamp"}`), false},
+	{"registerAdapter with sessionId", 2, line("2.0", "registerAdapter", `"sessionId":"s"`, `{"name":"lamp","command":"/bin/lamp"}`), false},
+	{"registerAdapter in 1.x", 1, line("1.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp"}`), false},
+	{"registerAdapter wrong case", 2, line("2.0", "RegisterAdapter", "", `{"name":"lamp","command":"/bin/lamp"}`), false},
+	{"removeAdapter", 2, line("2.0", "removeAdapter", "", `{"name":"lamp"}`), true},
+	{"removeAdapter name not a registration name", 2, line("2.0", "removeAdapter", "", `{"name":"Büro lamp"}`), false},
+	{"removeAdapter without name", 2, line("2.0", "removeAdapter", "", `{}`), false},
+	{"removeAdapter name 65", 2, line("2.0", "removeAdapter", "", `{"name":"`+rep("l", 65)+`"}`), false},
+	{"removeAdapter name tab", 2, line("2.0", "removeAdapter", "", `{"name":"a\tb"}`), false},
+	{"removeAdapter with generation", 2, line("2.0", "removeAdapter", `"sessionId":"s","generation":1`, `{"name":"lamp"}`), false},
+	{"removeAdapter in 1.x", 1, line("1.3", "removeAdapter", "", `{"name":"lamp"}`), false},
+	{"listAdapters", 2, line("2.0", "listAdapters", "", `{}`), true},
+	{"listAdapters payload member", 2, line("2.0", "listAdapters", "", `{"all":true}`), false},
+	{"listAdapters with idempotencyKey", 2, line("2.0", "listAdapters", `"idempotencyKey":"k"`, `{}`), false},
+	{"listAdapters in 1.x", 1, line("1.0", "listAdapters", "", `{}`), false},
+	{"adapterLogs", 2, line("2.0", "adapterLogs", "", `{"name":"lamp"}`), true},
+	{"adapterLogs unknown member", 2, line("2.0", "adapterLogs", "", `{"name":"lamp","tail":10}`), false},
+	{"adapterLogs name array", 2, line("2.0", "adapterLogs", "", `{"name":["lamp"]}`), false},
+	{"adapterLogs in 1.x", 1, line("1.0", "adapterLogs", "", `{"name":"lamp"}`), false},
+	{"listCapabilities", 2, line("2.0", "listCapabilities", "", `{}`), true},
+	{"listCapabilities payload member", 2, line("2.0", "listCapabilities", "", `{"adapter":"lamp"}`), false},
+	{"listCapabilities with sessionId", 2, line("2.0", "listCapabilities", `"sessionId":"s"`, `{}`), false},
+	{"listCapabilities in 1.x", 1, line("1.0", "listCapabilities", "", `{}`), false},
+	{"describeCapability", 2, line("2.0", "describeCapability", "", `{"capabilityId":"desk_lamp"}`), true},
+	{"describeCapability without id", 2, line("2.0", "describeCapability", "", `{}`), false},
+	{"describeCapability id number", 2, line("2.0", "describeCapability", "", `{"capabilityId":1}`), false},
+	{"describeCapability unknown member", 2, line("2.0", "describeCapability", "", `{"capabilityId":"desk_lamp","adapter":"lamp"}`), false},
+	{"describeCapability in 1.x", 1, line("1.0", "describeCapability", "", `{"capabilityId":"desk_lamp"}`), false},
+	{"observeCapability", 2, line("2.0", "observeCapability", "", `{"capabilityId":"desk_lamp"}`), true},
+	{"observeCapability id empty", 2, line("2.0", "observeCapability", "", `{"capabilityId":""}`), false},
+	{"observeCapability id outside the grammar", 2, line("2.0", "observeCapability", "", `{"capabilityId":"Desk Lamp\n"}`), false},
+	{"observeCapability id null", 2, line("2.0", "observeCapability", "", `{"capabilityId":null}`), false},
+	{"observeCapability with action", 2, line("2.0", "observeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power"}`), false},
+	{"observeCapability case variant", 2, line("2.0", "observeCapability", "", `{"capabilityID":"desk_lamp"}`), false},
+	{"observeCapability with sessionId", 2, line("2.0", "observeCapability", `"sessionId":"s"`, `{"capabilityId":"desk_lamp"}`), false},
+	{"observeCapability in 1.x", 1, line("1.0", "observeCapability", "", `{"capabilityId":"desk_lamp"}`), false},
+	{"invokeCapability", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), true},
+	{"invokeCapability without args", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power"}`), true},
+	{"invokeCapability args array", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":[true]}`), false},
+	{"invokeCapability args null", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":null}`), false},
+	{"invokeCapability without action", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp"}`), false},
+	{"invokeCapability action number", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":1,"args":{}}`), false},
+	{"invokeCapability id object", 2, line("2.0", "invokeCapability", "", `{"capabilityId":{},"action":"set_power","args":{}}`), false},
+	{"invokeCapability unknown member", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","arguments":{}}`), false},
+	{"invokeCapability case variant", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","Args":{}}`), false},
+	{"invokeCapability with idempotencyKey", 2, line("2.0", "invokeCapability", `"idempotencyKey":"k"`, `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), false},
+	{"invokeCapability in 1.x", 1, line("1.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), false},
 }
 
 // TestAgreement runs each command line through the parser and through the schema of its major
@@ -528,8 +668,19 @@ func TestAgreement(t *testing.T) {
 
 // codeAccepts reports whether the daemon would accept a command line: the envelope parser, the
 // operation's closed payload type and its bounds check, and for listSessions the cursor check
-// the store makes. Runtime checks (a cwd that exists, a session that is resident) are not part
-// of the wire format and are left out.
+// the store makes; it mirrors dispatch.go and adapters.go in internal/daemon. Runtime checks (a
+// cwd that exists, a session that is resident, an adapter registration that starts, a
+// capability some adapter serves, invoke args that fit the action) are not part of the wire
+// format and are left out.
+//
+// An open that grants a host tool adapter also has its descriptor parsed, as dispatch does,
+// against a binding of the envelope's sessionId and generation and of the descriptor's own
+// hostInstanceId: that the descriptor names this host incarnation is a runtime fact, and so is
+// its agreement with the envelope (tool_adapter_binding_mismatch), so no row here breaks it.
+// The same holds for the other checks listed at descriptorCases. invokeTool is the parser's
+// closed payload and its bounds; which operation the generation was granted and whether the
+// arguments fit it are the adapter connection's checks (adapter_operation_denied,
+// adapter_request_invalid, invalid_tool_adapter_path), made before anything is sent.
 func codeAccepts(st *store.Store, line []byte) (bool, string) {
 	cmd, perr := protocol.ParseCommand(line)
 	if perr != nil {
@@ -542,7 +693,21 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 	case protocol.OpOpen:
 		var p protocol.OpenPayload
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
-			_, e = p.Validate(cmd.Version)
+			if _, e = p.Validate(cmd.Version); e == nil && p.ToolDescriptor() != nil {
+				var probe struct {
+					Binding struct {
+						HostInstanceID string `json:"hostInstanceId"`
+					} `json:"binding"`
+				}
+				_ = json.Unmarshal(p.ToolDescriptor(), &probe)
+				_, e = tooladapter.ParseDescriptor(p.ToolDescriptor(), tooladapter.Binding{
+					HostInstanceID: probe.Binding.HostInstanceID, SessionID: cmd.SessionID, Generation: cmd.Generation})
+			}
+		}
+	case protocol.OpInvokeTool:
+		var p protocol.InvokeToolPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
 		}
 	case protocol.OpClose:
 		e = protocol.DecodePayload(cmd, &protocol.ClosePayload{})
@@ -560,6 +725,28 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 					e = protocol.AsError(err)
 				}
 			}
+		}
+	case protocol.OpRegisterAdapter:
+		var p protocol.RegisterAdapterPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpRemoveAdapter, protocol.OpAdapterLogs:
+		var p protocol.AdapterNamePayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpListAdapters, protocol.OpListCapabilities:
+		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpDescribeCapability, protocol.OpObserveCapability:
+		var p protocol.CapabilityPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpInvokeCapability:
+		var p protocol.InvokeCapabilityPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
 		}
 	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
 		// Not read until agent turns land: the daemon answers unsupported_operation.
@@ -612,6 +799,7 @@ type peer struct {
 	n       int
 	events  []map[string]any // events received and not yet taken
 	checked *int             // lines validated, across peers
+	lines   *[]string        // when set, every line received is appended
 }
 
 func (v *validator) dial(t *testing.T, socket, name, version string, checked *int) *peer {
@@ -632,6 +820,9 @@ var majorPrefix = regexp.MustCompile(`^([0-9]+)\.`)
 // client's "3.0") is outside both schemas; it is returned unchecked.
 func (p *peer) check(line []byte) map[string]any {
 	p.t.Helper()
+	if p.lines != nil {
+		*p.lines = append(*p.lines, string(line))
+	}
 	var m map[string]any
 	if err := json.Unmarshal(line, &m); err != nil {
 		p.t.Fatalf("%s: daemon sent non-JSON: %v\n%s", p.name, err, line)
@@ -916,6 +1107,10 @@ func TestServerOutput(t *testing.T) {
 		t.Errorf("replaced: %v", ev)
 	}
 
+	// Capability adapters (2.x): go-lamp is registered, driven and removed, and registered again
+	// so that shutdown has a child to reap.
+	lampPID := driveAdapters(t, a, b)
+
 	// Drain: c, attached to s2, gets hostDraining; new residency is refused.
 	dr := b.ok(b.call("drain", "", `{"timeoutMs":1000}`), "drainResult")
 	if num(dr["timeoutMs"]) != 1000 {
@@ -948,10 +1143,217 @@ func TestServerOutput(t *testing.T) {
 	if ev := c.event(); ev["event"] != "sessionClosed" || ev["data"].(map[string]any)["reason"] != "shutdown" {
 		t.Errorf("shutdown: %v", ev)
 	}
-	if checked < 40 {
+	if err := syscall.Kill(lampPID, 0); err != syscall.ESRCH {
+		t.Errorf("the adapter (pid %d) outlived the daemon's shutdown: %v", lampPID, err)
+	}
+	if checked < 100 {
 		t.Errorf("only %d lines checked", checked)
 	}
 	t.Logf("%d lines validated", checked)
+}
+
+// buildLamp builds the example adapter examples/adapters/go-lamp into a temporary directory.
+// It needs no race detector: it is a separate process that imports nothing of airlock.
+func buildLamp(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "go-lamp")
+	cmd := exec.Command("go", "build", "-o", out, "./examples/adapters/go-lamp")
+	cmd.Dir = ".." // the module root; tests run in schemas/
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build go-lamp: %v\n%s", err, b)
+	}
+	return out
+}
+
+func jsonString(s string) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// driveAdapters registers go-lamp and drives the eight capability-adapter operations through b
+// (2.0), their refusals, a crash and restart, and a removal; a (1.0) sees none of it. It leaves
+// go-lamp registered and returns its pid, for the shutdown check.
+func driveAdapters(t *testing.T, a, b *peer) int {
+	t.Helper()
+	lamp := buildLamp(t)
+	register := `{"name":"lamp","command":` + jsonString(lamp) + `}`
+	hostAdapters := func(p *peer) []any {
+		t.Helper()
+		host := p.ok(p.call("status", "", `{}`), "hostSnapshot")
+		list, _ := host["adapters"].([]any)
+		if _, present := host["adapters"]; present && len(list) == 0 {
+			t.Errorf("%s: host status with an empty adapters member: %v", p.name, host["adapters"])
+		}
+		return list
+	}
+	adapterList := func() []any {
+		t.Helper()
+		return b.ok(b.call("listAdapters", "", `{}`), "adapterList")["adapters"].([]any)
+	}
+
+	// The operations are 2.x only.
+	for _, op := range []string{"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
+		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability"} {
+		a.fail(a.call(op, "", `{}`), "unknown_operation")
+	}
+	if n := len(adapterList()); n != 0 {
+		t.Errorf("adapters before any registration: %d", n)
+	}
+	if caps := b.ok(b.call("listCapabilities", "", `{}`), "capabilityList")["capabilities"].([]any); len(caps) != 0 {
+		t.Errorf("capabilities before any registration: %v", caps)
+	}
+	if list := hostAdapters(b); list != nil {
+		t.Errorf("host status reports adapters before any registration: %v", list)
+	}
+
+	reg := b.ok(b.call("registerAdapter", "", register), "registerResult")["adapter"].(map[string]any)
+	pid := int(num(reg["pid"]))
+	if reg["name"] != "lamp" || reg["state"] != "ready" || pid == 0 || reg["command"] != lamp ||
+		fmt.Sprint(reg["capabilities"]) != "[desk_lamp]" || fmt.Sprint(reg["args"]) != "[]" {
+		t.Fatalf("register: %v", reg)
+	}
+
+	// Registration refusals: the envelope, the registration rules, a capability another adapter
+	// owns.
+	b.fail(b.call("registerAdapter", "", `{"name":"lamp","command":`+jsonString(lamp)+`,"env":{}}`), "invalid_field")
+	b.fail(b.call("registerAdapter", "", `{"name":"lamp","command":""}`), "invalid_field")
+	b.fail(b.call("registerAdapter", "", `{"name":"Lamp","command":`+jsonString(lamp)+`}`), "invalid_field")
+	b.fail(b.call("registerAdapter", "", `{"name":"lamp2","command":"./go-lamp"}`), "invalid_registration")
+	b.fail(b.call("registerAdapter", "", `{"name":"lamp2","command":`+jsonString(lamp)+`,"args":["`+rep("a", 1025)+`"]}`), "invalid_field")
+	b.fail(b.call("registerAdapter", "", `{"name":"lamp2","command":`+jsonString(lamp)+`}`), "capability_conflict")
+
+	if list := adapterList(); len(list) != 1 || list[0].(map[string]any)["name"] != "lamp" {
+		t.Errorf("listAdapters: %v", list)
+	}
+	caps := b.ok(b.call("listCapabilities", "", `{}`), "capabilityList")["capabilities"].([]any)
+	if len(caps) != 1 {
+		t.Fatalf("listCapabilities: %v", caps)
+	}
+	if c := caps[0].(map[string]any); c["capabilityId"] != "desk_lamp" || c["adapter"] != "lamp" || c["available"] != true ||
+		fmt.Sprint(c["actions"]) != "[set_power set_brightness]" {
+		t.Errorf("capability summary: %v", c)
+	}
+	desc := b.ok(b.call("describeCapability", "", `{"capabilityId":"desk_lamp"}`), "capabilityDescription")["descriptor"].(map[string]any)
+	if desc["observe"] != true || len(desc["actions"].([]any)) != 2 {
+		t.Errorf("descriptor: %v", desc)
+	}
+	b.fail(b.call("describeCapability", "", `{"capabilityId":"no_such_thing"}`), "unknown_capability")
+
+	obs := b.ok(b.call("observeCapability", "", `{"capabilityId":"desk_lamp"}`), "capabilityResult")
+	if res := obs["result"].(map[string]any); obs["action"] != nil || res["on"] != false || num(res["brightness"]) != 60 {
+		t.Errorf("observe: %v", obs)
+	}
+	inv := b.ok(b.call("invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), "capabilityResult")
+	if res := inv["result"].(map[string]any); inv["action"] != "set_power" || inv["capabilityId"] != "desk_lamp" || res["on"] != true {
+		t.Errorf("invoke set_power: %v", inv)
+	}
+	inv = b.ok(b.call("invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_brightness","args":{"level":30}}`), "capabilityResult")
+	if res := inv["result"].(map[string]any); num(res["brightness"]) != 30 {
+		t.Errorf("invoke set_brightness: %v", inv)
+	}
+
+	// Capability refusals: malformed payloads at the envelope (invalid_field), the rest by the
+	// runtime, or by the adapter itself (a level over 100). None of them stops the adapter.
+	refusals := []struct{ op, payload, code string }{
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":"yes"}}`, "invalid_args"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{}}`, "invalid_args"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true,"extra":1}}`, "invalid_args"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":[true]}`, "invalid_field"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":null}}`, "invalid_args"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_brightness","args":{"level":150}}`, "invalid_args"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true,"pad":"` + rep("x", 1100) + `"}}`, "invalid_field"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"explode","args":{}}`, "unsupported_action"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp"}`, "invalid_field"},
+		{"invokeCapability", `{"capabilityId":"no_such_thing","action":"set_power","args":{"on":true}}`, "unknown_capability"},
+		{"invokeCapability", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true},"x":1}`, "invalid_field"},
+		{"observeCapability", `{}`, "invalid_field"},
+		{"observeCapability", `{"capabilityId":"desk_lamp","action":"set_power"}`, "invalid_field"},
+		{"adapterLogs", `{"name":"nope"}`, "unknown_adapter"},
+		{"adapterLogs", `{"name":""}`, "invalid_field"},
+		{"removeAdapter", `{"name":"lamp2"}`, "unknown_adapter"},
+	}
+	for _, r := range refusals {
+		if e := b.fail(b.call(r.op, "", r.payload), r.code); e["details"] != nil && r.code != "invalid_field" {
+			t.Errorf("%s %s: details %v", r.op, r.payload, e["details"])
+		}
+	}
+	if list := adapterList(); num(list[0].(map[string]any)["pid"]) != int64(pid) {
+		t.Errorf("a refusal restarted the adapter: %v", list)
+	}
+
+	logs := b.ok(b.call("adapterLogs", "", `{"name":"lamp"}`), "adapterLogsResult")
+	if lines := fmt.Sprint(logs["lines"]); logs["name"] != "lamp" || !strings.Contains(lines, fmt.Sprintf("[airlock] started pid %d", pid)) {
+		t.Errorf("adapterLogs: %v", logs)
+	}
+
+	// Host status reports the adapter to 2.x clients only, in status and in the handshake.
+	if list := hostAdapters(b); len(list) != 1 || list[0].(map[string]any)["state"] != "ready" {
+		t.Errorf("2.x host status adapters: %v", list)
+	}
+	if list := hostAdapters(a); list != nil {
+		t.Errorf("1.x host status reports adapters: %v", list)
+	}
+	if h := b.ok(b.call("handshake", "", `{}`), "handshake"); h["host"].(map[string]any)["adapters"] == nil {
+		t.Errorf("2.x handshake host lacks the adapter: %v", h["host"])
+	}
+
+	// A crash: the capability is unavailable, retryably, until the supervisor restarted the
+	// adapter (after 250 ms); status shows the restart and the failure.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := b.call("observeCapability", "", `{"capabilityId":"desk_lamp"}`)
+		if r["ok"] == false {
+			if e := b.fail(r, "unavailable"); e["retryable"] != true {
+				t.Errorf("unavailable is not retryable: %v", e)
+			}
+			break
+		}
+		b.ok(r, "capabilityResult")
+		if time.Now().After(deadline) {
+			t.Fatal("observe never failed after the adapter was killed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	for {
+		st := adapterList()[0].(map[string]any)
+		if st["state"] == "ready" && num(st["pid"]) != int64(pid) {
+			if num(st["restarts"]) < 1 || st["lastFailure"] == nil {
+				t.Errorf("restarted adapter: %v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adapter not restarted: %v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := b.ok(b.call("observeCapability", "", `{"capabilityId":"desk_lamp"}`), "capabilityResult")["result"].(map[string]any); num(res["brightness"]) != 60 {
+		t.Errorf("observe after the restart: %v", res)
+	}
+	pid = int(num(adapterList()[0].(map[string]any)["pid"]))
+
+	// Removal stops and reaps the child; the name and the capability are gone.
+	if r := b.ok(b.call("removeAdapter", "", `{"name":"lamp"}`), "removeResult"); r["removed"] != true {
+		t.Errorf("remove: %v", r)
+	}
+	if err := syscall.Kill(pid, 0); err != syscall.ESRCH {
+		t.Errorf("removed adapter (pid %d) still exists: %v", pid, err)
+	}
+	b.fail(b.call("removeAdapter", "", `{"name":"lamp"}`), "unknown_adapter")
+	b.fail(b.call("adapterLogs", "", `{"name":"lamp"}`), "unknown_adapter")
+	b.fail(b.call("observeCapability", "", `{"capabilityId":"desk_lamp"}`), "unknown_capability")
+	b.fail(b.call("describeCapability", "", `{"capabilityId":"desk_lamp"}`), "unknown_capability")
+	if list := hostAdapters(b); list != nil {
+		t.Errorf("host status reports a removed adapter: %v", list)
+	}
+	reg = b.ok(b.call("registerAdapter", "", register), "registerResult")["adapter"].(map[string]any)
+	return int(num(reg["pid"]))
 }
 
 // waitClosed drains a connection the daemon is closing, checking what it still sends.

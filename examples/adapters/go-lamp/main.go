@@ -12,6 +12,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -96,7 +97,7 @@ func handle(state *lamp, req *request) (any, string) {
 		var a struct {
 			On *bool `json:"on"`
 		}
-		if json.Unmarshal(req.Args, &a) != nil || a.On == nil {
+		if !decodeArgs(req.Args, &a) || a.On == nil {
 			return nil, "invalid_args"
 		}
 		state.On = *a.On
@@ -104,7 +105,7 @@ func handle(state *lamp, req *request) (any, string) {
 		var a struct {
 			Level *float64 `json:"level"`
 		}
-		if json.Unmarshal(req.Args, &a) != nil || a.Level == nil || *a.Level < 0 || *a.Level > 100 {
+		if !decodeArgs(req.Args, &a) || a.Level == nil || *a.Level < 0 || *a.Level > 100 {
 			return nil, "invalid_args"
 		}
 		state.Brightness = int(*a.Level)
@@ -112,4 +113,12 @@ func handle(state *lamp, req *request) (any, string) {
 		return nil, "unsupported_action"
 	}
 	return state, ""
+}
+
+// decodeArgs decodes an action's arguments, refusing any member the action does not declare:
+// an adapter checks its input even though the runtime already did.
+func decodeArgs(raw json.RawMessage, v any) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v) == nil
 }

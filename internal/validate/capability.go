@@ -1,0 +1,703 @@
+// Package validate is the conformance harness behind `airlock validate capability`: it runs
+// a capability adapter under test through the probes of protocol v1, and runs built-in
+// misbehaving adapters to show that the runtime (capadapter.Client) rejects each fault.
+//
+// The harness is stricter than the original validator: besides list, describe, observe and a
+// known-valid invoke it checks unsupported_action, unknown_capability, invalid_args generated
+// from the descriptor, the handling of a wrong protocolVersion, unsupported_method, the call
+// deadline, the frame and payload bounds, the sensitive-name and URL screens of descriptors
+// and results, and a clean exit on stdin close. Every child it starts is reaped before
+// RunCapability returns.
+//
+// The invoke and invalid_args probes call the adapter's actions (invalid_args with generated
+// args that a conforming adapter refuses, but a lax one may act on): validate an adapter
+// against a test device, not one in use.
+//
+// A wrong protocolVersion: following the reference adapter, the expected answer is
+// invalid_request in a version 1 envelope carrying the request's id, after which the adapter
+// keeps serving; exiting without an answer is also accepted, since the runtime then discards
+// the child. An undeclared key in invoke args that the adapter accepts is only a warning: the
+// runtime refuses such args before they reach the adapter.
+//
+// Probes talk to the adapter through capadapter.Client, the runtime's own client, so an
+// adapter that passes is one the runtime accepts; where the harness needs the raw result (the
+// screens), it checks it itself and also asks the runtime.
+package validate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+)
+
+// Probe names, in report order.
+const (
+	ProbeList              = "list"
+	ProbeDescribe          = "describe"
+	ProbeObserve           = "observe"
+	ProbeInvoke            = "invoke"
+	ProbeUnsupportedAction = "unsupported_action"
+	ProbeUnknownCapability = "unknown_capability"
+	ProbeInvalidArgs       = "invalid_args"
+	ProbeProtocolVersion   = "protocol_version"
+	ProbeUnsupportedMethod = "unsupported_method"
+	ProbeDeadline          = "deadline"
+	ProbeBounds            = "bounds"
+	ProbeScreens           = "screens"
+	ProbeStdinClose        = "stdin_close"
+)
+
+// StdinCloseBound is how long an adapter has to exit with status 0 once its stdin closes:
+// the runtime's graceful wait, after which it signals the process group.
+const StdinCloseBound = 300 * time.Millisecond
+
+// Names the probes send on purpose, none of which a valid descriptor can declare for real
+// (the capability id has a dot and a dash, which no adapter is likely to use; the harness
+// checks that the listed ids and actions differ from them anyway).
+const (
+	probeAction     = "airlock_unsupported_probe"
+	probeCapability = "airlock.unknown-probe"
+	probeMethod     = "airlock_unknown_method"
+	probeProperty   = "airlock_undeclared_probe"
+	probeVersion    = 2
+)
+
+// Config is one run of the harness.
+type Config struct {
+	// Command and Args start the adapter under test, without a shell.
+	Command string
+	Args    []string
+	// Action and ActionArgs name a known-valid invoke; without Action the invoke probe is
+	// skipped. ActionArgs defaults to {}.
+	Action     string
+	ActionArgs json.RawMessage
+	// Timeout is the deadline of each call; zero means capadapter.DefaultCallTimeout. It must
+	// lie within [capadapter.MinCallTimeout, capadapter.MaxCallTimeout].
+	Timeout time.Duration
+	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
+	// FaultModes and RunFaultAdapter); nil skips the fault probes.
+	Fault func(mode string) (command string, args []string)
+}
+
+// Check reports whether c can be run.
+func (c Config) Check() error {
+	if c.Command == "" {
+		return errors.New("no adapter command")
+	}
+	if c.Timeout != 0 && (c.Timeout < capadapter.MinCallTimeout || c.Timeout > capadapter.MaxCallTimeout) {
+		return fmt.Errorf("timeout %v outside [%v, %v]", c.Timeout, capadapter.MinCallTimeout, capadapter.MaxCallTimeout)
+	}
+	if c.Action == "" && len(c.ActionArgs) > 0 {
+		return errors.New("args given without an action")
+	}
+	if len(c.ActionArgs) > 0 && !json.Valid(c.ActionArgs) {
+		return errors.New("args are not one JSON value")
+	}
+	return nil
+}
+
+// Probe is the outcome of one probe. A skipped probe passes; Detail says why it was skipped,
+// what failed, or (for a pass) a note worth reading.
+type Probe struct {
+	Name    string `json:"name"`
+	Pass    bool   `json:"pass"`
+	Skipped bool   `json:"skipped,omitempty"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// Report is the outcome of a run: Pass holds when every probe passed.
+type Report struct {
+	Probes  []Probe `json:"probes"`
+	Pass    bool    `json:"pass"`
+	Passed  int     `json:"passed"`
+	Failed  int     `json:"failed"`
+	Skipped int     `json:"skipped"`
+}
+
+func (r *Report) add(p Probe) {
+	r.Probes = append(r.Probes, p)
+	switch {
+	case !p.Pass:
+		r.Failed++
+	case p.Skipped:
+		r.Skipped++
+	default:
+		r.Passed++
+	}
+	r.Pass = r.Failed == 0
+}
+
+// Probe returns the probe called name, if the report has one.
+func (r *Report) Probe(name string) (Probe, bool) {
+	for _, p := range r.Probes {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Probe{}, false
+}
+
+// RunCapability runs every probe against the adapter cfg names, then the fault probes, and
+// reaps every child it started before it returns.
+func RunCapability(ctx context.Context, cfg Config) Report {
+	var rep Report
+	if err := cfg.Check(); err != nil {
+		rep.add(Probe{Name: "config", Detail: err.Error()})
+		return rep
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = capadapter.DefaultCallTimeout
+	}
+	if len(bytes.TrimSpace(cfg.ActionArgs)) == 0 {
+		cfg.ActionArgs = json.RawMessage("{}")
+	}
+	h := &harness{ctx: ctx, cfg: cfg, rep: &rep}
+	h.run()
+	h.closeAll()
+	if cfg.Fault != nil && ctx.Err() == nil {
+		runFaultProbes(ctx, cfg.Fault, &rep)
+	}
+	return rep
+}
+
+// onSpawn, when set (by tests), sees every child the harness and the fault probes start.
+var onSpawn func(*capadapter.Client)
+
+// harness is the state of one run against the adapter under test.
+type harness struct {
+	ctx context.Context
+	cfg Config
+	rep *Report
+
+	child    *capadapter.Client   // the current child, replaced when a probe kills it
+	children []*capadapter.Client // every child started, all closed at the end
+
+	descs []capadapter.Descriptor
+	canon [][]byte
+
+	calls   []callRecord
+	screens []string // screen violations found, for the screens probe
+	bounds  []string // bound violations found, for the bounds probe
+	largest int      // the largest result seen
+	noStart bool     // the adapter could not be started at all
+}
+
+type callRecord struct {
+	label string
+	took  time.Duration
+	code  string // CodeOf the call's error; "" when it returned a response
+}
+
+func (h *harness) run() {
+	listed := h.probeList()
+	if listed {
+		h.probeDescribe()
+		h.probeObserve()
+		h.probeInvoke()
+		h.probeUnsupportedAction()
+		h.probeUnknownCapability()
+		h.probeInvalidArgs()
+	} else {
+		reason := "not run: list failed"
+		if h.noStart {
+			reason = "not run: the adapter did not start"
+		}
+		for _, name := range []string{ProbeDescribe, ProbeObserve, ProbeInvoke, ProbeUnsupportedAction,
+			ProbeUnknownCapability, ProbeInvalidArgs} {
+			h.rep.add(Probe{Name: name, Pass: true, Skipped: true, Detail: reason})
+		}
+	}
+	if h.noStart {
+		for _, name := range []string{ProbeUnsupportedMethod, ProbeProtocolVersion, ProbeStdinClose, ProbeDeadline,
+			ProbeBounds, ProbeScreens} {
+			h.rep.add(Probe{Name: name, Pass: true, Skipped: true, Detail: "not run: the adapter did not start"})
+		}
+		return
+	}
+	h.probeUnsupportedMethod()
+	h.probeProtocolVersion()
+	h.probeStdinClose()
+	h.probeDeadline()
+	h.probeBounds()
+	h.probeScreens()
+}
+
+func (h *harness) pass(name, detail string) { h.rep.add(Probe{Name: name, Pass: true, Detail: detail}) }
+func (h *harness) fail(name, detail string) { h.rep.add(Probe{Name: name, Detail: detail}) }
+
+// result adds a probe that passes when problems is empty, with note as the detail of a pass.
+func (h *harness) result(name string, problems []string, note string) {
+	if len(problems) == 0 {
+		h.pass(name, note)
+		return
+	}
+	h.fail(name, strings.Join(problems, "; "))
+}
+
+// spawn starts a fresh child of the adapter under test.
+func (h *harness) spawn() (*capadapter.Client, error) {
+	c, err := capadapter.Spawn(h.cfg.Command, h.cfg.Args, capadapter.ClientOptions{CallTimeout: h.cfg.Timeout})
+	if err != nil {
+		return nil, err
+	}
+	h.children = append(h.children, c)
+	if onSpawn != nil {
+		onSpawn(c)
+	}
+	return c, nil
+}
+
+// live returns a healthy child: the current one, or a fresh one that has answered list (as the
+// runtime starts every child) when a probe killed the last.
+func (h *harness) live() (*capadapter.Client, error) {
+	if h.child != nil && h.child.Failure() == nil {
+		return h.child, nil
+	}
+	c, err := h.spawn()
+	if err != nil {
+		return nil, errors.New(describeErr(err))
+	}
+	h.child = c
+	resp, err := h.call(c, "list", capadapter.Request{Method: capadapter.MethodList})
+	if err != nil {
+		return nil, fmt.Errorf("a fresh child failed list: %s", describeErr(err))
+	}
+	if resp.ErrorCode != "" {
+		return nil, fmt.Errorf("a fresh child answered list with %s", resp.ErrorCode)
+	}
+	return c, nil
+}
+
+// call makes one call and records how it went, for the deadline and bounds probes.
+func (h *harness) call(c *capadapter.Client, label string, req capadapter.Request) (capadapter.Response, error) {
+	start := time.Now()
+	resp, err := c.Call(h.ctx, req)
+	h.calls = append(h.calls, callRecord{label: label, took: time.Since(start), code: capadapter.CodeOf(err)})
+	if capadapter.CodeOf(err) == capadapter.CodeTooLarge {
+		h.bounds = append(h.bounds, label+": "+describeErr(err))
+	}
+	return resp, err
+}
+
+// expectCode makes a call that must be answered with the error code want, and returns the
+// problem, if any.
+func (h *harness) expectCode(label, want string, req capadapter.Request) string {
+	c, err := h.live()
+	if err != nil {
+		return label + ": " + err.Error()
+	}
+	resp, err := h.call(c, label, req)
+	switch {
+	case err != nil:
+		return label + ": " + describeErr(err)
+	case resp.ErrorCode == "":
+		return label + ": answered with a result, want error " + want
+	case resp.ErrorCode != want:
+		return label + ": answered " + resp.ErrorCode + ", want " + want
+	}
+	return ""
+}
+
+func (h *harness) probeList() bool {
+	c, err := h.spawn()
+	if err != nil {
+		h.noStart = true
+		h.fail(ProbeList, describeErr(err))
+		return false
+	}
+	h.child = c
+	resp, err := h.call(c, "list", capadapter.Request{Method: capadapter.MethodList})
+	if err != nil {
+		h.fail(ProbeList, describeErr(err))
+		return false
+	}
+	if resp.ErrorCode != "" {
+		h.fail(ProbeList, "answered error "+resp.ErrorCode)
+		return false
+	}
+	var items []json.RawMessage
+	trimmed := bytes.TrimSpace(resp.Result)
+	if len(trimmed) == 0 || trimmed[0] != '[' || json.Unmarshal(trimmed, &items) != nil {
+		h.fail(ProbeList, "the result is not a JSON array")
+		return false
+	}
+	var problems []string
+	if len(items) == 0 || len(items) > capadapter.MaxCapabilities {
+		problems = append(problems, fmt.Sprintf("%d descriptors listed, want 1 to %d", len(items), capadapter.MaxCapabilities))
+	}
+	for i, item := range items {
+		label := fmt.Sprintf("descriptor %d", i)
+		h.screenDescriptor(label, item)
+		if compactLen(item) > capadapter.MaxDescriptorBytes {
+			h.bounds = append(h.bounds, fmt.Sprintf("%s: %d bytes, over %d", label, compactLen(item), capadapter.MaxDescriptorBytes))
+		}
+		d, cb, err := capadapter.ParseDescriptor(item)
+		if err != nil {
+			problems = append(problems, label+": "+describeErr(err))
+			continue
+		}
+		for _, prev := range h.descs {
+			if prev.CapabilityID == d.CapabilityID {
+				problems = append(problems, label+": capability id "+quote(d.CapabilityID)+" listed twice")
+			}
+		}
+		if d.CapabilityID == probeCapability {
+			problems = append(problems, label+": capability id "+quote(d.CapabilityID)+" is reserved for the unknown_capability probe")
+		}
+		h.descs = append(h.descs, d)
+		h.canon = append(h.canon, cb)
+	}
+	if len(problems) > 0 {
+		h.fail(ProbeList, strings.Join(problems, "; "))
+		return false
+	}
+	h.pass(ProbeList, fmt.Sprintf("%d valid descriptor(s): %s", len(h.descs), strings.Join(h.ids(), ", ")))
+	return true
+}
+
+func (h *harness) ids() []string {
+	ids := make([]string, len(h.descs))
+	for i, d := range h.descs {
+		ids[i] = d.CapabilityID
+	}
+	return ids
+}
+
+func (h *harness) probeDescribe() {
+	var problems []string
+	for i, d := range h.descs {
+		label := "describe " + d.CapabilityID
+		c, err := h.live()
+		if err != nil {
+			problems = append(problems, label+": "+err.Error())
+			continue
+		}
+		resp, err := h.call(c, label, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID})
+		if err != nil {
+			problems = append(problems, label+": "+describeErr(err))
+			continue
+		}
+		if resp.ErrorCode != "" {
+			problems = append(problems, label+": answered error "+resp.ErrorCode)
+			continue
+		}
+		h.screenDescriptor(label, resp.Result)
+		_, cb, err := capadapter.ParseDescriptor(resp.Result)
+		if err != nil {
+			problems = append(problems, label+": "+describeErr(err))
+			continue
+		}
+		if !bytes.Equal(cb, h.canon[i]) {
+			problems = append(problems, label+": differs from the listed descriptor after canonical encoding")
+		}
+	}
+	if len(problems) == 0 {
+		problems = nonEmpty(h.startup())
+	}
+	h.result(ProbeDescribe, problems, fmt.Sprintf("%d descriptor(s) byte-identical to list; startup handshake accepted", len(h.descs)))
+}
+
+// startup runs the runtime's own startup handshake (list, then describe of every listed id,
+// all within one deadline) on a healthy child, so that what the runtime would refuse at
+// registration fails here too, and returns the problem, if any.
+func (h *harness) startup() string {
+	c, err := h.live()
+	if err != nil {
+		return "startup handshake: " + err.Error()
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, h.cfg.Timeout)
+	defer cancel()
+	label := "startup handshake (list and every describe)"
+	start := time.Now()
+	_, err = c.Handshake(ctx)
+	h.calls = append(h.calls, callRecord{label: label, took: time.Since(start), code: capadapter.CodeOf(err)})
+	if err != nil {
+		return label + ": the runtime refuses it: " + describeErr(err)
+	}
+	return ""
+}
+
+func (h *harness) probeObserve() {
+	var problems []string
+	n := 0
+	for _, d := range h.descs {
+		if !d.Observe {
+			continue
+		}
+		n++
+		label := "observe " + d.CapabilityID
+		if p := h.resultCall(label, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: d.CapabilityID}); p != "" {
+			problems = append(problems, p)
+			continue
+		}
+		// The runtime's own screens of the result, on a second observe (observe has no side
+		// effect): the harness's checks must not be laxer than the runtime's.
+		c, err := h.live()
+		if err != nil {
+			problems = append(problems, label+": "+err.Error())
+			continue
+		}
+		start := time.Now()
+		_, err = c.Observe(h.ctx, d.CapabilityID)
+		h.calls = append(h.calls, callRecord{label: label, took: time.Since(start), code: capadapter.CodeOf(err)})
+		if err != nil {
+			problems = append(problems, label+": the runtime refuses the result: "+describeErr(err))
+		}
+	}
+	if n == 0 && len(problems) == 0 {
+		h.pass(ProbeObserve, "no capability observes")
+		return
+	}
+	h.result(ProbeObserve, problems, fmt.Sprintf("%d observable capability(ies) answered with bounded semantic data", n))
+}
+
+// resultCall makes an observe or invoke call that must succeed with a result the checks
+// accept, and returns the problem, if any.
+func (h *harness) resultCall(label string, req capadapter.Request) string {
+	c, err := h.live()
+	if err != nil {
+		return label + ": " + err.Error()
+	}
+	resp, err := h.call(c, label, req)
+	if err != nil {
+		return label + ": " + describeErr(err)
+	}
+	if resp.ErrorCode != "" {
+		return label + ": answered error " + resp.ErrorCode
+	}
+	if len(resp.Result) > h.largest {
+		h.largest = len(resp.Result)
+	}
+	if len(resp.Result) > capadapter.MaxResultBytes {
+		msg := fmt.Sprintf("%s: result of %d bytes, over %d", label, len(resp.Result), capadapter.MaxResultBytes)
+		h.bounds = append(h.bounds, msg)
+		return msg
+	}
+	if v := screenResult(resp.Result); len(v) > 0 {
+		h.screens = append(h.screens, label+" result: "+strings.Join(v, ", "))
+		return label + ": the result fails the screens (" + strings.Join(v, ", ") + ")"
+	}
+	if p := checkSemantic(resp.Result); p != "" {
+		return label + ": " + p
+	}
+	return ""
+}
+
+func (h *harness) probeInvoke() {
+	if h.cfg.Action == "" {
+		h.rep.add(Probe{Name: ProbeInvoke, Pass: true, Skipped: true,
+			Detail: "no --action given: pass --action A --args JSON to check a known-valid invoke"})
+		return
+	}
+	for _, d := range h.descs {
+		a, ok := d.Action(h.cfg.Action)
+		if !ok {
+			continue
+		}
+		if err := capadapter.ValidateArgs(a.Input, h.cfg.ActionArgs); err != nil {
+			h.fail(ProbeInvoke, "the given args do not satisfy the declared input of "+d.CapabilityID+"."+a.Name+": "+describeErr(err))
+			return
+		}
+		label := "invoke " + d.CapabilityID + "." + a.Name
+		p := h.resultCall(label, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: d.CapabilityID,
+			Action: a.Name, Args: h.cfg.ActionArgs})
+		h.result(ProbeInvoke, nonEmpty(p), label+" succeeded")
+		return
+	}
+	h.fail(ProbeInvoke, "no listed capability declares the action "+quote(h.cfg.Action))
+}
+
+func (h *harness) probeUnsupportedAction() {
+	var problems []string
+	for _, d := range h.descs {
+		if _, ok := d.Action(probeAction); ok {
+			problems = append(problems, d.CapabilityID+" declares the reserved action "+probeAction)
+			continue
+		}
+		p := h.expectCode("invoke "+d.CapabilityID+"."+probeAction, capadapter.CodeUnsupportedAction,
+			capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: d.CapabilityID, Action: probeAction, Args: json.RawMessage("{}")})
+		problems = append(problems, nonEmpty(p)...)
+	}
+	h.result(ProbeUnsupportedAction, problems, "an undeclared action is answered unsupported_action")
+}
+
+func (h *harness) probeUnknownCapability() {
+	action := probeAction
+	if len(h.descs) > 0 && len(h.descs[0].Actions) > 0 {
+		action = h.descs[0].Actions[0].Name // a real action name, so only the id is wrong
+	}
+	var problems []string
+	for _, req := range []capadapter.Request{
+		{Method: capadapter.MethodDescribe, CapabilityID: probeCapability},
+		{Method: capadapter.MethodObserve, CapabilityID: probeCapability},
+		{Method: capadapter.MethodInvoke, CapabilityID: probeCapability, Action: action, Args: json.RawMessage("{}")},
+	} {
+		problems = append(problems, nonEmpty(h.expectCode(req.Method+" "+probeCapability, capadapter.CodeUnknownCapability, req))...)
+	}
+	h.result(ProbeUnknownCapability, problems, "describe, observe and invoke of an unknown id are answered unknown_capability")
+}
+
+func (h *harness) probeInvalidArgs() {
+	var problems []string
+	n := 0
+	for _, d := range h.descs {
+		for _, a := range d.Actions {
+			for _, ac := range invalidArgCases(a.Input) {
+				n++
+				label := "invoke " + d.CapabilityID + "." + a.Name + " with " + ac.what
+				p := h.expectCode(label, capadapter.CodeInvalidArgs, capadapter.Request{Method: capadapter.MethodInvoke,
+					CapabilityID: d.CapabilityID, Action: a.Name, Args: ac.args})
+				if p != "" {
+					problems = append(problems, p)
+				}
+			}
+		}
+	}
+	note := fmt.Sprintf("%d generated violation(s) answered invalid_args", n)
+	if n == 0 {
+		note = "no action to violate"
+	}
+	h.result(ProbeInvalidArgs, problems, note)
+}
+
+func (h *harness) probeUnsupportedMethod() {
+	p := h.expectCode("method "+probeMethod, capadapter.CodeUnsupportedMethod, capadapter.Request{Method: probeMethod})
+	h.result(ProbeUnsupportedMethod, nonEmpty(p), "an unknown method is answered unsupported_method")
+}
+
+// probeProtocolVersion sends list with protocolVersion 2 to a fresh child. Following the
+// reference adapter, the expected answer is invalid_request (in a version 1 envelope with the
+// request's id), after which the adapter keeps serving; an adapter may instead exit without
+// answering, which the runtime treats as the loss of that child. Anything else fails: a result,
+// another code, a malformed answer, or no answer before the deadline.
+func (h *harness) probeProtocolVersion() {
+	c, err := h.spawn()
+	if err != nil {
+		h.fail(ProbeProtocolVersion, describeErr(err))
+		return
+	}
+	label := "list with protocolVersion 2"
+	resp, err := h.call(c, label, capadapter.Request{ProtocolVersion: probeVersion, Method: capadapter.MethodList})
+	switch {
+	case err != nil && capadapter.CodeOf(err) == capadapter.CodeUnavailable && c.Failure() != nil:
+		h.pass(ProbeProtocolVersion, "the adapter exited without answering (allowed; answering invalid_request is preferred)")
+		return
+	case err != nil:
+		h.fail(ProbeProtocolVersion, label+": "+describeErr(err))
+		return
+	case resp.ErrorCode != capadapter.CodeInvalidRequest:
+		what := "a result"
+		if resp.ErrorCode != "" {
+			what = resp.ErrorCode
+		}
+		h.fail(ProbeProtocolVersion, label+": answered "+what+", want invalid_request")
+		return
+	}
+	resp, err = h.call(c, "list after the wrong version", capadapter.Request{Method: capadapter.MethodList})
+	if err != nil || resp.ErrorCode != "" {
+		h.fail(ProbeProtocolVersion, "answered invalid_request, but a list afterwards failed: "+describeResp(resp, err))
+		return
+	}
+	h.pass(ProbeProtocolVersion, "answered invalid_request and kept serving")
+}
+
+// probeStdinClose closes the stdin of a healthy child, which must exit with status 0 within
+// StdinCloseBound.
+func (h *harness) probeStdinClose() {
+	c, err := h.live()
+	if err != nil {
+		h.fail(ProbeStdinClose, err.Error())
+		return
+	}
+	start := time.Now()
+	err = c.Close(h.ctx)
+	took := time.Since(start)
+	switch {
+	case err != nil:
+		h.fail(ProbeStdinClose, "the adapter did not exit with status 0 on stdin close within "+StdinCloseBound.String()+
+			" (it was signalled after "+took.Round(time.Millisecond).String()+")")
+	case took > StdinCloseBound:
+		h.fail(ProbeStdinClose, "the adapter exited "+took.Round(time.Millisecond).String()+" after stdin closed, over "+StdinCloseBound.String())
+	default:
+		h.pass(ProbeStdinClose, "exited with status 0 "+took.Round(time.Millisecond).String()+" after stdin closed")
+	}
+}
+
+func (h *harness) probeDeadline() {
+	var problems []string
+	var slowest callRecord
+	for _, r := range h.calls {
+		if r.code == capadapter.CodeTimeout {
+			problems = append(problems, r.label+": no answer within "+h.cfg.Timeout.String())
+		}
+		if r.took > slowest.took && r.code != capadapter.CodeTimeout {
+			slowest = r
+		}
+	}
+	h.result(ProbeDeadline, problems, fmt.Sprintf("%d call(s) within %v; slowest %s took %v", len(h.calls), h.cfg.Timeout,
+		slowest.label, slowest.took.Round(time.Millisecond)))
+}
+
+func (h *harness) probeBounds() {
+	h.result(ProbeBounds, h.bounds, fmt.Sprintf("frames within %d bytes, descriptors within %d, results within %d (largest %d)",
+		capadapter.MaxFrameBytes, capadapter.MaxDescriptorBytes, capadapter.MaxResultBytes, h.largest))
+}
+
+func (h *harness) probeScreens() {
+	h.result(ProbeScreens, h.screens, "no URL or sensitive name in descriptors and results")
+}
+
+func (h *harness) screenDescriptor(label string, raw []byte) {
+	if v := screenDescriptor(raw); len(v) > 0 {
+		h.screens = append(h.screens, label+": "+strings.Join(v, ", "))
+	}
+}
+
+// closeAll stops every child the harness started and waits until each is reaped.
+func (h *harness) closeAll() {
+	ctx := context.WithoutCancel(h.ctx)
+	for _, c := range h.children {
+		_ = c.Close(ctx)
+		<-c.Done()
+	}
+}
+
+// describeErr renders a capadapter error as "code: detail".
+func describeErr(err error) string {
+	var e *capadapter.Error
+	if errors.As(err, &e) {
+		if e.Detail == "" {
+			return e.Code
+		}
+		return e.Code + ": " + e.Detail
+	}
+	return err.Error()
+}
+
+func describeResp(resp capadapter.Response, err error) string {
+	if err != nil {
+		return describeErr(err)
+	}
+	return "answered error " + resp.ErrorCode
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+func compactLen(raw []byte) int {
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return len(raw)
+	}
+	return buf.Len()
+}

@@ -1,0 +1,158 @@
+package validate
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func run(t *testing.T, cfg Config) Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return RunCapability(ctx, cfg)
+}
+
+func dump(rep Report) string {
+	var b strings.Builder
+	for _, p := range rep.Probes {
+		b.WriteString(p.Name)
+		if p.Pass {
+			b.WriteString(" pass")
+		} else {
+			b.WriteString(" FAIL")
+		}
+		b.WriteString(": " + p.Detail + "\n")
+	}
+	return b.String()
+}
+
+func wantAllPass(t *testing.T, rep Report, names ...string) {
+	t.Helper()
+	if !rep.Pass || rep.Failed != 0 {
+		t.Fatalf("report fails:\n%s", dump(rep))
+	}
+	for _, n := range names {
+		p, ok := rep.Probe(n)
+		if !ok || !p.Pass || p.Skipped {
+			t.Errorf("probe %s: %+v (present %v)", n, p, ok)
+		}
+	}
+}
+
+var conformanceProbes = []string{ProbeList, ProbeDescribe, ProbeObserve, ProbeInvoke, ProbeUnsupportedAction,
+	ProbeUnknownCapability, ProbeInvalidArgs, ProbeProtocolVersion, ProbeUnsupportedMethod, ProbeDeadline,
+	ProbeBounds, ProbeScreens, ProbeStdinClose}
+
+func TestGoLamp(t *testing.T) {
+	lamp := buildLamp(t)
+	trackChildren(t)
+	rep := run(t, Config{Command: lamp, Action: "set_power", ActionArgs: json.RawMessage(`{"on":true}`), Fault: faultConfig(t)})
+	wantAllPass(t, rep, conformanceProbes...)
+	for _, m := range FaultModes {
+		wantAllPass(t, rep, "fault."+m)
+	}
+	if len(rep.Probes) != len(conformanceProbes)+len(FaultModes) {
+		t.Errorf("%d probes, want %d:\n%s", len(rep.Probes), len(conformanceProbes)+len(FaultModes), dump(rep))
+	}
+	// go-lamp exits on a wrong protocolVersion, which is allowed.
+	if p, _ := rep.Probe(ProbeProtocolVersion); !strings.Contains(p.Detail, "exited") {
+		t.Errorf("protocol_version: %q", p.Detail)
+	}
+}
+
+func TestGoLampWithoutAction(t *testing.T) {
+	lamp := buildLamp(t)
+	trackChildren(t)
+	rep := run(t, Config{Command: lamp})
+	wantAllPass(t, rep)
+	if p, _ := rep.Probe(ProbeInvoke); !p.Skipped || !strings.Contains(p.Detail, "--action") {
+		t.Errorf("invoke without --action: %+v", p)
+	}
+	if _, ok := rep.Probe("fault." + FaultCrash); ok {
+		t.Error("fault probes ran without Config.Fault")
+	}
+}
+
+func TestStrictAdapterPasses(t *testing.T) {
+	trackChildren(t)
+	rep := run(t, testConfig(t, "good"))
+	wantAllPass(t, rep, conformanceProbes...)
+	if p, _ := rep.Probe(ProbeInvalidArgs); strings.Contains(p.Detail, "warning") {
+		t.Errorf("invalid_args warns for a strict adapter: %q", p.Detail)
+	}
+	if p, _ := rep.Probe(ProbeProtocolVersion); !strings.Contains(p.Detail, "kept serving") {
+		t.Errorf("protocol_version: %q", p.Detail)
+	}
+}
+
+func TestBrokenAdapters(t *testing.T) {
+	cases := []struct {
+		mode   string
+		fail   []string
+		detail string // in the first failing probe's detail
+		cfg    func(*Config)
+	}{
+		{mode: "accept-args", fail: []string{ProbeInvalidArgs}, detail: "missing"},
+		{mode: "url-result", fail: []string{ProbeObserve, ProbeScreens}, detail: "screens"},
+		{mode: "no-exit", fail: []string{ProbeStdinClose}, detail: "stdin close"},
+		{mode: "describe-differs", fail: []string{ProbeDescribe}, detail: "differs"},
+		{mode: "sensitive", fail: []string{ProbeList, ProbeScreens}, detail: "invalid_descriptor"},
+		{mode: "slow-observe", fail: []string{ProbeObserve, ProbeDeadline}, detail: "timeout",
+			cfg: func(c *Config) { c.Timeout = 300 * time.Millisecond }},
+		{mode: "big-result", fail: []string{ProbeObserve, ProbeBounds}, detail: "over 4096"},
+		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request"},
+		{mode: "no-unsupported-method", fail: []string{ProbeUnsupportedMethod}, detail: "answered invalid_request"},
+		{mode: "no-unsupported-action", fail: []string{ProbeUnsupportedAction}, detail: "answered invalid_request"},
+		{mode: "no-unknown-capability", fail: []string{ProbeUnknownCapability}, detail: "answered invalid_request"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode, func(t *testing.T) {
+			trackChildren(t)
+			cfg := testConfig(t, tc.mode)
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			rep := run(t, cfg)
+			if rep.Pass {
+				t.Fatalf("report passes:\n%s", dump(rep))
+			}
+			var failed []string
+			for _, p := range rep.Probes {
+				if !p.Pass {
+					failed = append(failed, p.Name)
+				}
+			}
+			if strings.Join(failed, ",") != strings.Join(tc.fail, ",") {
+				t.Fatalf("failed probes %v, want %v:\n%s", failed, tc.fail, dump(rep))
+			}
+			if p, _ := rep.Probe(tc.fail[0]); !strings.Contains(p.Detail, tc.detail) {
+				t.Errorf("%s detail %q lacks %q", p.Name, p.Detail, tc.detail)
+			}
+		})
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	for _, cfg := range []Config{
+		{},
+		{Command: "/bin/true", Timeout: time.Millisecond},
+		{Command: "/bin/true", ActionArgs: json.RawMessage(`{}`)},
+		{Command: "/bin/true", Action: "a", ActionArgs: json.RawMessage(`{`)},
+	} {
+		if cfg.Check() == nil {
+			t.Errorf("%+v: Check passes", cfg)
+		}
+		if rep := RunCapability(context.Background(), cfg); rep.Pass || len(rep.Probes) != 1 {
+			t.Errorf("%+v: %+v", cfg, rep)
+		}
+	}
+}
+
+func TestFaultAdapterUnknownMode(t *testing.T) {
+	if code := RunFaultAdapter("nope", strings.NewReader(""), &strings.Builder{}); code != 2 {
+		t.Errorf("unknown mode: exit %d", code)
+	}
+}

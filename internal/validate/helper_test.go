@@ -1,0 +1,247 @@
+package validate
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+)
+
+// The test binary re-executes itself as an adapter, with the mode in argv: adapters get an
+// allowlisted environment only, so a variable could not select it.
+const (
+	adapterArg = "airlock-validate-test-adapter"
+	faultArg   = "airlock-validate-test-fault"
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == adapterArg {
+		// syscall.Exit skips the race detector's exit-time sleep, which would make a clean
+		// exit on stdin close miss StdinCloseBound.
+		syscall.Exit(testAdapter(os.Args[2]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == faultArg {
+		syscall.Exit(RunFaultAdapter(os.Args[2], os.Stdin, os.Stdout))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func self(t testing.TB) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err = filepath.EvalSymlinks(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// testConfig runs the test adapter in mode, without fault probes.
+func testConfig(t testing.TB, mode string) Config {
+	return Config{Command: self(t), Args: []string{adapterArg, mode}, Action: "set_level", ActionArgs: json.RawMessage(`{"level":3}`)}
+}
+
+// faultConfig returns the test binary's fault adapters.
+func faultConfig(t testing.TB) func(string) (string, []string) {
+	exe := self(t)
+	return func(mode string) (string, []string) { return exe, []string{faultArg, mode} }
+}
+
+// trackChildren records every child started until the test ends, then checks that each was
+// reaped and its process group is gone.
+func trackChildren(t *testing.T) {
+	var mu sync.Mutex
+	var children []*capadapter.Client
+	onSpawn = func(c *capadapter.Client) {
+		mu.Lock()
+		children = append(children, c)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		onSpawn = nil
+		mu.Lock()
+		defer mu.Unlock()
+		if len(children) == 0 {
+			t.Error("no child was started")
+		}
+		for _, c := range children {
+			select {
+			case <-c.Done():
+			default:
+				t.Errorf("child %d was not reaped", c.PID())
+				continue
+			}
+			if err := syscall.Kill(-c.PID(), 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("process group %d is still alive: %v", c.PID(), err)
+			}
+		}
+	})
+}
+
+const lightDescriptor = `{"capabilityId":"test_light","title":"Test light","version":"1","observe":true,"actions":[` +
+	`{"name":"set_level","title":"Set level","input":{"type":"object","properties":{"level":"number","label":"string"},"required":["level"]}},` +
+	`{"name":"flip","title":"Flip","input":{"type":"object","properties":{}}}]}`
+
+// testAdapter is a strict, conforming adapter of test_light, unless mode names the one rule
+// it breaks:
+//
+//	good                 conforms to every probe
+//	accept-args          never answers invalid_args
+//	url-result           observe returns a URL
+//	no-exit              ignores stdin close
+//	describe-differs     describe returns another title than list
+//	sensitive            lists a descriptor with an "endpoint" property
+//	slow-observe         answers observe after 600 ms
+//	big-result           observe returns 5,000 bytes
+//	version-result       answers a wrong protocolVersion with a result
+//	no-unsupported-*     answers the probe of that code with invalid_request
+//	no-unknown-capability
+func testAdapter(mode string) int {
+	in := bufio.NewReaderSize(os.Stdin, 1<<16)
+	out := bufio.NewWriter(os.Stdout)
+	send := func(v map[string]any) {
+		v["protocolVersion"] = 1
+		b, _ := json.Marshal(v)
+		out.Write(append(b, '\n'))
+		out.Flush()
+	}
+	desc := lightDescriptor
+	if mode == "sensitive" {
+		desc = strings.Replace(desc, `"label":"string"`, `"endpoint":"string"`, 1)
+	}
+	level := 0.0
+	for {
+		line, err := in.ReadBytes('\n')
+		if err != nil {
+			if mode == "no-exit" {
+				time.Sleep(time.Hour)
+			}
+			return 0
+		}
+		var req struct {
+			ProtocolVersion int             `json:"protocolVersion"`
+			ID              string          `json:"id"`
+			Method          string          `json:"method"`
+			CapabilityID    string          `json:"capabilityId"`
+			Action          string          `json:"action"`
+			Args            json.RawMessage `json:"args"`
+		}
+		if json.Unmarshal(line, &req) != nil || req.ID == "" {
+			send(map[string]any{"id": "?", "error": map[string]any{"code": "invalid_request"}})
+			continue
+		}
+		fail := func(code string) { send(map[string]any{"id": req.ID, "error": map[string]any{"code": code}}) }
+		ok := func(r any) { send(map[string]any{"id": req.ID, "result": r}) }
+		if req.ProtocolVersion != 1 {
+			if mode == "version-result" {
+				ok([]any{})
+			} else {
+				fail("invalid_request")
+			}
+			continue
+		}
+		switch req.Method {
+		case "list", "describe", "observe", "invoke":
+		default:
+			if mode == "no-unsupported-method" {
+				fail("invalid_request")
+			} else {
+				fail("unsupported_method")
+			}
+			continue
+		}
+		if req.Method == "list" {
+			ok([]json.RawMessage{json.RawMessage(desc)})
+			continue
+		}
+		if req.CapabilityID != "test_light" {
+			if mode == "no-unknown-capability" {
+				fail("invalid_request")
+			} else {
+				fail("unknown_capability")
+			}
+			continue
+		}
+		switch req.Method {
+		case "describe":
+			if mode == "describe-differs" {
+				ok(json.RawMessage(strings.Replace(desc, "Test light", "Other light", 1)))
+			} else {
+				ok(json.RawMessage(desc))
+			}
+		case "observe":
+			switch mode {
+			case "url-result":
+				ok(map[string]any{"note": "see https://example.com/x"})
+			case "big-result":
+				ok(map[string]any{"blob": strings.Repeat("a", 5000)})
+			case "slow-observe":
+				time.Sleep(600 * time.Millisecond)
+				ok(map[string]any{"level": level})
+			default:
+				ok(map[string]any{"level": level})
+			}
+		case "invoke":
+			var args map[string]json.RawMessage
+			valid := json.Unmarshal(req.Args, &args) == nil && args != nil
+			switch req.Action {
+			case "set_level":
+				var l float64
+				raw, has := args["level"]
+				valid = valid && has && json.Unmarshal(raw, &l) == nil
+				if lb, has := args["label"]; has {
+					var s string
+					valid = valid && json.Unmarshal(lb, &s) == nil
+				}
+				for k := range args {
+					valid = valid && (k == "level" || k == "label")
+				}
+				if !valid && mode != "accept-args" {
+					fail("invalid_args")
+					continue
+				}
+				level = l
+				ok(map[string]any{"level": level})
+			case "flip":
+				if (!valid || len(args) > 0) && mode != "accept-args" {
+					fail("invalid_args")
+					continue
+				}
+				ok(true)
+			default:
+				if mode == "no-unsupported-action" {
+					fail("invalid_request")
+				} else {
+					fail("unsupported_action")
+				}
+			}
+		}
+	}
+}
+
+// buildLamp builds examples/adapters/go-lamp without -race: a race-built binary sleeps a second
+// when it exits with status 0, which would miss StdinCloseBound.
+func buildLamp(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "go-lamp")
+	cmd := exec.Command("go", "build", "-o", out, "./examples/adapters/go-lamp")
+	cmd.Dir = filepath.Join("..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build go-lamp: %v\n%s", err, b)
+	}
+	return out
+}
