@@ -302,4 +302,15 @@ func TestBinaryToolAdapterReplacementAndRefusals(t *testing.T) {
 	if err := call(t, c, client.Command{Operation: "handshake"}).Decode(&h); err != nil || !h.Capabilities.HostToolAdapter {
 		t.Fatalf("2.x handshake does not advertise host tool adapters: %v", err)
 	}
+	// Drain revokes the capability; reopening the same generation does not pretend it is
+	// still bound.
+	call(t, c, client.Command{Operation: "drain", Payload: map[string]any{"timeoutMs": 0}})
+	if r := open(2, descriptor(adapter.socket, host, "s", 2, newHandle(t), "fs.stat")); code(r) != "host_draining" {
+		t.Fatalf("reopen after drain: %s", code(r))
+	}
+	r = call(t, c, client.Command{Operation: "invokeTool", SessionID: "s", Generation: gen(2),
+		Payload: map[string]any{"toolCallId": "c", "operation": "fs.stat", "arguments": map[string]any{"path": "."}}})
+	if code(r) != "adapter_session_closed" {
+		t.Fatalf("invokeTool after drain: %s", code(r))
+	}
 }

@@ -78,6 +78,7 @@ type runtime struct {
 	lastUsed   time.Time
 	subs       map[Subscriber]struct{}
 	tools      *tooladapter.Conn // the bound host tool adapter, if the policy grants one
+	revoked    bool              // tools was revoked (drain); the generation keeps no capability
 }
 
 // opLock serializes durable changes to one session.
@@ -248,7 +249,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 			return nil, protocol.Errorf(protocol.CodeSessionPolicyConflict,
 				"generation %d of this session was opened with a different policy", current)
 		}
-		if rt != nil && (rt.tools == nil || rt.tools.Err() == nil) {
+		if rt != nil && (rt.tools == nil || (rt.tools.Err() == nil && !rt.revoked)) {
 			rt.lastUsed = m.now()
 			m.metrics["openReused"]++
 			res := &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}
@@ -256,7 +257,12 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 			return res, nil
 		}
 		if rt != nil {
-			// The same generation whose adapter connection failed: bind it again.
+			// The same generation whose adapter connection failed or was revoked: bind it
+			// again, unless the host is draining, which is what revoked it.
+			if e := m.admitting(); e != nil {
+				m.mu.Unlock()
+				return nil, e
+			}
 			m.mu.Unlock()
 			return m.rebind(ctx, rt, req)
 		}
@@ -708,7 +714,7 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 		m.cfg.Tools.Revoke(req.Tools.Incarnation())
 		return nil, notFound(rt.id)
 	}
-	rt.tools = conn
+	rt.tools, rt.revoked = conn, false
 	rt.lastUsed = m.now()
 	return &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}, nil
 }
@@ -721,6 +727,9 @@ func (m *Manager) revoke(rt *runtime) {
 	}
 	m.mu.Lock()
 	conn := rt.tools
+	if conn != nil {
+		rt.revoked = true
+	}
 	m.mu.Unlock()
 	if conn != nil {
 		m.cfg.Tools.Revoke(conn.Incarnation())
@@ -736,7 +745,8 @@ func (m *Manager) Tool(id string, generation int64) (*tooladapter.Conn, error) {
 		return nil, e
 	}
 	if rt.tools == nil {
-		return nil, protocol.Errorf(tooladapter.CodeOperationDenied, "this session generation has no host tool adapter")
+		return nil, protocol.Errorf(tooladapter.CodeOperationDenied, "this session generation has no host tool adapter").
+			With("indeterminate", false)
 	}
 	rt.lastUsed = m.now()
 	return rt.tools, nil
