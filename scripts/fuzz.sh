@@ -10,7 +10,9 @@ while IFS= read -r file; do
   for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)\(' "$file" | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/'); do
     found=$((found + 1))
     echo "fuzz: $pkg $target ($fuzztime)"
-    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+    # Minimizing each new interesting input may take up to a minute by default, which can
+    # outlast a short -fuzztime and fail the run with "context deadline exceeded".
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "$pkg"
   done
 done < <(git ls-files '*_test.go' 2>/dev/null | xargs grep -l '^func Fuzz' || true)
 echo "fuzz: $found targets passed"
