@@ -1,0 +1,136 @@
+package server
+
+import (
+	"errors"
+	"path/filepath"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Admin operations (the "op" member of an admin request).
+const (
+	OpGrant       = "grant"
+	OpGrants      = "grants"
+	OpRevokeGrant = "revoke-grant"
+)
+
+// Admin error codes. Grant requests also fail with the descriptor codes of
+// internal/tooladapter (invalid_tool_adapter_binding, unsupported_tool_operation,
+// invalid_tool_adapter_limit, invalid_tool_adapter_identity, invalid_tool_adapter_endpoint),
+// because a grant is checked by the same parser the daemon runs on the descriptor it prints,
+// and with confinement_unavailable when the kernel lacks openat2.
+const (
+	CodeInvalidRequest = "invalid_request" // not one closed admin request object
+	CodeRootInvalid    = "root_invalid"    // the grant root cannot be opened as a directory
+	CodeGrantNotFound  = "grant_not_found" // revoke-grant of an unknown grant id
+	CodeGrantCapacity  = "grant_capacity"  // MaxGrants live grants already
+	CodeServerClosing  = "server_closing"  // the server is shutting down
+)
+
+// maxAdminLineBytes bounds one admin request line; a grant request is well under 2 KiB.
+const maxAdminLineBytes = 64 << 10
+
+// LimitsRequest holds the limits of a grant request; a missing member takes its default
+// (DefaultLimits).
+type LimitsRequest struct {
+	MaxRequestBytes       *int64 `json:"maxRequestBytes,omitempty"`
+	MaxResponseBytes      *int64 `json:"maxResponseBytes,omitempty"`
+	MaxConcurrentRequests *int64 `json:"maxConcurrentRequests,omitempty"`
+	MaxQueuedRequests     *int64 `json:"maxQueuedRequests,omitempty"`
+	RequestTimeoutMs      *int64 `json:"requestTimeoutMs,omitempty"`
+	MaxIdempotencyKeys    *int64 `json:"maxIdempotencyKeys,omitempty"`
+	IdempotencyTtlMs      *int64 `json:"idempotencyTtlMs,omitempty"`
+}
+
+// AdminRequest is one request on the admin socket, one NDJSON line:
+//
+//	{"op":"grant","root":DIR,"hostInstanceId":ID,"sessionId":ID,"generation":N,
+//	 "operations":[…],"limits":{…}?,"adapterId":ID?}
+//	{"op":"grants"}
+//	{"op":"revoke-grant","grantId":ID}
+//
+// Members an op does not take are refused.
+type AdminRequest struct {
+	Op             string         `json:"op"`
+	Root           *string        `json:"root,omitempty"`
+	HostInstanceID *string        `json:"hostInstanceId,omitempty"`
+	SessionID      *string        `json:"sessionId,omitempty"`
+	Generation     *int64         `json:"generation,omitempty"`
+	Operations     *[]string      `json:"operations,omitempty"`
+	Limits         *LimitsRequest `json:"limits,omitempty"`
+	AdapterID      *string        `json:"adapterId,omitempty"`
+	GrantID        *string        `json:"grantId,omitempty"`
+}
+
+// AdminResponse is the answer to one admin request: Data on success, Error otherwise.
+type AdminResponse struct {
+	OK    bool            `json:"ok"`
+	Data  any             `json:"data,omitempty"`
+	Error *protocol.Error `json:"error,omitempty"`
+}
+
+// DecodeAdminRequest decodes one admin request line strictly (closed objects, no duplicate or
+// case-variant keys) and checks that it has exactly the members of its op. It checks shapes
+// only; the grant's values are checked when the grant is made. Errors are invalid_request with
+// details.field, and never quote a value.
+func DecodeAdminRequest(line []byte) (*AdminRequest, *protocol.Error) {
+	if len(line) > maxAdminLineBytes {
+		return nil, invalid("", "request exceeds %d bytes", maxAdminLineBytes)
+	}
+	var r AdminRequest
+	if err := ndjson.Decode(line, &r, ndjson.Closed); err != nil {
+		var de *ndjson.DecodeError
+		if errors.As(err, &de) {
+			return nil, invalid(de.Path, "request is not a closed admin request object (%s)", de.Reason)
+		}
+		return nil, invalid("", "request is not a closed admin request object")
+	}
+	grantOnly := []struct {
+		field   string
+		present bool
+	}{
+		{"root", r.Root != nil}, {"hostInstanceId", r.HostInstanceID != nil}, {"sessionId", r.SessionID != nil},
+		{"generation", r.Generation != nil}, {"operations", r.Operations != nil}, {"limits", r.Limits != nil},
+		{"adapterId", r.AdapterID != nil},
+	}
+	switch r.Op {
+	case OpGrant:
+		for _, m := range grantOnly[:5] {
+			if !m.present {
+				return nil, invalid(m.field, "grant requires %s", m.field)
+			}
+		}
+		if r.GrantID != nil {
+			return nil, invalid("grantId", "grant does not take grantId")
+		}
+		if !filepath.IsAbs(*r.Root) {
+			return nil, invalid("root", "root must be an absolute path")
+		}
+	case OpGrants, OpRevokeGrant:
+		for _, m := range grantOnly {
+			if m.present {
+				return nil, invalid(m.field, "%s does not take %s", r.Op, m.field)
+			}
+		}
+		if (r.Op == OpRevokeGrant) != (r.GrantID != nil) {
+			if r.Op == OpRevokeGrant {
+				return nil, invalid("grantId", "revoke-grant requires grantId")
+			}
+			return nil, invalid("grantId", "grants does not take grantId")
+		}
+	case "":
+		return nil, invalid("op", "request requires op")
+	default:
+		return nil, invalid("op", "op must be grant, grants or revoke-grant")
+	}
+	return &r, nil
+}
+
+func invalid(field, format string, args ...any) *protocol.Error {
+	e := protocol.Errorf(CodeInvalidRequest, format, args...)
+	if field != "" {
+		e = e.With("field", field)
+	}
+	return e
+}

@@ -1,0 +1,621 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// Error codes of result frames that airlock-fs adds to the fsops codes (fsops.Codes).
+const (
+	// CodeQueueCapacity: maxConcurrentRequests are running and maxQueuedRequests wait
+	// (retryable). It is the daemon's code for the same condition.
+	CodeQueueCapacity = "adapter_queue_capacity"
+	// CodeIdempotencyConflict: the idempotency key was used with another operation or payload.
+	CodeIdempotencyConflict = "idempotency_conflict"
+	// CodeIdempotencyCapacity: maxIdempotencyKeys requests are still running (retryable).
+	CodeIdempotencyCapacity = "idempotency_capacity"
+	// CodeRequestTimeout: requestTimeoutMs passed since admission (retryable).
+	CodeRequestTimeout = "request_timeout"
+	// CodeOperationDenied: the grant does not include the operation.
+	CodeOperationDenied = "operation_denied"
+	// CodeInternal: a result could not be encoded; a bug.
+	CodeInternal = "internal_error"
+	// CodeHandleInResult: the result would contain the grant's capability handle (a file
+	// holds it); the daemon would end the connection for the reflection, so it is refused.
+	CodeHandleInResult = "handle_in_result"
+)
+
+// Timeouts of a serving connection.
+const (
+	// bindTimeout bounds the wait for the first frame: the daemon writes bind right after
+	// connecting, so a connection silent this long is not a daemon.
+	bindTimeout = 10 * time.Second
+	// writeTimeout bounds one frame write: the daemon reads continuously, so a write blocked
+	// this long means it stopped, and the connection is closed.
+	writeTimeout = 30 * time.Second
+	// maxBindBytes bounds the first line: a bind frame with the longest identifiers and handle
+	// is under 2 KiB.
+	maxBindBytes = 16 << 10
+)
+
+// dispatchHook, when a test sets it, runs before each operation with its context.
+var dispatchHook atomic.Pointer[func(ctx context.Context, op string)]
+
+type reqState int
+
+const (
+	reqQueued reqState = iota
+	reqActive
+	reqJoined
+	reqDone
+)
+
+// request is one invocation. grant.mu guards state and the queue/map membership.
+type request struct {
+	c        *conn
+	id, key  string
+	op       string
+	args     any // the decoded fsops payload
+	ctx      context.Context
+	cancel   context.CancelFunc
+	state    reqState
+	entry    *idemEntry
+	admitted time.Time
+}
+
+// conn is one bound serving connection. Its reader goroutine (serve) decodes frames and
+// answers abort and revoke inline; each running invocation has a worker goroutine that, when it
+// ends, takes the next queued one. Writes are serialized by writeMu, each with a deadline.
+type conn struct {
+	s      *Server
+	g      *grant
+	nc     *net.UnixConn
+	maxOut int
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // workers
+
+	writeMu sync.Mutex
+	broken  bool // a write failed; guarded by writeMu
+
+	// guarded by g.mu:
+	reqs   map[string]*request // queued, active and joined, by request id
+	queue  []*request
+	active int
+}
+
+// serveConn handles one accepted serving connection from bind to close.
+func (s *Server) serveConn(nc *net.UnixConn) {
+	defer nc.Close()
+	_ = nc.SetReadDeadline(time.Now().Add(bindTimeout))
+	br := bufio.NewReaderSize(nc, maxBindBytes)
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		s.log.Info("serving connection closed before bind", "reason", readReason(err))
+		return
+	}
+	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+	g, reason := s.bind(line)
+	var c *conn
+	if g != nil {
+		c = &conn{s: s, g: g, nc: nc, maxOut: int(g.limits.MaxResponseBytes), reqs: make(map[string]*request)}
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+		if reason = g.claim(c); reason != "" {
+			c.cancel()
+			g = nil
+		}
+	}
+	if g == nil {
+		// Nothing is written: a peer that does not hold a live handle learns nothing.
+		s.log.Warn("bind refused", "reason", reason)
+		return
+	}
+	defer c.end()
+	l := g.limits
+	bound, e := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindBound, Identity: g.identity,
+		Operations: g.ops, Limits: &l}, c.maxOut)
+	if e != nil || !c.send(bound) {
+		return
+	}
+	s.log.Info("grant bound", "grant", g.id, "session", g.identity.SessionID, "generation", g.identity.Generation)
+	_ = nc.SetReadDeadline(time.Time{})
+	rd := ndjson.NewReader(br, int(l.MaxRequestBytes)-1)
+	for {
+		line, err := rd.Next()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Info("serving connection ended", "grant", g.id, "reason", readReason(err))
+			}
+			return
+		}
+		if !c.frame(line) {
+			return
+		}
+	}
+}
+
+func readReason(err error) string {
+	var fe *ndjson.FrameError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Code
+	case errors.Is(err, bufio.ErrBufferFull):
+		return "line_too_large"
+	case errors.Is(err, net.ErrClosed):
+		return "closed"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	return "eof"
+}
+
+// bind checks a first line against the live grants. It returns nil and a content-free reason
+// when the line is not a bind of a live grant with exactly its binding, operations and limits;
+// the caller then claims the grant (one connection per grant).
+func (s *Server) bind(line []byte) (*grant, string) {
+	if !utf8.Valid(line) {
+		return nil, "invalid_utf8"
+	}
+	f, e := tooladapter.DecodeFrame(line)
+	if e != nil {
+		return nil, "invalid_frame"
+	}
+	if f.Kind != tooladapter.KindBind {
+		return nil, "not_bind"
+	}
+	s.mu.Lock()
+	var g *grant
+	for _, cand := range s.grants {
+		// Every live handle is compared, in constant time each, so the time taken does not
+		// depend on which grant (if any) matched.
+		if cand.handle.Equal(f.CapabilityHandle) {
+			g = cand
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case g == nil:
+		return nil, "unknown_handle"
+	case f.Identity != g.identity:
+		return nil, "binding_mismatch"
+	case !slices.Equal(f.Operations, g.ops):
+		return nil, "operations_mismatch"
+	case *f.Limits != g.limits:
+		return nil, "limits_mismatch"
+	}
+	return g, ""
+}
+
+// claim makes c the grant's connection, or returns why it cannot be: one connection per grant.
+func (g *grant) claim(c *conn) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.revoked:
+		return "grant_revoked"
+	case g.conn != nil:
+		return "grant_already_bound"
+	}
+	g.conn = c
+	return ""
+}
+
+// end closes the connection: requests are cancelled, workers waited for, the grant released.
+func (c *conn) end() {
+	c.cancel()
+	_ = c.nc.Close()
+	c.wg.Wait()
+	c.g.mu.Lock()
+	if c.g.conn == c {
+		c.g.conn = nil
+	}
+	for _, r := range c.reqs {
+		if r.state == reqJoined && r.entry != nil {
+			r.entry.waiters = slices.DeleteFunc(r.entry.waiters, func(x *request) bool { return x == r })
+		}
+	}
+	c.g.mu.Unlock()
+	c.s.log.Info("grant unbound", "grant", c.g.id)
+}
+
+// send writes one frame; it reports false (and closes the connection) when the write fails.
+func (c *conn) send(b []byte) bool {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if c.broken {
+		return false
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.nc.Write(b); err != nil {
+		c.broken = true
+		_ = c.nc.Close()
+		return false
+	}
+	return true
+}
+
+// frame handles one inbound line after bind. It reports false when the connection must close.
+func (c *conn) frame(line []byte) bool {
+	f, e := tooladapter.DecodeFrame(line)
+	if e != nil {
+		if field, _ := e.Details[tooladapter.DetailField].(string); strings.HasPrefix(field, "payload") {
+			// A well-formed invoke whose payload the shared parser refuses: answer it with
+			// this adapter's own validation error instead of dropping the connection.
+			if f := invokeWithoutPayload(line); f != nil && f.Identity == c.g.identity {
+				return c.invoke(f)
+			}
+		}
+		c.s.log.Warn("protocol violation; closing", "grant", c.g.id, "code", e.Code, "field", e.Details[tooladapter.DetailField])
+		return false
+	}
+	if f.Identity != c.g.identity {
+		c.s.log.Warn("frame identity mismatch; closing", "grant", c.g.id)
+		return false
+	}
+	switch f.Kind {
+	case tooladapter.KindInvoke:
+		return c.invoke(f)
+	case tooladapter.KindAbort:
+		c.abort(f)
+		return true
+	case tooladapter.KindRevoke:
+		if b, e := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindRevoked, Identity: c.g.identity}, c.maxOut); e == nil {
+			c.send(b)
+		}
+		c.s.log.Info("revoked by the daemon", "grant", c.g.id)
+		return false
+	}
+	c.s.log.Warn("unexpected frame; closing", "grant", c.g.id, "kind", string(f.Kind))
+	return false
+}
+
+// invokeWithoutPayload re-reads an invoke line whose payload failed validation: with the
+// payload replaced by a valid placeholder it must be a valid invoke frame, and then the original
+// payload is put back for the adapter's own checks. It returns nil for anything else.
+func invokeWithoutPayload(line []byte) *tooladapter.Frame {
+	var m map[string]json.RawMessage
+	if ndjson.Decode(line, &m, ndjson.Closed) != nil {
+		return nil
+	}
+	var op string
+	if json.Unmarshal(m["operation"], &op) != nil {
+		return nil
+	}
+	placeholder, ok := map[string]string{
+		tooladapter.OpList: `{"path":"."}`, tooladapter.OpStat: `{"path":"."}`, tooladapter.OpRead: `{"path":"."}`,
+		tooladapter.OpSearch: `{"path":".","query":"x"}`, tooladapter.OpWrite: `{"path":"x","content":""}`,
+		tooladapter.OpEdit: `{"path":"x","edits":[{"oldText":"x","newText":""}]}`,
+	}[op]
+	payload, present := m["payload"]
+	if !ok || !present {
+		return nil
+	}
+	m["payload"] = json.RawMessage(placeholder)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	f, e := tooladapter.DecodeFrame(b)
+	if e != nil || f.Kind != tooladapter.KindInvoke {
+		return nil
+	}
+	f.Payload = payload
+	return f
+}
+
+// decodeArgs decodes an invoke payload into its fsops payload type, strictly.
+func decodeArgs(op string, raw json.RawMessage) (any, *protocol.Error) {
+	var v any
+	switch op {
+	case tooladapter.OpList:
+		v = &fsops.ListPayload{}
+	case tooladapter.OpStat:
+		v = &fsops.StatPayload{}
+	case tooladapter.OpRead:
+		v = &fsops.ReadPayload{}
+	case tooladapter.OpSearch:
+		v = &fsops.SearchPayload{}
+	case tooladapter.OpWrite:
+		v = &fsops.WritePayload{}
+	case tooladapter.OpEdit:
+		v = &fsops.EditPayload{}
+	default:
+		return nil, protocol.Errorf(CodeOperationDenied, "operation is not a tool operation")
+	}
+	if err := ndjson.Decode(raw, v, ndjson.Closed); err != nil {
+		e := protocol.Errorf(fsops.CodeInvalidArgument, "payload is not a valid %s payload", op)
+		var de *ndjson.DecodeError
+		if errors.As(err, &de) && de.Path != "" {
+			e = e.With(fsops.DetailField, de.Path)
+		}
+		return nil, e
+	}
+	return v, nil
+}
+
+// fingerprint identifies the semantic request: the operation and the payload re-encoded from
+// its typed form, so that member order and spacing do not matter.
+func fingerprint(op string, args any) [32]byte {
+	b, _ := json.Marshal(args) // plain structs of strings, numbers and bools
+	h := sha256.New()
+	h.Write([]byte(op))
+	h.Write([]byte{0})
+	h.Write(b)
+	var fp [32]byte
+	h.Sum(fp[:0])
+	return fp
+}
+
+func errBody(e *protocol.Error) *tooladapter.ErrorBody {
+	msg := e.Message
+	if msg == "" {
+		msg = e.Code
+	}
+	if utf8.RuneCountInString(msg) > tooladapter.MaxErrorMessageLen {
+		msg = string([]rune(msg)[:tooladapter.MaxErrorMessageLen])
+	}
+	return &tooladapter.ErrorBody{Code: e.Code, Message: msg, Retryable: e.Retryable}
+}
+
+// invoke admits one invocation, answers it at once, or joins it to a running one with the same
+// idempotency key. It reports false when the connection must close.
+func (c *conn) invoke(f *tooladapter.Frame) bool {
+	g := c.g
+	r := &request{c: c, id: f.RequestID, key: f.IdempotencyKey, op: f.Operation}
+	args, perr := decodeArgs(f.Operation, f.Payload)
+	if perr == nil && !slices.Contains(g.ops, f.Operation) {
+		perr = protocol.Errorf(CodeOperationDenied, "operation is not granted")
+	}
+	if perr != nil {
+		// Malformed requests do not touch the idempotency memory: they have no effect.
+		c.g.mu.Lock()
+		_, dup := c.reqs[r.id]
+		c.g.mu.Unlock()
+		if dup {
+			return c.violation("duplicate_request_id")
+		}
+		return c.answer(r, outcome{err: errBody(perr)})
+	}
+	r.args = args
+	fp := fingerprint(f.Operation, args)
+	now := time.Now()
+
+	g.mu.Lock()
+	if _, dup := c.reqs[r.id]; dup {
+		g.mu.Unlock()
+		return c.violation("duplicate_request_id")
+	}
+	if e := g.idem.lookup(r.key, now); e != nil {
+		if e.fp != fp {
+			g.mu.Unlock()
+			return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeIdempotencyConflict,
+				Message: "idempotency key was used with another operation or payload", Retryable: false}})
+		}
+		if e.done {
+			res := e.res
+			g.mu.Unlock()
+			return c.answer(r, res)
+		}
+		r.state, r.entry = reqJoined, e
+		e.waiters = append(e.waiters, r)
+		c.reqs[r.id] = r
+		g.mu.Unlock()
+		return true
+	}
+	l := g.limits
+	if int64(c.active) >= l.MaxConcurrentRequests && int64(len(c.queue)) >= l.MaxQueuedRequests {
+		g.mu.Unlock()
+		return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeQueueCapacity,
+			Message: "adapter request queue is full", Retryable: true}})
+	}
+	e, ok := g.idem.add(r.key, fp, now)
+	if !ok {
+		g.mu.Unlock()
+		return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeIdempotencyCapacity,
+			Message: "too many requests with distinct idempotency keys are running", Retryable: true}})
+	}
+	r.entry, r.admitted = e, now
+	r.ctx, r.cancel = context.WithTimeout(c.ctx, time.Duration(l.RequestTimeoutMs)*time.Millisecond)
+	c.reqs[r.id] = r
+	if int64(c.active) < l.MaxConcurrentRequests {
+		c.active++
+		r.state = reqActive
+		c.wg.Add(1)
+		go c.work(r)
+	} else {
+		r.state = reqQueued
+		c.queue = append(c.queue, r)
+	}
+	g.mu.Unlock()
+	return true
+}
+
+func (c *conn) violation(reason string) bool {
+	c.s.log.Warn("protocol violation; closing", "grant", c.g.id, "reason", reason)
+	return false
+}
+
+// work runs r, then each queued request in turn, until the queue is empty.
+func (c *conn) work(r *request) {
+	defer c.wg.Done()
+	for r != nil {
+		res := c.execute(r)
+		r = c.complete(r, res)
+	}
+}
+
+// execute runs one operation under its context and encodes its data.
+func (c *conn) execute(r *request) outcome {
+	if e := ctxError(r.ctx); e != nil {
+		return outcome{err: e}
+	}
+	if h := dispatchHook.Load(); h != nil {
+		(*h)(r.ctx, r.op)
+	}
+	root := c.g.root
+	var (
+		v    any
+		perr *protocol.Error
+	)
+	switch a := r.args.(type) {
+	case *fsops.ListPayload:
+		v, perr = root.List(r.ctx, *a)
+	case *fsops.StatPayload:
+		v, perr = root.Stat(r.ctx, *a)
+	case *fsops.ReadPayload:
+		v, perr = root.Read(r.ctx, *a)
+	case *fsops.SearchPayload:
+		v, perr = root.Search(r.ctx, *a)
+	case *fsops.WritePayload:
+		v, perr = root.Write(r.ctx, *a)
+	case *fsops.EditPayload:
+		v, perr = root.Edit(r.ctx, *a)
+	}
+	if perr != nil {
+		if e := ctxError(r.ctx); e != nil && perr.Code == fsops.CodeCanceled {
+			return outcome{err: e}
+		}
+		return outcome{err: errBody(perr)}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result is not serializable"}}
+	}
+	return outcome{data: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
+}
+
+// ctxError maps a finished request context to its error body: the timeout from admission, or
+// an abort (or the connection ending), both retryable.
+func ctxError(ctx context.Context) *tooladapter.ErrorBody {
+	switch ctx.Err() {
+	case nil:
+		return nil
+	case context.DeadlineExceeded:
+		return &tooladapter.ErrorBody{Code: CodeRequestTimeout, Message: "request timed out", Retryable: true}
+	}
+	return &tooladapter.ErrorBody{Code: fsops.CodeCanceled, Message: "request was aborted", Retryable: true}
+}
+
+// complete ends r with res: its idempotency entry records the outcome (or forgets the key),
+// requests that joined it are answered too, and the next queued request, if any, is returned
+// for the same worker.
+func (c *conn) complete(r *request, res outcome) *request {
+	g := c.g
+	g.mu.Lock()
+	r.cancel()
+	r.state = reqDone
+	delete(c.reqs, r.id)
+	waiters := g.idem.finish(r.entry, res, time.Now())
+	for _, w := range waiters {
+		w.state = reqDone
+		delete(w.c.reqs, w.id)
+	}
+	var next *request
+	if len(c.queue) > 0 {
+		next = c.queue[0]
+		c.queue = c.queue[1:]
+		next.state = reqActive
+	} else {
+		c.active--
+	}
+	g.mu.Unlock()
+	c.answer(r, res)
+	for _, w := range waiters {
+		w.c.answer(w, res)
+	}
+	return next
+}
+
+// answer sends r's result frame. A result that does not fit maxResponseBytes, or fails the
+// shared result check, is replaced by an error result. It reports false when the write failed.
+func (c *conn) answer(r *request, res outcome) bool {
+	f := &tooladapter.Frame{Kind: tooladapter.KindResult, Identity: c.g.identity, RequestID: r.id,
+		IdempotencyKey: r.key, Operation: r.op, OK: res.err == nil, Data: res.data, Error: res.err}
+	b, e := tooladapter.EncodeFrame(f, c.maxOut)
+	if e == nil && bytes.Contains(b, c.g.secret) {
+		// Base64url characters are never escaped in JSON, so the raw bytes are the only form
+		// the handle can take in a frame this adapter encodes.
+		e = protocol.Errorf(CodeHandleInResult, "result contains the capability handle")
+	}
+	if e != nil {
+		f.OK, f.Data = false, nil
+		f.Error = &tooladapter.ErrorBody{Code: fsops.CodeTooLarge, Message: "result exceeds maxResponseBytes"}
+		switch e.Code {
+		case tooladapter.CodeRequestTooLarge:
+		case CodeHandleInResult:
+			f.Error = &tooladapter.ErrorBody{Code: CodeHandleInResult, Message: "result would contain the capability handle"}
+		default:
+			f.Error = &tooladapter.ErrorBody{Code: CodeInternal, Message: "result failed the protocol's result check"}
+			c.s.log.Error("invalid result", "grant", c.g.id, "operation", r.op, "field", e.Details[tooladapter.DetailField])
+		}
+		if b, e = tooladapter.EncodeFrame(f, c.maxOut); e != nil {
+			c.s.log.Error("error result does not fit maxResponseBytes; closing", "grant", c.g.id)
+			_ = c.nc.Close()
+			return false
+		}
+	}
+	return c.send(b)
+}
+
+// abort cancels the target of an abort frame and acknowledges it: aborted is true when the
+// target was queued, running or joined, false when it is unknown or already answered. The
+// target still gets exactly one result frame (retryable canceled, unless it finished first).
+func (c *conn) abort(f *tooladapter.Frame) {
+	g := c.g
+	var cancelled []*request
+	g.mu.Lock()
+	r := c.reqs[f.TargetRequestID]
+	aborted := r != nil
+	if r != nil {
+		switch r.state {
+		case reqActive:
+			r.cancel() // the worker answers it
+		case reqQueued:
+			r.cancel()
+			r.state = reqDone
+			c.queue = slices.DeleteFunc(c.queue, func(x *request) bool { return x == r })
+			delete(c.reqs, r.id)
+			cancelled = append(cancelled, r)
+			for _, w := range g.idem.finish(r.entry, outcome{err: ctxError(r.ctx)}, time.Now()) {
+				w.state = reqDone
+				delete(w.c.reqs, w.id)
+				cancelled = append(cancelled, w)
+			}
+		case reqJoined:
+			r.entry.waiters = slices.DeleteFunc(r.entry.waiters, func(x *request) bool { return x == r })
+			r.state = reqDone
+			delete(c.reqs, r.id)
+			cancelled = append(cancelled, r)
+		}
+	}
+	g.mu.Unlock()
+	b, e := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindAborted, Identity: g.identity,
+		RequestID: f.RequestID, TargetRequestID: f.TargetRequestID, Aborted: aborted}, c.maxOut)
+	if e == nil {
+		c.send(b)
+	}
+	body := &tooladapter.ErrorBody{Code: fsops.CodeCanceled, Message: "request was aborted", Retryable: true}
+	for _, w := range cancelled {
+		w.c.answer(w, outcome{err: body})
+	}
+}

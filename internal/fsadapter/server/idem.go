@@ -1,0 +1,98 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// outcome is the answer to one invocation: Data on success, Error otherwise.
+type outcome struct {
+	data json.RawMessage
+	err  *tooladapter.ErrorBody
+}
+
+// cacheable reports whether an outcome is remembered for replay. A retryable failure (a
+// timeout, an abort, a transient error, capacity) is not: a retry with the same key must get
+// the chance to succeed.
+func (o outcome) cacheable() bool { return o.err == nil || !o.err.Retryable }
+
+// idemEntry is one idempotency key: the fingerprint of the first request that used it, and
+// its outcome once it has one. While it runs, requests with the same key and payload join it.
+type idemEntry struct {
+	key     string
+	fp      [32]byte
+	done    bool
+	res     outcome
+	expires time.Time  // set when done
+	waiters []*request // joined while running
+}
+
+// idemCache remembers at most max keys, each for ttl after its outcome. When it is full, the
+// entry whose outcome is oldest is forgotten first; running entries are never forgotten, and a
+// cache full of running entries refuses new keys. Not safe for concurrent use: grant.mu guards
+// it.
+type idemCache struct {
+	max int
+	ttl time.Duration
+	m   map[string]*idemEntry
+}
+
+func newIdemCache(l tooladapter.Limits) *idemCache {
+	return &idemCache{max: int(l.MaxIdempotencyKeys), ttl: time.Duration(l.IdempotencyTtlMs) * time.Millisecond, m: make(map[string]*idemEntry)}
+}
+
+// lookup returns the live entry for key, or nil.
+func (c *idemCache) lookup(key string, now time.Time) *idemEntry {
+	e := c.m[key]
+	if e != nil && e.done && !now.Before(e.expires) {
+		delete(c.m, key)
+		return nil
+	}
+	return e
+}
+
+// add starts an entry for key. It reports false when every remembered key is still running.
+func (c *idemCache) add(key string, fp [32]byte, now time.Time) (*idemEntry, bool) {
+	if len(c.m) >= c.max {
+		var oldest *idemEntry
+		for k, e := range c.m {
+			if !e.done {
+				continue
+			}
+			if !now.Before(e.expires) {
+				delete(c.m, k)
+				continue
+			}
+			if oldest == nil || e.expires.Before(oldest.expires) {
+				oldest = e
+			}
+		}
+		if len(c.m) >= c.max {
+			if oldest == nil {
+				return nil, false
+			}
+			delete(c.m, oldest.key)
+		}
+	}
+	e := &idemEntry{key: key, fp: fp}
+	c.m[key] = e
+	return e, true
+}
+
+// finish records e's outcome, or forgets e when the outcome is not cacheable, and returns the
+// requests that joined it.
+func (c *idemCache) finish(e *idemEntry, res outcome, now time.Time) []*request {
+	waiters := e.waiters
+	e.waiters = nil
+	if e.done {
+		return waiters
+	}
+	if res.cacheable() {
+		e.done, e.res, e.expires = true, res, now.Add(c.ttl)
+	} else if c.m[e.key] == e {
+		delete(c.m, e.key)
+	}
+	return waiters
+}

@@ -1,0 +1,143 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// probeTimeout bounds the dial that tells a live socket from a stale one: a running airlock-fs
+// answers a connect at once, and one second leaves room for a loaded machine.
+const probeTimeout = time.Second
+
+// ErrSocketActive reports that another process is serving a socket path.
+var ErrSocketActive = errors.New("socket is already active")
+
+// ownerSocket is a listening owner-only Unix socket and the identity of the file it created.
+// It follows the daemon's owner-socket rules (internal/daemon/socket.go), copied rather than
+// imported so that the adapter does not depend on the daemon.
+type ownerSocket struct {
+	*net.UnixListener
+	path     string
+	dev, ino uint64
+}
+
+// listenOwner creates an owner-only socket at path: the directory is created 0700 if missing
+// and must be a real directory owned by uid that nobody else can write; an existing path must be
+// a socket owned by uid, refused with ErrSocketActive when it still answers and removed when it
+// is stale. The socket is chmod 0600 after listen; until then the 0700 directory keeps it out of
+// other users' reach.
+func listenOwner(path string, uid int) (*ownerSocket, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
+	}
+	if err := checkOwnerDir(dir, uid); err != nil {
+		return nil, err
+	}
+	if err := removeStale(path, uid); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false) // removed in Close, only while it is still our file
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("chmod socket %s: %w", path, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("stat socket %s: %w", path, err)
+	}
+	return &ownerSocket{UnixListener: ln, path: path, dev: uint64(st.Dev), ino: st.Ino}, nil
+}
+
+// checkOwnerDir refuses a directory that another user could use to swap the socket.
+func checkOwnerDir(dir string, uid int) error {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	switch {
+	case st.Mode&syscall.S_IFMT == syscall.S_IFLNK:
+		return fmt.Errorf("socket directory %s is a symlink", dir)
+	case st.Mode&syscall.S_IFMT != syscall.S_IFDIR:
+		return fmt.Errorf("socket directory %s is not a directory", dir)
+	case int(st.Uid) != uid:
+		return fmt.Errorf("socket directory %s is owned by uid %d, not %d", dir, st.Uid, uid)
+	case st.Mode&0o022 != 0:
+		return fmt.Errorf("socket directory %s is writable by group or others (mode %#o)", dir, st.Mode&0o777)
+	}
+	return nil
+}
+
+// removeStale removes a dead socket left by an earlier run, and refuses anything else.
+func removeStale(path string, uid int) error {
+	var st syscall.Stat_t
+	err := syscall.Lstat(path, &st)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("socket path %s: %w", path, err)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return fmt.Errorf("socket path %s exists and is not a socket", path)
+	}
+	if int(st.Uid) != uid {
+		return fmt.Errorf("socket path %s is owned by uid %d, not %d", path, st.Uid, uid)
+	}
+	c, err := net.DialTimeout("unix", path, probeTimeout)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%s: %w", path, ErrSocketActive)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close stops listening and removes the socket file if it is still the one this listener
+// created; a file another process put there since is left alone.
+func (s *ownerSocket) Close() error {
+	err := s.UnixListener.Close()
+	var st syscall.Stat_t
+	if syscall.Lstat(s.path, &st) == nil && uint64(st.Dev) == s.dev && st.Ino == s.ino {
+		os.Remove(s.path)
+	}
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// peerUID returns the uid the kernel recorded for the other end of c at connect (SO_PEERCRED),
+// which the peer cannot forge.
+func peerUID(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, err
+	}
+	if serr != nil {
+		return -1, fmt.Errorf("SO_PEERCRED: %w", serr)
+	}
+	return int(cred.Uid), nil
+}
