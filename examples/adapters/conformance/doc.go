@@ -1,0 +1,9 @@
+// Package conformance holds the tests that run every example adapter under
+// examples/adapters through airlock's conformance harness (internal/validate), the checks
+// behind `airlock validate capability`, and then check what each adapter does against the
+// thing behind it: a fake bulb, a countdown, a real CUPS queue.
+//
+// The package has no code of its own; the tests and their helpers are in package
+// conformance_test. A test skips only when its language runtime (python3, node, go) or, for
+// cups-printer, CUPS itself is absent.
+package conformance
