@@ -55,6 +55,7 @@ func commandTable() []command {
 		{"cap observe", "--id ID [--json]", "observe a capability", (*app).capObserve},
 		{"cap invoke", "--id ID --action A [--args JSON] [--json]", "invoke an action; args are checked against its declared input", (*app).capInvoke},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
+		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
 		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
 		{"help", "", "print this help", (*app).help},
