@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
@@ -47,7 +48,7 @@ type Daemon struct {
 	store     *store.Store
 	sessions  *session.Manager
 	srv       *Server
-	ln        *ownerSocket
+	ln        *ownersock.Socket
 	bg        sync.WaitGroup // recovery
 
 	closeOnce sync.Once
@@ -129,7 +130,7 @@ func Start(cfg Config) (*Daemon, error) {
 	d.srv.sessions = d.sessions
 	d.srv.adapters = &adapterHost{sup: sup, store: st}
 
-	ln, err := listenOwner(cfg.SocketPath, os.Geteuid())
+	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
 		cancel()
 		sup.Close(context.Background())

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
 )
@@ -83,7 +84,7 @@ type Server struct {
 }
 
 // serve accepts connections until the listener closes.
-func (s *Server) serve(ln *ownerSocket) {
+func (s *Server) serve(ln *ownersock.Socket) {
 	defer s.wg.Done()
 	for {
 		nc, err := ln.AcceptUnix()
@@ -99,7 +100,7 @@ func (s *Server) serve(ln *ownerSocket) {
 
 // admit checks a new connection's peer and the connection limit, then serves it.
 func (s *Server) admit(nc *net.UnixConn) {
-	uid, err := peerUID(nc)
+	uid, err := ownersock.PeerUID(nc)
 	if err != nil || uid != s.ownerUID {
 		s.log.Warn("refused connection from another user", "peerUid", uid, "err", err)
 		s.count("connectionsRefusedPeer")

@@ -52,6 +52,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
@@ -80,8 +81,8 @@ type Server struct {
 	log     *slog.Logger
 	version string
 	uid     int
-	serving *ownerSocket
-	admin   *ownerSocket
+	serving *ownersock.Socket
+	admin   *ownersock.Socket
 	wg      sync.WaitGroup
 
 	// mu guards the fields below.
@@ -109,10 +110,10 @@ func Start(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, version: AdapterVersion(cfg.Version), uid: os.Geteuid(),
 		grants: make(map[string]*grant), conns: make(map[net.Conn]struct{})}
 	var err error
-	if s.serving, err = listenOwner(cfg.Socket, s.uid); err != nil {
+	if s.serving, err = ownersock.Listen(cfg.Socket, s.uid); err != nil {
 		return nil, err
 	}
-	if s.admin, err = listenOwner(cfg.AdminSocket, s.uid); err != nil {
+	if s.admin, err = ownersock.Listen(cfg.AdminSocket, s.uid); err != nil {
 		s.serving.Close()
 		return nil, err
 	}
@@ -136,7 +137,7 @@ func validSocketPath(p string) bool {
 }
 
 // accept serves ln until it is closed; each connection runs in its own goroutine.
-func (s *Server) accept(ln *ownerSocket, handle func(*net.UnixConn)) {
+func (s *Server) accept(ln *ownersock.Socket, handle func(*net.UnixConn)) {
 	defer s.wg.Done()
 	for {
 		nc, err := ln.AcceptUnix()
@@ -148,7 +149,7 @@ func (s *Server) accept(ln *ownerSocket, handle func(*net.UnixConn)) {
 			}
 			return
 		}
-		if uid, err := peerUID(nc); err != nil || uid != s.uid {
+		if uid, err := ownersock.PeerUID(nc); err != nil || uid != s.uid {
 			s.log.Warn("connection from another user refused", "peerUid", uid)
 			nc.Close()
 			continue

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/ownersock"
 )
 
 func TestBindRefusedWithoutAByte(t *testing.T) {
@@ -428,7 +430,7 @@ func TestSockets(t *testing.T) {
 		t.Fatalf("socket directory mode %v", st.Mode())
 	}
 	// A live socket is refused.
-	if _, err := Start(Config{Socket: f.s.cfg.Socket, AdminSocket: filepath.Join(f.dir, "run", "admin2.sock")}); !errors.Is(err, ErrSocketActive) {
+	if _, err := Start(Config{Socket: f.s.cfg.Socket, AdminSocket: filepath.Join(f.dir, "run", "admin2.sock")}); !errors.Is(err, ownersock.ErrActive) {
 		t.Fatalf("second server: %v", err)
 	}
 	// A path over 100 bytes is refused.

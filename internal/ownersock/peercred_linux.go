@@ -1,4 +1,4 @@
-package daemon
+package ownersock
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerUID returns the uid of the process at the other end of a Unix connection, from
+// PeerUID returns the uid of the process at the other end of a Unix connection, from
 // SO_PEERCRED: the credentials the kernel recorded at connect, which the peer cannot forge.
-func peerUID(c *net.UnixConn) (int, error) {
+func PeerUID(c *net.UnixConn) (int, error) {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return -1, err

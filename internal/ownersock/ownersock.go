@@ -1,4 +1,7 @@
-package daemon
+// Package ownersock creates owner-only Unix sockets: the directory, stale-socket and
+// live-socket rules that airlockd's owner socket and airlock-fs's sockets share, and the
+// peer-credential check every accepted connection goes through.
+package ownersock
 
 import (
 	"errors"
@@ -10,28 +13,28 @@ import (
 	"time"
 )
 
-// probeTimeout bounds the dial that tells a live socket from a stale one. A daemon that is up
+// probeTimeout bounds the dial that tells a live socket from a stale one. A server that is up
 // answers a connect at once; one second leaves room for a loaded machine.
 const probeTimeout = time.Second
 
-// ErrSocketActive reports that another process is serving the socket path.
-var ErrSocketActive = errors.New("socket is already active")
+// ErrActive reports that another process is serving the socket path.
+var ErrActive = errors.New("socket is already active")
 
-// ownerSocket is a listening owner-only Unix socket and the identity of the file it created.
-type ownerSocket struct {
+// Socket is a listening owner-only Unix socket and the identity of the file it created.
+type Socket struct {
 	*net.UnixListener
 	path     string
 	dev, ino uint64
 }
 
-// listenOwner creates the owner socket at path.
+// Listen creates the owner socket at path.
 //
 // The directory is created 0700 if missing and must then be a real directory (not a symlink)
 // owned by uid and writable by nobody else. An existing path must be a socket owned by uid: if
-// it still answers, listenOwner fails with ErrSocketActive; otherwise the stale file is removed.
+// it still answers, Listen fails with ErrActive; otherwise the stale file is removed.
 // The socket is chmod 0600 after listen; until then it carries the umask's mode, which the
 // 0700 directory keeps out of reach of other users.
-func listenOwner(path string, uid int) (*ownerSocket, error) {
+func Listen(path string, uid int) (*Socket, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create socket directory %s: %w", dir, err)
@@ -58,7 +61,7 @@ func listenOwner(path string, uid int) (*ownerSocket, error) {
 		ln.Close()
 		return nil, fmt.Errorf("stat socket %s: %w", path, err)
 	}
-	return &ownerSocket{UnixListener: ln, path: path, dev: uint64(st.Dev), ino: st.Ino}, nil
+	return &Socket{UnixListener: ln, path: path, dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 // checkOwnerDir refuses a directory that another user could use to swap the socket.
@@ -99,7 +102,7 @@ func removeStale(path string, uid int) error {
 	c, err := net.DialTimeout("unix", path, probeTimeout)
 	if err == nil {
 		c.Close()
-		return fmt.Errorf("%s: %w", path, ErrSocketActive)
+		return fmt.Errorf("%s: %w", path, ErrActive)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale socket %s: %w", path, err)
@@ -108,8 +111,8 @@ func removeStale(path string, uid int) error {
 }
 
 // Close stops listening and removes the socket file if it is still the one this listener
-// created; a file that another daemon put there since is left alone.
-func (s *ownerSocket) Close() error {
+// created; a file that another process put there since is left alone.
+func (s *Socket) Close() error {
 	err := s.UnixListener.Close()
 	var st syscall.Stat_t
 	if syscall.Lstat(s.path, &st) == nil && uint64(st.Dev) == s.dev && st.Ino == s.ino {
