@@ -123,9 +123,12 @@ func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
 	if err := ndjson.Decode(raw, &t, ndjson.Closed); err != nil {
 		e := fieldError(err)
 		e.Code = CodeInvalidToolDescriptor
-		if path, ok := e.Details["field"].(string); ok {
-			e.Details["field"] = "payload.resources.tools." + path
+		// An empty member name has an empty path: name the tools member itself then.
+		field := "payload.resources.tools"
+		if path, _ := e.Details["field"].(string); path != "" {
+			field += "." + path
 		}
+		e.Details["field"] = field
 		return e
 	}
 	if t.Mode != ToolsHostAdapter {
