@@ -4,64 +4,41 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // MaxRelativePathBytes bounds a relative path in UTF-8 bytes.
-const MaxRelativePathBytes = 4096
+const MaxRelativePathBytes = protocol.MaxRelativePathBytes
 
 // Reasons in details.reason of invalid_tool_adapter_path.
 const (
-	reasonEmpty        = "empty"
-	reasonTooLong      = "too_long"
-	reasonNotUTF8      = "not_utf8"
-	reasonAbsolute     = "absolute"
-	reasonBackslash    = "backslash"
-	reasonControl      = "control_character"
-	reasonDotDot       = "dot_dot"
-	reasonNonCanonical = "non_canonical"
+	reasonEmpty        = protocol.PathEmpty
+	reasonTooLong      = protocol.PathTooLong
+	reasonNotUTF8      = protocol.PathNotUTF8
+	reasonAbsolute     = protocol.PathAbsolute
+	reasonBackslash    = protocol.PathBackslash
+	reasonControl      = protocol.PathControl
+	reasonDotDot       = protocol.PathDotDot
+	reasonNonCanonical = protocol.PathNonCanonical
 )
+
+// ValidateRelativePath checks the syntax of a root-relative path with the rule of
+// protocol.RelativePathProblem. Failures are invalid_tool_adapter_path with details.reason;
+// the message never quotes the path.
+func ValidateRelativePath(p string) *protocol.Error {
+	if reason := protocol.RelativePathProblem(p); reason != "" {
+		return pathError(reason)
+	}
+	return nil
+}
 
 func pathError(reason string) *protocol.Error {
 	return protocol.Errorf(CodeInvalidPath, "path must be a canonical root-relative POSIX path (%s)", reason).
 		With(DetailReason, reason)
-}
-
-// ValidateRelativePath checks the syntax of a root-relative path: 1 to 4096 bytes of UTF-8,
-// not absolute, no backslash, no control character (NUL included), no ".." segment, and
-// canonical (no "a//b", "./a", "a/./b" or trailing "/"). "." alone names the root. Failures are
-// invalid_tool_adapter_path with details.reason; the message never quotes the path.
-func ValidateRelativePath(p string) *protocol.Error {
-	switch {
-	case p == "":
-		return pathError(reasonEmpty)
-	case len(p) > MaxRelativePathBytes:
-		return pathError(reasonTooLong)
-	case !utf8.ValidString(p):
-		return pathError(reasonNotUTF8)
-	case p[0] == '/':
-		return pathError(reasonAbsolute)
-	case strings.IndexByte(p, '\\') >= 0:
-		return pathError(reasonBackslash)
-	case strings.ContainsFunc(p, unicode.IsControl):
-		return pathError(reasonControl)
-	}
-	for seg := range strings.SplitSeq(p, "/") {
-		if seg == ".." {
-			return pathError(reasonDotDot)
-		}
-	}
-	if path.Clean(p) != p {
-		return pathError(reasonNonCanonical)
-	}
-	return nil
 }
 
 // CanonicalRoot resolves a session cwd to the canonical directory every relative path is
