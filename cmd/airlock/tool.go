@@ -12,6 +12,10 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
+// maxArgumentsBytes bounds the JSON arguments read from stdin: the largest tool request an
+// adapter may accept (maxRequestBytes) is 4 MiB.
+const maxArgumentsBytes = 4 << 20
+
 // argFlags collects repeated --arg key=value flags.
 type argFlags []string
 
@@ -76,9 +80,12 @@ func (a *app) toolArguments(kv argFlags) (json.RawMessage, error) {
 		if a.stdin == nil {
 			return nil, usageErrorf("give --arg key=value, or a JSON object on stdin")
 		}
-		b, err := io.ReadAll(io.LimitReader(a.stdin, maxDescriptorBytes*64+1))
+		b, err := io.ReadAll(io.LimitReader(a.stdin, maxArgumentsBytes+1))
 		if err != nil {
 			return nil, usageErrorf("stdin: %v", err)
+		}
+		if len(b) > maxArgumentsBytes {
+			return nil, usageErrorf("stdin: arguments larger than %d bytes", maxArgumentsBytes)
 		}
 		raw := json.RawMessage(strings.TrimSpace(string(b)))
 		if !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {

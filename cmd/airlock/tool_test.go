@@ -36,6 +36,10 @@ func TestToolArguments(t *testing.T) {
 	if _, err := a.toolArguments(nil); err == nil {
 		t.Fatal("a JSON array on stdin accepted")
 	}
+	a.stdin = strings.NewReader(`{"content":"` + strings.Repeat("x", maxArgumentsBytes) + `"}`)
+	if _, err := a.toolArguments(nil); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("oversized stdin arguments: %v", err)
+	}
 }
 
 func TestToolAndDescriptorCommands(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // The built-in misbehaving adapters. Each fault probe starts one and passes when the runtime
@@ -45,7 +46,7 @@ func RunFaultAdapter(mode string, in io.Reader, out io.Writer) int {
 	if !isFaultMode(mode) {
 		return 2
 	}
-	br := bufio.NewReaderSize(in, 1<<16)
+	r := ndjson.NewReader(in, capadapter.MaxFrameBytes-1)
 	bw := bufio.NewWriter(out)
 	write := func(s string) {
 		bw.WriteString(s)
@@ -57,7 +58,7 @@ func RunFaultAdapter(mode string, in io.Reader, out io.Writer) int {
 	}
 	const descriptor = `{"capabilityId":"fault_probe","title":"Fault probe","version":"1","observe":true,"actions":[]}`
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := r.Next()
 		if err != nil {
 			return 0
 		}
