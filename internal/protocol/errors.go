@@ -40,6 +40,14 @@ const (
 	CodeInsecureStatePath = "insecure_state_path"
 	CodeCorruptState      = "corrupt_state"
 	CodeCatalogUpdate     = "catalog_update_failed"
+
+	// Wake journal.
+	CodeDurabilityFailed         = "durability_failed"
+	CodeDurabilityCompletion     = "durability_completion_failed"
+	CodeCorruptJournal           = "corrupt_journal"
+	CodeInvalidJournalTransition = "invalid_journal_transition"
+	CodeJournalEntryMissing      = "journal_entry_missing"
+	CodeJournalRecordTooLarge    = "journal_record_too_large"
 )
 
 // Error is the error body of a response: a stable machine code, a human message, whether the

@@ -70,6 +70,9 @@ var operations = map[string]opSpec{
 	OpDescribeCapability: {2, idNone},
 	OpObserveCapability:  {2, idNone},
 	OpInvokeCapability:   {2, idNone},
+
+	OpTicket:    {2, idNone},
+	OpReconcile: {2, idNone},
 }
 
 // v1Operations is the handshake order of the version 1 operations.
@@ -82,6 +85,7 @@ var v2Operations = []string{
 	OpListSessions, OpDescribeSession, OpInvokeTool,
 	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs,
 	OpListCapabilities, OpDescribeCapability, OpObserveCapability, OpInvokeCapability,
+	OpTicket, OpReconcile,
 }
 
 // Operations lists the operations of a protocol major version, in handshake order.

@@ -291,7 +291,8 @@ func TestOperationTables(t *testing.T) {
 	v1 := []string{"handshake", "open", "wake", "steer", "followUp", "status", "abort", "attach", "detach", "close", "drain"}
 	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
 		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
-		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability")
+		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
+		"ticket", "reconcile")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -346,6 +347,8 @@ var identityRules = map[string][3]presence{
 	"describeCapability": {forbidden, forbidden, forbidden},
 	"observeCapability":  {forbidden, forbidden, forbidden},
 	"invokeCapability":   {forbidden, forbidden, forbidden},
+	"ticket":             {forbidden, forbidden, forbidden},
+	"reconcile":          {forbidden, forbidden, forbidden},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

@@ -166,6 +166,9 @@ type CatalogRecord struct {
 	LastUsedAt      time.Time          `json:"lastUsedAt"`
 	Recovery        *RecoveryCondition `json:"recovery,omitempty"`
 	LastTerminal    *LastTerminal      `json:"lastTerminal,omitempty"`
+	// Conversation is the transcript the session's turns append to; a restart reopens exactly
+	// this file. Memory sessions have none.
+	Conversation *ConversationRef `json:"conversation,omitempty"`
 }
 
 // Capabilities is what a handshake says the host can do.
@@ -173,7 +176,7 @@ type Capabilities struct {
 	Operations []string `json:"operations"`
 	Transport  string   `json:"transport"`
 	Durable    bool     `json:"durable"`
-	// AgentTurns is false until this host can run wake, steer, followUp and abort.
+	// AgentTurns says this host runs wake, steer, followUp and abort.
 	AgentTurns bool `json:"agentTurns"`
 	// The members below are reported to 2.x handshakes only.
 	HostToolAdapter *bool `json:"hostToolAdapter,omitempty"`

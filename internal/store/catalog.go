@@ -175,7 +175,9 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 		}
 	}
 	key := []byte(id)
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// Saves of different sessions share a commit when they arrive together (store.commit), so
+	// a burst of opens, or recovery quarantining many sessions, pays one fsync per group.
+	err := s.commit(fmt.Sprintf("cannot save session %q", id), func(tx *bolt.Tx) error {
 		catalog, err := s.bucket(tx, bucketCatalog)
 		if err != nil {
 			return err
@@ -212,6 +214,9 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 		return manifests.Delete(key)
 	})
 	if err != nil {
+		if errors.Is(err, &protocol.Error{Code: protocol.CodeDurabilityFailed}) {
+			return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "cannot save session %q: writing %s failed", id, s.path), err)
+		}
 		return s.writeErr(fmt.Sprintf("cannot save session %q", id), err)
 	}
 	*rec = next
@@ -221,8 +226,9 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 	return nil
 }
 
-// DeleteSession removes the catalog record and the manifest of sessionID in one transaction and
-// reports whether either existed. Deleting an absent session writes nothing.
+// DeleteSession removes the catalog record, the manifest and the wake journal of sessionID in
+// one transaction and reports whether any of them existed. Deleting an absent session writes
+// nothing. A later AppendJournal for the same id starts again at seq 1.
 func (s *Store) DeleteSession(sessionID string) (existed bool, err error) {
 	key := []byte(sessionID)
 	err = s.db.Update(func(tx *bolt.Tx) error {
@@ -236,6 +242,16 @@ func (s *Store) DeleteSession(sessionID string) (existed bool, err error) {
 			}
 			existed = true
 			if err := b.Delete(key); err != nil {
+				return err
+			}
+		}
+		journal, err := s.bucket(tx, bucketJournal)
+		if err != nil {
+			return err
+		}
+		if journal.Bucket(key) != nil {
+			existed = true
+			if err := journal.DeleteBucket(key); err != nil {
 				return err
 			}
 		}
@@ -348,4 +364,61 @@ func (s *Store) writeErr(msg string, err error) error {
 
 func validSessionID(id string) bool {
 	return id != "" && utf8.ValidString(id) && utf8.RuneCountInString(id) <= protocol.MaxSessionIDLen
+}
+
+// SettleRecovery is the last catalog step of startup recovery, one transaction: each session
+// in dormant, which was resident but did not come back, becomes dormant and idle; each in
+// quarantine becomes dormant and idle with that recovery condition. Every changed record has its
+// revision bumped and updatedAt set to now. Sessions recovery restored are not named: their
+// records already say resident. A named session without a record fails the whole call with
+// catalog_update_failed and changes nothing; so does a record that does not decode
+// (corrupt_state).
+func (s *Store) SettleRecovery(dormant []string, quarantine map[string]protocol.RecoveryCondition) error {
+	if len(dormant) == 0 && len(quarantine) == 0 {
+		return nil
+	}
+	now := s.now()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketCatalog)
+		if err != nil {
+			return err
+		}
+		settle := func(id string, cond *protocol.RecoveryCondition) error {
+			key := []byte(id)
+			v := b.Get(key)
+			if v == nil {
+				return protocol.Errorf(protocol.CodeCatalogUpdate, "session %q has no catalog record to settle", id)
+			}
+			rec, err := s.decodeRecord(key, v)
+			if err != nil {
+				return err
+			}
+			rec.Residency, rec.State = protocol.Dormant, protocol.StateIdle
+			if cond != nil {
+				rec.Recovery = cond
+			}
+			rec.Revision++
+			rec.UpdatedAt = now
+			data, err := json.Marshal(rec)
+			if err != nil {
+				return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", id), err)
+			}
+			return b.Put(key, data)
+		}
+		for _, id := range dormant {
+			if err := settle(id, nil); err != nil {
+				return err
+			}
+		}
+		for id, cond := range quarantine {
+			if err := settle(id, &cond); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return s.writeErr("cannot settle the catalog after recovery", err)
+	}
+	return nil
 }

@@ -1,5 +1,6 @@
 // Package store keeps airlockd's durable state in one embedded bbolt database: the session
-// catalog, the secret-free session manifests and the capability adapter registrations.
+// catalog, the secret-free session manifests, the capability adapter registrations and the
+// wake journal.
 //
 // The database is <state dir>/airlock.db. The state directory must be a real directory (not a
 // symbolic link) owned by the effective uid with no group or other permission bits, and the
@@ -11,11 +12,12 @@
 // # Schema
 //
 // Every value is either decimal or RFC 3339 text (meta) or one JSON object (catalog,
-// manifests) keyed by the UTF-8 bytes of its session id, or (registrations) of its adapter name:
+// manifests) keyed by the UTF-8 bytes of its session id, (registrations) of its adapter name,
+// or (journal) of its seq as 8 bytes big-endian inside a bucket named by its session id:
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "2"       decimal; the version of the last applied migration
+//	  schemaVersion = "3"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
@@ -23,6 +25,9 @@
 //	  <sessionId>   = Manifest as JSON
 //	registrations/              since schema 2
 //	  <name>        = Registration as JSON: {name, command, args} only
+//	journal/                    since schema 3
+//	  <sessionId>/              one bucket per session; its bbolt sequence is the last seq handed out
+//	    <seq>       = JournalEntry as JSON; key 8 bytes big-endian
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets
@@ -30,8 +35,14 @@
 // data and is initialized as new, so a crash between bbolt creating the file and the first
 // commit does not strand the state directory.
 //
+// Records are decoded strictly whenever they are read. A catalog record, manifest or
+// registration that fails is reported as corrupt_state, a journal entry as corrupt_journal. A
+// journal entry that does not decode is never overwritten.
+//
 // # Transactions
 //
 // Every state change is one bbolt Update, which bbolt fsyncs before it returns; reads are one
-// View each. All methods of a Store are safe for concurrent use.
+// View each. Journal writes (AppendJournal, UpdateJournal) are group-committed: concurrent
+// writes share one Update, and so one fsync, and each returns once that Update has committed
+// (groupcommit.go). All methods of a Store are safe for concurrent use.
 package store

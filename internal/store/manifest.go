@@ -20,8 +20,10 @@ type Manifest struct {
 	SessionID       string          `json:"sessionId"`
 	Generation      int64           `json:"generation"`
 	Policy          protocol.Policy `json:"policy"`
-	CreatedAt       time.Time       `json:"createdAt"`
-	UpdatedAt       time.Time       `json:"updatedAt"`
+	// Conversation is the transcript of the generation, which a restart reopens exactly.
+	Conversation *protocol.ConversationRef `json:"conversation,omitempty"`
+	CreatedAt    time.Time                 `json:"createdAt"`
+	UpdatedAt    time.Time                 `json:"updatedAt"`
 }
 
 // Manifest returns the manifest of sessionID, or (nil, nil) when there is none. A stored
@@ -63,4 +65,31 @@ func (s *Store) decodeManifest(key, v []byte) (*Manifest, error) {
 		return nil, corrupt("%s: manifest of session %q has unknown formatVersion %d", s.path, key, m.FormatVersion)
 	}
 	return &m, nil
+}
+
+// Manifests returns every stored manifest by session id, read in one transaction: recovery
+// needs them all. A manifest that does not decode fails the whole call with corrupt_state.
+func (s *Store) Manifests() (map[string]*Manifest, error) {
+	out := make(map[string]*Manifest)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketManifests)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if len(out) == MaxRecords {
+				return corrupt("%s: more than %d manifests", s.path, MaxRecords)
+			}
+			m, err := s.decodeManifest(k, v)
+			if err != nil {
+				return err
+			}
+			out[m.SessionID] = m
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, s.readErr("read manifests", err)
+	}
+	return out, nil
 }

@@ -18,6 +18,8 @@ var (
 	bucketManifests = []byte("manifests")
 	// bucketRegistrations holds capability adapter registrations (schema 2).
 	bucketRegistrations = []byte("registrations")
+	// bucketJournal holds one nested bucket of wake journal entries per session (schema 3).
+	bucketJournal = []byte("journal")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -42,6 +44,7 @@ type migration struct {
 var migrations = []migration{
 	{version: 1, name: "create catalog and manifests buckets", migrate: migrateV1},
 	{version: 2, name: "create registrations bucket", migrate: migrateV2},
+	{version: 3, name: "create journal bucket", migrate: migrateV3},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -56,6 +59,13 @@ func migrateV1(tx *bolt.Tx) error {
 func migrateV2(tx *bolt.Tx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketRegistrations); err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketRegistrations, err)
+	}
+	return nil
+}
+
+func migrateV3(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketJournal); err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucketJournal, err)
 	}
 	return nil
 }
@@ -151,7 +161,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}

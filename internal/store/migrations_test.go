@@ -43,6 +43,31 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v3 creates journal and keeps sessions and registrations",
+		init: func(tx *bolt.Tx) error {
+			if err := tx.Bucket(bucketCatalog).Put([]byte("s1"), []byte(`{"kept":true}`)); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketRegistrations).Put([]byte("a"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			j := tx.Bucket(bucketJournal)
+			if j == nil {
+				return fmt.Errorf("bucket %s missing", bucketJournal)
+			}
+			if k, _ := j.Cursor().First(); k != nil {
+				return fmt.Errorf("bucket %s is not empty", bucketJournal)
+			}
+			if got := string(tx.Bucket(bucketCatalog).Get([]byte("s1"))); got != `{"kept":true}` {
+				return fmt.Errorf("catalog/s1 = %q after the migration", got)
+			}
+			if got := string(tx.Bucket(bucketRegistrations).Get([]byte("a"))); got != `{"kept":true}` {
+				return fmt.Errorf("registrations/a = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // TestMigrations runs every migration on a database at the schema before it. It fails when a

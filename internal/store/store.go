@@ -39,6 +39,8 @@ type Store struct {
 	path string
 	now  func() time.Time
 
+	group groupCommit // journal writes; see groupcommit.go
+
 	closeOnce sync.Once
 	closeErr  error
 }
