@@ -24,6 +24,7 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	socket         string
+	streamed       bool // wake printed the model's text as it came
 }
 
 // command is one entry of the command table, which drives dispatch and help.
@@ -45,6 +46,12 @@ func commandTable() []command {
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
 		{"session attach", "SESSION --generation N", "print the session's events as NDJSON until interrupted", (*app).sessionAttach},
+		{"wake", "SESSION PROMPT|- --generation N [--key K] [--source S] [--no-wait] [--timeout 30m] [--json]", "run an agent turn; streams the model's text, or returns the ticket with --no-wait", (*app).wake},
+		{"steer", "SESSION MESSAGE|- --generation N [--key K] [--json]", "add a message the running turn's model sees before its next call", (*app).steer},
+		{"follow-up", "SESSION MESSAGE|- --generation N [--key K] [--json]", "add a message the running turn continues with once the model is done", (*app).followUp},
+		{"abort", "SESSION --generation N [--json]", "cancel the session's running turn", (*app).abort},
+		{"ticket", "TICKET [--json]", "show the durable state of a wake", (*app).ticket},
+		{"reconcile", "TICKET --outcome succeeded|failed [--json]", "settle a wake a restart left indeterminate", (*app).reconcile},
 		{"tool", "SESSION OPERATION --generation N [--call-id ID] [--arg key=value …] [--json]", "call a granted host tool operation (fs.read, fs.list, …); without --arg, JSON arguments come from stdin", (*app).tool},
 		{"adapter register", "NAME [--json] -- COMMAND [ARGS…]", "approve, start and validate a capability adapter, then persist it", (*app).adapterRegister},
 		{"adapter remove", "NAME [--json]", "stop an adapter and forget its registration", (*app).adapterRemove},

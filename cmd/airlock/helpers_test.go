@@ -109,7 +109,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // first answer, so an open right after it could meet host_not_ready.
 func startDaemon(t *testing.T) *daemontest.Daemon {
 	t.Helper()
-	d := daemontest.Start(t, daemontest.Options{})
+	// A provider the session tests name; nothing listens there, and no test runs a turn.
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--provider", "prov=http://127.0.0.1:9/v1"}})
 	waitFor(t, "airlockd to be ready", func() bool {
 		var out, errb bytes.Buffer
 		return run(context.Background(), []string{"--socket", d.Socket, "probe"}, strings.NewReader(""), &out, &errb) == exitOK

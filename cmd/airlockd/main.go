@@ -16,7 +16,10 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/paths"
+	"github.com/airlockhq/airlock/internal/session"
+	"github.com/airlockhq/airlock/internal/turn"
 	"github.com/airlockhq/airlock/internal/version"
 )
 
@@ -54,8 +57,28 @@ func run(args []string, stderr io.Writer) error {
 	fs.IntVar(&limits.MaxEventBytes, "max-event-bytes", limits.MaxEventBytes, "maximum outbound event, LF included")
 	fs.IntVar(&limits.MaxResponseBytes, "max-response-bytes", limits.MaxResponseBytes, "maximum outbound response, LF included")
 	fs.IntVar(&limits.MaxOutboundBytes, "max-outbound-bytes-per-connection", limits.MaxOutboundBytes, "maximum bytes queued for one connection")
+	var turns daemon.TurnLimits
+	fs.IntVar(&turns.MaxConcurrentTurns, "max-concurrent-turns", session.DefaultMaxConcurrentTurns, "maximum agent turns running at once on the host")
+	fs.IntVar(&turns.QueueDepth, "max-session-queue-depth", session.DefaultQueueDepth, "maximum wakes queued per session")
+	fs.IntVar(&turns.MaxToolOutputBytes, "max-tool-output-bytes", turn.DefaultMaxToolOutputBytes, "maximum bytes of one tool call's output shown to the model")
+	fs.DurationVar(&turns.RecoveryOpenTimeout, "recovery-open-timeout", session.DefaultRecoveryOpenTimeout, "deadline for restoring one session at startup")
+	fs.DurationVar(&turns.RecoveryTimeout, "recovery-timeout", session.DefaultRecoveryTimeout, "deadline for the whole startup recovery")
+	var providers providerFlags
+	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
+	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	configured, err := providers.resolve(os.Getenv)
+	if err != nil {
+		return err
+	}
+	for name, p := range configured {
+		if p.KeyEnv != "" && p.Key == "" {
+			// Not fatal: sessions that need the key are quarantined credentials_required until
+			// the daemon is restarted with it.
+			fmt.Fprintf(stderr, "airlockd: warning: provider %s: environment variable %s is unset or empty; its sessions cannot run turns\n", name, p.KeyEnv)
+		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -84,6 +107,8 @@ func run(args []string, stderr io.Writer) error {
 		MaxSessions: *maxSessions,
 		Logger:      log,
 		Version:     version.Version,
+		Providers:   configured,
+		Turns:       turns,
 	})
 	if err != nil {
 		return err
@@ -124,4 +149,59 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("bad --log-format %q: want text or json", format)
+}
+
+// providerFlags collects --provider and --provider-key-env.
+type providerFlags struct {
+	urls map[string]string
+	envs map[string]string
+}
+
+func (p *providerFlags) add(v string) error {
+	name, url, err := model.ParseProviderFlag(v)
+	if err != nil {
+		return err
+	}
+	if p.urls == nil {
+		p.urls = make(map[string]string)
+	}
+	if _, dup := p.urls[name]; dup {
+		return fmt.Errorf("provider %q is given twice", name)
+	}
+	p.urls[name] = url
+	return nil
+}
+
+func (p *providerFlags) addKeyEnv(v string) error {
+	name, env, err := model.ParseProviderKeyEnvFlag(v)
+	if err != nil {
+		return err
+	}
+	if p.envs == nil {
+		p.envs = make(map[string]string)
+	}
+	if _, dup := p.envs[name]; dup {
+		return fmt.Errorf("provider %q has its key variable given twice", name)
+	}
+	p.envs[name] = env
+	return nil
+}
+
+// resolve pairs each provider with its key, read from the environment once, now. A key
+// variable for a provider that is not configured is an error: it is almost surely a typo.
+func (p *providerFlags) resolve(getenv func(string) string) (map[string]session.Provider, error) {
+	out := make(map[string]session.Provider, len(p.urls))
+	for name, url := range p.urls {
+		out[name] = session.Provider{Name: name, BaseURL: url}
+	}
+	for name, env := range p.envs {
+		prov, ok := out[name]
+		if !ok {
+			return nil, fmt.Errorf("--provider-key-env names provider %q, which no --provider configures", name)
+		}
+		// A key pasted with its newline would be sent as is and refused by the provider.
+		prov.KeyEnv, prov.Key = env, strings.TrimSpace(getenv(env))
+		out[name] = prov
+	}
+	return out, nil
 }

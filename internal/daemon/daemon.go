@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/metrics"
 	"sync"
 	"time"
@@ -34,9 +35,23 @@ type Config struct {
 	// Adapters tunes the capability-adapter supervisor; the zero value uses its defaults.
 	Adapters capadapter.Options
 
+	// Providers are the model backends sessions may use, by name; their keys stay in memory.
+	Providers map[string]session.Provider
+	// Turns bounds agent turns; zero members take the session package's defaults.
+	Turns TurnLimits
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
+}
+
+// TurnLimits bound agent turns and startup recovery.
+type TurnLimits struct {
+	MaxConcurrentTurns  int
+	QueueDepth          int
+	MaxToolOutputBytes  int
+	RecoveryOpenTimeout time.Duration
+	RecoveryTimeout     time.Duration
 }
 
 // Daemon is a running airlockd.
@@ -111,6 +126,13 @@ func Start(cfg Config) (*Daemon, error) {
 	if maxSessions <= 0 {
 		maxSessions = session.DefaultMaxSessions
 	}
+	turns := cfg.Turns
+	if turns.MaxConcurrentTurns <= 0 {
+		turns.MaxConcurrentTurns = session.DefaultMaxConcurrentTurns
+	}
+	if turns.QueueDepth <= 0 {
+		turns.QueueDepth = session.DefaultQueueDepth
+	}
 	d.srv.wire = protocol.Limits{
 		MaxConnections:                   cfg.Limits.MaxConnections,
 		MaxInFlightRequestsPerConnection: cfg.Limits.MaxInFlight,
@@ -118,7 +140,11 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxEventBytes:                    cfg.Limits.MaxEventBytes,
 		MaxResponseBytes:                 cfg.Limits.MaxResponseBytes,
 		MaxOutboundBytesPerConnection:    cfg.Limits.MaxOutboundBytes,
-		Multiplexer:                      protocol.MultiplexerLimit{MaxSessions: maxSessions},
+		Multiplexer: protocol.MultiplexerLimit{
+			MaxSessions:          maxSessions,
+			MaxConcurrentTurns:   turns.MaxConcurrentTurns,
+			MaxSessionQueueDepth: turns.QueueDepth,
+		},
 	}
 	d.sessions = session.New(session.Config{
 		HostInstanceID: d.hostID,
@@ -126,6 +152,14 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxSessions:    maxSessions,
 		Logger:         cfg.Logger,
 		EncodeEvent:    d.srv.encodeEvent,
+
+		Providers:           cfg.Providers,
+		SessionsDir:         filepath.Join(cfg.StateDir, "sessions"),
+		QueueDepth:          turns.QueueDepth,
+		MaxConcurrentTurns:  turns.MaxConcurrentTurns,
+		MaxToolOutputBytes:  turns.MaxToolOutputBytes,
+		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
+		RecoveryTimeout:     turns.RecoveryTimeout,
 	})
 	d.srv.sessions = d.sessions
 	d.srv.adapters = &adapterHost{sup: sup, store: st}
@@ -150,7 +184,11 @@ func Start(cfg Config) (*Daemon, error) {
 			d.log.Error("recovery failed; the host stays degraded", "err", err)
 			return
 		}
-		d.log.Info("airlockd ready")
+		if d.sessions.Ready() {
+			d.log.Info("airlockd ready")
+		} else {
+			d.log.Warn("airlockd listening degraded: recovery left failures or indeterminate wakes; see host.recovery")
+		}
 		// Adapters start after readiness: a slow or broken adapter delays only its own
 		// capabilities, never the host.
 		n, err := d.srv.adapters.restore(ctx, d.log)

@@ -14,6 +14,15 @@ import (
 // dispatch runs one command and builds its response. Every response echoes the command's exact
 // protocol version.
 func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *protocol.Response {
+	if s.hook != nil {
+		s.hook(cmd)
+	}
+	data, err := s.run(ctx, c, cmd)
+	return s.respond(cmd, data, err)
+}
+
+// respond builds the response to cmd from its handler's result.
+func (s *Server) respond(cmd *protocol.Command, data any, err error) *protocol.Response {
 	resp := &protocol.Response{
 		ProtocolVersion: cmd.Version.Raw,
 		Kind:            protocol.KindResponse,
@@ -23,10 +32,6 @@ func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *
 	if cmd.HasSession {
 		resp.SessionID = cmd.SessionID
 	}
-	if s.hook != nil {
-		s.hook(cmd)
-	}
-	data, err := s.run(ctx, c, cmd)
 	if err != nil {
 		resp.Error = s.wireError(cmd, err)
 	} else {
@@ -158,9 +163,54 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
 		return s.runAdapters(ctx, cmd)
 
-	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
-		return nil, protocol.Errorf(protocol.CodeUnsupportedOperation, "%s needs agent turns, which this host does not run yet", cmd.Operation).
-			With("operation", cmd.Operation)
+	case protocol.OpWake:
+		var p protocol.WakePayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		return s.sessions.Wake(ctx, session.WakeRequest{
+			SessionID: cmd.SessionID, Generation: cmd.Generation, IdempotencyKey: cmd.IdempotencyKey,
+			RequestID: cmd.RequestID, Payload: &p,
+		})
+
+	case protocol.OpSteer, protocol.OpFollowUp:
+		var p protocol.MessagePayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		return s.sessions.Control(cmd.SessionID, cmd.Generation, cmd.Operation, cmd.IdempotencyKey, p.Message)
+
+	case protocol.OpAbort:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		return s.sessions.Abort(cmd.SessionID, cmd.Generation)
+
+	case protocol.OpTicket:
+		var p protocol.TicketPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		return s.sessions.Ticket(p.TicketID)
+
+	case protocol.OpReconcile:
+		var p protocol.ReconcilePayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := p.Validate(); e != nil {
+			return nil, e
+		}
+		return s.sessions.Reconcile(p.TicketID, p.Outcome)
 	}
 	// ParseCommand admits only operations of the table above.
 	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
@@ -177,6 +227,7 @@ func (s *Server) handshake(v protocol.Version) *protocol.Handshake {
 			Operations: protocol.Operations(v.Major),
 			Transport:  "unix-ndjson",
 			Durable:    true,
+			AgentTurns: true,
 		},
 		Limits: s.wireLimits(),
 		Host:   s.host(v.V2()),

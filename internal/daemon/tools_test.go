@@ -27,6 +27,8 @@ type scriptedAdapter struct {
 	mu     sync.Mutex
 	frames []map[string]any
 	raw    []string
+	// block, when set before a call, holds every invoke's answer until it is closed.
+	block chan struct{}
 }
 
 func startScriptedAdapter(t *testing.T) *scriptedAdapter {
@@ -79,6 +81,12 @@ func (a *scriptedAdapter) serve(c net.Conn) {
 		case "bind":
 			reply["kind"], reply["operations"], reply["limits"] = "bound", f["operations"], f["limits"]
 		case "invoke":
+			a.mu.Lock()
+			block := a.block
+			a.mu.Unlock()
+			if block != nil {
+				<-block
+			}
 			reply["kind"] = "result"
 			for _, k := range []string{"requestId", "idempotencyKey", "operation"} {
 				reply[k] = f[k]

@@ -10,17 +10,20 @@ package session
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/transcript"
+	"github.com/airlockhq/airlock/internal/turn"
 )
 
 // DefaultMaxSessions bounds resident sessions.
@@ -47,6 +50,21 @@ type Config struct {
 	EncodeEvent    EventEncoder
 	// Tools holds the host tool-adapter connections; nil gives a private registry.
 	Tools *tooladapter.Registry
+
+	// Providers are the model backends opens may name, by provider name.
+	Providers map[string]Provider
+	// SessionsDir holds the sessions' transcript directories unless an open names its own.
+	SessionsDir string
+	// QueueDepth bounds the queued wakes of one session (DefaultQueueDepth when 0);
+	// MaxConcurrentTurns the turns running at once on the host (DefaultMaxConcurrentTurns).
+	QueueDepth         int
+	MaxConcurrentTurns int
+	// MaxToolOutputBytes bounds what one tool call shows the model (turn's default when 0).
+	MaxToolOutputBytes int
+	// RecoveryOpenTimeout bounds the restore of one session at startup, RecoveryTimeout the
+	// whole recovery phase (DefaultRecoveryOpenTimeout, DefaultRecoveryTimeout when 0).
+	RecoveryOpenTimeout time.Duration
+	RecoveryTimeout     time.Duration
 }
 
 // Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.
@@ -64,6 +82,28 @@ type Manager struct {
 	draining bool
 	recovery protocol.RecoveryHealth
 	metrics  map[string]uint64
+
+	clients map[string]turn.Completer // model backends, by provider name
+
+	// The wake journal's index: by session and key, and by ticket; terminal entries per
+	// session in the order they ended, for retention.
+	journal   map[string]map[string]*jrec
+	tickets   map[string]*jrec
+	terminals map[string][]*jrec
+
+	activeTurns int
+	queuedTurns int
+	// turnsIdleCh, when set, is closed once no turn runs (a drain waits on it).
+	turnsIdleCh chan struct{}
+	// completed is set when startup recovery has run to its end.
+	completed bool
+
+	slots    chan struct{} // the host's turn semaphore
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stop     chan struct{} // closed by Shutdown: workers stop taking queued wakes
+	stopping bool
+	workers  sync.WaitGroup // session workers and journal writers
 }
 
 // runtime is one resident session generation.
@@ -79,6 +119,24 @@ type runtime struct {
 	subs       map[Subscriber]struct{}
 	tools      *tooladapter.Conn // the bound host tool adapter, if the policy grants one
 	revoked    bool              // tools was revoked (drain); the generation keeps no capability
+
+	// Agent turns. spec is nil when the generation was opened without a model; conv is nil
+	// for a memory session. history is touched only by the session's worker.
+	spec    *turn.Spec
+	conv    *transcript.File
+	history []model.Message
+
+	queue     []*job
+	admitting int  // wakes between admission and their journal commit
+	working   bool // a worker goroutine runs this session's queue
+	active    *job
+	cancel    context.CancelCauseFunc // of the active turn
+	mailbox   *turn.Mailbox           // of the active turn
+	lastError string                  // the code of the turn that failed the generation
+
+	// controls remembers the steer/followUp keys of the active turn: key → digest.
+	controls     map[string]string
+	controlOrder []string
 }
 
 // opLock serializes durable changes to one session.
@@ -101,6 +159,21 @@ func New(cfg Config) *Manager {
 	if cfg.Tools == nil {
 		cfg.Tools = tooladapter.NewRegistry()
 	}
+	if cfg.SessionsDir == "" && cfg.Store != nil {
+		cfg.SessionsDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "sessions")
+	}
+	if cfg.QueueDepth <= 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.MaxConcurrentTurns <= 0 {
+		cfg.MaxConcurrentTurns = DefaultMaxConcurrentTurns
+	}
+	if cfg.RecoveryOpenTimeout <= 0 {
+		cfg.RecoveryOpenTimeout = DefaultRecoveryOpenTimeout
+	}
+	if cfg.RecoveryTimeout <= 0 {
+		cfg.RecoveryTimeout = DefaultRecoveryTimeout
+	}
 	if cfg.EncodeEvent == nil {
 		cfg.EncodeEvent = func(ev *protocol.Event) []byte {
 			line, err := ndjson.Marshal(ev)
@@ -110,50 +183,29 @@ func New(cfg Config) *Manager {
 			return line
 		}
 	}
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Manager{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		now:      cfg.Now,
-		sessions: make(map[string]*runtime),
-		known:    make(map[string]struct{}),
-		opLocks:  make(map[string]*opLock),
-		metrics:  make(map[string]uint64),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		now:       cfg.Now,
+		sessions:  make(map[string]*runtime),
+		known:     make(map[string]struct{}),
+		opLocks:   make(map[string]*opLock),
+		metrics:   make(map[string]uint64),
+		clients:   make(map[string]turn.Completer),
+		journal:   make(map[string]map[string]*jrec),
+		tickets:   make(map[string]*jrec),
+		terminals: make(map[string][]*jrec),
+		slots:     make(chan struct{}, cfg.MaxConcurrentTurns),
+		ctx:       ctx,
+		cancel:    cancel,
+		stop:      make(chan struct{}),
 		recovery: protocol.RecoveryHealth{
 			Phase:               protocol.PhaseNotStarted,
 			FailureCodes:        map[string]int{},
 			QuarantinedSessions: []protocol.QuarantinedSession{},
 		},
 	}
-}
-
-// Recover loads the durable catalog after a start. A previous incarnation's resident sessions
-// become dormant: their runtimes did not survive the restart.
-func (m *Manager) Recover() error {
-	started := m.now().UTC()
-	m.mu.Lock()
-	m.recovery.Phase = protocol.PhaseRecovering
-	m.recovery.StartedAt = &started
-	m.mu.Unlock()
-
-	recs, err := m.cfg.Store.MarkAllDormant()
-	if err != nil {
-		m.mu.Lock()
-		m.recovery.Phase = protocol.PhaseDegraded
-		m.recovery.FailureCount++
-		m.recovery.FailureCodes[protocol.AsError(err).Code]++
-		m.mu.Unlock()
-		return fmt.Errorf("recover catalog: %w", err)
-	}
-	done := m.now().UTC()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, r := range recs {
-		m.known[r.SessionID] = struct{}{}
-	}
-	m.recovery.Phase = protocol.PhaseReady
-	m.recovery.CompletedAt = &done
-	m.log.Info("catalog recovered", "sessions", len(recs))
-	return nil
 }
 
 // lockSession takes the operation lock of one session and returns its release.
@@ -214,6 +266,11 @@ type OpenRequest struct {
 // A policy that grants a host tool adapter is connected and bound before anything is
 // persisted, so a refused binding leaves no trace; the connection is revoked whenever the
 // generation stops being resident.
+//
+// A session quarantined by a restart reopens only as the same generation with the retained
+// policy: a tool-adapter session needs a descriptor bound to this host incarnation
+// (tool_adapter_reprovision_required without one, session_policy_conflict for another policy),
+// a session whose provider key was missing needs it present. Success clears the quarantine.
 func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResult, error) {
 	release := m.lockSession(req.SessionID)
 	defer release()
@@ -236,6 +293,13 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	if known && req.Generation < current {
 		m.mu.Unlock()
 		return nil, staleGeneration(current, req.Generation)
+	}
+	sameDormant := rt == nil && rec != nil && req.Generation == current
+	if sameDormant && rec.Recovery != nil && rec.Recovery.Code == protocol.CodeReprovisionRequired && req.Tools == nil {
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeReprovisionRequired,
+			"generation %d held a host tool adapter before the restart; reopen it with a descriptor bound to this host", current).
+			With("generation", current)
 	}
 	if known && req.Generation == current {
 		policyDigest := digest
@@ -283,19 +347,32 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 			m.reserved--
 			m.mu.Unlock()
 		}()
-	} else if rt.state == protocol.StateRunning {
+	} else if busyLocked(rt) {
 		m.mu.Unlock()
-		return nil, protocol.Retryable(protocol.CodeSessionBusy, "generation %d has a turn in progress", rt.generation)
+		return nil, protocol.Retryable(protocol.CodeSessionBusy, "generation %d has a turn running or queued", rt.generation)
 	}
 	m.mu.Unlock()
 
 	if e := checkCwd(req.Policy.Cwd); e != nil {
 		return nil, e
 	}
+	completer, e := m.modelFor(req.Policy.Model)
+	if e != nil {
+		return nil, e
+	}
+	var ref *protocol.ConversationRef
+	if sameDormant {
+		ref = rec.Conversation // the generation's own transcript, exactly
+	}
+	conv, hist, err := m.conversation(ctx, req.SessionID, req.Policy, ref)
+	if err != nil {
+		return nil, openError(err)
+	}
 	var conn *tooladapter.Conn
 	if req.Tools != nil {
 		c, e := m.bind(ctx, req)
 		if e != nil {
+			closeConv(conv)
 			return nil, e
 		}
 		conn = c
@@ -314,6 +391,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 		CreatedAt:       now,
 		UpdatedAt:       now,
 		LastUsedAt:      now,
+		Conversation:    refOf(conv),
 	}
 	if rec != nil {
 		next.CreatedAt = rec.CreatedAt
@@ -327,6 +405,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 			SessionID:       req.SessionID,
 			Generation:      req.Generation,
 			Policy:          *req.Policy,
+			Conversation:    next.Conversation,
 			CreatedAt:       now,
 			UpdatedAt:       now,
 		}
@@ -335,6 +414,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 		if conn != nil {
 			m.cfg.Tools.Revoke(req.Tools.Incarnation())
 		}
+		closeConv(conv)
 		return nil, err
 	}
 
@@ -345,17 +425,9 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	}
 	defer m.revoke(old)
 	defer m.mu.Unlock()
-	rt = &runtime{
-		id:         req.SessionID,
-		generation: req.Generation,
-		version:    req.Version.Raw,
-		policy:     *req.Policy,
-		digest:     digest,
-		state:      protocol.StateIdle,
-		lastUsed:   m.now(),
-		subs:       make(map[Subscriber]struct{}),
-		tools:      conn,
-	}
+	rt = m.residentRuntime(req.SessionID, req.Generation, req.Version.Raw, req.Policy, digest)
+	rt.tools, rt.conv, rt.history = conn, conv, hist
+	rt.spec = m.turnSpec(req.Policy, completer, conn)
 	if old != nil {
 		// The sequence is per session, not per generation: a client that follows a session
 		// across a replacement never sees it go back.
@@ -363,9 +435,63 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	}
 	m.sessions[req.SessionID] = rt
 	m.known[req.SessionID] = struct{}{}
+	m.clearQuarantineLocked(req.SessionID)
 	m.metrics["openCreated"]++
 	m.log.Info("session opened", "sessionId", req.SessionID, "generation", req.Generation)
 	return &protocol.OpenResult{Created: true, Session: m.snapshotLocked(rt)}, nil
+}
+
+// residentRuntime builds the runtime of a generation becoming resident.
+func (m *Manager) residentRuntime(id string, generation int64, version string, policy *protocol.Policy, digest string) *runtime {
+	return &runtime{
+		id:         id,
+		generation: generation,
+		version:    version,
+		policy:     *policy,
+		digest:     digest,
+		state:      protocol.StateIdle,
+		lastUsed:   m.now(),
+		subs:       make(map[Subscriber]struct{}),
+	}
+}
+
+// turnSpec fixes what every turn of a generation runs with; nil without a model.
+func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *tooladapter.Conn) *turn.Spec {
+	if c == nil || policy.Model == nil {
+		return nil
+	}
+	spec := &turn.Spec{
+		Model:              c,
+		ModelID:            policy.Model.ID,
+		Reasoning:          reasoningEffort(policy.Model.ThinkingLevel),
+		SystemPrompt:       policy.SystemPrompt,
+		MaxToolOutputBytes: m.cfg.MaxToolOutputBytes,
+	}
+	if conn != nil {
+		sum := conn.Summary()
+		spec.Tools, spec.Operations, spec.Limits = conn, sum.Operations, sum.Limits
+	}
+	return spec
+}
+
+// busyLocked reports whether a runtime has a turn running or wakes queued. m.mu must be held.
+func busyLocked(rt *runtime) bool {
+	return rt.active != nil || len(rt.queue) > 0 || rt.admitting > 0
+}
+
+// openError keeps a coded transcript error and classes anything else as open_failed.
+func openError(err error) error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return protocol.Errorf(protocol.CodeOpenFailed, "the session's transcript could not be opened")
+}
+
+func closeConv(f *transcript.File) {
+	if f != nil {
+		f.Close()
+	}
 }
 
 // Reasons a sessionClosed event gives.
@@ -384,6 +510,9 @@ func (m *Manager) retireLocked(rt *runtime, data protocol.SessionClosedData) {
 	m.emitLocked(rt, protocol.EventSessionClosed, "", data)
 	rt.subs = nil
 	delete(m.sessions, rt.id)
+	if !rt.working && rt.active == nil {
+		closeConv(rt.conv) // else the worker closes it when it stops
+	}
 }
 
 // checkCwd refuses a cwd that is not an existing directory.
@@ -455,8 +584,16 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 	m.mu.Lock()
 	if !retain {
 		delete(m.known, id)
+		m.clearQuarantineLocked(id)
+		// The journal went with the session: what is still queued or running ends without
+		// a journal record.
+		for _, j := range rt.jobsLocked() {
+			j.rec.seq = 0
+		}
+		m.forgetSessionLocked(id)
 	}
 	if rt != nil && m.sessions[id] == rt {
+		m.failQueueLocked(rt, protocol.Retryable(protocol.CodeAborted, "the session was closed"))
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: retain, Reason: ReasonClosed})
 		m.metrics["closed"]++
 	}
@@ -569,6 +706,11 @@ func (m *Manager) snapshotLocked(rt *runtime) protocol.SessionSnapshot {
 	if rt.policy.Model != nil {
 		s.Model = &protocol.ModelRef{Provider: rt.policy.Model.Provider, ID: rt.policy.Model.ID}
 	}
+	s.QueuedTurns = len(rt.queue)
+	if rt.active != nil {
+		s.ActiveRequestID = rt.active.rec.requestID
+	}
+	s.LastErrorCode = rt.lastError
 	if rt.tools != nil {
 		s.HostToolAdapterQueue = rt.tools.Telemetry()
 	}
@@ -620,6 +762,9 @@ func (m *Manager) Host() HostView {
 		Sessions: make([]protocol.SessionSnapshot, 0, len(m.sessions)),
 		Dormant:  len(m.known) - len(m.sessions),
 		Metrics:  make(map[string]uint64, len(m.metrics)),
+
+		ActiveTurns: m.activeTurns,
+		QueuedTurns: m.queuedTurns,
 	}
 	v.Ready = !m.draining && v.Recovery.Phase == protocol.PhaseReady
 	for _, rt := range m.sessions {
@@ -630,6 +775,13 @@ func (m *Manager) Host() HostView {
 		v.Metrics[k] = n
 	}
 	return v
+}
+
+// Phase returns the recovery phase, without building a status snapshot.
+func (m *Manager) Phase() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.recovery.Phase
 }
 
 // Ready reports whether the host admits new work.
@@ -649,42 +801,91 @@ func (m *Manager) recoveryLocked() protocol.RecoveryHealth {
 	return r
 }
 
-// Drain stops admitting new residency, tells every attached client, and revokes the host tool
-// adapters: a draining host starts no new tool work. It returns once no turn is active or the
-// timeout has passed; this host runs no turns yet, so it returns at once.
+// Drain stops admitting new work, tells every attached client, and revokes the host tool
+// adapters' queues to new work. It waits up to timeout for the running turns to end, then
+// aborts those still running; queued wakes stay journaled for the next start.
 func (m *Manager) Drain(timeout time.Duration) *protocol.DrainResult {
 	m.mu.Lock()
-	var revoke []*runtime
 	if !m.draining {
 		m.draining = true
 		for _, rt := range m.sessions {
 			m.emitLocked(rt, protocol.EventHostDraining, "", nil)
-			revoke = append(revoke, rt)
 		}
 		m.log.Info("host draining")
 	}
+	var wait chan struct{}
+	if m.activeTurns > 0 {
+		if m.turnsIdleCh == nil {
+			m.turnsIdleCh = make(chan struct{})
+		}
+		wait = m.turnsIdleCh
+	}
 	m.mu.Unlock()
+
+	res := &protocol.DrainResult{Draining: true, TimeoutMs: timeout.Milliseconds()}
+	if wait != nil {
+		t := time.NewTimer(timeout)
+		select {
+		case <-wait:
+		case <-t.C:
+			res.TimedOut = true
+		}
+		t.Stop()
+	}
+	m.mu.Lock()
+	var revoke []*runtime
+	for _, rt := range m.sessions {
+		if rt.cancel != nil {
+			rt.cancel(errors.New("the host is draining"))
+			res.AbortedTurns++
+		}
+		revoke = append(revoke, rt)
+	}
+	m.mu.Unlock()
+	// A draining host starts no new tool work; a turn still running sees its calls refused.
 	for _, rt := range revoke {
 		m.revoke(rt)
 	}
-	return &protocol.DrainResult{Draining: true, TimeoutMs: timeout.Milliseconds()}
+	return res
 }
 
-// Shutdown retires every resident session: subscribers get sessionClosed, tool adapters are
-// revoked, and the catalog keeps the records, which the next start lists as dormant.
+// Shutdown retires every resident session: running turns are aborted, subscribers get
+// sessionClosed, tool adapters are revoked, and the catalog keeps the records. Queued wakes stay
+// queued in the journal, and the next start replays them; their waiting clients are told so.
 func (m *Manager) Shutdown() {
 	m.mu.Lock()
 	m.draining = true
+	if !m.stopping {
+		m.stopping = true
+		close(m.stop)
+	}
+	m.cancel(errors.New("the host is shutting down"))
 	var retired []*runtime
 	for _, rt := range m.sessions {
+		for _, j := range rt.queue {
+			e := protocol.Retryable(protocol.CodeHostDraining, "the host stopped before this wake ran; it stays queued and runs after the next start").
+				With("ticketId", j.rec.ticketID)
+			if !j.rec.durable() {
+				e = protocol.Retryable(protocol.CodeAborted, "the host stopped before this wake of a memory session ran")
+			}
+			m.settleLocked(j, nil, e)
+		}
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: true, Reason: ReasonDrained})
 		retired = append(retired, rt)
 	}
 	m.mu.Unlock()
+	m.workers.Wait()
 	for _, rt := range retired {
 		m.revoke(rt)
 	}
 	m.cfg.Tools.Close()
+	m.mu.Lock()
+	for _, c := range m.clients {
+		if idle, ok := c.(interface{ CloseIdleConnections() }); ok {
+			idle.CloseIdleConnections()
+		}
+	}
+	m.mu.Unlock()
 }
 
 // bind connects and binds the host tool adapter an open grants, beneath the canonical cwd.
@@ -715,6 +916,11 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 		return nil, notFound(rt.id)
 	}
 	rt.tools, rt.revoked = conn, false
+	if rt.spec != nil {
+		spec := *rt.spec
+		spec.Tools = conn
+		rt.spec = &spec
+	}
 	rt.lastUsed = m.now()
 	return &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}, nil
 }

@@ -1,0 +1,723 @@
+package session
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/turn"
+)
+
+// Defaults of the turn limits.
+const (
+	DefaultQueueDepth         = 32
+	DefaultMaxConcurrentTurns = 4
+	// maxControlKeys bounds the steer/followUp idempotency keys a generation remembers.
+	maxControlKeys = 256
+	// terminalRetention bounds the age of the terminal journal entries kept per session.
+	terminalRetention = 7 * 24 * time.Hour
+)
+
+// maxTerminalEntries bounds the terminal journal entries kept per session; the oldest are
+// pruned when a new one is written. A variable so that tests can lower it.
+var maxTerminalEntries = 256
+
+// job is one admitted wake, from admission to its terminal outcome.
+type job struct {
+	rec     *jrec
+	prompt  string
+	replay  bool          // recovered from the journal at startup
+	done    chan struct{} // closed when result or err is set
+	result  json.RawMessage
+	err     *protocol.Error
+	settled bool
+}
+
+// jrec is the in-memory index entry of one wake: enough to deduplicate, to find its ticket and
+// to prune. The durable entry (prompt, result) stays in the store.
+type jrec struct {
+	sessionID   string
+	generation  int64
+	key         string
+	ticketID    string
+	requestID   string
+	fingerprint string
+	source      string
+	seq         uint64 // 0 for a memory session, whose wakes are not journaled
+	state       string
+	reconciled  bool
+	createdAt   time.Time
+	updatedAt   time.Time
+	live        *job // while queued or running in this incarnation
+	// result and err are kept here only for memory sessions; durable wakes read the store.
+	result json.RawMessage
+	err    *protocol.Error
+}
+
+func (r *jrec) durable() bool { return r.seq != 0 }
+
+// WakeRequest is an admitted wake command.
+type WakeRequest struct {
+	SessionID      string
+	Generation     int64
+	IdempotencyKey string
+	RequestID      string
+	Payload        *protocol.WakePayload
+}
+
+// Wake admits one agent turn. A live duplicate (same key and fingerprint) joins the admitted
+// wake; a key reused with another payload is idempotency_conflict; a finished duplicate gets
+// the recorded outcome; a duplicate of a wake a restart left indeterminate, or whose outcome
+// could not be recorded, is request_indeterminate.
+//
+// A durable wake is journaled queued before it is queued; with waitForTerminal false the
+// answer is its ticket, otherwise Wake returns when the turn ends or ctx is done.
+func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
+	p := req.Payload
+	fp := protocol.WakeFingerprint(req.SessionID, req.Generation, req.IdempotencyKey, p)
+
+	m.mu.Lock()
+	if e := m.admitting(); e != nil {
+		m.mu.Unlock()
+		return nil, e
+	}
+	rt, e := m.residentLocked(req.SessionID, req.Generation, true)
+	if e != nil {
+		m.mu.Unlock()
+		return nil, e
+	}
+	if r := m.journal[req.SessionID][req.IdempotencyKey]; r != nil {
+		m.mu.Unlock()
+		return m.duplicate(ctx, r, fp, p.Wait())
+	}
+	if rt.spec == nil {
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeSessionPrecondition, "this session generation was opened without a model; open a generation with payload.model to run turns")
+	}
+	if rt.state == protocol.StateFailed {
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeSessionFailed, "a turn of this generation failed (%s); open a higher generation to continue", rt.lastError).
+			With("lastErrorCode", rt.lastError)
+	}
+	if len(rt.queue)+rt.admitting >= m.cfg.QueueDepth {
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeSessionQueueFull, "the session already has %d wakes queued", m.cfg.QueueDepth).
+			With("maxSessionQueueDepth", m.cfg.QueueDepth)
+	}
+	durable := rt.conv != nil
+	if !durable && !p.Wait() {
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeDurableAdmission, "a memory session journals nothing, so it cannot issue a ticket; wait for the turn (waitForTerminal true)")
+	}
+	now := m.now().UTC()
+	r := &jrec{
+		sessionID: req.SessionID, generation: req.Generation, key: req.IdempotencyKey,
+		ticketID: protocol.TicketID(req.SessionID, req.IdempotencyKey), requestID: req.RequestID,
+		fingerprint: fp, source: p.SourceText(), state: store.JournalQueued, createdAt: now, updatedAt: now,
+	}
+	j := &job{rec: r, prompt: p.Prompt, done: make(chan struct{})}
+	r.live = j
+	m.indexLocked(r)
+	rt.admitting++
+	m.mu.Unlock()
+
+	if durable {
+		entry, err := m.cfg.Store.AppendJournal(store.JournalEntry{
+			SessionID: r.sessionID, Generation: r.generation, IdempotencyKey: r.key, RequestID: r.requestID,
+			TicketID: r.ticketID, Fingerprint: fp, State: store.JournalQueued, Prompt: p.Prompt, Source: r.source,
+			CreatedAt: now, UpdatedAt: now,
+		})
+		if err != nil {
+			m.mu.Lock()
+			rt.admitting--
+			m.unindexLocked(r)
+			m.settleLocked(j, nil, protocol.AsError(err))
+			m.mu.Unlock()
+			return nil, err
+		}
+		m.mu.Lock()
+		r.seq = entry.Seq
+		m.mu.Unlock()
+	}
+
+	m.mu.Lock()
+	rt.admitting--
+	if m.sessions[rt.id] != rt {
+		// Closed or replaced while the entry was written: the close already failed the
+		// session's queue, so this wake fails the same way.
+		e := protocol.Retryable(protocol.CodeAborted, "the session generation ended before the wake was queued")
+		m.mu.Unlock()
+		m.finishDurable(j, nil, e)
+		return nil, e
+	}
+	rt.queue = append(rt.queue, j)
+	m.queuedTurns++
+	m.emitLocked(rt, protocol.EventPromptAccepted, req.RequestID, protocol.PromptAcceptedData{
+		IdempotencyKey: r.key, TicketID: r.ticketID, QueuedTurns: len(rt.queue)})
+	m.startWorkerLocked(rt)
+	m.mu.Unlock()
+	return m.answer(ctx, j, p.Wait())
+}
+
+// duplicate answers a wake whose key this session has seen.
+func (m *Manager) duplicate(ctx context.Context, r *jrec, fp string, wait bool) (any, error) {
+	if r.fingerprint != fp {
+		return nil, protocol.Errorf(protocol.CodeIdempotencyConflict, "idempotencyKey was used for a different wake").
+			With("idempotencyKey", r.key)
+	}
+	m.mu.Lock()
+	live, state := r.live, r.state
+	m.mu.Unlock()
+	if live != nil {
+		m.mu.Lock()
+		m.metrics["wakeDedupJoins"]++
+		m.mu.Unlock()
+		return m.answer(ctx, live, wait)
+	}
+	switch state {
+	case store.JournalQueued:
+		// Queued on disk, but this incarnation could not start it (see runJob): a restart
+		// replays it.
+		return nil, protocol.Retryable(protocol.CodeDurabilityFailed, "the wake could not be started; it stays journaled and runs after a restart").
+			With("ticketId", r.ticketID)
+	case store.JournalAccepted, store.JournalIndeterminate:
+		m.mu.Lock()
+		m.metrics["wakeIndeterminateRefusals"]++
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeRequestIndeterminate, "the wake with this key may or may not have run; reconcile its ticket").
+			With("idempotencyKey", r.key).With("state", state).With("ticketId", r.ticketID)
+	}
+	t, err := m.ticket(r)
+	if err != nil {
+		return nil, err
+	}
+	if !wait {
+		return &protocol.TicketResult{Ticket: *t}, nil
+	}
+	if t.Error != nil {
+		return nil, t.Error
+	}
+	return m.wakeResult(r, t.Result)
+}
+
+// answer waits for a job when the client asked to, else returns its ticket at once.
+func (m *Manager) answer(ctx context.Context, j *job, wait bool) (any, error) {
+	if !wait {
+		t, err := m.ticket(j.rec)
+		if err != nil {
+			return nil, err
+		}
+		return &protocol.TicketResult{Ticket: *t}, nil
+	}
+	select {
+	case <-j.done:
+	case <-ctx.Done():
+		return nil, protocol.Retryable(protocol.CodeHostDraining, "the request ended before its turn did; the wake keeps its ticket").
+			With("ticketId", j.rec.ticketID)
+	}
+	if j.err != nil {
+		return nil, j.err
+	}
+	return m.wakeResult(j.rec, j.result)
+}
+
+// wakeResult answers a wake that completed with its result and, when its generation is still
+// resident, the session's snapshot.
+func (m *Manager) wakeResult(r *jrec, result json.RawMessage) (any, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res := &protocol.WakeResult{Result: result}
+	if rt := m.sessions[r.sessionID]; rt != nil && rt.generation == r.generation {
+		s := m.snapshotLocked(rt)
+		res.Session = &s
+	}
+	return res, nil
+}
+
+// indexLocked adds r to the journal index. m.mu must be held.
+func (m *Manager) indexLocked(r *jrec) {
+	keys := m.journal[r.sessionID]
+	if keys == nil {
+		keys = make(map[string]*jrec)
+		m.journal[r.sessionID] = keys
+	}
+	keys[r.key] = r
+	m.tickets[r.ticketID] = r
+}
+
+// unindexLocked forgets r. m.mu must be held.
+func (m *Manager) unindexLocked(r *jrec) {
+	if keys := m.journal[r.sessionID]; keys[r.key] == r {
+		delete(keys, r.key)
+		if len(keys) == 0 {
+			delete(m.journal, r.sessionID)
+		}
+	}
+	if m.tickets[r.ticketID] == r {
+		delete(m.tickets, r.ticketID)
+	}
+}
+
+// forgetSessionLocked drops the journal index of a deleted session. m.mu must be held.
+func (m *Manager) forgetSessionLocked(id string) {
+	for _, r := range m.journal[id] {
+		delete(m.tickets, r.ticketID)
+		if r.state == store.JournalIndeterminate && !r.reconciled {
+			m.recovery.IndeterminateRequests--
+		}
+	}
+	delete(m.journal, id)
+	delete(m.terminals, id)
+	m.recomputePhaseLocked()
+}
+
+// settleLocked sets a job's outcome once and wakes its waiters. m.mu must be held.
+func (m *Manager) settleLocked(j *job, result json.RawMessage, e *protocol.Error) {
+	if j.settled {
+		return
+	}
+	j.settled = true
+	j.result, j.err = result, e
+	close(j.done)
+}
+
+// startWorkerLocked starts the session's worker if it has queued work and none runs. m.mu must
+// be held.
+func (m *Manager) startWorkerLocked(rt *runtime) {
+	if rt.working || len(rt.queue) == 0 || m.stopping {
+		return
+	}
+	rt.working = true
+	m.workers.Add(1)
+	go m.work(rt)
+}
+
+// work runs a session's queued wakes one at a time, each under one of the host's turn slots.
+func (m *Manager) work(rt *runtime) {
+	defer m.workers.Done()
+	for {
+		m.mu.Lock()
+		if len(rt.queue) == 0 || m.sessions[rt.id] != rt || m.draining || rt.state == protocol.StateFailed {
+			rt.working = false
+			if m.sessions[rt.id] != rt {
+				closeConv(rt.conv)
+			}
+			m.mu.Unlock()
+			return
+		}
+		j := rt.queue[0]
+		rt.queue = rt.queue[1:]
+		m.queuedTurns--
+		m.mu.Unlock()
+
+		select {
+		case m.slots <- struct{}{}:
+		case <-m.stop:
+			m.requeue(rt, j)
+			return
+		}
+		m.runJob(rt, j)
+		<-m.slots
+	}
+}
+
+// requeue puts a job back at the head of its queue when the host stops before it ran: its
+// journal entry stays queued, and the next start replays it.
+func (m *Manager) requeue(rt *runtime, j *job) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt.queue = append([]*job{j}, rt.queue...)
+	m.queuedTurns++
+	rt.working = false
+	if m.sessions[rt.id] != rt {
+		closeConv(rt.conv)
+	}
+}
+
+// runJob marks a wake accepted, runs its turn and records its terminal outcome.
+func (m *Manager) runJob(rt *runtime, j *job) {
+	r := j.rec
+	m.mu.Lock()
+	seq := r.seq
+	m.mu.Unlock()
+	if seq != 0 {
+		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, store.JournalAccepted, nil, nil, nil); err != nil {
+			// Still queued on disk: a restart replays it. This incarnation gives up on it.
+			m.log.Error("wake could not be marked accepted", "sessionId", r.sessionID, "requestId", r.requestID, "err", err)
+			m.mu.Lock()
+			m.settleLocked(j, nil, protocol.AsError(err))
+			r.live = nil
+			m.mu.Unlock()
+			return
+		}
+	}
+	ctx, cancel := context.WithCancelCause(m.ctx)
+	defer cancel(nil)
+	mb := &turn.Mailbox{}
+	m.mu.Lock()
+	r.state, r.updatedAt = store.JournalAccepted, m.now().UTC()
+	spec := rt.spec
+	rt.active, rt.cancel, rt.mailbox = j, cancel, mb
+	rt.state = protocol.StateRunning
+	rt.lastUsed = m.now()
+	m.activeTurns++
+	m.mu.Unlock()
+
+	sink := &turnSink{m: m, rt: rt, requestID: r.requestID}
+	res, e := turn.Run(ctx, spec, turn.Request{
+		RequestID: r.requestID, CallScope: r.ticketID, Prompt: j.prompt, History: rt.history,
+	}, mb, sink)
+	var result json.RawMessage
+	if e == nil {
+		b, err := json.Marshal(res)
+		if err != nil {
+			e = protocol.Errorf(protocol.CodeInternal, "turn result not serializable")
+		}
+		result = b
+	} else if e.Code != protocol.CodeAborted {
+		m.log.Warn("turn failed", "sessionId", r.sessionID, "requestId", r.requestID, "code", e.Code)
+	}
+	rt.history = append(rt.history, sink.recorded...)
+
+	m.mu.Lock()
+	rt.active, rt.cancel, rt.mailbox = nil, nil, nil
+	rt.controls, rt.controlOrder = nil, nil
+	m.activeTurns--
+	if m.activeTurns == 0 && m.turnsIdleCh != nil {
+		close(m.turnsIdleCh)
+		m.turnsIdleCh = nil
+	}
+	switch {
+	case e == nil, e.Code == protocol.CodeAborted:
+		rt.state = protocol.StateIdle
+	default:
+		rt.state, rt.lastError = protocol.StateFailed, e.Code
+	}
+	m.mu.Unlock()
+
+	m.finishDurable(j, result, e)
+
+	m.mu.Lock()
+	if m.sessions[rt.id] == rt {
+		if e != nil {
+			m.emitLocked(rt, protocol.EventRequestFailed, r.requestID, protocol.RequestFailedData{Error: e})
+		}
+		if len(rt.queue) == 0 {
+			m.emitLocked(rt, protocol.EventSessionIdle, "", nil)
+		}
+	}
+	m.mu.Unlock()
+}
+
+// finishDurable records a wake's terminal outcome in the journal, then settles it. A turn that
+// completed but whose terminal record cannot be written fails durability_completion_failed and
+// stays accepted: a restart makes it indeterminate rather than guessing.
+func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Error) {
+	r := j.rec
+	to := store.JournalCompleted
+	if e != nil {
+		to = store.JournalFailed
+	}
+	m.mu.Lock()
+	seq := r.seq
+	var prune []uint64
+	if seq != 0 {
+		prune = m.pruneLocked(r)
+	}
+	m.mu.Unlock()
+	if seq != 0 {
+		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, prune); err != nil {
+			m.log.Error("terminal journal record not written", "sessionId", r.sessionID, "requestId", r.requestID, "err", err)
+			m.mu.Lock()
+			r.live = nil
+			r.state = store.JournalAccepted
+			m.settleLocked(j, nil, protocol.Errorf(protocol.CodeDurabilityCompletion,
+				"the turn ended but its outcome could not be recorded; the wake is indeterminate").With("ticketId", r.ticketID))
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Lock()
+		m.forgetPrunedLocked(r.sessionID, prune)
+		m.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.state, r.updatedAt, r.live = to, m.now().UTC(), nil
+	if !r.durable() {
+		r.result, r.err = result, e
+	}
+	m.terminals[r.sessionID] = append(m.terminals[r.sessionID], r)
+	if j.replay {
+		m.recovery.PendingReplays--
+		m.recovery.ReplayedRequests++
+	}
+	m.settleLocked(j, result, e)
+}
+
+// pruneLocked picks the terminal entries of r's session that retention retires once r ends:
+// beyond maxTerminalEntries, or older than terminalRetention. m.mu must be held.
+func (m *Manager) pruneLocked(r *jrec) []uint64 {
+	list := m.terminals[r.sessionID]
+	cut := max(0, len(list)+1-maxTerminalEntries)
+	old := m.now().Add(-terminalRetention)
+	for cut < len(list) && list[cut].updatedAt.Before(old) {
+		cut++
+	}
+	var seqs []uint64
+	for _, t := range list[:cut] {
+		if t.durable() {
+			seqs = append(seqs, t.seq)
+		}
+	}
+	return seqs
+}
+
+// forgetPrunedLocked drops pruned entries from the index. m.mu must be held.
+func (m *Manager) forgetPrunedLocked(id string, seqs []uint64) {
+	if len(seqs) == 0 {
+		return
+	}
+	gone := make(map[uint64]bool, len(seqs))
+	for _, s := range seqs {
+		gone[s] = true
+	}
+	list := m.terminals[id][:0]
+	for _, t := range m.terminals[id] {
+		if t.durable() && gone[t.seq] {
+			m.unindexLocked(t)
+			continue
+		}
+		list = append(list, t)
+	}
+	m.terminals[id] = list
+}
+
+// turnSink delivers a turn's events to the session's attached clients and records its messages
+// in the transcript.
+type turnSink struct {
+	m         *Manager
+	rt        *runtime
+	requestID string
+	recorded  []model.Message
+}
+
+func (s *turnSink) Emit(event string, data any) {
+	s.m.mu.Lock()
+	if s.m.sessions[s.rt.id] == s.rt {
+		s.m.emitLocked(s.rt, event, s.requestID, data)
+	}
+	s.m.mu.Unlock()
+}
+
+func (s *turnSink) Record(msgs ...model.Message) error {
+	if s.rt.conv != nil {
+		if err := s.rt.conv.Append(entriesOf(s.requestID, msgs)...); err != nil {
+			return err
+		}
+	}
+	s.recorded = append(s.recorded, msgs...)
+	return nil
+}
+
+// Control delivers a steer or followUp message into the generation's running turn. The same
+// key with the same message is accepted once; with another message it conflicts.
+func (m *Manager) Control(id string, generation int64, op, key, message string) (*protocol.QueuedResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return nil, e
+	}
+	if rt.active == nil || rt.mailbox == nil {
+		return nil, protocol.Retryable(protocol.CodeSessionNotRunning, "the session has no turn running").With("state", rt.state)
+	}
+	sum := sha256.Sum256([]byte(op + "\x00" + message))
+	digest := string(sum[:])
+	if prev, ok := rt.controls[key]; ok {
+		if prev != digest {
+			return nil, protocol.Errorf(protocol.CodeIdempotencyConflict, "idempotencyKey was used for a different %s", op).
+				With("idempotencyKey", key)
+		}
+		return &protocol.QueuedResult{Queued: true}, nil
+	}
+	if rt.controls == nil {
+		rt.controls = make(map[string]string)
+	}
+	if len(rt.controlOrder) == maxControlKeys {
+		delete(rt.controls, rt.controlOrder[0])
+		rt.controlOrder = rt.controlOrder[1:]
+	}
+	rt.controls[key] = digest
+	rt.controlOrder = append(rt.controlOrder, key)
+	if op == protocol.OpSteer {
+		rt.mailbox.Steer(message)
+	} else {
+		rt.mailbox.FollowUp(message)
+	}
+	return &protocol.QueuedResult{Queued: true}, nil
+}
+
+// Abort cancels the generation's running turn, if any. Tool calls in flight get the adapter's
+// abort; the wake fails aborted and the session is idle again.
+func (m *Manager) Abort(id string, generation int64) (*protocol.AbortResult, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return nil, e
+	}
+	if rt.cancel == nil {
+		return &protocol.AbortResult{Aborted: false}, nil
+	}
+	rt.cancel(turn.ErrAborted)
+	m.metrics["turnsAborted"]++
+	return &protocol.AbortResult{Aborted: true}, nil
+}
+
+// failQueueLocked ends every queued wake of a runtime that stops being resident, and aborts its
+// running turn. m.mu must be held; the journal writes happen on a goroutine the Manager owns.
+func (m *Manager) failQueueLocked(rt *runtime, e *protocol.Error) {
+	if rt.cancel != nil {
+		rt.cancel(errors.New(e.Message))
+	}
+	queued := rt.queue
+	rt.queue = nil
+	m.queuedTurns -= len(queued)
+	if len(queued) == 0 {
+		return
+	}
+	m.workers.Add(1)
+	go func() {
+		defer m.workers.Done()
+		for _, j := range queued {
+			m.finishDurable(j, nil, e)
+		}
+	}()
+}
+
+// Ticket returns the durable state of a wake by its ticket id.
+func (m *Manager) Ticket(ticketID string) (*protocol.TicketResult, error) {
+	m.mu.Lock()
+	r := m.tickets[ticketID]
+	indexed, phase := m.completed, m.recovery.Phase
+	m.mu.Unlock()
+	if !indexed {
+		return nil, protocol.Retryable(protocol.CodeHostNotReady, "the wake journal is still being recovered").With("phase", phase)
+	}
+	if r == nil {
+		return nil, protocol.Errorf(protocol.CodeTicketNotFound, "no wake has this ticket").With("ticketId", ticketID)
+	}
+	t, err := m.ticket(r)
+	if err != nil {
+		return nil, err
+	}
+	return &protocol.TicketResult{Ticket: *t}, nil
+}
+
+// ticket builds the ticket resource of r, reading a durable outcome from the journal.
+func (m *Manager) ticket(r *jrec) (*protocol.TicketResource, error) {
+	m.mu.Lock()
+	t := &protocol.TicketResource{
+		TicketID: r.ticketID, RequestID: r.requestID, IdempotencyKey: r.key, Operation: "prompt",
+		State: ticketState(r.state, r.live != nil), SubmittedAt: r.createdAt, UpdatedAt: r.updatedAt,
+		SessionID: r.sessionID, Generation: r.generation, Reconciled: r.reconciled,
+		Result: r.result, Error: r.err,
+	}
+	durable, seq, terminal := r.durable(), r.seq, r.state == store.JournalCompleted || r.state == store.JournalFailed
+	m.mu.Unlock()
+	if durable && terminal {
+		e, err := m.cfg.Store.JournalEntry(r.sessionID, seq)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			t.Result, t.Error, t.UpdatedAt = e.Result, e.Error, e.UpdatedAt
+		}
+	}
+	return t, nil
+}
+
+// ticketState names a journal state as tickets do. An accepted wake that nothing runs any more
+// (its outcome could not be recorded) is indeterminate already; the journal says so after the
+// next restart.
+func ticketState(s string, live bool) string {
+	switch s {
+	case store.JournalAccepted:
+		if !live {
+			return protocol.TicketIndeterminate
+		}
+		return protocol.TicketRunning
+	case store.JournalCompleted:
+		return protocol.TicketSucceeded
+	}
+	return s // queued, failed and indeterminate keep their names
+}
+
+// Reconcile records an operator's verdict on an indeterminate wake. Only an indeterminate
+// ticket can be reconciled; the host leaves degraded once none is left.
+func (m *Manager) Reconcile(ticketID, outcome string) (*protocol.TicketResult, error) {
+	m.mu.Lock()
+	if !m.completed {
+		phase := m.recovery.Phase
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeHostNotReady, "the wake journal is still being recovered").With("phase", phase)
+	}
+	r := m.tickets[ticketID]
+	if r == nil {
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeTicketNotFound, "no wake has this ticket").With("ticketId", ticketID)
+	}
+	if r.state != store.JournalIndeterminate {
+		state := ticketState(r.state, r.live != nil)
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", state).
+			With("ticketId", ticketID).With("state", state)
+	}
+	m.mu.Unlock()
+
+	release := m.lockSession(r.sessionID) // one reconcile of a ticket at a time
+	defer release()
+	m.mu.Lock()
+	if r.state != store.JournalIndeterminate {
+		state := ticketState(r.state, r.live != nil)
+		m.mu.Unlock()
+		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", state).
+			With("ticketId", ticketID).With("state", state)
+	}
+	m.mu.Unlock()
+	to, verdict := store.JournalCompleted, (*protocol.Error)(nil)
+	if outcome == protocol.OutcomeFailed {
+		to = store.JournalFailed
+		verdict = protocol.Errorf(protocol.CodeRequestIndeterminate, "an operator reconciled this indeterminate wake as failed")
+	}
+	entry, err := m.cfg.Store.UpdateJournal(r.sessionID, r.seq, to, nil, verdict, nil)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	r.state, r.updatedAt, r.reconciled = to, entry.UpdatedAt, true
+	m.terminals[r.sessionID] = append(m.terminals[r.sessionID], r)
+	m.recovery.IndeterminateRequests--
+	m.recomputePhaseLocked()
+	m.metrics["reconciled"]++
+	m.mu.Unlock()
+	m.log.Info("wake reconciled", "sessionId", r.sessionID, "ticketId", ticketID, "outcome", outcome)
+	return m.Ticket(ticketID)
+}
+
+// jobsLocked lists a runtime's queued and running wakes. m.mu must be held.
+func (rt *runtime) jobsLocked() []*job {
+	if rt == nil {
+		return nil
+	}
+	jobs := append([]*job(nil), rt.queue...)
+	if rt.active != nil {
+		jobs = append(jobs, rt.active)
+	}
+	return jobs
+}

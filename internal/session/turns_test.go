@@ -1,0 +1,221 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/model/modeltest"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// turnHost is a Manager with a scripted model behind provider "local".
+type turnHost struct {
+	m   *Manager
+	st  *store.Store
+	llm *modeltest.Server
+	dir string
+}
+
+func newTurnHost(t *testing.T) *turnHost {
+	t.Helper()
+	llm := modeltest.New()
+	t.Cleanup(llm.Close)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
+	h := &turnHost{llm: llm, dir: dir}
+	h.start(t)
+	return h
+}
+
+// start opens the store and a Manager on h.dir and recovers; the previous one, if any, must
+// have been stopped.
+func (h *turnHost) start(t *testing.T) {
+	t.Helper()
+	st, err := store.Open(h.dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Config{HostInstanceID: "host-test", Store: st,
+		Providers: map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}}})
+	if err := m.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	h.m, h.st = m, st
+	t.Cleanup(h.stop)
+}
+
+func (h *turnHost) stop() {
+	h.m.Shutdown()
+	h.st.Close()
+}
+
+func (h *turnHost) open(t *testing.T, id, mode string) {
+	t.Helper()
+	p := &protocol.Policy{Cwd: t.TempDir(), Mode: mode, Tools: protocol.ResourceNone,
+		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
+	if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: id, Generation: 1, Version: v1(), Policy: p}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (h *turnHost) wake(id, key, prompt string, wait bool) (any, error) {
+	return h.m.Wake(context.Background(), WakeRequest{SessionID: id, Generation: 1, IdempotencyKey: key, RequestID: "r-" + key,
+		Payload: &protocol.WakePayload{Prompt: prompt, WaitForTerminal: &wait}})
+}
+
+func resultText(t *testing.T, v any) string {
+	t.Helper()
+	w, ok := v.(*protocol.WakeResult)
+	if !ok {
+		t.Fatalf("not a wake result: %T", v)
+	}
+	var r protocol.TurnResult
+	if err := json.Unmarshal(w.Result, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Text
+}
+
+// TestWakeDedupTable walks the duplicate rules: a live duplicate joins, another payload
+// conflicts, a terminal duplicate gets the recorded outcome without a model call.
+func TestWakeDedupTable(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	h.llm.Push(modeltest.Reply{Text: "answer", Hold: hold})
+
+	var wg sync.WaitGroup
+	texts := make([]string, 3)
+	for i := range texts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := h.wake("s", "k", "question", true)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			texts[i] = resultText(t, v)
+		}()
+	}
+	<-h.llm.Arrived(1)
+	// The joined callers wait on the one wake; wait until all three are in.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.m.mu.Lock()
+		joins := h.m.metrics["wakeDedupJoins"]
+		h.m.mu.Unlock()
+		if joins == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("joins %d", joins)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := h.wake("s", "k", "another question", true); code(err) != protocol.CodeIdempotencyConflict {
+		t.Fatalf("live conflict: %v", err)
+	}
+	close(hold)
+	wg.Wait()
+	for _, txt := range texts {
+		if txt != "answer" {
+			t.Fatalf("joined results %q", texts)
+		}
+	}
+	v, err := h.wake("s", "k", "question", true)
+	if err != nil || resultText(t, v) != "answer" {
+		t.Fatalf("terminal duplicate: %v", err)
+	}
+	if v, err := h.wake("s", "k", "question", false); err != nil || v.(*protocol.TicketResult).Ticket.State != protocol.TicketSucceeded {
+		t.Fatalf("terminal duplicate ticket: %v %+v", err, v)
+	}
+	if _, err := h.wake("s", "k", "another question", true); code(err) != protocol.CodeIdempotencyConflict {
+		t.Fatalf("terminal conflict: %v", err)
+	}
+	if h.llm.Count() != 1 {
+		t.Fatalf("%d model calls", h.llm.Count())
+	}
+}
+
+// TestCompletionNotRecorded: a turn that ends when its terminal record cannot be written fails
+// durability_completion_failed, stays accepted (a duplicate is request_indeterminate), and the
+// next start makes it indeterminate.
+func TestCompletionNotRecorded(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	h.llm.Push(modeltest.Reply{Text: "done", Hold: hold})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.wake("s", "k", "question", true)
+		errc <- err
+	}()
+	<-h.llm.Arrived(1)
+	h.st.Close() // every later write fails
+	close(hold)
+	if err := <-errc; code(err) != protocol.CodeDurabilityCompletion {
+		t.Fatalf("wake: %v", err)
+	}
+	if _, err := h.wake("s", "k", "question", true); code(err) != protocol.CodeRequestIndeterminate {
+		t.Fatalf("duplicate: %v", err)
+	}
+	h.m.Shutdown()
+	h.start(t)
+	if h.m.Ready() {
+		t.Fatal("ready with an indeterminate wake")
+	}
+	r, err := h.m.Ticket(protocol.TicketID("s", "k"))
+	if err != nil || r.Ticket.State != protocol.TicketIndeterminate {
+		t.Fatalf("ticket: %v %+v", err, r)
+	}
+}
+
+// TestJournalRetention prunes the oldest terminal entries beyond the per-session bound.
+func TestJournalRetention(t *testing.T) {
+	defer func(n int) { maxTerminalEntries = n }(maxTerminalEntries)
+	maxTerminalEntries = 3
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	keys := []string{"k1", "k2", "k3", "k4", "k5"}
+	for _, k := range keys {
+		h.llm.Push(modeltest.Reply{Text: k})
+		if _, err := h.wake("s", k, "q "+k, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, k := range keys {
+		_, err := h.m.Ticket(protocol.TicketID("s", k))
+		if gone := i < 2; gone != (code(err) == protocol.CodeTicketNotFound) {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	entries, err := h.st.RecoverJournal()
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("journal holds %d entries: %v", len(entries), err)
+	}
+}
+
+// TestMemorySessionWakes: a memory session runs turns and answers duplicates from memory, but
+// journals nothing.
+func TestMemorySessionWakes(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "mem", protocol.ModeMemory)
+	h.llm.Push(modeltest.Reply{Text: "hi"})
+	v, err := h.wake("mem", "k", "hello", true)
+	if err != nil || resultText(t, v) != "hi" {
+		t.Fatalf("wake: %v", err)
+	}
+	if v, err = h.wake("mem", "k", "hello", true); err != nil || resultText(t, v) != "hi" {
+		t.Fatalf("duplicate: %v", err)
+	}
+	entries, err := h.st.RecoverJournal()
+	if err != nil || len(entries) != 0 {
+		t.Fatalf("memory session journaled %d entries: %v", len(entries), err)
+	}
+}

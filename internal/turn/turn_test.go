@@ -1,0 +1,242 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// script is a model double: it answers each call with the next response and records what it
+// was sent. before, when set, runs at the start of each call.
+type script struct {
+	mu      sync.Mutex
+	replies []model.Response
+	errs    []error
+	sent    [][]model.Message
+	tools   [][]model.Tool
+	before  func(call int)
+}
+
+func (s *script) Complete(ctx context.Context, req model.Request, onDelta func(model.Delta)) (model.Response, error) {
+	s.mu.Lock()
+	n := len(s.sent)
+	s.sent = append(s.sent, slices.Clone(req.Messages))
+	s.tools = append(s.tools, req.Tools)
+	before := s.before
+	s.mu.Unlock()
+	if before != nil {
+		before(n)
+	}
+	if n < len(s.errs) && s.errs[n] != nil {
+		return model.Response{}, s.errs[n]
+	}
+	if n >= len(s.replies) {
+		return model.Response{}, errors.New("script: no reply left")
+	}
+	r := s.replies[n]
+	if r.Message.Content != "" {
+		onDelta(model.Delta{Text: r.Message.Content})
+	}
+	return r, nil
+}
+
+// tools is an adapter double answering every call with out, or failing with fail.
+type tools struct {
+	mu    sync.Mutex
+	calls []string
+	keys  []string
+	out   string
+	fail  *protocol.Error
+}
+
+func (t *tools) Invoke(ctx context.Context, op, key string, args json.RawMessage) (json.RawMessage, *protocol.Error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls = append(t.calls, op+" "+string(args))
+	t.keys = append(t.keys, key)
+	if t.fail != nil {
+		return nil, t.fail
+	}
+	return json.RawMessage(t.out), nil
+}
+
+type sink struct {
+	mu       sync.Mutex
+	events   []string
+	data     []any
+	recorded []model.Message
+	failAt   int // fail the Nth Record call (1-based); 0 never
+}
+
+func (s *sink) Emit(event string, data any) {
+	s.mu.Lock()
+	s.events = append(s.events, event)
+	s.data = append(s.data, data)
+	s.mu.Unlock()
+}
+
+func (s *sink) Record(msgs ...model.Message) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failAt > 0 {
+		if s.failAt--; s.failAt == 0 {
+			return protocol.Errorf("transcript_full", "full")
+		}
+	}
+	s.recorded = append(s.recorded, msgs...)
+	return nil
+}
+
+func call(id, name, args string) model.ToolCall {
+	return model.ToolCall{ID: id, Name: name, Arguments: args}
+}
+
+func reply(text string, calls ...model.ToolCall) model.Response {
+	return model.Response{Message: model.Message{Role: model.RoleAssistant, Content: text, ToolCalls: calls}, FinishReason: "stop"}
+}
+
+var limits = tooladapter.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 1 << 20, MaxConcurrentRequests: 4,
+	MaxQueuedRequests: 16, RequestTimeoutMs: 30000, MaxIdempotencyKeys: 256, IdempotencyTtlMs: 3600000}
+
+func TestToolFailuresAreOutputNotTurnFailures(t *testing.T) {
+	m := &script{replies: []model.Response{
+		reply("", call("a", "fs_read", `{"path":"x"}`), call("b", "fs_write", `{"path":"x","content":""}`),
+			call("c", "fs_read", `[1]`), call("d", "fs_read", `{"path":"big"}`)),
+		reply("done"),
+	}}
+	tl := &tools{out: `{"content":"` + strings.Repeat("é", 100) + `","bytesRead":200,"eof":true}`}
+	s := &sink{}
+	spec := &Spec{Model: m, ModelID: "m", Tools: tl, Operations: []string{"fs.read"}, Limits: limits, MaxToolOutputBytes: 64}
+	res, e := Run(context.Background(), spec, Request{RequestID: "r", CallScope: "scope", Prompt: "go"}, nil, s)
+	if e != nil || res.Text != "done" || res.ToolCalls != 4 || res.ModelCalls != 2 {
+		t.Fatalf("run: %v %+v", e, res)
+	}
+	if len(tl.calls) != 2 || tl.keys[0] != tooladapter.IdempotencyKey("fs.read", "scope\x00a") {
+		t.Fatalf("adapter calls %v %v", tl.calls, tl.keys)
+	}
+	outs := s.recorded[2:6] // user, assistant, then four tool messages
+	if !strings.Contains(outs[1].Content, "unknown_tool") || !strings.Contains(outs[2].Content, "adapter_request_invalid") {
+		t.Fatalf("refusals shown to the model: %q / %q", outs[1].Content, outs[2].Content)
+	}
+	if !strings.Contains(outs[3].Content, "[airlock: tool output truncated: ") || !strings.HasPrefix(outs[3].Content, `{"content":"`) {
+		t.Fatalf("truncation notice: %q", outs[3].Content)
+	}
+	if strings.ContainsRune(outs[3].Content, '\uFFFD') {
+		t.Fatal("truncation split a rune")
+	}
+	if got := m.tools[0]; len(got) != 1 || got[0].Name != "fs_read" {
+		t.Fatalf("offered tools %v", got)
+	}
+}
+
+func TestNoToolsOffersNone(t *testing.T) {
+	m := &script{replies: []model.Response{reply("hi")}}
+	if _, e := Run(context.Background(), &Spec{Model: m, Operations: []string{"fs.read"}}, Request{Prompt: "x"}, nil, &sink{}); e != nil {
+		t.Fatal(e)
+	}
+	if len(m.tools[0]) != 0 {
+		t.Fatalf("tools offered without an adapter: %v", m.tools[0])
+	}
+}
+
+func TestModelCallLimit(t *testing.T) {
+	loop := reply("", call("a", "fs_read", `{"path":"x"}`))
+	m := &script{replies: []model.Response{loop, loop, loop}}
+	spec := &Spec{Model: m, Tools: &tools{out: `{}`}, Operations: []string{"fs.read"}, Limits: limits, MaxModelCalls: 2}
+	res, e := Run(context.Background(), spec, Request{Prompt: "x"}, nil, &sink{})
+	if e != nil || res.StopReason != StopModelCallLimit || res.ModelCalls != 2 {
+		t.Fatalf("%v %+v", e, res)
+	}
+}
+
+func TestSteerAndFollowUp(t *testing.T) {
+	mb := &Mailbox{}
+	m := &script{replies: []model.Response{reply("", call("a", "fs_read", `{"path":"x"}`)), reply("first"), reply("second")}}
+	m.before = func(n int) {
+		if n == 0 {
+			mb.Steer("also check y")
+			mb.FollowUp("and then summarize")
+		}
+	}
+	spec := &Spec{Model: m, Tools: &tools{out: `{}`}, Operations: []string{"fs.read"}, Limits: limits}
+	res, e := Run(context.Background(), spec, Request{Prompt: "x"}, mb, &sink{})
+	if e != nil || res.Text != "second" || res.ModelCalls != 3 {
+		t.Fatalf("%v %+v", e, res)
+	}
+	last := func(call int) model.Message { return m.sent[call][len(m.sent[call])-1] }
+	if got := last(1); got.Role != model.RoleUser || got.Content != "also check y" {
+		t.Fatalf("steer not before the second call: %+v", got)
+	}
+	if got := last(2); got.Role != model.RoleUser || got.Content != "and then summarize" {
+		t.Fatalf("follow-up not before the third call: %+v", got)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	me := &model.Error{Code: "model_auth_failed", Message: "provider refused the key"}
+	m := &script{errs: []error{me}}
+	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != "model_auth_failed" {
+		t.Fatalf("model error: %v", e)
+	}
+	m = &script{errs: []error{errors.New("boom")}}
+	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != protocol.CodeTurnFailed {
+		t.Fatalf("untyped model error: %v", e)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	m = &script{replies: []model.Response{reply("never")}, before: func(int) { cancel(ErrAborted) }}
+	m.errs = []error{context.Canceled}
+	if _, e := Run(ctx, &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != protocol.CodeAborted || !e.Retryable {
+		t.Fatalf("abort: %v", e)
+	}
+	if _, e := Run(context.Background(), &Spec{Model: &script{replies: []model.Response{reply("x")}}}, Request{Prompt: "x"}, nil, &sink{failAt: 2}); e == nil || e.Code != "transcript_full" {
+		t.Fatalf("record failure: %v", e)
+	}
+}
+
+func TestEventsOfATurn(t *testing.T) {
+	m := &script{replies: []model.Response{reply("", call("a", "fs_read", `{"path":"x"}`)), reply("ok")}}
+	s := &sink{}
+	spec := &Spec{Model: m, Tools: &tools{fail: protocol.Errorf("adapter_path_unavailable", "no such path")}, Operations: []string{"fs.read"}, Limits: limits}
+	if _, e := Run(context.Background(), spec, Request{Prompt: "x"}, nil, s); e != nil {
+		t.Fatal(e)
+	}
+	want := []string{"turnStart", "messageStart", "messageEnd", "toolStart", "toolEnd", "messageStart", "messageUpdate", "messageEnd", "turnEnd"}
+	if !slices.Equal(s.events, want) {
+		t.Fatalf("events %v", s.events)
+	}
+	end := s.data[4].(toolEnd)
+	if end.OK || end.Error == nil || end.Error.Code != "adapter_path_unavailable" {
+		t.Fatalf("toolEnd %+v", end)
+	}
+}
+
+func TestDefinitionsAreClosedAndBounded(t *testing.T) {
+	small := limits
+	small.MaxResponseBytes = 4096
+	defs := Definitions(tooladapter.Operations, small)
+	if len(defs) != 6 {
+		t.Fatalf("%d definitions", len(defs))
+	}
+	for _, d := range defs {
+		var s map[string]any
+		if err := json.Unmarshal(d.Parameters, &s); err != nil || s["additionalProperties"] != false || s["type"] != "object" {
+			t.Fatalf("%s: %s", d.Name, d.Parameters)
+		}
+		if strings.Contains(d.Name, ".") {
+			t.Fatalf("name %s", d.Name)
+		}
+	}
+	var read map[string]any
+	json.Unmarshal(defs[2].Parameters, &read)
+	if max := read["properties"].(map[string]any)["maxBytes"].(map[string]any)["maximum"]; max != float64(4096-1024) {
+		t.Fatalf("fs_read maxBytes bound %v", max)
+	}
+}
