@@ -22,7 +22,9 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/schemas"
@@ -116,6 +118,10 @@ func TestSchemasCompile(t *testing.T) {
 		"command", "response", "error", "event", "handshake", "openResult", "sessionSnapshot",
 		"hostSnapshot", "recoveryHealth", "limits", "attachResult", "detachResult", "closeResult",
 		"drainResult", "sessionClosedData", "eventDroppedData", "openPayload",
+		"ticketId", "wakePayload", "messagePayload", "usage", "turnResult", "wakeResult", "ticketResource",
+		"ticketResult", "queuedResult", "abortResult", "promptAcceptedData", "messageStartData",
+		"messageUpdateData", "messageEndData", "toolStartData", "toolEndData", "toolCallError", "turnEndData",
+		"requestFailedData",
 	}
 	for _, major := range []int{1, 2} {
 		for _, d := range defs {
@@ -126,7 +132,8 @@ func TestSchemasCompile(t *testing.T) {
 		"registerAdapterPayload", "adapterNamePayload", "capabilityPayload", "invokeCapabilityPayload",
 		"capabilityDescriptor", "adapterStatus", "capabilitySummary", "registerResult", "removeResult", "adapterList",
 		"adapterLogsResult", "capabilityList", "capabilityDescription", "capabilityResult",
-		"invokeToolPayload", "toolsResource", "toolResult", "hostToolAdapterQueue", "adapterError", "daemonError"} {
+		"invokeToolPayload", "toolsResource", "toolResult", "hostToolAdapterQueue", "adapterError", "daemonError",
+		"ticketPayload", "reconcilePayload", "conversationRef"} {
 		v.def(t, 2, d)
 	}
 	for _, d := range toolDefs {
@@ -176,15 +183,28 @@ func TestFixtures(t *testing.T) {
 				if e, ok := m["error"].(map[string]any); ok {
 					covered["error"] = true
 					covered["error "+e["code"].(string)] = true
-				} else if _, ok := m["data"].(map[string]any)["capabilities"]; ok {
-					covered["handshake"] = true
+				} else {
+					data := m["data"].(map[string]any)
+					for member, def := range resultMembers {
+						if _, ok := data[member]; ok {
+							covered[def] = true
+						}
+					}
 				}
 			}
 		}
 		want := []string{"handshake", "error", "event sessionClosed", "event eventDropped", "event hostDraining",
-			"error stale_generation", "error unsupported_operation", "error outbound_record_too_large"}
+			"error stale_generation", "error outbound_record_too_large",
+			"wakeResult", "ticketResult", "queuedResult", "abortResult",
+			"error session_not_running", "error session_queue_full", "error idempotency_conflict", "error request_indeterminate"}
 		for _, op := range protocol.Operations(major) {
 			want = append(want, "command "+op)
+		}
+		for _, ev := range turnEvents {
+			want = append(want, "event "+ev)
+		}
+		if major >= 2 {
+			want = append(want, "error ticket_not_found", "error ticket_not_indeterminate")
 		}
 		for _, w := range want {
 			if !covered[w] {
@@ -201,6 +221,22 @@ func TestFixtures(t *testing.T) {
 			}
 		}
 	}
+}
+
+// turnEvents are the events of agent turns.
+var turnEvents = []string{
+	protocol.EventPromptAccepted, protocol.EventTurnStart, protocol.EventMessageStart, protocol.EventMessageUpdate,
+	protocol.EventMessageEnd, protocol.EventToolStart, protocol.EventToolEnd, protocol.EventTurnEnd,
+	protocol.EventSessionIdle, protocol.EventRequestFailed,
+}
+
+// resultMembers names the response data a fixture covers by a member only that data has.
+var resultMembers = map[string]string{
+	"capabilities": "handshake",
+	"result":       "wakeResult",
+	"ticket":       "ticketResult",
+	"queued":       "queuedResult",
+	"aborted":      "abortResult",
 }
 
 // TestVersionPattern checks the protocolVersion pattern against ParseVersion. The pattern
@@ -317,6 +353,14 @@ next:
 
 func rep(s string, n int) string { return strings.Repeat(s, n) }
 
+// wakeLine is a wake of session s, generation 1, with key k.
+func wakeLine(version, payload string) string {
+	return line(version, "wake", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, payload)
+}
+
+// ticketID is a well-formed ticket id: that of the wake wakeLine sends.
+var ticketID = protocol.TicketID("s", "k")
+
 // agreementCases are command lines for the parser and the schema. The parser refuses a
 // duplicated member and reads numbers by their text ("1.0", "1e2" and "-0" are not the
 // integers it wants); JSON parsing hides both from a schema, so neither is in this table. A
@@ -396,13 +440,68 @@ var agreementCases = []agreementCase{
 	{"detach", 2, line("2.0", "detach", `"sessionId":"s","generation":0`, `{}`), true},
 	{"wake", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"prompt":"hi"}`), true},
 	{"wake without idempotencyKey", 1, line("1.0", "wake", `"sessionId":"s","generation":1`, `{"prompt":"hi"}`), false},
-	{"wake idempotencyKey 512", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"`+rep("ключ", 128)+`"`, `{}`), true},
+	{"wake idempotencyKey 512", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"`+rep("ключ", 128)+`"`, `{"prompt":"hi"}`), true},
 	{"wake idempotencyKey 513", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":"`+rep("ключ", 128)+`x"`, `{}`), false},
 	{"wake idempotencyKey empty", 1, line("1.0", "wake", `"sessionId":"s","generation":1,"idempotencyKey":""`, `{}`), false},
 	{"steer", 2, line("2.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"m"}`), true},
 	{"followUp without generation", 1, line("1.0", "followUp", `"sessionId":"s","idempotencyKey":"k"`, `{}`), false},
 	{"abort", 1, line("1.0", "abort", `"sessionId":"s","generation":1`, `{}`), true},
 	{"abort with idempotencyKey", 1, line("1.0", "abort", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{}`), false},
+
+	// Agent-turn payloads.
+	{"wake full", 2, wakeLine("2.0", `{"prompt":"hi","source":"cron:nightly","waitForTerminal":false}`), true},
+	{"wake waitForTerminal true", 1, wakeLine("1.0", `{"prompt":"hi","waitForTerminal":true}`), true},
+	{"wake empty payload", 1, wakeLine("1.0", `{}`), false},
+	{"wake empty prompt", 1, wakeLine("1.0", `{"prompt":""}`), false},
+	{"wake prompt 262144 runes", 2, wakeLine("2.0", `{"prompt":"`+rep("é", 262144)+`"}`), true},
+	{"wake prompt 262145 runes", 2, wakeLine("2.0", `{"prompt":"`+rep("é", 262145)+`"}`), false},
+	{"wake prompt whitespace", 1, wakeLine("1.0", `{"prompt":" "}`), true},
+	{"wake prompt control characters", 1, wakeLine("1.0", `{"prompt":"line\nline\u0000"}`), true},
+	{"wake prompt number", 1, wakeLine("1.0", `{"prompt":5}`), false},
+	{"wake prompt null", 1, wakeLine("1.0", `{"prompt":null}`), false},
+	{"wake source 128", 1, wakeLine("1.0", `{"prompt":"hi","source":"`+rep("ü", 128)+`"}`), true},
+	{"wake source 129", 1, wakeLine("1.0", `{"prompt":"hi","source":"`+rep("ü", 129)+`"}`), false},
+	{"wake source empty", 2, wakeLine("2.0", `{"prompt":"hi","source":""}`), false},
+	{"wake source newline", 2, wakeLine("2.0", `{"prompt":"hi","source":"a\nb"}`), false},
+	{"wake source C1", 2, wakeLine("2.0", `{"prompt":"hi","source":"a\u0085b"}`), false},
+	{"wake source null", 1, wakeLine("1.0", `{"prompt":"hi","source":null}`), false},
+	{"wake waitForTerminal string", 1, wakeLine("1.0", `{"prompt":"hi","waitForTerminal":"false"}`), false},
+	{"wake waitForTerminal number", 2, wakeLine("2.0", `{"prompt":"hi","waitForTerminal":0}`), false},
+	{"wake waitForTerminal null", 2, wakeLine("2.0", `{"prompt":"hi","waitForTerminal":null}`), false},
+	{"wake unknown member", 1, wakeLine("1.0", `{"prompt":"hi","model":"x"}`), false},
+	{"wake case variant member", 1, wakeLine("1.0", `{"prompt":"hi","Prompt":"hi"}`), false},
+	{"wake without generation", 2, line("2.0", "wake", `"sessionId":"s","idempotencyKey":"k"`, `{"prompt":"hi"}`), false},
+	{"steer message 262144 runes", 1, line("1.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"`+rep("ß", 262144)+`"}`), true},
+	{"steer message 262145 runes", 1, line("1.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"`+rep("ß", 262145)+`"}`), false},
+	{"steer empty message", 2, line("2.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":""}`), false},
+	{"steer without message", 2, line("2.0", "steer", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{}`), false},
+	{"steer without idempotencyKey", 2, line("2.0", "steer", `"sessionId":"s","generation":1`, `{"message":"m"}`), false},
+	{"followUp", 1, line("1.0", "followUp", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"then this"}`), true},
+	{"followUp prompt member", 2, line("2.0", "followUp", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":"m","prompt":"p"}`), false},
+	{"followUp message array", 1, line("1.0", "followUp", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, `{"message":["m"]}`), false},
+	{"abort payload member", 2, line("2.0", "abort", `"sessionId":"s","generation":1`, `{"reason":"x"}`), false},
+	{"ticket", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID+`"}`), true},
+	{"ticket minor 2.7", 2, line("2.7", "ticket", "", `{"ticketId":"`+ticketID+`"}`), true},
+	{"ticket in v1", 1, line("1.0", "ticket", "", `{"ticketId":"`+ticketID+`"}`), false},
+	{"ticket without ticketId", 2, line("2.0", "ticket", "", `{}`), false},
+	{"ticket id short", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID[:len(ticketID)-1]+`"}`), false},
+	{"ticket id long", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID+`A"}`), false},
+	{"ticket id prefix", 2, line("2.0", "ticket", "", `{"ticketId":"Ticket-`+ticketID[7:]+`"}`), false},
+	{"ticket id padding", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID[:len(ticketID)-1]+`="}`), false},
+	{"ticket id plus", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID[:len(ticketID)-1]+`+"}`), false},
+	{"ticket id multibyte", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID[:len(ticketID)-1]+`é"}`), false},
+	{"ticket id number", 2, line("2.0", "ticket", "", `{"ticketId":1}`), false},
+	{"ticket with sessionId", 2, line("2.0", "ticket", `"sessionId":"s"`, `{"ticketId":"`+ticketID+`"}`), false},
+	{"ticket with idempotencyKey", 2, line("2.0", "ticket", `"idempotencyKey":"k"`, `{"ticketId":"`+ticketID+`"}`), false},
+	{"ticket unknown member", 2, line("2.0", "ticket", "", `{"ticketId":"`+ticketID+`","outcome":"failed"}`), false},
+	{"reconcile succeeded", 2, line("2.0", "reconcile", "", `{"ticketId":"`+ticketID+`","outcome":"succeeded"}`), true},
+	{"reconcile failed", 2, line("2.0", "reconcile", "", `{"ticketId":"`+ticketID+`","outcome":"failed"}`), true},
+	{"reconcile in v1", 1, line("1.0", "reconcile", "", `{"ticketId":"`+ticketID+`","outcome":"failed"}`), false},
+	{"reconcile outcome unknown", 2, line("2.0", "reconcile", "", `{"ticketId":"`+ticketID+`","outcome":"completed"}`), false},
+	{"reconcile outcome case", 2, line("2.0", "reconcile", "", `{"ticketId":"`+ticketID+`","outcome":"Failed"}`), false},
+	{"reconcile without outcome", 2, line("2.0", "reconcile", "", `{"ticketId":"`+ticketID+`"}`), false},
+	{"reconcile bad ticketId", 2, line("2.0", "reconcile", "", `{"ticketId":"ticket-x","outcome":"failed"}`), false},
+	{"reconcile with generation", 2, line("2.0", "reconcile", `"sessionId":"s","generation":1`, `{"ticketId":"`+ticketID+`","outcome":"failed"}`), false},
 	{"drain with sessionId", 1, line("1.0", "drain", `"sessionId":"s"`, `{}`), false},
 	{"listSessions with sessionId", 2, line("2.0", "listSessions", `"sessionId":"s"`, `{}`), false},
 	{"describeSession", 2, line("2.0", "describeSession", `"sessionId":"s"`, `{}`), true},
@@ -748,8 +847,28 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}
-	case protocol.OpWake, protocol.OpSteer, protocol.OpFollowUp, protocol.OpAbort:
-		// Not read until agent turns land: the daemon answers unsupported_operation.
+	case protocol.OpWake:
+		var p protocol.WakePayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpSteer, protocol.OpFollowUp:
+		var p protocol.MessagePayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpAbort:
+		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpTicket:
+		var p protocol.TicketPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpReconcile:
+		var p protocol.ReconcilePayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
 	default:
 		return false, "no payload rule for " + cmd.Operation
 	}
@@ -761,8 +880,13 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 
 // --- Real server output ---
 
-// startDaemon starts an in-process daemon under a short temporary directory.
-func startDaemon(t *testing.T, limits daemon.Limits) (*daemon.Daemon, string, string) {
+// modelProviders are the providers the test daemons configure, all served by one scripted
+// model server: the opens of these tests name them.
+var modelProviders = []string{"ollama", "openai", "p"}
+
+// startDaemon starts an in-process daemon under a short temporary directory, with the
+// providers of modelProviders configured to a scripted model server it returns as well.
+func startDaemon(t *testing.T, limits daemon.Limits) (*daemon.Daemon, string, string, *modeltest.Server) {
 	t.Helper()
 	dir, err := os.MkdirTemp("/tmp", "al-")
 	if err != nil {
@@ -772,8 +896,14 @@ func startDaemon(t *testing.T, limits daemon.Limits) (*daemon.Daemon, string, st
 	if err := os.Chmod(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	llm := modeltest.New()
+	t.Cleanup(llm.Close) // after the daemon's shutdown, which the next cleanup runs
+	providers := make(map[string]session.Provider, len(modelProviders))
+	for _, name := range modelProviders {
+		providers[name] = session.Provider{Name: name, BaseURL: llm.URL()}
+	}
 	socket := filepath.Join(dir, "s.sock")
-	d, err := daemon.Start(daemon.Config{SocketPath: socket, StateDir: filepath.Join(dir, "state"), Limits: limits})
+	d, err := daemon.Start(daemon.Config{SocketPath: socket, StateDir: filepath.Join(dir, "state"), Limits: limits, Providers: providers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -786,7 +916,7 @@ func startDaemon(t *testing.T, limits daemon.Limits) (*daemon.Daemon, string, st
 	if err := os.Mkdir(cwd, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return d, socket, cwd
+	return d, socket, cwd, llm
 }
 
 // peer is one client connection whose every received line is validated.
@@ -978,7 +1108,7 @@ func num(v any) int64 {
 // TestServerOutput drives a daemon through every operation and validates every line it sends.
 func TestServerOutput(t *testing.T) {
 	v := newValidator(t)
-	d, socket, cwd := startDaemon(t, daemon.DefaultLimits)
+	d, socket, cwd, llm := startDaemon(t, daemon.DefaultLimits)
 	checked := 0
 	a := v.dial(t, socket, "a", "1.0", &checked)
 	b := v.dial(t, socket, "b", "2.0", &checked)
@@ -1038,8 +1168,12 @@ func TestServerOutput(t *testing.T) {
 	}
 	a.fail(a.call("attach", `"sessionId":"s1","generation":0`, `{}`), "stale_generation")
 	a.fail(a.call("attach", `"sessionId":"s1","generation":2`, `{}`), "session_not_found")
-	a.fail(a.call("wake", `"sessionId":"s1","generation":1,"idempotencyKey":"k1"`, `{"prompt":"hi"}`), "unsupported_operation")
-	a.fail(a.call("abort", `"sessionId":"s1","generation":1`, `{}`), "unsupported_operation")
+	a.fail(a.call("wake", `"sessionId":"s1","generation":0,"idempotencyKey":"k1"`, `{"prompt":"hi"}`), "stale_generation")
+	b.fail(b.call("ticket", "", `{"ticketId":"`+ticketID+`"}`), "ticket_not_found")
+	a.fail(a.call("ticket", "", `{"ticketId":"`+ticketID+`"}`), "unknown_operation")
+
+	// Agent turns: a (1.0) and b (2.0) are attached to s1 and see every event of its turns.
+	driveTurns(t, llm, a, b, c, cwd)
 	a.fail(a.call("listSessions", "", `{}`), "unknown_operation")
 	a.fail(a.call("close", `"sessionId":"s1","generation":1`, `{"retainSession":1}`), "invalid_field")
 	a.fail(a.send(`{"protocolVersion":"1.0","requestId":"dup","operation":"status","operation":"status","payload":{}}`), "invalid_field")
@@ -1396,7 +1530,7 @@ func TestServerOutputOverLimits(t *testing.T) {
 	limits := daemon.DefaultLimits
 	limits.MaxEventBytes = 2048
 	limits.MaxResponseBytes = 2048
-	d, socket, cwd := startDaemon(t, limits)
+	d, socket, cwd, llm := startDaemon(t, limits)
 	checked := 0
 	a := v.dial(t, socket, "a", "1.0", &checked)
 	b := v.dial(t, socket, "b", "2.0", &checked)
@@ -1446,6 +1580,29 @@ func TestServerOutputOverLimits(t *testing.T) {
 	data := ev["data"].(map[string]any)
 	if data["originalEvent"] != "sessionClosed" || data["error"].(map[string]any)["code"] != "outbound_record_too_large" {
 		t.Errorf("eventDropped data: %v", data)
+	}
+
+	// A turn whose text does not fit: its answer is replaced, and so are its messageUpdate and
+	// messageEnd events; the small events around them arrive as they are.
+	const small = `"sessionId":"small","generation":1`
+	b.ok(b.call("open", small, `{"cwd":"`+cwd+`","session":{"mode":"new"},"model":{"provider":"p","id":"m"},"resources":`+resources("")+`}`), "openResult")
+	b.ok(b.call("attach", small, `{}`), "attachResult")
+	llm.Push(modeltest.Reply{Text: rep("x", 3000)})
+	b.fail(b.call("wake", small+`,"idempotencyKey":"k"`, `{"prompt":"say a lot"}`), "outbound_record_too_large")
+	var seen []string
+	for {
+		ev := b.event()
+		name := ev["event"].(string)
+		if name == "eventDropped" {
+			name += "(" + ev["data"].(map[string]any)["originalEvent"].(string) + ")"
+		}
+		seen = append(seen, name)
+		if name == "sessionIdle" {
+			break
+		}
+	}
+	if got, want := strings.Join(seen, " "), "promptAccepted turnStart messageStart eventDropped(messageUpdate) eventDropped(messageEnd) turnEnd sessionIdle"; got != want {
+		t.Errorf("events of an oversized turn: %s, want %s", got, want)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

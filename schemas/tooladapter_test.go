@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
@@ -701,7 +703,7 @@ func mustJSON(v any) string {
 // schema.
 func TestToolAdapterServerOutput(t *testing.T) {
 	v := newValidator(t)
-	d, socket, cwd := startDaemon(t, daemon.DefaultLimits)
+	d, socket, cwd, llm := startDaemon(t, daemon.DefaultLimits)
 	adapter := startToolAdapter(t, v)
 	for name, content := range map[string]string{"a.txt": "hello", "slow": "zzz"} {
 		if err := os.WriteFile(filepath.Join(cwd, name), []byte(content), 0o600); err != nil {
@@ -873,6 +875,46 @@ func TestToolAdapterServerOutput(t *testing.T) {
 	// A session without tools has no tool to call.
 	b.ok(b.call("open", `"sessionId":"t-plain","generation":1`, openPayload(`"cwd":`+jsonString(cwd), "cwd")), "openResult")
 	b.fail(invoke(b, "t-plain", 1, "c", "fs.stat", `{"path":"."}`), "adapter_operation_denied")
+
+	// A turn on a session with tools and a model: the model's calls of granted operations go
+	// to the adapter (an adapter failure and refusals before dispatch become the tool's output,
+	// not the turn's failure), and b, attached, sees each as toolStart and toolEnd.
+	turnDesc := toolDesc(adapter.socket, host, "t-turn", 1, rep("h4", 20), 1000, all...)
+	turnOpen := openPayload(`"cwd":`+jsonString(cwd)+`,"model":{"provider":"ollama","id":"qwen3"},"resources":`+
+		resources(`"tools":{"mode":"host-adapter","descriptor":`+mustJSON(turnDesc)+`}`), "cwd", "resources")
+	const turnSession = `"sessionId":"t-turn","generation":1`
+	b.ok(b.call("open", turnSession, turnOpen), "openResult")
+	b.ok(b.call("attach", turnSession, `{}`), "attachResult")
+	llm.Push(modeltest.Reply{Text: "Looking.", ToolCalls: []model.ToolCall{
+		{ID: "call_0", Name: "fs_read", Arguments: `{"path":"a.txt"}`},
+		{ID: "call_1", Name: "fs_edit", Arguments: `{"path":"a.txt","edits":[{"oldText":"l","newText":"L"}]}`},
+		{ID: "call_2", Name: "shell", Arguments: `{"cmd":"ls"}`},
+		{ID: "call_3", Name: "fs_read", Arguments: `{"path":"a.txt","follow":true}`},
+	}}, modeltest.Reply{Text: "Read it; the edit failed."})
+	resp := b.call("wake", turnSession+`,"idempotencyKey":"k1"`, `{"prompt":"read and edit a.txt"}`)
+	if res := b.ok(resp, "wakeResult")["result"].(map[string]any); num(res["toolCalls"]) != 4 || num(res["modelCalls"]) != 2 {
+		t.Errorf("turn with tools: %v", res)
+	}
+	wantTools := map[string]string{"call_0": "fs.read ok", "call_1": "fs.edit edit_ambiguous", "call_2": " unknown_tool", "call_3": "fs.read adapter_request_invalid"}
+	for _, ev := range untilIdle(t, b, resp["requestId"].(string)) {
+		if ev["event"] != "toolEnd" {
+			continue
+		}
+		data := ev["data"].(map[string]any)
+		got, _ := data["operation"].(string)
+		if e, _ := data["error"].(map[string]any); e != nil {
+			got += " " + e["code"].(string)
+		} else {
+			got += " ok"
+		}
+		if id := data["toolCallId"].(string); got != wantTools[id] {
+			t.Errorf("toolEnd of %s: %s, want %s", id, got, wantTools[id])
+		}
+		delete(wantTools, data["toolCallId"].(string))
+	}
+	if len(wantTools) > 0 {
+		t.Errorf("no toolEnd for %v", wantTools)
+	}
 
 	// Replacement revokes generation 1; close revokes generation 2.
 	gen1 := kindsOf(adapter.sent("t-main", 1, true))
