@@ -2,6 +2,7 @@ package capadapter
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,24 +87,32 @@ func (o ClientOptions) withDefaults() (ClientOptions, error) {
 type Client struct {
 	pid         int
 	stdin       *os.File
+	stdinRaw    syscall.RawConn // stdin's descriptor, for the write attempt that must not wait
 	stdout      *os.File
 	stderr      *os.File
 	log         *logRing
 	callTimeout time.Duration
 	cmd         *exec.Cmd
 
-	sem chan struct{} // holds the one call in flight
-	seq uint64        // last request id; guarded by sem
+	sem   chan struct{} // holds the one call in flight
+	seq   uint64        // last request id; guarded by sem
+	timer *time.Timer   // the call deadline, stopped between calls; guarded by sem
+
+	// The state of writeRequest's first attempt, guarded by sem: what is left to write, why
+	// the attempt failed, and the attempt itself, bound once so that no call allocates it.
+	unwritten []byte
+	writeErr  error
+	attempt   func(fd uintptr) bool
 
 	stdoutDone chan struct{}
 	stderrDone chan struct{}
 	done       chan struct{}
 
 	mu       sync.Mutex
-	waiting  chan inbound // the call waiting for a frame, if any
-	failure  *Error       // why the child is dead or dying; nil while healthy
-	exited   bool         // the group was killed after the leader exited: never signal again
-	stopping bool         // Close began: EOF is expected, not a failure
+	waiting  waiter // the call waiting for a frame, if any (ch is nil otherwise)
+	failure  *Error // why the child is dead or dying; nil while healthy
+	exited   bool   // the group was killed after the leader exited: never signal again
+	stopping bool   // Close began: EOF is expected, not a failure
 	stdinOff bool
 	state    *os.ProcessState
 
@@ -111,9 +120,18 @@ type Client struct {
 	canon [][]byte
 }
 
+// waiter is the call waiting for a frame: the id it expects, whether its result must pass
+// screenResult, and where the reader delivers the outcome.
+type waiter struct {
+	id     string
+	screen bool
+	ch     chan inbound
+}
+
+// inbound is what the reader delivers: the decoded response, or why the child failed.
 type inbound struct {
-	frame []byte
-	err   *Error
+	resp Response
+	err  *Error
 }
 
 // Spawn starts command with args as an adapter child and returns without speaking to it.
@@ -160,19 +178,25 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	inR.Close()
 	outW.Close()
 	errW.Close()
+	inRaw, _ := inW.SyscallConn() // fails only for a nil *os.File
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	c := &Client{
 		pid:         cmd.Process.Pid,
 		stdin:       inW,
+		stdinRaw:    inRaw,
 		stdout:      outR,
 		stderr:      errR,
 		log:         opts.log,
 		callTimeout: opts.CallTimeout,
 		cmd:         cmd,
 		sem:         make(chan struct{}, 1),
+		timer:       timer,
 		stdoutDone:  make(chan struct{}),
 		stderrDone:  make(chan struct{}),
 		done:        make(chan struct{}),
 	}
+	c.attempt = c.writeAttempt
 	c.log.note("started pid " + strconv.Itoa(c.pid))
 	go c.readStdout()
 	go func() {
@@ -281,6 +305,11 @@ func jsonArray(data []byte, items *[]json.RawMessage) error {
 // comes first; a missed deadline is timeout, a cancelled ctx unavailable, and both kill the
 // child, since its late answer could otherwise pair with the next request.
 func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
+	return c.call(ctx, req, false)
+}
+
+// call is Call; with screen set, a result must also pass screenResult (see resultCall).
+func (c *Client) call(ctx context.Context, req Request, screen bool) (Response, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -291,13 +320,14 @@ func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
 	defer func() { <-c.sem }()
 
 	// The call's deadline: the call timeout, or ctx's when earlier. A timer rather than a
-	// derived context keeps the hot path free of context allocations.
+	// derived context keeps the hot path free of context allocations; the Client's one timer
+	// is reused, as sem holds it for one call at a time.
 	deadline := time.Now().Add(c.callTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
+	c.timer.Reset(time.Until(deadline))
+	defer c.timer.Stop()
 	c.seq++
 	id := strconv.FormatUint(c.seq, 10)
 	frame, err := encodeRequest(req, id)
@@ -310,19 +340,10 @@ func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
 		c.mu.Unlock()
 		return Response{}, c.deadError()
 	}
-	c.waiting = ch
+	c.waiting = waiter{id: id, screen: screen, ch: ch}
 	c.mu.Unlock()
 
-	// A child that does not read its stdin cannot block the write past the deadline, nor
-	// past a cancellation of ctx.
-	_ = c.stdin.SetWriteDeadline(deadline)
-	stop := func() bool { return false }
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { _ = c.stdin.SetWriteDeadline(time.Unix(1, 0)) })
-	}
-	_, werr := c.stdin.Write(frame)
-	stop()
-	if werr != nil {
+	if werr := c.writeRequest(ctx, frame, deadline); werr != nil {
 		var e *Error
 		switch {
 		case ctx.Err() != nil:
@@ -340,7 +361,7 @@ func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
 	var in inbound
 	select {
 	case in = <-ch:
-	case <-timer.C:
+	case <-c.timer.C:
 		in = c.missed(ch, newError(CodeTimeout, "the adapter did not answer before the deadline"))
 	case <-ctx.Done():
 		in = c.missed(ch, ctxError(ctx))
@@ -348,12 +369,51 @@ func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
 	if in.err != nil {
 		return Response{}, in.err // the reader has failed the child
 	}
-	resp, err := DecodeResponse(in.frame, id)
-	if err != nil {
-		c.fail(err.(*Error))
-		return Response{}, err
+	return in.resp, nil
+}
+
+// writeRequest writes frame to the child's stdin. The pipe nearly always has room for a whole
+// frame, so the first attempt does not wait and arms nothing; only what the pipe does not take
+// at once is written with the deadline, and with ctx able to cut the wait short, so that a
+// child that does not read its stdin cannot block the call past either.
+func (c *Client) writeRequest(ctx context.Context, frame []byte, deadline time.Time) error {
+	c.unwritten, c.writeErr = frame, nil
+	err := c.stdinRaw.Write(c.attempt)
+	rest := c.unwritten
+	err = cmp.Or(err, c.writeErr)
+	c.unwritten, c.writeErr = nil, nil
+	if err != nil || len(rest) == 0 {
+		return err
 	}
-	return resp, nil
+	_ = c.stdin.SetWriteDeadline(deadline)
+	stop := func() bool { return false }
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { _ = c.stdin.SetWriteDeadline(time.Unix(1, 0)) })
+	}
+	_, err = c.stdin.Write(rest)
+	stop()
+	// A deadline left armed would fail the next call's first attempt once it passed.
+	_ = c.stdin.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// writeAttempt writes what the pipe takes of c.unwritten without waiting; EAGAIN only ends the
+// attempt. It always reports done, so that RawConn.Write never waits without the deadline.
+func (c *Client) writeAttempt(fd uintptr) bool {
+	for len(c.unwritten) > 0 {
+		n, err := unix.Write(int(fd), c.unwritten)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			if err != unix.EAGAIN {
+				c.writeErr = err
+			}
+			break
+		}
+		c.unwritten = c.unwritten[n:]
+	}
+	return true
 }
 
 // missed ends a wait that ran out: a frame that arrived just in time still counts; otherwise
@@ -371,8 +431,8 @@ func (c *Client) missed(ch chan inbound, e *Error) inbound {
 
 func (c *Client) clearWaiting(ch chan inbound) {
 	c.mu.Lock()
-	if c.waiting == ch {
-		c.waiting = nil
+	if c.waiting.ch == ch {
+		c.waiting = waiter{}
 	}
 	c.mu.Unlock()
 }
@@ -406,19 +466,15 @@ func (c *Client) Invoke(ctx context.Context, id, action string, args json.RawMes
 }
 
 func (c *Client) resultCall(ctx context.Context, req Request) (json.RawMessage, error) {
-	resp, err := c.Call(ctx, req)
+	resp, err := c.call(ctx, req, true) // the reader has screened a result
 	if err != nil {
 		return nil, err
 	}
 	if resp.ErrorCode != "" {
 		return nil, &Error{Code: resp.ErrorCode, FromAdapter: true, Detail: req.Method + " failed"}
 	}
-	if err := checkResult(resp.Result); err != nil {
-		e := err.(*Error)
-		c.fail(e)
-		return nil, e
-	}
-	return append(json.RawMessage(nil), resp.Result...), nil
+	// The frame was this call's own copy (see readStdout), so the result needs no copy of its own.
+	return resp.Result, nil
 }
 
 // Descriptors returns the descriptors the handshake accepted.
@@ -485,8 +541,9 @@ func (c *Client) closeStdinLocked() {
 	}
 }
 
-// readStdout is the one reader of the child's stdout. It hands each frame to the waiting
-// call; a frame nobody waits for (a duplicate or unsolicited response) fails the child.
+// readStdout is the one reader of the child's stdout. It answers the waiting call with each
+// frame (see answer); a frame nobody waits for (a duplicate or unsolicited response) fails the
+// child.
 func (c *Client) readStdout() {
 	defer close(c.stdoutDone)
 	fr := newFrameReader(c.stdout)
@@ -494,23 +551,23 @@ func (c *Client) readStdout() {
 		line, err := fr.next()
 		c.mu.Lock()
 		w := c.waiting
-		c.waiting = nil
+		c.waiting = waiter{}
 		if err != nil {
 			e := asError(err, CodeUnavailable)
 			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
 				e = newError(CodeUnavailable, "the adapter closed its stdout")
 			}
-			if w != nil {
-				w <- inbound{err: e}
+			if w.ch != nil {
+				w.ch <- inbound{err: e}
 			}
-			if !c.stopping || w != nil {
+			if !c.stopping || w.ch != nil {
 				c.failLocked(e)
 			}
 			c.mu.Unlock()
 			_, _ = io.Copy(io.Discard, c.stdout) // drain until the group is gone
 			return
 		}
-		if w == nil {
+		if w.ch == nil {
 			if c.failure == nil {
 				c.failLocked(newError(CodeMalformedResponse, "the adapter sent a frame no request was waiting for"))
 			}
@@ -518,8 +575,25 @@ func (c *Client) readStdout() {
 			continue
 		}
 		c.mu.Unlock()
-		w <- inbound{frame: append([]byte(nil), line...)}
+		w.ch <- c.answer(append([]byte(nil), line...), w)
 	}
+}
+
+// answer decodes frame as the response w waits for and, for an observe or invoke, screens its
+// result. The reader does this rather than the call so that, on a host with a core to spare,
+// the work overlaps the caller's wake-up. A frame that fails either check kills the child
+// before the call learns why.
+func (c *Client) answer(frame []byte, w waiter) inbound {
+	resp, err := DecodeResponse(frame, w.id)
+	if err == nil && w.screen && resp.ErrorCode == "" {
+		err = screenResult(resp.Result, false) // DecodeResponse has checked the JSON whole
+	}
+	if err != nil {
+		e := err.(*Error)
+		c.fail(e)
+		return inbound{err: e}
+	}
+	return inbound{resp: resp}
 }
 
 // asError returns err's *Error, or a new one with code.

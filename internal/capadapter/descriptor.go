@@ -336,14 +336,19 @@ const (
 // is only an early reject), nesting at most 4 deep, arrays and objects of at most 32 entries,
 // keys of at most 64 characters that are not sensitive names, finite numbers. Results are
 // semantic data: anything else fails closed.
-func checkResult(raw json.RawMessage) error {
+func checkResult(raw json.RawMessage) error { return screenResult(raw, true) }
+
+// screenResult is checkResult. With strict false it skips the strict-JSON check, for a result
+// that DecodeResponse took from a frame it has just checked whole: syntax, and duplicate keys
+// at every depth. Every other screen still applies.
+func screenResult(raw json.RawMessage, strict bool) error {
 	if len(raw) > MaxResultBytes {
 		return newError(CodeTooLarge, "result exceeds 4096 bytes")
 	}
 	if unsafePayload(raw) {
 		return newError(CodeMalformedResponse, "result carries a URL or a sensitive key")
 	}
-	if ndjson.Valid(raw) != nil {
+	if strict && ndjson.Valid(raw) != nil {
 		return newError(CodeMalformedResponse, "result is not strict JSON")
 	}
 	sc := semanticScanner{data: raw}
@@ -393,8 +398,8 @@ func (sc *semanticScanner) value(depth int) bool {
 				return false
 			}
 			if c == '{' {
-				key := sc.str()
-				if utf8.RuneCountInString(key) > maxResultKeyLen || sensitiveName(key) || unsafeText(key) {
+				key := sc.text()
+				if utf8.RuneCount(key) > maxResultKeyLen || sensitiveName(key) || unsafePayload(key) {
 					return false
 				}
 				sc.skipSpace()
@@ -422,9 +427,6 @@ func (sc *semanticScanner) value(depth int) bool {
 	}
 	return true
 }
-
-// str returns the decoded string at pos and moves past it.
-func (sc *semanticScanner) str() string { return string(sc.text()) }
 
 // text returns the decoded text of the string at pos and moves past it: the raw bytes
 // between the quotes when the string has no escape (they are then the decoded text, and are

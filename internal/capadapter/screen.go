@@ -1,7 +1,5 @@
 package capadapter
 
-import "bytes"
-
 // The screens below are the hot path of every observe and invoke. They apply to text as a
 // client sees it: unsafePayload over a raw JSON document is only an early reject, because an
 // escape (\u003a, \/, a surrogate pair) hides text from a byte scan that a decoder then
@@ -19,54 +17,85 @@ var (
 		"cookie", "adapter", "protocol", "hostname", "accesskey"}
 )
 
-func isASCII(b []byte) bool {
-	for _, c := range b {
-		if c >= 0x80 {
+// text is what the screens read: decoded text as a string, or bytes (raw JSON, or decoded
+// text that was never copied into a string).
+type text interface{ ~string | ~[]byte }
+
+func isASCII[T text](b T) bool {
+	for i := 0; i < len(b); i++ {
+		if b[i] >= 0x80 {
 			return false
 		}
 	}
 	return true
 }
 
-// lowerASCII returns b with ASCII letters lowered, in buf when it is large enough.
-func lowerASCII(b, buf []byte) []byte {
-	out := append(buf[:0], b...)
-	for i, c := range out {
-		if 'A' <= c && c <= 'Z' {
-			out[i] = c + 'a' - 'A'
+// lower returns c with an ASCII capital lowered.
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// hasSuffixFold reports whether b ends with w (lower-case ASCII), ignoring ASCII case.
+func hasSuffixFold[T text](b T, w string) bool {
+	if len(b) < len(w) {
+		return false
+	}
+	b = b[len(b)-len(w):]
+	for i := 0; i < len(w); i++ {
+		if lower(b[i]) != w[i] {
+			return false
 		}
 	}
-	return out
+	return true
+}
+
+// hasPrefixFold reports whether b starts with w (lower-case ASCII), ignoring ASCII case.
+func hasPrefixFold[T text](b T, w string) bool {
+	if len(b) < len(w) {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if lower(b[i]) != w[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // unsafePayload reports whether b matches unsafePayloadPattern: a URL scheme, or a sensitive
 // word followed by an optional quote, optional whitespace and ':' or '='.
-func unsafePayload(b []byte) bool {
+//
+// For ASCII input it makes one pass, stopping only at ':' and '=', the bytes every match
+// ends with (a scheme's "://" contains one): from each, it looks back over whitespace and an
+// optional quote for a sensitive word, or forward for "//" after "http" or "https". Words hold
+// no quote or space, so looking back is the same as the pattern's looking forward.
+func unsafePayload[T text](b T) bool {
 	if !isASCII(b) {
-		return unsafePayloadPattern.Match(b)
+		return unsafePayloadPattern.Match([]byte(b))
 	}
-	var small [512]byte
-	l := lowerASCII(b, small[:])
-	if bytes.Contains(l, []byte("http://")) || bytes.Contains(l, []byte("https://")) {
-		return true
-	}
-	for _, w := range payloadWords {
-		for from := 0; ; {
-			i := bytes.Index(l[from:], []byte(w))
-			if i < 0 {
-				break
-			}
-			j := from + i + len(w)
-			if j < len(l) && l[j] == '"' {
-				j++
-			}
-			for j < len(l) && isRegexpSpace(l[j]) {
-				j++
-			}
-			if j < len(l) && (l[j] == ':' || l[j] == '=') {
+	for j := 0; j < len(b); j++ {
+		c := b[j]
+		if c != ':' && c != '=' {
+			continue
+		}
+		if c == ':' && j+2 < len(b) && b[j+1] == '/' && b[j+2] == '/' &&
+			(hasSuffixFold(b[:j], "http") || hasSuffixFold(b[:j], "https")) {
+			return true
+		}
+		i := j
+		for i > 0 && isRegexpSpace(b[i-1]) {
+			i--
+		}
+		if i > 0 && b[i-1] == '"' {
+			i--
+		}
+		for _, w := range payloadWords {
+			if hasSuffixFold(b[:i], w) {
 				return true
 			}
-			from += i + 1
 		}
 	}
 	return false
@@ -74,24 +103,38 @@ func unsafePayload(b []byte) bool {
 
 // unsafeText reports whether one decoded string (a key or a value, as a client sees it)
 // matches unsafePayloadPattern.
-func unsafeText(s string) bool { return unsafePayload([]byte(s)) }
+func unsafeText(s string) bool { return unsafePayload(s) }
 
 // isRegexpSpace is RE2's \s: tab, newline, form feed, carriage return and space (not \v).
 func isRegexpSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r'
 }
 
-// sensitiveName reports whether s matches sensitiveNamePattern.
-func sensitiveName(s string) bool {
-	if !isASCII([]byte(s)) {
-		return sensitiveNamePattern.MatchString(s)
+// sensitiveName reports whether s matches sensitiveNamePattern. For ASCII input it looks for
+// the words at each byte that can start one.
+func sensitiveName[T text](s T) bool {
+	if !isASCII(s) {
+		return sensitiveNamePattern.Match([]byte(s))
 	}
-	var small [128]byte
-	l := lowerASCII([]byte(s), small[:])
-	for _, w := range sensitiveWords {
-		if bytes.Contains(l, []byte(w)) {
-			return true
+	for i := 0; i < len(s); i++ {
+		c := lower(s[i])
+		if c < 'a' || c > 'z' || sensitiveFirst&(1<<(c-'a')) == 0 {
+			continue
+		}
+		for _, w := range sensitiveWords {
+			if w[0] == c && hasPrefixFold(s[i:], w) {
+				return true
+			}
 		}
 	}
 	return false
 }
+
+// sensitiveFirst has bit c-'a' set for each letter c that starts one of sensitiveWords.
+var sensitiveFirst = func() uint32 {
+	var m uint32
+	for _, w := range sensitiveWords {
+		m |= 1 << (w[0] - 'a')
+	}
+	return m
+}()

@@ -35,6 +35,19 @@ type request struct {
 	Args            json.RawMessage `json:"args"`
 }
 
+// response is one answer, with exactly one of Result and Error set. A struct rather than a map:
+// no map to build and no keys to sort for every answer.
+type response struct {
+	ProtocolVersion int        `json:"protocolVersion"`
+	ID              string     `json:"id"`
+	Result          any        `json:"result,omitempty"`
+	Error           *errorCode `json:"error,omitempty"`
+}
+
+type errorCode struct {
+	Code string `json:"code"`
+}
+
 type lamp struct {
 	On         bool `json:"on"`
 	Brightness int  `json:"brightness"`
@@ -52,6 +65,7 @@ func serve(in io.Reader, out io.Writer) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 4096), maxFrame)
 	w := bufio.NewWriter(out)
+	enc := json.NewEncoder(w) // Encode ends each answer with the LF the protocol wants
 	for sc.Scan() {
 		var req request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil || req.ProtocolVersion != 1 || req.ID == "" {
@@ -59,14 +73,13 @@ func serve(in io.Reader, out io.Writer) error {
 			return fmt.Errorf("malformed request")
 		}
 		result, code := handle(&state, &req)
-		resp := map[string]any{"protocolVersion": 1, "id": req.ID}
+		resp := response{ProtocolVersion: 1, ID: req.ID, Result: result}
 		if code != "" {
-			resp["error"] = map[string]string{"code": code}
-		} else {
-			resp["result"] = result
+			resp.Result, resp.Error = nil, &errorCode{Code: code}
 		}
-		line, _ := json.Marshal(resp)
-		w.Write(append(line, '\n'))
+		if err := enc.Encode(&resp); err != nil {
+			return err
+		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
