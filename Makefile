@@ -37,5 +37,10 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./internal/daemon/
 
+# airlock-fs through airlockd against a two-hop echo, cat, grep and rg (1–2 minutes; needs grep).
+.PHONY: bench-fs
+bench-fs:
+	$(GO) test -run '^$$' -bench FSThroughDaemon -benchtime 2s ./cmd/airlock-fs/
+
 clean:
 	rm -rf $(BIN)

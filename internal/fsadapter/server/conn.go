@@ -81,12 +81,19 @@ type request struct {
 
 // conn is one bound serving connection. Its reader goroutine (serve) decodes frames and
 // answers abort and revoke inline; each running invocation has a worker goroutine that, when it
-// ends, takes the next queued one. Writes are serialized by writeMu, each with a deadline.
+// ends, takes the next queued one, or else waits for the next admitted one. Workers live as
+// long as the connection, at most maxConcurrentRequests of them, so that the stacks they grew
+// decoding and encoding JSON serve the next requests too (growing a fresh goroutine's stack
+// was a sixth of the adapter's work per small request). Writes are serialized by writeMu, each
+// with a deadline.
 type conn struct {
 	s      *Server
 	g      *grant
 	nc     *net.UnixConn
 	maxOut int
+	// head is the start of every successful result frame of this connection, up to its
+	// requestId (see resultFrame); nil sends results through tooladapter.EncodeFrame.
+	head   []byte
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // workers
@@ -94,10 +101,15 @@ type conn struct {
 	writeMu sync.Mutex
 	broken  bool // a write failed; guarded by writeMu
 
+	// ready hands admitted requests to idle workers. Its capacity, maxConcurrentRequests,
+	// bounds the workers, so a hand-off never blocks.
+	ready chan *request
+
 	// guarded by g.mu:
 	reqs   map[string]*request // queued, active and joined, by request id
 	queue  []*request
-	active int
+	active int // requests running, or handed to a worker
+	idle   int // workers without a request; workers = active + idle
 }
 
 // serveConn handles one accepted serving connection from bind to close.
@@ -114,7 +126,8 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	g, reason := s.bind(line)
 	var c *conn
 	if g != nil {
-		c = &conn{s: s, g: g, nc: nc, maxOut: int(g.limits.MaxResponseBytes), reqs: make(map[string]*request)}
+		c = &conn{s: s, g: g, nc: nc, maxOut: int(g.limits.MaxResponseBytes), head: resultHead(g.identity),
+			ready: make(chan *request, g.limits.MaxConcurrentRequests), reqs: make(map[string]*request)}
 		c.ctx, c.cancel = context.WithCancel(context.Background())
 		if reason = g.claim(c); reason != "" {
 			c.cancel()
@@ -438,8 +451,13 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 	if int64(c.active) < l.MaxConcurrentRequests {
 		c.active++
 		r.state = reqActive
-		c.wg.Add(1)
-		go c.work(r)
+		if c.idle > 0 {
+			c.idle--
+			c.ready <- r
+		} else {
+			c.wg.Add(1)
+			go c.work(r)
+		}
 	} else {
 		r.state = reqQueued
 		c.queue = append(c.queue, r)
@@ -453,12 +471,26 @@ func (c *conn) violation(reason string) bool {
 	return false
 }
 
-// work runs r, then each queued request in turn, until the queue is empty.
+// work runs r, then each queued request in turn, then waits for a request handed to it, until
+// the connection ends. Requests are handed over only by the reader goroutine, before it ends
+// the connection, so a worker that sees the end and then finds ready empty leaves nothing
+// behind: every admitted request gets its result (canceled, once the connection ended).
 func (c *conn) work(r *request) {
 	defer c.wg.Done()
-	for r != nil {
-		res := c.execute(r)
-		r = c.complete(r, res)
+	for {
+		for r != nil {
+			res := c.execute(r)
+			r = c.complete(r, res)
+		}
+		select {
+		case r = <-c.ready:
+		case <-c.ctx.Done():
+			select {
+			case r = <-c.ready:
+			default:
+				return
+			}
+		}
 	}
 }
 
@@ -495,13 +527,97 @@ func (c *conn) execute(r *request) outcome {
 		}
 		return outcome{err: errBody(perr)}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result is not serializable"}}
+	var data []byte
+	if rr, ok := v.(*fsops.ReadResult); ok {
+		data = encodeRead(rr)
+	} else {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result is not serializable"}}
+		}
+		data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
-	return outcome{data: bytes.TrimSuffix(buf.Bytes(), []byte("\n"))}
+	if e := checkResult(r.op, v, data); e != nil {
+		c.s.log.Error("invalid result", "grant", c.g.id, "operation", r.op, "field", e.Details[tooladapter.DetailField])
+		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result failed the protocol's result check"}}
+	}
+	return outcome{data: data}
+}
+
+// checkResult runs the protocol's result check (tooladapter.ValidateResult) on data, the
+// encoding of v, once per outcome, before it is written. A read's content — up to 4 MiB of
+// text that decoding would only copy — is checked by its length, the check's one rule for it,
+// and the rest of the read by the protocol's check of the same result with empty content.
+func checkResult(op string, v any, data []byte) *protocol.Error {
+	rr, ok := v.(*fsops.ReadResult)
+	if !ok {
+		return tooladapter.ValidateResult(op, data)
+	}
+	if len(rr.Content) > tooladapter.MaxContentBytes {
+		return protocol.Errorf(tooladapter.CodeProtocolInvalid, "read content is too long").With(tooladapter.DetailField, "content")
+	}
+	skeleton := *rr
+	skeleton.Content = ""
+	b, err := json.Marshal(&skeleton)
+	if err != nil {
+		return protocol.Errorf(tooladapter.CodeProtocolInvalid, "read result is not serializable")
+	}
+	return tooladapter.ValidateResult(op, b)
+}
+
+// resultTail is the rest of the template frame resultHead encodes.
+const resultTail = `,"requestId":"r","idempotencyKey":"k","operation":"fs.stat","ok":true,"data":{"type":"file","size":0}}` + "\n"
+
+// resultHead returns the part of a successful result frame for id that precedes its requestId,
+// cut from tooladapter.EncodeFrame's own encoding of a template result, or nil if that
+// encoding does not end as expected.
+func resultHead(id tooladapter.Identity) []byte {
+	b, e := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindResult, Identity: id, RequestID: "r",
+		IdempotencyKey: "k", Operation: tooladapter.OpStat, OK: true, Data: json.RawMessage(`{"type":"file","size":0}`)}, 0)
+	if e != nil || !bytes.HasSuffix(b, []byte(resultTail)) {
+		return nil
+	}
+	return b[:len(b)-len(resultTail)]
+}
+
+// resultFrame encodes the successful result frame of r around data, byte for byte what
+// tooladapter.EncodeFrame writes (TestResultFrameMatchesEncodeFrame), without its second
+// decoding and re-encoding of data: the identity part is c.head; the request id and
+// idempotency key passed the protocol's check when the invoke was decoded and are made of
+// characters JSON never escapes (checked again here); data is the compact encoding execute
+// made and checked. It reports ok false when the frame must go through EncodeFrame instead.
+func (c *conn) resultFrame(r *request, data []byte) (b []byte, ok bool) {
+	if c.head == nil || !plainToken(r.id) || !plainToken(r.key) || !plainToken(r.op) {
+		return nil, false
+	}
+	const fixed = len(`,"requestId":"","idempotencyKey":"","operation":"","ok":true,"data":}`) + 1
+	b = make([]byte, 0, len(c.head)+len(r.id)+len(r.key)+len(r.op)+len(data)+fixed)
+	b = append(b, c.head...)
+	b = append(b, `,"requestId":"`...)
+	b = append(b, r.id...)
+	b = append(b, `","idempotencyKey":"`...)
+	b = append(b, r.key...)
+	b = append(b, `","operation":"`...)
+	b = append(b, r.op...)
+	b = append(b, `","ok":true,"data":`...)
+	b = append(b, data...)
+	b = append(b, "}\n"...)
+	return b, true
+}
+
+// plainToken reports whether s is non-empty and made of the wire identifier characters
+// [A-Za-z0-9._:-], which JSON never escapes.
+func plainToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			return false
+		}
+	}
+	return s != ""
 }
 
 // ctxError maps a finished request context to its error body: the timeout from admission, or
@@ -518,7 +634,7 @@ func ctxError(ctx context.Context) *tooladapter.ErrorBody {
 
 // complete ends r with res: its idempotency entry records the outcome (or forgets the key),
 // requests that joined it are answered too, and the next queued request, if any, is returned
-// for the same worker.
+// for the same worker; else the worker is counted idle.
 func (c *conn) complete(r *request, res outcome) *request {
 	g := c.g
 	g.mu.Lock()
@@ -537,6 +653,7 @@ func (c *conn) complete(r *request, res outcome) *request {
 		next.state = reqActive
 	} else {
 		c.active--
+		c.idle++ // this worker waits in work once r is answered
 	}
 	g.mu.Unlock()
 	c.answer(r, res)
@@ -551,7 +668,20 @@ func (c *conn) complete(r *request, res outcome) *request {
 func (c *conn) answer(r *request, res outcome) bool {
 	f := &tooladapter.Frame{Kind: tooladapter.KindResult, Identity: c.g.identity, RequestID: r.id,
 		IdempotencyKey: r.key, Operation: r.op, OK: res.err == nil, Data: res.data, Error: res.err}
-	b, e := tooladapter.EncodeFrame(f, c.maxOut)
+	var (
+		b  []byte
+		e  *protocol.Error
+		ok bool
+	)
+	if res.err == nil {
+		b, ok = c.resultFrame(r, res.data)
+		if ok && len(b) > c.maxOut {
+			e = protocol.Errorf(tooladapter.CodeRequestTooLarge, "frame of %d bytes exceeds the limit of %d", len(b), c.maxOut)
+		}
+	}
+	if !ok {
+		b, e = tooladapter.EncodeFrame(f, c.maxOut)
+	}
 	if e == nil && bytes.Contains(b, c.g.secret) {
 		// Base64url characters are never escaped in JSON, so the raw bytes are the only form
 		// the handle can take in a frame this adapter encodes.

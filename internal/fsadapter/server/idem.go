@@ -33,10 +33,16 @@ type idemEntry struct {
 // entry whose outcome is oldest is forgotten first; running entries are never forgotten, and a
 // cache full of running entries refuses new keys. Not safe for concurrent use: grant.mu guards
 // it.
+//
+// Finished entries are queued in the order of their outcomes, which is also the order of
+// their expiry (one ttl, outcomes recorded under grant.mu), so expiry and eviction take them
+// from the front in constant time instead of scanning the map. The queue may hold entries
+// that lookup already forgot; they are skipped when they reach the front.
 type idemCache struct {
-	max int
-	ttl time.Duration
-	m   map[string]*idemEntry
+	max  int
+	ttl  time.Duration
+	m    map[string]*idemEntry
+	done []*idemEntry // finished entries, oldest outcome first
 }
 
 func newIdemCache(l tooladapter.Limits) *idemCache {
@@ -55,30 +61,25 @@ func (c *idemCache) lookup(key string, now time.Time) *idemEntry {
 
 // add starts an entry for key. It reports false when every remembered key is still running.
 func (c *idemCache) add(key string, fp [32]byte, now time.Time) (*idemEntry, bool) {
+	for len(c.done) > 0 && (len(c.m) >= c.max || !now.Before(c.done[0].expires)) {
+		c.popDone()
+	}
 	if len(c.m) >= c.max {
-		var oldest *idemEntry
-		for k, e := range c.m {
-			if !e.done {
-				continue
-			}
-			if !now.Before(e.expires) {
-				delete(c.m, k)
-				continue
-			}
-			if oldest == nil || e.expires.Before(oldest.expires) {
-				oldest = e
-			}
-		}
-		if len(c.m) >= c.max {
-			if oldest == nil {
-				return nil, false
-			}
-			delete(c.m, oldest.key)
-		}
+		return nil, false // every remembered key is running
 	}
 	e := &idemEntry{key: key, fp: fp}
 	c.m[key] = e
 	return e, true
+}
+
+// popDone forgets the finished entry with the oldest outcome.
+func (c *idemCache) popDone() {
+	e := c.done[0]
+	c.done[0] = nil
+	c.done = c.done[1:]
+	if c.m[e.key] == e {
+		delete(c.m, e.key)
+	}
 }
 
 // finish records e's outcome, or forgets e when the outcome is not cacheable, and returns the
@@ -91,6 +92,7 @@ func (c *idemCache) finish(e *idemEntry, res outcome, now time.Time) []*request 
 	}
 	if res.cacheable() {
 		e.done, e.res, e.expires = true, res, now.Add(c.ttl)
+		c.done = append(c.done, e)
 	} else if c.m[e.key] == e {
 		delete(c.m, e.key)
 	}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
+)
+
+// TestEncodeReadMatchesEncodingJSON checks encodeRead against encoding/json (HTML escaping
+// off, as execute encodes every other result) on chosen and random contents, valid UTF-8 or
+// not, with every byte value at every position of an eight-byte word.
+func TestEncodeReadMatchesEncodingJSON(t *testing.T) {
+	contents := []string{"", "a", "plain ascii text that is long enough for words\n",
+		"\"\\\b\f\n\r\t\x00\x01\x1f\x7f <>&", "é\u2028\u2029\U0001F600 x", "\xff\xfe bad \xc3", "\xe2\x80", "\xed\xa0\x80 surrogate"}
+	for c := range 256 {
+		for pos := range 9 {
+			contents = append(contents, strings.Repeat("x", pos)+string(rune(c))+strings.Repeat("y", 9-pos), strings.Repeat("x", pos)+string([]byte{byte(c)})+"yyyyyyyy")
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", " ", "\n", "\t", "\"", "\\", "\x00", "\x1f", "é", "\u2028", "\u2029", "😀", "\xff", "\xe2\x80", "abcdefgh"}
+	for range 2000 {
+		var b strings.Builder
+		for range rng.IntN(64) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		contents = append(contents, b.String())
+	}
+	for _, content := range contents {
+		for _, r := range []fsops.ReadResult{{Content: content, BytesRead: int64(len(content)), EOF: true}, {Content: content, BytesRead: 4 << 20}} {
+			var want bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(&r); err != nil {
+				t.Fatal(err)
+			}
+			if got := encodeRead(&r); !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
+				t.Fatalf("content %q:\ngot  %s\nwant %s", content, got, want.Bytes())
+			}
+		}
+	}
+}
+
+func BenchmarkEncodeRead4MiB(b *testing.B) {
+	line := strings.Repeat("0123456789abcdef", 4)[:63] + "\n"
+	r := &fsops.ReadResult{Content: strings.Repeat(line, 4<<20/64), BytesRead: 4 << 20, EOF: true}
+	b.SetBytes(4 << 20)
+	b.Run("encodeRead", func(b *testing.B) {
+		for b.Loop() {
+			encodeRead(r)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			enc.Encode(r)
+		}
+	})
+}
