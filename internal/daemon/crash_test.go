@@ -218,6 +218,10 @@ func TestBinaryCrashDuringToolWork(t *testing.T) {
 				t.Fatalf("quarantine after reprovisioning: %+v", rec.QuarantinedSessions)
 			}
 			call(t, c2, client.Command{Operation: "reconcile", Payload: map[string]any{"ticketId": t1, "outcome": "succeeded"}})
+			var again turnResult
+			if err := wake(t, c2, "tooled", 1, "w1", "stat it", true).Decode(&again); err != nil || again.Result.StopReason != "reconciled" {
+				t.Fatalf("duplicate of a reconciled wake: %v %+v", err, again)
+			}
 			if code := probe(t, d2); code != 0 {
 				t.Fatalf("probe after reconcile: exit %d", code)
 			}

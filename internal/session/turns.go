@@ -23,6 +23,10 @@ const (
 	terminalRetention = 7 * 24 * time.Hour
 )
 
+// StopReconciled is the stopReason of the result an operator's reconcile records for a wake
+// that succeeded.
+const StopReconciled = "reconciled"
+
 // maxTerminalEntries bounds the terminal journal entries kept per session; the oldest are
 // pruned when a new one is written. A variable so that tests can lower it.
 var maxTerminalEntries = 256
@@ -183,8 +187,7 @@ func (m *Manager) duplicate(ctx context.Context, r *jrec, fp string, wait bool) 
 	case store.JournalQueued:
 		// Queued on disk, but this incarnation could not start it (see runJob): a restart
 		// replays it.
-		return nil, protocol.Retryable(protocol.CodeDurabilityFailed, "the wake could not be started; it stays journaled and runs after a restart").
-			With("ticketId", r.ticketID)
+		return nil, protocol.Errorf(protocol.CodeDurabilityFailed, "the wake could not be started; it stays journaled and runs after a restart")
 	case store.JournalAccepted, store.JournalIndeterminate:
 		m.mu.Lock()
 		m.metrics["wakeIndeterminateRefusals"]++
@@ -690,12 +693,15 @@ func (m *Manager) Reconcile(ticketID, outcome string) (*protocol.TicketResult, e
 			With("ticketId", ticketID).With("state", state)
 	}
 	m.mu.Unlock()
+	// The verdict is what a duplicate of the wake gets from now on: an empty result that says
+	// it was reconciled, or an error that says so.
 	to, verdict := store.JournalCompleted, (*protocol.Error)(nil)
+	result, _ := json.Marshal(&protocol.TurnResult{RequestID: r.requestID, StopReason: StopReconciled})
 	if outcome == protocol.OutcomeFailed {
-		to = store.JournalFailed
+		to, result = store.JournalFailed, nil
 		verdict = protocol.Errorf(protocol.CodeRequestIndeterminate, "an operator reconciled this indeterminate wake as failed")
 	}
-	entry, err := m.cfg.Store.UpdateJournal(r.sessionID, r.seq, to, nil, verdict, nil)
+	entry, err := m.cfg.Store.UpdateJournal(r.sessionID, r.seq, to, result, verdict, nil)
 	if err != nil {
 		return nil, err
 	}
