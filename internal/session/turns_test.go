@@ -36,12 +36,19 @@ func newTurnHost(t *testing.T) *turnHost {
 // have been stopped.
 func (h *turnHost) start(t *testing.T) {
 	t.Helper()
+	h.startWith(t, Config{})
+}
+
+// startWith is start with cfg's recovery deadlines.
+func (h *turnHost) startWith(t *testing.T, cfg Config) {
+	t.Helper()
 	st, err := store.Open(h.dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := New(Config{HostInstanceID: "host-test", Store: st,
-		Providers: map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}}})
+		Providers:           map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}},
+		RecoveryOpenTimeout: cfg.RecoveryOpenTimeout, RecoveryTimeout: cfg.RecoveryTimeout})
 	if err := m.Recover(); err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +224,70 @@ func TestMemorySessionWakes(t *testing.T) {
 	entries, err := h.st.RecoverJournal()
 	if err != nil || len(entries) != 0 {
 		t.Fatalf("memory session journaled %d entries: %v", len(entries), err)
+	}
+}
+
+// TestRecoveryFailures provokes each way a restore fails: a transcript gone, an open past its
+// deadline, a phase past its deadline, a manifest of another generation. Each counts as a
+// failure (the host is degraded), and a wake queued for such a session fails
+// restore_wake_failed rather than waiting forever.
+func TestRecoveryFailures(t *testing.T) {
+	cases := []struct {
+		name   string
+		cfg    Config
+		damage func(t *testing.T, h *turnHost)
+		code   string
+	}{
+		{name: "transcript removed", code: protocol.CodeConversationMissing, damage: func(t *testing.T, h *turnHost) {
+			rec, _ := h.st.Record("s")
+			if err := os.Remove(rec.Conversation.File); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "open deadline", code: protocol.CodeRecoveryOpenTimeout, cfg: Config{RecoveryOpenTimeout: time.Nanosecond}},
+		{name: "phase deadline", code: protocol.CodeRecoveryDeadline, cfg: Config{RecoveryTimeout: time.Nanosecond}},
+		{name: "manifest of another generation", code: protocol.CodeManifestGenerationDiffer, damage: func(t *testing.T, h *turnHost) {
+			rec, _ := h.st.Record("s")
+			man, _ := h.st.Manifest("s")
+			rec.Generation = 2
+			if err := h.st.SaveSession(rec, man); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newTurnHost(t)
+			h.open(t, "s", protocol.ModeNew)
+			// A wake left queued: the model holds the first one, the second waits.
+			hold := make(chan struct{})
+			defer close(hold)
+			h.llm.Push(modeltest.Reply{Hold: hold})
+			if _, err := h.wake("s", "k1", "first", false); err != nil {
+				t.Fatal(err)
+			}
+			<-h.llm.Arrived(1)
+			if _, err := h.wake("s", "k2", "second", false); err != nil {
+				t.Fatal(err)
+			}
+			h.m.Shutdown() // the first is aborted; the second stays queued
+			if tc.damage != nil {
+				tc.damage(t, h)
+			}
+			h.st.Close()
+			h.startWith(t, tc.cfg)
+
+			health := h.m.Host().Recovery
+			if health.Phase != protocol.PhaseDegraded || health.FailureCodes[tc.code] != 1 || health.FailureCodes[protocol.CodeRestoreWakeFailed] != 1 {
+				t.Fatalf("recovery: %+v", health)
+			}
+			r, err := h.m.Ticket(protocol.TicketID("s", "k2"))
+			if err != nil || r.Ticket.State != protocol.TicketFailed || r.Ticket.Error.Code != protocol.CodeRestoreWakeFailed {
+				t.Fatalf("queued wake: %v %+v", err, r)
+			}
+			if h.m.Ready() {
+				t.Fatal("ready after a failed restore")
+			}
+		})
 	}
 }
