@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe clean
 
 all: build
 
@@ -34,13 +34,22 @@ race:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
+# Round trips through airlockd against bare-socket baselines measured in the same run.
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 20000x ./internal/daemon/
+	$(GO) test -run '^$$' -bench 'StatusRoundTrip|InvokeTool' -benchtime 20000x ./internal/daemon/
 
 # airlock-fs through airlockd against a two-hop echo, cat, grep and rg (1–2 minutes; needs grep).
-.PHONY: bench-fs
 bench-fs:
 	$(GO) test -run '^$$' -bench FSThroughDaemon -benchtime 2s ./cmd/airlock-fs/
+
+# Durable wake admission (fsync'd, 1 and 64 clients) and a restart over 4,096 sessions.
+bench-turns:
+	$(GO) test -run '^$$' -bench WakeAdmission -benchtime 4000x ./internal/daemon/
+	$(GO) test -run '^$$' -bench Recovery -benchtime 5x ./internal/daemon/
+
+# observe through airlockd against a stdio echo and an MCP Go SDK tools/call.
+bench-observe:
+	$(GO) test -run '^$$' -bench ObserveRoundTrip -benchtime 5000x ./internal/bench/
 
 clean:
 	rm -rf $(BIN)
