@@ -291,3 +291,50 @@ func TestRecoveryFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainAbortsTurnsThatOutliveItsTimeout: drain waits for running turns up to its timeout,
+// then aborts them; queued wakes stay queued for the next start.
+func TestDrainAbortsTurnsThatOutliveItsTimeout(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	defer close(hold)
+	h.llm.Push(modeltest.Reply{Hold: hold})
+	if _, err := h.wake("s", "k1", "first", false); err != nil {
+		t.Fatal(err)
+	}
+	<-h.llm.Arrived(1)
+	if _, err := h.wake("s", "k2", "second", false); err != nil {
+		t.Fatal(err)
+	}
+	res := h.m.Drain(20 * time.Millisecond)
+	if !res.TimedOut || res.AbortedTurns != 1 {
+		t.Fatalf("drain: %+v", res)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := h.m.Ticket(protocol.TicketID("s", "k1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Ticket.State == protocol.TicketFailed {
+			if r.Ticket.Error.Code != protocol.CodeAborted {
+				t.Fatalf("aborted wake: %+v", r.Ticket.Error)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first wake still %s", r.Ticket.State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r, _ := h.m.Ticket(protocol.TicketID("s", "k2")); r.Ticket.State != protocol.TicketQueued {
+		t.Fatalf("queued wake after drain: %s", r.Ticket.State)
+	}
+	if _, err := h.wake("s", "k3", "third", false); code(err) != protocol.CodeHostDraining {
+		t.Fatalf("wake while draining: %v", err)
+	}
+	if res := h.m.Drain(time.Second); res.TimedOut || res.AbortedTurns != 0 {
+		t.Fatalf("second drain: %+v", res)
+	}
+}
