@@ -37,14 +37,29 @@ func printHost(w io.Writer, h *protocol.HostSnapshot) {
 	fmt.Fprintf(t, "uptime\t%s\n", millis(h.UptimeMs))
 	fmt.Fprintf(t, "connections\t%d\n", h.Connections)
 	fmt.Fprintf(t, "sessions\t%d resident, %d dormant\n", len(h.Sessions), h.DormantSessions)
+	fmt.Fprintf(t, "turns\t%d running, %d queued\n", h.ActiveTurns, h.QueuedTurns)
+	r := h.Recovery
+	if r.PendingReplays > 0 || r.ReplayedRequests > 0 || r.IndeterminateRequests > 0 || r.FailureCount > 0 {
+		fmt.Fprintf(t, "recovery\t%d replayed, %d pending, %d indeterminate, %d failures %v\n",
+			r.ReplayedRequests, r.PendingReplays, r.IndeterminateRequests, r.FailureCount, r.FailureCodes)
+	}
 	t.Flush()
 	fmt.Fprintln(w)
 	t = newTable(w)
-	fmt.Fprintln(t, "SESSION\tGEN\tSTATE\tSEQ\tATTACHED\tIDLE")
+	fmt.Fprintln(t, "SESSION\tGEN\tSTATE\tQUEUED\tSEQ\tATTACHED\tIDLE")
 	for _, s := range h.Sessions {
-		fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%s\n", orDash(s.SessionID), s.Generation, orDash(s.State), s.Sequence, s.Attached, millis(s.IdleForMs))
+		fmt.Fprintf(t, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", orDash(s.SessionID), s.Generation, orDash(s.State), s.QueuedTurns, s.Sequence, s.Attached, millis(s.IdleForMs))
 	}
 	t.Flush()
+	if len(r.QuarantinedSessions) > 0 {
+		fmt.Fprintln(w)
+		t = newTable(w)
+		fmt.Fprintln(t, "QUARANTINED\tGEN\tCODE")
+		for _, q := range r.QuarantinedSessions {
+			fmt.Fprintf(t, "%s\t%d\t%s\n", orDash(q.SessionID), q.Generation, orDash(q.Code))
+		}
+		t.Flush()
+	}
 	if len(h.Adapters) > 0 {
 		fmt.Fprintln(w)
 		printAdapters(w, h.Adapters)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/model"
@@ -46,9 +47,20 @@ func TestWakeTicketReconcileCommands(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, id+" ") {
 		t.Fatalf("--no-wait: %q", r.stdout)
 	}
-	r = cli(t, d.Socket, "", "ticket", id).wantCode(t, exitOK)
-	if !strings.HasPrefix(r.stdout, id+" ") || !strings.Contains(r.stdout, "key k2") {
-		t.Fatalf("ticket: %s", r.stdout)
+	// Poll until the turn is over, so that steer below finds nothing running.
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		r = cli(t, d.Socket, "", "ticket", id).wantCode(t, exitOK)
+		if !strings.HasPrefix(r.stdout, id+" ") || !strings.Contains(r.stdout, "key k2") {
+			t.Fatalf("ticket: %s", r.stdout)
+		}
+		if strings.HasPrefix(r.stdout, id+" succeeded") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ticket never succeeded: %s", r.stdout)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	r = cli(t, d.Socket, "", "reconcile", id, "--outcome", "failed").wantCode(t, exitFailure)
 	if !strings.Contains(r.stderr, "ticket_not_indeterminate") && !strings.Contains(r.stderr, "ticket_not_found") {
