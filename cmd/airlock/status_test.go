@@ -24,7 +24,7 @@ func TestStatus(t *testing.T) {
 			`(?m)^connections\s+[1-9]\d*$`,
 			`(?m)^sessions\s+1 resident, 0 dormant$`,
 			`(?m)^SESSION\s+GEN\s+STATE\s+QUEUED\s+SEQ\s+ATTACHED\s+IDLE$`,
-			`(?m)^st-1\s+4\s+idle\s+0\s+0\s+\S+$`,
+			`(?m)^st-1\s+4\s+idle\s+0\s+0\s+0\s+\S+$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(r.stdout) {
 				t.Errorf("status output does not match %s:\n%s", re, r.stdout)
