@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -76,7 +78,7 @@ func throughput(b *testing.B, socket string, clients, total int) float64 {
 	return float64(per*clients) / time.Since(start).Seconds()
 }
 
-func openToolSession(b *testing.B, d *Daemon, adapterSock string) {
+func openToolSession(b testing.TB, d *Daemon, adapterSock string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, d.cfg.SocketPath)
@@ -125,56 +127,193 @@ func startFastAdapter(b *testing.B, socket string) func() {
 	return func() { ln.Close(); wg.Wait() }
 }
 
+// serveFast is a correct adapter for one binding that spends as little as it can per frame. The
+// bind frame is decoded with encoding/json, once, and fixes the identity; every later frame is
+// split into its top-level members in one pass, must carry that identity, and is answered by
+// appending the echoed members to the identity's encoding: a result for invoke, revoked for
+// revoke. Frames of another binding, or that are not objects, end the connection.
 func serveFast(c net.Conn) {
 	defer c.Close()
 	br := bufio.NewReaderSize(c, 64<<10)
-	var mu sync.Mutex
-	type frame struct {
-		ProtocolVersion string          `json:"protocolVersion"`
-		Kind            string          `json:"kind"`
-		AdapterID       string          `json:"adapterId"`
-		AdapterVersion  string          `json:"adapterVersion"`
-		HostInstanceID  string          `json:"hostInstanceId"`
-		SessionID       string          `json:"sessionId"`
-		Generation      int64           `json:"generation"`
-		Operations      json.RawMessage `json:"operations,omitempty"`
-		Limits          json.RawMessage `json:"limits,omitempty"`
-		RequestID       string          `json:"requestId,omitempty"`
-		IdempotencyKey  string          `json:"idempotencyKey,omitempty"`
-		Operation       string          `json:"operation,omitempty"`
-		OK              *bool           `json:"ok,omitempty"`
-		Data            json.RawMessage `json:"data,omitempty"`
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return
 	}
-	yes := true
+	var bind struct {
+		ProtocolVersion  string          `json:"protocolVersion"`
+		Kind             string          `json:"kind"`
+		AdapterID        string          `json:"adapterId"`
+		AdapterVersion   string          `json:"adapterVersion"`
+		HostInstanceID   string          `json:"hostInstanceId"`
+		SessionID        string          `json:"sessionId"`
+		Generation       int64           `json:"generation"`
+		CapabilityHandle string          `json:"capabilityHandle"`
+		Operations       json.RawMessage `json:"operations"`
+		Limits           json.RawMessage `json:"limits"`
+	}
+	if json.Unmarshal(line, &bind) != nil || bind.Kind != "bind" {
+		return
+	}
+	// want holds the identity members as every frame of the binding must carry them.
+	want := map[string]string{}
+	for k, v := range map[string]any{"protocolVersion": bind.ProtocolVersion, "adapterId": bind.AdapterID,
+		"adapterVersion": bind.AdapterVersion, "hostInstanceId": bind.HostInstanceID, "sessionId": bind.SessionID, "generation": bind.Generation} {
+		enc, _ := json.Marshal(v)
+		want[k] = string(enc)
+	}
+	identity := fmt.Sprintf(`{"protocolVersion":%s,"kind":"%%s","adapterId":%s,"adapterVersion":%s,"hostInstanceId":%s,"sessionId":%s,"generation":%s`,
+		want["protocolVersion"], want["adapterId"], want["adapterVersion"], want["hostInstanceId"], want["sessionId"], want["generation"])
+	bound := fmt.Sprintf(identity, "bound") + `,"operations":` + string(bind.Operations) + `,"limits":` + string(bind.Limits) + "}\n"
+	result, revoked := []byte(fmt.Sprintf(identity, "result")), fmt.Sprintf(identity, "revoked")+"}\n"
+	var mu sync.Mutex
+	write := func(b []byte) {
+		mu.Lock()
+		c.Write(b)
+		mu.Unlock()
+	}
+	write([]byte(bound))
+	var out []byte
 	for {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
 			return
 		}
-		var in struct {
-			frame
-			CapabilityHandle string          `json:"capabilityHandle"`
-			Payload          json.RawMessage `json:"payload"`
-		}
-		if json.Unmarshal(line, &in) != nil {
+		var kind, requestID, key, op []byte
+		seen := 0
+		ok := eachMember(line, func(k []byte, v []byte) bool {
+			switch string(k) {
+			case "kind":
+				kind = v
+			case "requestId":
+				requestID = v
+			case "idempotencyKey":
+				key = v
+			case "operation":
+				op = v
+			default:
+				if w, ok := want[string(k)]; ok {
+					if string(v) != w {
+						return false
+					}
+					seen++
+				}
+			}
+			return true
+		})
+		if !ok || seen != len(want) {
 			return
 		}
-		out := in.frame
-		switch in.Kind {
-		case "bind":
-			out.Kind = "bound"
-		case "invoke":
-			out.Kind, out.OK, out.Data = "result", &yes, json.RawMessage(`{"type":"directory","size":0}`)
-		case "revoke":
-			out = frame{ProtocolVersion: in.ProtocolVersion, Kind: "revoked", AdapterID: in.AdapterID, AdapterVersion: in.AdapterVersion,
-				HostInstanceID: in.HostInstanceID, SessionID: in.SessionID, Generation: in.Generation}
-		default:
-			continue
+		switch string(kind) {
+		case `"invoke"`:
+			out = append(out[:0], result...)
+			out = append(out, `,"requestId":`...)
+			out = append(out, requestID...)
+			out = append(out, `,"idempotencyKey":`...)
+			out = append(out, key...)
+			out = append(out, `,"operation":`...)
+			out = append(out, op...)
+			out = append(out, `,"ok":true,"data":{"type":"directory","size":0}}`+"\n"...)
+			write(out)
+		case `"revoke"`:
+			write([]byte(revoked))
 		}
-		resp, _ := json.Marshal(out)
-		mu.Lock()
-		c.Write(append(resp, '\n'))
-		mu.Unlock()
+	}
+}
+
+// eachMember calls f with the name and the raw JSON value of each top-level member of the
+// object in line, in order, and reports whether the object was well-formed and f accepted every
+// member. It checks the structure it walks (quotes, escapes, nesting, duplicate names); it does
+// not parse values.
+func eachMember(line []byte, f func(name, value []byte) bool) bool {
+	i := 0
+	skipSpace := func() {
+		for i < len(line) && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n') {
+			i++
+		}
+	}
+	str := func() bool { // the string at line[i]
+		if i >= len(line) || line[i] != '"' {
+			return false
+		}
+		for i++; i < len(line); i++ {
+			switch line[i] {
+			case '\\':
+				i++
+			case '"':
+				i++
+				return true
+			}
+		}
+		return false
+	}
+	value := func() bool { // the value at line[i]
+		depth := 0
+		for i < len(line) {
+			switch line[i] {
+			case '"':
+				if !str() {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth == 0 {
+					return true
+				}
+				depth--
+			case ',':
+				if depth == 0 {
+					return true
+				}
+			}
+			i++
+		}
+		return false
+	}
+	var names [16][]byte
+	seen := names[:0]
+	skipSpace()
+	if i >= len(line) || line[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		skipSpace()
+		start := i
+		if !str() {
+			return false
+		}
+		name := line[start+1 : i-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(line[start:i], &s) != nil {
+				return false
+			}
+			name = []byte(s)
+		}
+		if slices.ContainsFunc(seen, func(n []byte) bool { return bytes.Equal(n, name) }) {
+			return false
+		}
+		seen = append(seen, name)
+		skipSpace()
+		if i >= len(line) || line[i] != ':' {
+			return false
+		}
+		i++
+		skipSpace()
+		start = i
+		if !value() || !f(name, bytes.TrimRight(line[start:i], " \t\r\n")) {
+			return false
+		}
+		switch {
+		case i < len(line) && line[i] == ',':
+			i++
+		case i < len(line) && line[i] == '}':
+			return true
+		default:
+			return false
+		}
 	}
 }
 

@@ -101,6 +101,10 @@ func (c *conn) handle(line []byte) bool {
 		c.run(cmd)
 		return true
 	}
+	if cmd.Operation == protocol.OpInvokeTool && c.srv.hook == nil {
+		c.startTool(cmd)
+		return true
+	}
 	c.handlers.Add(1)
 	go func() {
 		defer c.handlers.Done()
@@ -111,12 +115,16 @@ func (c *conn) handle(line []byte) bool {
 
 // run executes one admitted command and queues its answer.
 func (c *conn) run(cmd *protocol.Command) {
-	resp := c.srv.dispatch(c.ctx, c, cmd)
+	c.reply(cmd.RequestID, c.srv.dispatch(c.ctx, c, cmd))
+}
+
+// reply sends the answer to the admitted command requestID.
+func (c *conn) reply(requestID string, resp *protocol.Response) {
 	line := c.srv.encodeResponse(resp)
 	c.mu.Lock()
 	// The id is released in the same critical section that queues the answer, so a client
 	// that reuses an id after reading its answer is never refused as a duplicate.
-	delete(c.inflight, cmd.RequestID)
+	delete(c.inflight, requestID)
 	// With nothing queued and nobody writing, the answer goes out from here: handing it to the
 	// writer goroutine would cost a wake-up on every round trip. Otherwise it queues behind what
 	// is already waiting, so a connection's output keeps the order in which it was produced.

@@ -86,22 +86,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		return s.sessions.Open(ctx, req)
 
 	case protocol.OpInvokeTool:
-		var p protocol.InvokeToolPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
-			return nil, e
-		}
-		conn, err := s.sessions.Tool(cmd.SessionID, cmd.Generation)
-		if err != nil {
-			return nil, err
-		}
-		data, e := conn.Invoke(ctx, p.Operation, tooladapter.IdempotencyKey(p.Operation, p.ToolCallID), p.Arguments)
-		if e != nil {
-			return nil, e
-		}
-		return &protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}, nil
+		return s.invokeTool(ctx, cmd)
 
 	case protocol.OpStatus:
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
@@ -34,7 +35,7 @@ const writeTimeoutFactor = 2
 
 // maxDirectWrite is the largest invoke frame a caller writes itself. It is well below a Unix
 // socket's send buffer, so such a write normally completes at once; larger frames go through
-// the writer goroutine, so that their callers can time out while the write is blocked.
+// the writer goroutine.
 const maxDirectWrite = 32 << 10
 
 // dial connects to the adapter socket. Tests replace it to hold a connect open.
@@ -75,13 +76,16 @@ const (
 type call struct {
 	id, key, op string
 	frame       []byte
-	admitted    time.Time
-	done        chan struct{}
+	done        func(json.RawMessage, *protocol.Error) // see Start
 
-	state   callState
-	written bool // the writer took the invoke frame: the adapter may act on it
-	data    json.RawMessage
-	err     *protocol.Error
+	admitted time.Time
+	timer    *time.Timer // expires the call requestTimeoutMs after admission
+	stopCtx  func() bool // unregisters the cancellation of the caller's context
+	state    callState
+	written  bool // the invoke frame was taken for writing: the adapter may act on it
+	data     json.RawMessage
+	err      *protocol.Error
+	next     *call // in Conn's list of ended calls whose done has not run yet
 }
 
 // Conn is the runtime client of one bound capability: one Unix-socket connection to an adapter
@@ -95,15 +99,20 @@ type call struct {
 //
 // Concurrency: all methods are safe for concurrent use. Each connection has one reader
 // goroutine and one writer goroutine, and Close waits for both. Writes are serialized: a caller
-// whose small invoke frame finds the writer idle writes it itself, which saves a goroutine
-// hand-off on the common path; everything else (queued invokes, aborts, revoke) goes through the
-// writer goroutine, control frames first.
+// whose small invoke frame finds the writer idle makes one non-blocking write of it itself, and
+// the reader goroutine runs a call's completion as soon as its result is decoded, so the common
+// uncontended call crosses no goroutine hand-off on the daemon side. Everything else (queued
+// invokes, aborts, revoke, and whatever a direct write could not place at once) goes through
+// the writer goroutine: the rest of a partly written frame first, then control frames, then
+// invokes.
 type Conn struct {
 	d       *Descriptor
 	id      Identity
+	invokes *invokeEncoder
 	opts    Options
 	log     *slog.Logger
 	nc      net.Conn
+	raw     syscall.RawConn // for non-blocking direct writes; nil when nc has no descriptor
 	rd      *ndjson.Reader
 	secret  []byte
 	timeout time.Duration
@@ -122,12 +131,21 @@ type Conn struct {
 	queue   []*call          // admitted, waiting for an active slot, FIFO
 	active  map[string]*call // by request id: holding an active slot
 	outbox  []*call          // active, invoke frame not yet taken by the writer, FIFO
+	partial []byte           // the unwritten rest of a frame a direct write began: written first
 	control [][]byte         // abort and revoke frames: written before any invoke
 	revoke  bool             // control ends with the revoke frame
 	writing bool             // a goroutine is writing to the socket: writes are serialized
 	keys    map[string]bool  // idempotency keys in flight
 	aborts  *abortMemory
 	tel     *telemetry
+	// ended lists the calls that ended under mu and whose done has yet to run; unlock runs them.
+	ended, endedTail *call
+
+	// The state of one direct write, owned by the goroutine that set writing.
+	direct       []byte
+	directN      int
+	directErr    error
+	directWriter func(fd uintptr) bool // c.writeSome, made once
 }
 
 // Connect checks the endpoint, connects and binds, all within requestTimeoutMs, and returns the
@@ -162,7 +180,7 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Conn{
-		d: d, id: d.identity(), opts: opts, log: log, nc: nc,
+		d: d, id: d.identity(), invokes: newInvokeEncoder(d.identity()), opts: opts, log: log, nc: nc,
 		rd:          ndjson.NewReader(nc, int(d.Limits.MaxResponseBytes)-1),
 		secret:      []byte(d.Binding.CapabilityHandle.v),
 		timeout:     timeout,
@@ -175,6 +193,12 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 		tel:         newTelemetry(d.Limits, d.Operations),
 	}
 	c.cond = sync.NewCond(&c.mu)
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+			c.directWriter = c.writeSome
+		}
+	}
 	if e := c.bind(ctx, deadline); e != nil {
 		_ = nc.Close()
 		log.Warn("tool adapter bind failed", "code", e.Code)
@@ -316,13 +340,13 @@ func (c *Conn) readLoop() {
 			if f, e = c.inbound(line); e == nil {
 				c.mu.Lock()
 				e = c.dispatch(f)
-				c.mu.Unlock()
+				c.unlock() // a result's completion runs here, on the reader goroutine
 			}
 		}
 		if e != nil {
 			c.mu.Lock()
 			c.fail(e)
-			c.mu.Unlock()
+			c.unlock()
 			return
 		}
 	}
@@ -381,66 +405,145 @@ func adapterError(b *ErrorBody) *protocol.Error {
 func (c *Conn) writeLoop() {
 	defer c.wg.Done()
 	defer close(c.writerDone)
+	var batch net.Buffers
 	for {
 		c.mu.Lock()
-		for (c.state == stateOpen || c.state == stateClosing) && (c.writing || len(c.control) == 0 && len(c.outbox) == 0) {
+		for (c.state == stateOpen || c.state == stateClosing) && (c.writing || c.partial == nil && len(c.control) == 0 && len(c.outbox) == 0) {
 			c.cond.Wait()
 		}
 		if c.state != stateOpen && c.state != stateClosing {
 			c.mu.Unlock()
 			return
 		}
-		var b []byte
-		last := false
-		if len(c.control) > 0 {
-			b = c.control[0]
-			c.control = c.control[1:]
-			last = c.revoke && len(c.control) == 0
-		} else {
-			cl := c.outbox[0]
-			c.outbox = c.outbox[1:]
-			cl.written = true
-			b = cl.frame
+		// One write takes the rest of a partly written frame, then the control frames, then
+		// invokes: the first in any case, more while the batch stays small enough to go out at
+		// once, since a frame taken for writing counts as possibly received.
+		batch = batch[:0]
+		size := 0
+		if c.partial != nil {
+			batch = append(batch, c.partial)
+			size += len(c.partial)
+			c.partial = nil
 		}
+		for _, b := range c.control {
+			batch = append(batch, b)
+			size += len(b)
+		}
+		last := c.revoke && len(c.control) > 0
+		c.control = nil
+		n := 0
+		for _, cl := range c.outbox {
+			if n > 0 && size+len(cl.frame) > maxDirectWrite {
+				break
+			}
+			cl.written = true
+			batch = append(batch, cl.frame)
+			size += len(cl.frame)
+			n++
+		}
+		c.outbox = c.outbox[n:]
 		c.writing = true
 		c.mu.Unlock()
-		if !c.write(b, nil) || last {
+		if !c.write(batch) || last {
 			return
 		}
 	}
 }
 
-// write writes one frame; the caller has set c.writing, so it is the only writer. It clears
-// c.writing, wakes the writer goroutine if work waits, and reports whether the write succeeded
-// (a failure has failed the connection).
-//
-// direct is the call whose own goroutine writes its invoke frame. Its write may not outlast
-// its timeout: if nothing of the frame went out by then, the call times out unsent and the
-// connection lives on; a partial frame corrupts the stream and fails the connection.
-func (c *Conn) write(b []byte, direct *call) bool {
-	deadline := time.Now().Add(writeTimeoutFactor * c.timeout)
-	if direct != nil {
-		deadline = direct.admitted.Add(c.timeout)
-	}
-	_ = c.nc.SetWriteDeadline(deadline)
-	n, err := c.nc.Write(b)
+// write writes a batch of frames from the writer goroutine; the caller has set c.writing, so it
+// is the only writer. It clears c.writing and reports whether the write succeeded (a failure
+// has failed the connection).
+func (c *Conn) write(batch net.Buffers) bool {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeoutFactor * c.timeout))
+	_, err := batch.WriteTo(c.nc)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	c.writing = false
-	if err != nil && direct != nil && n == 0 && isTimeout(err) {
-		direct.written = false
-		c.finish(direct, time.Now(), nil, protocol.Retryable(CodeRequestTimeout, "tool adapter request timed out before it was sent"), outTimedOut, false)
-		c.cond.Broadcast()
-		return true
-	}
 	if err != nil {
 		c.fail(protocol.Retryable(CodeConnectionFailed, "cannot write to the tool adapter"))
 		return false
 	}
-	if len(c.control) > 0 || len(c.outbox) > 0 {
-		c.cond.Broadcast()
+	return true
+}
+
+// writeDirect makes one non-blocking attempt to write the invoke frame of cl from the calling
+// goroutine; admit has set c.writing and cl.written. What the socket does not take at once is
+// left to the writer goroutine: a frame of which nothing went out goes back to the head of the
+// outbox, unsent, and times out as such; the rest of a partly written frame is written before
+// anything else, since the stream is corrupt until it is complete.
+func (c *Conn) writeDirect(cl *call) {
+	n, err := c.tryWrite(cl.frame)
+	c.mu.Lock()
+	defer c.unlock()
+	c.writing = false
+	switch {
+	case err != nil:
+		c.fail(protocol.Retryable(CodeConnectionFailed, "cannot write to the tool adapter"))
+		return
+	case n == 0:
+		if cl.state == callActive {
+			cl.written = false
+			c.outbox = slices.Insert(c.outbox, 0, cl)
+		}
+	case n < len(cl.frame):
+		c.partial = cl.frame[n:]
+	}
+	if c.partial != nil || len(c.control) > 0 || len(c.outbox) > 0 {
+		c.cond.Signal()
+	}
+}
+
+// tryWrite writes what the socket takes without waiting: EAGAIN is not an error, just a short
+// write. The caller has set c.writing.
+func (c *Conn) tryWrite(b []byte) (int, error) {
+	c.direct, c.directN, c.directErr = b, 0, nil
+	err := c.raw.Write(c.directWriter) // a method value made once: no allocation per write
+	n, werr := c.directN, c.directErr
+	c.direct, c.directErr = nil, nil
+	if err == nil {
+		err = werr
+	}
+	return n, err
+}
+
+// writeSome is tryWrite's body, run with the descriptor: it returns true in every case, so
+// RawConn.Write never waits for the socket to become writable.
+func (c *Conn) writeSome(fd uintptr) bool {
+	for c.directN < len(c.direct) {
+		m, err := syscall.Write(int(fd), c.direct[c.directN:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return true
+		case err != nil:
+			c.directErr = err
+			return true
+		}
+		c.directN += m
 	}
 	return true
+}
+
+// unlock releases c.mu and then runs the done functions of the calls that ended while it was
+// held, in the order they ended. Every section that may end a call releases c.mu with unlock,
+// so that a completion never runs under the lock and never waits for a later unlock. The
+// call's clocks are stopped after its done has run, off the answer's path; one that fires
+// meanwhile finds the call ended and does nothing.
+func (c *Conn) unlock() {
+	cl := c.ended
+	c.ended, c.endedTail = nil, nil
+	c.mu.Unlock()
+	for cl != nil {
+		next := cl.next
+		cl.next = nil
+		cl.done(cl.data, cl.err)
+		cl.timer.Stop()
+		if cl.stopCtx != nil {
+			cl.stopCtx()
+		}
+		cl = next
+	}
 }
 
 // fail ends the connection with e: every queued request fails with e's code, every active one
@@ -476,17 +579,24 @@ func (c *Conn) finish(cl *call, now time.Time, data json.RawMessage, e *protocol
 		return
 	case callQueued:
 		c.queue = slices.DeleteFunc(c.queue, func(x *call) bool { return x == cl })
+		c.tel.moved(cl.op, 0, -1)
 	case callActive:
 		delete(c.active, cl.id)
+		c.tel.moved(cl.op, -1, 0)
 		if !cl.written {
 			c.outbox = slices.DeleteFunc(c.outbox, func(x *call) bool { return x == cl })
 		}
 	}
 	cl.state = callDone
-	cl.data, cl.err = data, e
+	cl.data, cl.err = data, determinate(e)
 	delete(c.keys, cl.key)
 	c.tel.ended(cl.op, out, now.Sub(cl.admitted), answered)
-	close(cl.done)
+	if c.endedTail == nil {
+		c.ended = cl
+	} else {
+		c.endedTail.next = cl
+	}
+	c.endedTail = cl
 	if c.pump(now) {
 		c.cond.Signal()
 	}
@@ -502,6 +612,7 @@ func (c *Conn) pump(now time.Time) bool {
 		cl.state = callActive
 		c.active[cl.id] = cl
 		c.outbox = append(c.outbox, cl)
+		c.tel.moved(cl.op, 1, -1)
 		c.tel.activated(cl.op, now.Sub(cl.admitted))
 		moved = true
 	}
@@ -509,22 +620,10 @@ func (c *Conn) pump(now time.Time) bool {
 	return moved
 }
 
-// observe updates occupancy telemetry. c.mu is held.
+// observe updates occupancy telemetry; the per-operation counts are kept current by the
+// transitions themselves. c.mu is held.
 func (c *Conn) observe(now time.Time) {
-	var active, queued map[string]int
-	if len(c.active) > 0 {
-		active = make(map[string]int, len(c.d.Operations))
-		for _, cl := range c.active {
-			active[cl.op]++
-		}
-	}
-	if len(c.queue) > 0 {
-		queued = make(map[string]int, len(c.d.Operations))
-		for _, cl := range c.queue {
-			queued[cl.op]++
-		}
-	}
-	c.tel.occupancy(now, active, queued, len(c.active), len(c.queue))
+	c.tel.totals(now, len(c.active), len(c.queue))
 }
 
 // Invoke sends one operation to the adapter and waits for its result. key is the idempotency
@@ -543,16 +642,58 @@ func (c *Conn) observe(now time.Time) {
 // fails indeterminate. An adapter failure keeps the adapter's code when well-formed (else
 // adapter_error) and drops its message. Every error has details.indeterminate.
 func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessage) (json.RawMessage, *protocol.Error) {
-	data, e := c.invoke(ctx, op, key, payload)
+	var data json.RawMessage
+	var e *protocol.Error
+	ended := make(chan struct{})
+	c.Start(ctx, op, key, payload, func(d json.RawMessage, err *protocol.Error) {
+		data, e = d, err
+		close(ended)
+	})
+	<-ended
+	return data, e
+}
+
+// Start is Invoke without the wait: it admits or refuses the request and returns, and done
+// receives exactly what Invoke would return, exactly once. A refusal before admission runs done
+// before Start returns; otherwise done runs when the request ends, on whichever goroutine ends
+// it: the connection's reader for a result (the common case: the answer then leaves without a
+// goroutine hand-off), a timer, the cancellation of ctx, a failed write, or Close. No lock of c
+// is held then, but the reader waits for done to return, so done must not block, nor wait for
+// Close or for another request of c; and since Close may run it, Close must not be called with a
+// lock that done takes.
+//
+// Start writes a small invoke frame itself when nothing else is waiting to be written, with one
+// non-blocking write; it never waits for the socket.
+func (c *Conn) Start(ctx context.Context, op, key string, payload json.RawMessage, done func(json.RawMessage, *protocol.Error)) {
+	cl, e := c.prepare(ctx, op, key, payload)
+	if e != nil {
+		done(nil, determinate(e))
+		return
+	}
+	cl.done = done
+	direct, e := c.admit(ctx, cl)
+	if e != nil {
+		done(nil, determinate(e))
+		return
+	}
+	if direct {
+		c.writeDirect(cl)
+	}
+}
+
+// determinate marks an error without details.indeterminate as not indeterminate: every error
+// of a request says whether the adapter may have acted on it.
+func determinate(e *protocol.Error) *protocol.Error {
 	if e != nil {
 		if _, ok := e.Details[DetailIndeterminate]; !ok {
 			e = e.With(DetailIndeterminate, false)
 		}
 	}
-	return data, e
+	return e
 }
 
-func (c *Conn) invoke(ctx context.Context, op, key string, payload json.RawMessage) (json.RawMessage, *protocol.Error) {
+// prepare runs every check that needs no lock and builds the call with its invoke frame.
+func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMessage) (*call, *protocol.Error) {
 	if e := c.closedError(); e != nil {
 		return nil, e
 	}
@@ -575,32 +716,14 @@ func (c *Conn) invoke(ctx context.Context, op, key string, payload json.RawMessa
 		}
 	}
 	id := newRequestID()
-	frame, err := marshalFrame(&Frame{Kind: KindInvoke, Identity: c.id, RequestID: id, IdempotencyKey: key, Operation: op, Payload: payload})
+	frame, err := c.invokes.encode(id, key, op, payload)
 	if err != nil {
 		return nil, protocol.Errorf(CodeRequestInvalid, "invoke frame is not serializable")
 	}
 	if len(frame) > c.maxReq {
 		return nil, protocol.Errorf(CodeRequestTooLarge, "invoke frame of %d bytes exceeds maxRequestBytes %d", len(frame), c.maxReq)
 	}
-	cl := &call{id: id, key: key, op: op, frame: frame, done: make(chan struct{})}
-	direct, e := c.admit(cl)
-	if e != nil {
-		return nil, e
-	}
-	if direct {
-		c.write(frame, cl)
-	}
-	timer := time.NewTimer(c.timeout - time.Since(cl.admitted)) // the clock runs from admission
-	defer timer.Stop()
-	select {
-	case <-cl.done:
-	case <-timer.C:
-		c.expire(cl, CodeRequestTimeout)
-	case <-ctx.Done():
-		c.expire(cl, CodeRequestAborted)
-	}
-	<-cl.done
-	return cl.data, cl.err
+	return &call{id: id, key: key, op: op, frame: frame}, nil
 }
 
 func (c *Conn) closedError() *protocol.Error {
@@ -616,10 +739,11 @@ func (c *Conn) closedError() *protocol.Error {
 	return e
 }
 
-// admit queues cl or refuses it. Nothing has been written when it refuses. When cl got an
+// admit queues cl or refuses it. Nothing has been written when it refuses. An admitted call's
+// clock starts: it expires requestTimeoutMs later, or when ctx is cancelled. When cl got an
 // active slot and nothing else waits to be written, admit makes the caller the writer (direct):
 // the common uncontended call then skips the hand-off to the writer goroutine.
-func (c *Conn) admit(cl *call) (direct bool, e *protocol.Error) {
+func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != stateOpen {
@@ -641,13 +765,19 @@ func (c *Conn) admit(cl *call) (direct bool, e *protocol.Error) {
 	}
 	now := time.Now()
 	cl.admitted = now
+	cl.timer = time.AfterFunc(c.timeout, func() { c.expire(cl, CodeRequestTimeout) })
+	if ctx.Done() != nil {
+		cl.stopCtx = context.AfterFunc(ctx, func() { c.expire(cl, CodeRequestAborted) })
+	}
 	c.keys[cl.key] = true
 	c.tel.accepted(cl.op)
 	c.queue = append(c.queue, cl)
+	c.tel.moved(cl.op, 0, 1)
 	if !c.pump(now) {
 		return false, nil
 	}
-	if len(cl.frame) <= maxDirectWrite && !c.writing && len(c.control) == 0 && len(c.outbox) == 1 && c.outbox[0] == cl {
+	if c.raw != nil && len(cl.frame) <= maxDirectWrite && !c.writing && c.partial == nil && len(c.control) == 0 &&
+		len(c.outbox) == 1 && c.outbox[0] == cl {
 		c.outbox = c.outbox[:0]
 		cl.written = true
 		c.writing = true
@@ -662,7 +792,7 @@ func (c *Conn) admit(cl *call) (direct bool, e *protocol.Error) {
 // result is dropped, and fails indeterminate.
 func (c *Conn) expire(cl *call, code string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if cl.state == callDone {
 		return
 	}
@@ -692,7 +822,8 @@ func (c *Conn) expire(cl *call, code string) {
 // they may have reached the adapter), a best-effort revoke frame is written within
 // min(100 ms, requestTimeoutMs), and the socket is closed. Close does not wait for revoked. It
 // returns after the connection's goroutines have exited; it is idempotent and safe to call
-// concurrently.
+// concurrently. The done functions of the requests it ends (see Start) run on the calling
+// goroutine before it returns.
 func (c *Conn) Close() {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
@@ -707,7 +838,7 @@ func (c *Conn) Close() {
 			}
 			c.cond.Broadcast()
 		}
-		c.mu.Unlock()
+		c.unlock()
 		if wait {
 			t := time.NewTimer(min(maxRevokeWait, c.timeout))
 			select {
@@ -721,7 +852,7 @@ func (c *Conn) Close() {
 			c.state = stateClosed
 		}
 		c.cond.Broadcast()
-		c.mu.Unlock()
+		c.unlock()
 		_ = c.nc.Close()
 		c.wg.Wait()
 		close(c.closeFinish)

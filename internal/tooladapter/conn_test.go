@@ -1041,3 +1041,69 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Fatal("key is not a valid wire id")
 	}
 }
+
+// TestStart: Start returns before the adapter answers; done runs exactly once with what Invoke
+// would return: at once for a refusal, on the reader for a result, and on the closing
+// goroutine for a request that Close ends.
+func TestStart(t *testing.T) {
+	var mu sync.Mutex
+	var held []*Frame
+	a := newAdapter(t, func(ac *adapterConn, f *Frame) {
+		switch f.Kind {
+		case KindBind:
+			ac.sendFrame(boundFor(f))
+		case KindInvoke:
+			mu.Lock()
+			held = append(held, f)
+			mu.Unlock()
+		}
+	})
+	c, ac := connect(t, a, descriptorMap(""), Options{})
+	type outcome struct {
+		data json.RawMessage
+		e    *protocol.Error
+	}
+	start := func(key string) chan outcome {
+		ch := make(chan outcome, 2) // room for a second, wrong, call of done
+		c.Start(context.Background(), OpStat, key, statReq(1), func(d json.RawMessage, e *protocol.Error) { ch <- outcome{d, e} })
+		return ch
+	}
+
+	refused := make(chan outcome, 2)
+	c.Start(context.Background(), OpStat, "not a key", statReq(1), func(d json.RawMessage, e *protocol.Error) { refused <- outcome{d, e} })
+	select {
+	case o := <-refused:
+		wantCode(t, o.e, CodeRequestInvalid)
+		wantIndeterminate(t, o.e, false)
+	default:
+		t.Fatal("a refusal did not run done before Start returned")
+	}
+
+	answered, closed := start("key-a"), start("key-b")
+	eventually(t, "both invokes at the adapter", func() bool { mu.Lock(); defer mu.Unlock(); return len(held) == 2 })
+	select {
+	case o := <-answered:
+		t.Fatalf("done ran before the adapter answered: %+v", o)
+	default:
+	}
+	mu.Lock()
+	first := held[0]
+	mu.Unlock()
+	ac.sendFrame(ok(first, resultData(OpStat, 1)))
+	o := <-answered
+	if o.e != nil || string(o.data) != string(resultData(OpStat, 1)) {
+		t.Fatalf("answered = %s %v", o.data, o.e)
+	}
+
+	c.Close()
+	select {
+	case o := <-closed:
+		wantCode(t, o.e, CodeSessionClosed)
+		wantIndeterminate(t, o.e, true)
+	default:
+		t.Fatal("Close returned before the done of the request it ended")
+	}
+	if len(answered)+len(closed)+len(refused) != 0 {
+		t.Fatal("done ran twice")
+	}
+}

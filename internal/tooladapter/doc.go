@@ -13,8 +13,9 @@
 //   - ValidateRelativePath, CanonicalRoot, ResolveUnder and CheckEndpoint confine paths and
 //     vet the endpoint before anything is sent.
 //   - Connect binds a Conn; Conn.Invoke runs one operation with admission control, a FIFO
-//     queue, timeouts from admission and targeted aborts; Conn.Close revokes. Registry keeps
-//     one Conn per (host, session, generation).
+//     queue, timeouts from admission and targeted aborts, and Conn.Start does the same without
+//     holding a goroutine while the adapter works; Conn.Close revokes. Registry keeps one Conn
+//     per (host, session, generation).
 //
 // # Secrets
 //

@@ -1,6 +1,7 @@
 package tooladapter
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -218,41 +219,71 @@ type rawFrame struct {
 }
 
 func (r *rawFrame) wire() (*wireFrame, *protocol.Error) {
-	w := &wireFrame{}
-	var e *protocol.Error
-	str := func(raw json.RawMessage, name string) *string {
-		if raw == nil || e != nil {
-			return nil
-		}
-		s, ok := rawString(raw)
-		if !ok {
-			e = frameError(name, "frame member %s must be a string", name)
-			return nil
-		}
-		return &s
+	// The frame and the values its pointers refer to share one allocation, and the plain
+	// strings, nearly all of them, share another.
+	st := &struct {
+		w    wireFrame
+		strs [11]string
+		gen  int64
+		bits [2]bool
+	}{}
+	w := &st.w
+	members := [len(st.strs)]struct {
+		raw  json.RawMessage
+		name string
+		dst  **string
+	}{
+		{r.ProtocolVersion, "protocolVersion", &w.ProtocolVersion}, {r.Kind, "kind", &w.Kind},
+		{r.AdapterID, "adapterId", &w.AdapterID}, {r.AdapterVersion, "adapterVersion", &w.AdapterVersion},
+		{r.HostInstanceID, "hostInstanceId", &w.HostInstanceID}, {r.SessionID, "sessionId", &w.SessionID},
+		{r.CapabilityHandle, "capabilityHandle", &w.CapabilityHandle}, {r.RequestID, "requestId", &w.RequestID},
+		{r.TargetRequestID, "targetRequestId", &w.TargetRequestID}, {r.IdempotencyKey, "idempotencyKey", &w.IdempotencyKey},
+		{r.Operation, "operation", &w.Operation},
 	}
-	w.ProtocolVersion = str(r.ProtocolVersion, "protocolVersion")
-	w.Kind = str(r.Kind, "kind")
-	w.AdapterID = str(r.AdapterID, "adapterId")
-	w.AdapterVersion = str(r.AdapterVersion, "adapterVersion")
-	w.HostInstanceID = str(r.HostInstanceID, "hostInstanceId")
-	w.SessionID = str(r.SessionID, "sessionId")
-	w.CapabilityHandle = str(r.CapabilityHandle, "capabilityHandle")
-	w.RequestID = str(r.RequestID, "requestId")
-	w.TargetRequestID = str(r.TargetRequestID, "targetRequestId")
-	w.IdempotencyKey = str(r.IdempotencyKey, "idempotencyKey")
-	w.Operation = str(r.Operation, "operation")
-	if e != nil {
-		return nil, e
+	var plain [len(members)]bool
+	size := 0
+	for i, m := range members {
+		if m.raw == nil {
+			continue
+		}
+		if plain[i] = plainString(m.raw); plain[i] {
+			size += len(m.raw) - 2
+			continue
+		}
+		s, ok := rawString(m.raw)
+		if !ok {
+			return nil, frameError(m.name, "frame member %s must be a string", m.name)
+		}
+		st.strs[i] = s
+		*m.dst = &st.strs[i]
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for i, m := range members {
+		if plain[i] {
+			sb.Write(m.raw[1 : len(m.raw)-1])
+		}
+	}
+	all, at := sb.String(), 0
+	for i, m := range members {
+		if plain[i] {
+			n := len(m.raw) - 2
+			st.strs[i] = all[at : at+n]
+			at += n
+			*m.dst = &st.strs[i]
+		} else if m.raw != nil {
+			*m.dst = &st.strs[i]
+		}
 	}
 	if r.Generation != nil {
 		g, err := strconv.ParseInt(string(r.Generation), 10, 64)
 		if err != nil {
 			return nil, frameError("generation", "frame member generation must be an integer")
 		}
-		w.Generation = &g
+		st.gen = g
+		w.Generation = &st.gen
 	}
-	for _, b := range []struct {
+	for i, b := range [...]struct {
 		raw  json.RawMessage
 		dst  **bool
 		name string
@@ -264,7 +295,8 @@ func (r *rawFrame) wire() (*wireFrame, *protocol.Error) {
 		if !v && string(b.raw) != "false" {
 			return nil, frameError(b.name, "frame member %s must be a boolean", b.name)
 		}
-		*b.dst = &v
+		st.bits[i] = v
+		*b.dst = &st.bits[i]
 	}
 	if r.Operations != nil {
 		var ops []string
@@ -289,6 +321,20 @@ func (r *rawFrame) wire() (*wireFrame, *protocol.Error) {
 	return w, nil
 }
 
+// plainString reports whether raw is a JSON string of plain ASCII without escapes, whose
+// contents are its value as they stand.
+func plainString(raw json.RawMessage) bool {
+	if len(raw) < 2 || raw[0] != '"' {
+		return false
+	}
+	for _, c := range raw[1 : len(raw)-1] {
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // rawString decodes a JSON string member. Plain ASCII without escapes, the common case, is
 // sliced out directly; anything else goes through encoding/json, so that escapes and invalid
 // UTF-8 are treated exactly as everywhere else.
@@ -296,14 +342,7 @@ func rawString(raw json.RawMessage) (string, bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return "", false
 	}
-	plain := true
-	for _, c := range raw[1 : len(raw)-1] {
-		if c == '\\' || c < 0x20 || c >= 0x80 {
-			plain = false
-			break
-		}
-	}
-	if plain {
+	if plainString(raw) {
 		return string(raw[1 : len(raw)-1]), true
 	}
 	var s string
@@ -563,6 +602,61 @@ func marshalFrame(f *Frame) ([]byte, error) {
 		w.Error = &rawErrorBody{&eb.Code, &eb.Message, &eb.Retryable}
 	}
 	return ndjson.Marshal(&w)
+}
+
+// invokeEncoder encodes the invoke frames of one binding. Every member before requestId is the
+// binding's identity, so that part is encoded once; the rest is appended by hand. The output is
+// byte for byte marshalFrame's (TestInvokeEncoder), which it falls back to for any value that
+// would need escaping.
+type invokeEncoder struct {
+	id     Identity
+	prefix []byte // the frame up to the comma before requestId
+}
+
+// invokeTail is how marshalFrame ends an invoke frame whose requestId, idempotencyKey and
+// operation are empty and whose payload is nil.
+const invokeTail = `,"requestId":"","idempotencyKey":"","operation":""}` + "\n"
+
+func newInvokeEncoder(id Identity) *invokeEncoder {
+	e := &invokeEncoder{id: id}
+	if b, err := marshalFrame(&Frame{Kind: KindInvoke, Identity: id}); err == nil && bytes.HasSuffix(b, []byte(invokeTail)) {
+		e.prefix = b[:len(b)-len(invokeTail)]
+	}
+	return e
+}
+
+// encode returns the invoke frame line, LF included.
+func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
+	if e.prefix == nil || payload == nil || !plainJSON(requestID) || !plainJSON(key) || !plainJSON(op) {
+		return marshalFrame(&Frame{Kind: KindInvoke, Identity: e.id, RequestID: requestID, IdempotencyKey: key, Operation: op, Payload: payload})
+	}
+	b := make([]byte, 0, len(e.prefix)+len(requestID)+len(key)+len(op)+len(payload)+64)
+	b = append(b, e.prefix...)
+	b = append(b, `,"requestId":"`...)
+	b = append(b, requestID...)
+	b = append(b, `","idempotencyKey":"`...)
+	b = append(b, key...)
+	b = append(b, `","operation":"`...)
+	b = append(b, op...)
+	b = append(b, `","payload":`...)
+	// encoding/json writes a json.RawMessage compacted, and without HTML escaping (as
+	// ndjson.Marshal sets it) exactly as json.Compact does.
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, payload); err != nil {
+		return nil, err
+	}
+	return append(buf.Bytes(), '}', '\n'), nil
+}
+
+// plainJSON reports whether encoding/json writes s between quotes as it is: printable ASCII
+// without quote or backslash.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // bindFrame is the normalized bind frame of a descriptor.

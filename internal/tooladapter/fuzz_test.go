@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -169,6 +170,36 @@ func FuzzValidateRelativePath(f *testing.F) {
 		}
 		if j := path.Join("/root", p); !strings.HasPrefix(j, "/root/") {
 			t.Fatalf("%q joins to %q", p, j)
+		}
+	})
+}
+
+// FuzzDecodeFlat: the one-pass decoding of flat payload and result shapes agrees with
+// decodeShape, the reference, on every input: the same refusal, or the same values.
+func FuzzDecodeFlat(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"directory","size":0}`, `{"type":"file","size":12,"modifiedAt":"2026-01-02T03:04:05Z"}`,
+		`{"content":"x\n\u00e9","bytesRead":1,"eof":false}`, `{"created":true,"bytesWritten":3,"digest":"ab"}`,
+		`{"replacements":2,"digest":"x"}`, `{"size":-0}`, `{"size":1.0}`, `{"size":1e2}`, `{"size":9223372036854775808}`,
+		`{"size":null}`, `{"type":5}`, `{"type":"a","type":"b"}`, `{"Type":"file"}`, `{"bogus":1}`, `{"eof":"true"}`,
+		`{"size":"x","bogus":1}`, `[]`, `null`, ``, `{"content":"\ud800"}`, " { \"size\" : 7 } ",
+		`{"path":"."}`, `{"path":"a/b","maxEntries":10}`, `{"path":"a","offset":0,"maxBytes":4096}`,
+		`{"path":"a","query":"x","maxResults":5}`, `{"path":"a","content":"","create":true,"overwrite":false,"expectedDigest":"d"}`,
+		`{"path":null}`, `{"path":"a","Path":"b"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		for _, pair := range [][2]any{{&statResult{}, &statResult{}}, {&readResult{}, &readResult{}},
+			{&writeResult{}, &writeResult{}}, {&editResult{}, &editResult{}}, {&listPayload{}, &listPayload{}},
+			{&statPayload{}, &statPayload{}}, {&readPayload{}, &readPayload{}}, {&searchPayload{}, &searchPayload{}},
+			{&writePayload{}, &writePayload{}}} {
+			got, want := pair[0], pair[1]
+			ge := decodeFlat(CodeProtocolInvalid, "data", raw, got)
+			we := decodeShape(CodeProtocolInvalid, "data", raw, want)
+			if !reflect.DeepEqual(ge, we) || (we == nil && !reflect.DeepEqual(got, want)) {
+				t.Fatalf("%T of %q: got %v %+v, want %v %+v", got, raw, ge, got, we, want)
+			}
 		}
 	})
 }

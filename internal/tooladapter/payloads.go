@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -226,20 +227,20 @@ func payloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 	switch op {
 	case OpList:
 		var v listPayload
-		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
 			c.intRange("maxEntries", v.MaxEntries, 1, MaxListEntries, true)
 		}
 	case OpStat:
 		var v statPayload
-		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
 		}
 	case OpRead:
 		var v readPayload
-		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
 			c.intRange("offset", v.Offset, 0, maxSafeInteger, true)
@@ -247,7 +248,7 @@ func payloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		}
 	case OpSearch:
 		var v searchPayload
-		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
 			if c.required("query", v.Query != nil) && (*v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen) {
@@ -257,7 +258,7 @@ func payloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		}
 	case OpWrite:
 		var v writePayload
-		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
 			c.content("content", v.Content, 0)
@@ -317,14 +318,14 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 		}
 	case OpStat:
 		var v statResult
-		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.entryType("type", v.Type)
 			c.intRange("size", v.Size, 0, maxSafeInteger, false)
 			c.modifiedAt("modifiedAt", v.ModifiedAt)
 		}
 	case OpRead:
 		var v readResult
-		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.content("content", v.Content, 0)
 			c.intRange("bytesRead", v.BytesRead, 0, MaxContentBytes, false)
 			c.required("eof", v.EOF != nil)
@@ -351,14 +352,14 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 		}
 	case OpWrite:
 		var v writeResult
-		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.required("created", v.Created != nil)
 			c.intRange("bytesWritten", v.BytesWritten, 0, MaxContentBytes, false)
 			c.digest("digest", v.Digest, false)
 		}
 	case OpEdit:
 		var v editResult
-		if e = decodeShape(c.code, "data", raw, &v); e == nil {
+		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.intRange("replacements", v.Replacements, 0, MaxEdits, false)
 			c.digest("digest", v.Digest, false)
 		}
@@ -369,6 +370,158 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 		return e
 	}
 	return c.err("data")
+}
+
+// Raw mirrors of the flat payload and result shapes: the same member names, each kept as JSON
+// text.
+type (
+	listPayloadRaw struct {
+		Path       json.RawMessage `json:"path"`
+		MaxEntries json.RawMessage `json:"maxEntries"`
+	}
+	statPayloadRaw struct {
+		Path json.RawMessage `json:"path"`
+	}
+	readPayloadRaw struct {
+		Path     json.RawMessage `json:"path"`
+		Offset   json.RawMessage `json:"offset"`
+		MaxBytes json.RawMessage `json:"maxBytes"`
+	}
+	searchPayloadRaw struct {
+		Path       json.RawMessage `json:"path"`
+		Query      json.RawMessage `json:"query"`
+		MaxResults json.RawMessage `json:"maxResults"`
+	}
+	writePayloadRaw struct {
+		Path           json.RawMessage `json:"path"`
+		Content        json.RawMessage `json:"content"`
+		Create         json.RawMessage `json:"create"`
+		Overwrite      json.RawMessage `json:"overwrite"`
+		ExpectedDigest json.RawMessage `json:"expectedDigest"`
+	}
+	statResultRaw struct {
+		Type       json.RawMessage `json:"type"`
+		Size       json.RawMessage `json:"size"`
+		ModifiedAt json.RawMessage `json:"modifiedAt"`
+	}
+	readResultRaw struct {
+		Content   json.RawMessage `json:"content"`
+		BytesRead json.RawMessage `json:"bytesRead"`
+		EOF       json.RawMessage `json:"eof"`
+	}
+	writeResultRaw struct {
+		Created      json.RawMessage `json:"created"`
+		BytesWritten json.RawMessage `json:"bytesWritten"`
+		Digest       json.RawMessage `json:"digest"`
+	}
+	editResultRaw struct {
+		Replacements json.RawMessage `json:"replacements"`
+		Digest       json.RawMessage `json:"digest"`
+	}
+)
+
+// decodeFlat decodes a flat payload or result shape as decodeShape does. A well-typed value, the
+// common case, is checked and converted in one pass over a raw mirror of the shape, without the
+// reflective second pass of encoding/json; anything the mirror does not settle (a member of the
+// wrong type, null, a number that is not an int64) goes through decodeShape, which is the
+// reference and names the failure (FuzzDecodeFlat).
+func decodeFlat(code, what string, raw json.RawMessage, v any) *protocol.Error {
+	if decodeMirror(raw, v) {
+		return nil
+	}
+	return decodeShape(code, what, raw, v)
+}
+
+// decodeMirror fills v, a pointer to a flat shape, when raw is a closed object of that shape
+// whose every member has the JSON type of its field. It reports false, leaving v in any state,
+// for everything else.
+func decodeMirror(raw json.RawMessage, v any) bool {
+	ok := true
+	str := func(m json.RawMessage) *string {
+		if m == nil || !ok {
+			return nil
+		}
+		s, isStr := rawString(m)
+		ok = isStr
+		return &s
+	}
+	num := func(m json.RawMessage) *int64 {
+		if m == nil || !ok {
+			return nil
+		}
+		// encoding/json decodes a number into an int64 with exactly this call.
+		n, err := strconv.ParseInt(string(m), 10, 64)
+		ok = err == nil
+		return &n
+	}
+	boolean := func(m json.RawMessage) *bool {
+		if m == nil || !ok {
+			return nil
+		}
+		b := string(m) == "true"
+		ok = b || string(m) == "false"
+		return &b
+	}
+	switch v := v.(type) {
+	case *listPayload:
+		var r listPayloadRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = listPayload{Path: str(r.Path), MaxEntries: num(r.MaxEntries)}
+	case *statPayload:
+		var r statPayloadRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = statPayload{Path: str(r.Path)}
+	case *readPayload:
+		var r readPayloadRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = readPayload{Path: str(r.Path), Offset: num(r.Offset), MaxBytes: num(r.MaxBytes)}
+	case *searchPayload:
+		var r searchPayloadRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = searchPayload{Path: str(r.Path), Query: str(r.Query), MaxResults: num(r.MaxResults)}
+	case *writePayload:
+		var r writePayloadRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = writePayload{Path: str(r.Path), Content: str(r.Content), Create: boolean(r.Create),
+			Overwrite: boolean(r.Overwrite), ExpectedDigest: str(r.ExpectedDigest)}
+	case *statResult:
+		var r statResultRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = statResult{Type: str(r.Type), Size: num(r.Size), ModifiedAt: str(r.ModifiedAt)}
+	case *readResult:
+		var r readResultRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = readResult{Content: str(r.Content), BytesRead: num(r.BytesRead), EOF: boolean(r.EOF)}
+	case *writeResult:
+		var r writeResultRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = writeResult{Created: boolean(r.Created), BytesWritten: num(r.BytesWritten), Digest: str(r.Digest)}
+	case *editResult:
+		var r editResultRaw
+		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+			return false
+		}
+		*v = editResult{Replacements: num(r.Replacements), Digest: str(r.Digest)}
+	default:
+		return false
+	}
+	return ok
 }
 
 func validEntryName(n string) bool {

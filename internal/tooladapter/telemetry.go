@@ -152,14 +152,28 @@ func (t *telemetry) ended(op string, out outcome, latency time.Duration, answere
 	}
 }
 
-// occupancy records the current counts, the high water marks and saturation episodes.
+// occupancy records the current counts of every operation and in total, the high water marks
+// and saturation episodes.
 func (t *telemetry) occupancy(now time.Time, active, queued map[string]int, nActive, nQueued int) {
-	t.snap.Occupancy = QueueCounts{nActive, nQueued}
-	t.snap.HighWater.ActiveRequests = max(t.snap.HighWater.ActiveRequests, nActive)
-	t.snap.HighWater.QueuedRequests = max(t.snap.HighWater.QueuedRequests, nQueued)
 	for op, o := range t.ops {
 		o.ActiveRequests, o.QueuedRequests = active[op], queued[op]
 	}
+	t.totals(now, nActive, nQueued)
+}
+
+// moved changes the active and queued counts of op by dActive and dQueued: a connection keeps
+// them current request by request instead of recounting on every change.
+func (t *telemetry) moved(op string, dActive, dQueued int) {
+	o := t.ops[op]
+	o.ActiveRequests += dActive
+	o.QueuedRequests += dQueued
+}
+
+// totals records the current total counts, the high water marks and saturation episodes.
+func (t *telemetry) totals(now time.Time, nActive, nQueued int) {
+	t.snap.Occupancy = QueueCounts{nActive, nQueued}
+	t.snap.HighWater.ActiveRequests = max(t.snap.HighWater.ActiveRequests, nActive)
+	t.snap.HighWater.QueuedRequests = max(t.snap.HighWater.QueuedRequests, nQueued)
 	sat := int64(nActive) >= t.snap.Capacity.MaxConcurrentRequests && int64(nQueued) >= t.snap.Capacity.MaxQueuedRequests
 	switch {
 	case sat && !t.satCur:

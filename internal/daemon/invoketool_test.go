@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestInvokeToolWaitsWithoutTheConnection: an invokeTool the adapter has not answered yet holds
+// neither the connection's reader nor its writer; a status sent after it on the same connection
+// is answered first. The adapter's answer then goes out, and a call still pending at shutdown is
+// answered, indeterminate, before the connection closes.
+func TestInvokeToolWaitsWithoutTheConnection(t *testing.T) {
+	root, err := os.MkdirTemp("/tmp", "alt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	os.Chmod(root, 0o700)
+	held := make(chan []byte, 4)
+	answer := startHoldingAdapter(t, filepath.Join(root, "fs.sock"), held)
+
+	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !d.sessions.Ready(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("daemon not ready")
+		}
+	}
+	openToolSession(t, d, filepath.Join(root, "fs.sock"))
+
+	nc, err := net.Dial("unix", d.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(nc)
+	send := func(line string) {
+		if _, err := nc.Write([]byte(line + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() map[string]any {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r map[string]any
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	invoke := func(id string) string {
+		return `{"protocolVersion":"2.0","requestId":"` + id + `","operation":"invokeTool","sessionId":"bench","generation":1,` +
+			`"payload":{"toolCallId":"` + id + `","operation":"fs.stat","arguments":{"path":"."}}}`
+	}
+
+	send(invoke("first"))
+	frame := <-held
+	send(`{"protocolVersion":"2.0","requestId":"probe","operation":"status","payload":{}}`)
+	if r := next(); r["requestId"] != "probe" || r["ok"] != true {
+		t.Fatalf("first answer = %v, want the status", r)
+	}
+	answer(frame)
+	if r := next(); r["requestId"] != "first" || r["ok"] != true {
+		t.Fatalf("second answer = %v, want the tool result", r)
+	}
+
+	send(invoke("pending"))
+	<-held
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Shutdown(context.Background())
+	}()
+	r := next()
+	e, _ := r["error"].(map[string]any)
+	details, _ := e["details"].(map[string]any)
+	if r["requestId"] != "pending" || details["indeterminate"] != true {
+		t.Fatalf("answer at shutdown = %v", r)
+	}
+	<-done
+}
+
+// startHoldingAdapter serves an adapter that binds, hands every invoke frame to held instead of
+// answering it, and answers one when the returned function is called with it.
+func startHoldingAdapter(t *testing.T, socket string, held chan<- []byte) (answer func(frame []byte)) {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(socket, 0o600)
+	var mu sync.Mutex
+	var conn net.Conn
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conn = c
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					var f map[string]any
+					if json.Unmarshal(line, &f) != nil {
+						return
+					}
+					switch f["kind"] {
+					case "bind":
+						delete(f, "capabilityHandle")
+						f["kind"] = "bound"
+						reply(c, &mu, f)
+					case "invoke":
+						held <- line
+					case "abort":
+						f["kind"], f["aborted"] = "aborted", true
+						reply(c, &mu, f)
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		if conn != nil {
+			conn.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return func(frame []byte) {
+		var f map[string]any
+		json.Unmarshal(frame, &f)
+		delete(f, "payload")
+		f["kind"], f["ok"], f["data"] = "result", true, map[string]any{"type": "directory", "size": 0}
+		mu.Lock()
+		c := conn
+		mu.Unlock()
+		reply(c, &mu, f)
+	}
+}
+
+func reply(c net.Conn, mu *sync.Mutex, f map[string]any) {
+	b, _ := json.Marshal(f)
+	mu.Lock()
+	defer mu.Unlock()
+	c.Write(append(b, '\n'))
+}
