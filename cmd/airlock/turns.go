@@ -85,7 +85,9 @@ func (a *app) wake(ctx context.Context, args []string) int {
 	if *key == "" && !o.json {
 		fmt.Fprintf(a.stderr, "idempotency key %s (pass --key to retry this wake)\n", k)
 	}
-	cmd := client.Command{Operation: protocol.OpWake, SessionID: pos[0], Generation: gen, IdempotencyKey: k, Payload: p}
+	// The request id names this wake's events among those of the session's other wakes.
+	cmd := client.Command{Operation: protocol.OpWake, SessionID: pos[0], Generation: gen, IdempotencyKey: k, Payload: p,
+		RequestID: "cli-wake-" + rand.Text()}
 
 	if *noWait {
 		data, err := a.call(ctx, protocol.Version2, cmd)
@@ -116,7 +118,7 @@ func (a *app) wake(ctx context.Context, args []string) int {
 		}
 		go func() {
 			defer close(streamed)
-			a.streamTurn(c.Events(), stop)
+			a.streamTurn(c.Events(), stop, cmd.RequestID)
 		}()
 	} else {
 		close(streamed)
@@ -144,23 +146,20 @@ func (a *app) wake(ctx context.Context, args []string) int {
 	})
 }
 
-// streamTurn prints a running turn's events until the turn ends, or until stop is closed and
+// streamTurn prints the events of one wake, the one with requestID, until stop is closed and
 // what was already received is printed: text deltas to stdout as they come, tool calls as one
-// line each to stderr.
-func (a *app) streamTurn(events <-chan json.RawMessage, stop <-chan struct{}) {
+// line each to stderr. It reads every event of the session meanwhile, so that another wake's
+// events never hold up the answer on the connection.
+func (a *app) streamTurn(events <-chan json.RawMessage, stop <-chan struct{}, requestID string) {
 	for {
 		select {
 		case line := <-events:
-			if a.printEvent(line) {
-				return
-			}
+			a.printEvent(line, requestID)
 		case <-stop:
 			for {
 				select {
 				case line := <-events:
-					if a.printEvent(line) {
-						return
-					}
+					a.printEvent(line, requestID)
 				default:
 					return
 				}
@@ -169,14 +168,12 @@ func (a *app) streamTurn(events <-chan json.RawMessage, stop <-chan struct{}) {
 	}
 }
 
-// printEvent prints one event and reports whether the turn ended.
-func (a *app) printEvent(line json.RawMessage) bool {
-	if line == nil {
-		return true
-	}
+// printEvent prints one event of the wake with requestID; others are skipped.
+func (a *app) printEvent(line json.RawMessage, requestID string) {
 	var ev struct {
-		Event string `json:"event"`
-		Data  struct {
+		Event     string `json:"event"`
+		RequestID string `json:"requestId"`
+		Data      struct {
 			Delta     string          `json:"delta"`
 			Operation string          `json:"operation"`
 			Name      string          `json:"name"`
@@ -184,25 +181,24 @@ func (a *app) printEvent(line json.RawMessage) bool {
 			Error     *protocol.Error `json:"error"`
 		} `json:"data"`
 	}
-	if json.Unmarshal(line, &ev) != nil {
-		return false
+	if line == nil || json.Unmarshal(line, &ev) != nil || ev.RequestID != requestID {
+		return
 	}
 	switch ev.Event {
 	case protocol.EventMessageUpdate:
 		io.WriteString(a.stdout, ev.Data.Delta)
 		a.streamed = true
 	case protocol.EventMessageEnd:
-		io.WriteString(a.stdout, "\n")
+		if a.streamed {
+			io.WriteString(a.stdout, "\n")
+		}
 	case protocol.EventToolStart:
 		fmt.Fprintf(a.stderr, "-> %s\n", clean(firstOf(ev.Data.Operation, ev.Data.Name)))
 	case protocol.EventToolEnd:
 		if !ev.Data.OK && ev.Data.Error != nil {
 			fmt.Fprintf(a.stderr, "<- %s failed: %s\n", clean(firstOf(ev.Data.Operation, ev.Data.Name)), clean(ev.Data.Error.Code))
 		}
-	case protocol.EventTurnEnd, protocol.EventRequestFailed:
-		return true
 	}
-	return false
 }
 
 func firstOf(a, b string) string {

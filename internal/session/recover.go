@@ -45,7 +45,7 @@ func (m *Manager) Recover() error {
 	if err := m.recover(started); err != nil {
 		m.mu.Lock()
 		m.failLocked(protocol.AsError(err).Code)
-		m.completed = true
+		m.completed, m.recoveryFailed = true, true
 		m.recomputePhaseLocked()
 		m.mu.Unlock()
 		return err

@@ -95,8 +95,10 @@ type Manager struct {
 	queuedTurns int
 	// turnsIdleCh, when set, is closed once no turn runs (a drain waits on it).
 	turnsIdleCh chan struct{}
-	// completed is set when startup recovery has run to its end.
-	completed bool
+	// completed is set when startup recovery has run to its end; recoveryFailed when it
+	// ended in an error, and the host then admits no work.
+	completed      bool
+	recoveryFailed bool
 
 	slots    chan struct{} // the host's turn semaphore
 	ctx      context.Context
@@ -134,9 +136,12 @@ type runtime struct {
 	mailbox   *turn.Mailbox           // of the active turn
 	lastError string                  // the code of the turn that failed the generation
 
-	// controls remembers the steer/followUp keys of the active turn: key → digest.
+	// controls remembers the steer/followUp keys of the generation: key → digest.
 	controls     map[string]string
 	controlOrder []string
+	// ending is set while an open replaces, or a close ends, this generation: it admits no
+	// more wakes.
+	ending bool
 }
 
 // opLock serializes durable changes to one session.
@@ -237,6 +242,11 @@ func (m *Manager) admitting() *protocol.Error {
 	if m.recovery.Phase == protocol.PhaseNotStarted || m.recovery.Phase == protocol.PhaseRecovering {
 		return protocol.Retryable(protocol.CodeHostNotReady, "host is recovering").With("phase", m.recovery.Phase)
 	}
+	if m.recoveryFailed {
+		// The journal was not indexed: a retried wake could not be told from a new one.
+		return protocol.Errorf(protocol.CodeHostNotReady, "startup recovery failed; fix the state directory and restart airlockd (see the log)").
+			With("phase", m.recovery.Phase)
+	}
 	return nil
 }
 
@@ -274,6 +284,14 @@ type OpenRequest struct {
 func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResult, error) {
 	release := m.lockSession(req.SessionID)
 	defer release()
+	var ending *runtime // the generation this open replaces, while it admits no wake
+	defer func() {
+		if ending != nil {
+			m.mu.Lock()
+			ending.ending = false
+			m.mu.Unlock()
+		}
+	}()
 
 	digest := req.Policy.Digest()
 	rec, err := m.cfg.Store.Record(req.SessionID)
@@ -350,6 +368,11 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	} else if busyLocked(rt) {
 		m.mu.Unlock()
 		return nil, protocol.Retryable(protocol.CodeSessionBusy, "generation %d has a turn running or queued", rt.generation)
+	} else {
+		// From here on the generation being replaced admits no wake; a failed open lets it
+		// go on.
+		rt.ending = true
+		ending = rt
 	}
 	m.mu.Unlock()
 
@@ -421,8 +444,10 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	m.mu.Lock()
 	old := m.sessions[req.SessionID]
 	if old != nil {
+		m.failQueueLocked(old, protocol.Retryable(protocol.CodeAborted, "the session generation was replaced"))
 		m.retireLocked(old, protocol.SessionClosedData{RetainSession: true, Reason: ReasonReplaced})
 	}
+	ending = nil
 	defer m.revoke(old)
 	defer m.mu.Unlock()
 	rt = m.residentRuntime(req.SessionID, req.Generation, req.Version.Raw, req.Policy, digest)
@@ -545,6 +570,11 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 		return nil, err
 	}
 	m.mu.Lock()
+	if !m.completed {
+		// Recovery is still deciding what each session becomes.
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeHostNotReady, "host is recovering").With("phase", m.recovery.Phase)
+	}
 	rt := m.sessions[id]
 	if rt == nil && rec == nil {
 		m.mu.Unlock()
@@ -563,6 +593,15 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 	if generation > current {
 		return nil, notFound(id).With("currentGeneration", current).With("receivedGeneration", generation)
 	}
+	// No wake is admitted while the records change; a failed close lets the generation go on.
+	setEnding := func(v bool) {
+		if rt != nil {
+			m.mu.Lock()
+			rt.ending = v
+			m.mu.Unlock()
+		}
+	}
+	setEnding(true)
 
 	res := &protocol.CloseResult{Closed: rt != nil}
 	if retain {
@@ -570,12 +609,14 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 			rec.Residency, rec.State = protocol.Dormant, protocol.StateIdle
 			rec.UpdatedAt = m.now().UTC()
 			if err := m.cfg.Store.SaveSession(rec, nil); err != nil {
+				setEnding(false)
 				return nil, err
 			}
 		}
 	} else {
 		existed, err := m.cfg.Store.DeleteSession(id)
 		if err != nil {
+			setEnding(false)
 			return nil, err
 		}
 		res.Deleted = existed

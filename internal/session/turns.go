@@ -99,6 +99,10 @@ func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
 		m.mu.Unlock()
 		return m.duplicate(ctx, r, fp, p.Wait())
 	}
+	if rt.ending {
+		m.mu.Unlock()
+		return nil, protocol.Retryable(protocol.CodeSessionBusy, "generation %d is being closed or replaced", rt.generation)
+	}
 	if rt.spec == nil {
 		m.mu.Unlock()
 		return nil, protocol.Errorf(protocol.CodeSessionPrecondition, "this session generation was opened without a model; open a generation with payload.model to run turns")
@@ -301,71 +305,110 @@ func (m *Manager) startWorkerLocked(rt *runtime) {
 }
 
 // work runs a session's queued wakes one at a time, each under one of the host's turn slots.
+// The slot is taken before a wake leaves the queue, so a wake is always either queued or the
+// runtime's active one, where close, replace and shutdown find it.
 func (m *Manager) work(rt *runtime) {
 	defer m.workers.Done()
 	for {
-		m.mu.Lock()
-		if len(rt.queue) == 0 || m.sessions[rt.id] != rt || m.draining || rt.state == protocol.StateFailed {
-			rt.working = false
-			if m.sessions[rt.id] != rt {
-				closeConv(rt.conv)
-			}
+		if !m.workable(rt) {
+			return
+		}
+		select {
+		case m.slots <- struct{}{}:
+		case <-m.stop:
+			m.mu.Lock()
+			m.stopWorkerLocked(rt)
 			m.mu.Unlock()
+			return
+		}
+		m.mu.Lock()
+		if !m.workableLocked(rt) {
+			m.mu.Unlock()
+			<-m.slots
 			return
 		}
 		j := rt.queue[0]
 		rt.queue = rt.queue[1:]
 		m.queuedTurns--
+		ctx, cancel := context.WithCancelCause(m.ctx)
+		rt.active, rt.cancel = j, cancel
 		m.mu.Unlock()
-
-		select {
-		case m.slots <- struct{}{}:
-		case <-m.stop:
-			m.requeue(rt, j)
-			return
-		}
-		m.runJob(rt, j)
+		m.runJob(ctx, rt, j)
+		cancel(nil)
 		<-m.slots
 	}
 }
 
-// requeue puts a job back at the head of its queue when the host stops before it ran: its
-// journal entry stays queued, and the next start replays it.
-func (m *Manager) requeue(rt *runtime, j *job) {
+// workable reports whether the worker of rt goes on; when it does not, the worker is stopped.
+func (m *Manager) workable(rt *runtime) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rt.queue = append([]*job{j}, rt.queue...)
-	m.queuedTurns++
+	return m.workableLocked(rt)
+}
+
+// workableLocked is workable with m.mu held.
+func (m *Manager) workableLocked(rt *runtime) bool {
+	if len(rt.queue) > 0 && m.sessions[rt.id] == rt && !m.draining && !m.stopping && rt.state != protocol.StateFailed {
+		return true
+	}
+	m.stopWorkerLocked(rt)
+	return false
+}
+
+// stopWorkerLocked records that rt's worker ends, closing the transcript of a retired runtime.
+// m.mu must be held.
+func (m *Manager) stopWorkerLocked(rt *runtime) {
 	rt.working = false
 	if m.sessions[rt.id] != rt {
 		closeConv(rt.conv)
 	}
 }
 
-// runJob marks a wake accepted, runs its turn and records its terminal outcome.
-func (m *Manager) runJob(rt *runtime, j *job) {
+// runJob marks a wake accepted, runs its turn and records its terminal outcome. The wake is
+// already rt's active one, with ctx its turn's context.
+func (m *Manager) runJob(ctx context.Context, rt *runtime, j *job) {
 	r := j.rec
 	m.mu.Lock()
+	if m.stopping || m.draining {
+		// The host stops before the turn began: the wake stays queued, on disk and in the
+		// queue, for the next start (or for after the drain). Its waiters are told so.
+		rt.active, rt.cancel = nil, nil
+		rt.queue = append([]*job{j}, rt.queue...)
+		m.queuedTurns++
+		if m.stopping {
+			m.settleLocked(j, nil, protocol.Retryable(protocol.CodeHostDraining, "the host stopped before this wake ran; it stays queued and runs after the next start").
+				With("ticketId", r.ticketID))
+		}
+		m.mu.Unlock()
+		return
+	}
 	seq := r.seq
 	m.mu.Unlock()
+	if err := context.Cause(ctx); err != nil {
+		// Closed or replaced between leaving the queue and starting: it never ran.
+		m.endJob(rt, j, nil, protocol.Retryable(protocol.CodeAborted, "the turn was aborted before it started: %v", err))
+		return
+	}
 	if seq != 0 {
 		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, store.JournalAccepted, nil, nil, nil); err != nil {
 			// Still queued on disk: a restart replays it. This incarnation gives up on it.
 			m.log.Error("wake could not be marked accepted", "sessionId", r.sessionID, "requestId", r.requestID, "err", err)
 			m.mu.Lock()
+			rt.active, rt.cancel = nil, nil
+			if j.replay {
+				m.recovery.PendingReplays--
+			}
 			m.settleLocked(j, nil, protocol.AsError(err))
 			r.live = nil
 			m.mu.Unlock()
 			return
 		}
 	}
-	ctx, cancel := context.WithCancelCause(m.ctx)
-	defer cancel(nil)
 	mb := &turn.Mailbox{}
 	m.mu.Lock()
 	r.state, r.updatedAt = store.JournalAccepted, m.now().UTC()
 	spec := rt.spec
-	rt.active, rt.cancel, rt.mailbox = j, cancel, mb
+	rt.mailbox = mb
 	rt.state = protocol.StateRunning
 	rt.lastUsed = m.now()
 	m.activeTurns++
@@ -386,20 +429,38 @@ func (m *Manager) runJob(rt *runtime, j *job) {
 		m.log.Warn("turn failed", "sessionId", r.sessionID, "requestId", r.requestID, "code", e.Code)
 	}
 	rt.history = append(rt.history, sink.recorded...)
-
+	if rt.conv == nil && len(rt.history) > maxMemoryHistory {
+		rt.history = rt.history[len(rt.history)-maxMemoryHistory:]
+	}
 	m.mu.Lock()
-	rt.active, rt.cancel, rt.mailbox = nil, nil, nil
-	rt.controls, rt.controlOrder = nil, nil
 	m.activeTurns--
 	if m.activeTurns == 0 && m.turnsIdleCh != nil {
 		close(m.turnsIdleCh)
 		m.turnsIdleCh = nil
 	}
+	m.mu.Unlock()
+	m.endJob(rt, j, result, e)
+}
+
+// maxMemoryHistory bounds the messages a memory session keeps, which have no transcript to
+// bound them; the oldest go first.
+const maxMemoryHistory = 4096
+
+// endJob ends rt's active wake: the session is idle again, or failed with the queue behind the
+// failed turn failing too, and the outcome is recorded and announced.
+func (m *Manager) endJob(rt *runtime, j *job, result json.RawMessage, e *protocol.Error) {
+	r := j.rec
+	m.mu.Lock()
+	rt.active, rt.cancel, rt.mailbox = nil, nil, nil
 	switch {
 	case e == nil, e.Code == protocol.CodeAborted:
 		rt.state = protocol.StateIdle
 	default:
 		rt.state, rt.lastError = protocol.StateFailed, e.Code
+		// The wakes behind a failed turn would only be refused session_failed when they
+		// started; they are refused now, and a higher generation can replace this one.
+		m.failQueueLocked(rt, protocol.Errorf(protocol.CodeSessionFailed, "an earlier turn of this generation failed (%s)", e.Code).
+			With("lastErrorCode", e.Code))
 	}
 	m.mu.Unlock()
 
@@ -428,28 +489,32 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 	}
 	m.mu.Lock()
 	seq := r.seq
-	var prune []uint64
-	if seq != 0 {
-		prune = m.pruneLocked(r)
-	}
+	retired := m.pruneLocked(r)
 	m.mu.Unlock()
 	if seq != 0 {
-		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, prune); err != nil {
+		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, durableSeqs(retired)); err != nil {
 			m.log.Error("terminal journal record not written", "sessionId", r.sessionID, "requestId", r.requestID, "err", err)
+			// The entry keeps the state the store holds: accepted for a turn that ran (a
+			// restart makes it indeterminate), queued for a wake that never started (a
+			// restart replays it).
 			m.mu.Lock()
 			r.live = nil
-			r.state = store.JournalAccepted
-			m.settleLocked(j, nil, protocol.Errorf(protocol.CodeDurabilityCompletion,
-				"the turn ended but its outcome could not be recorded; the wake is indeterminate").With("ticketId", r.ticketID))
+			if j.replay {
+				m.recovery.PendingReplays--
+			}
+			fail := protocol.Errorf(protocol.CodeDurabilityCompletion,
+				"the turn ended but its outcome could not be recorded; the wake is indeterminate").With("ticketId", r.ticketID)
+			if r.state == store.JournalQueued {
+				fail = protocol.Errorf(protocol.CodeDurabilityFailed, "the wake's end could not be recorded; it stays journaled and runs after a restart")
+			}
+			m.settleLocked(j, nil, fail)
 			m.mu.Unlock()
 			return
 		}
-		m.mu.Lock()
-		m.forgetPrunedLocked(r.sessionID, prune)
-		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.forgetRetiredLocked(r.sessionID, retired)
 	r.state, r.updatedAt, r.live = to, m.now().UTC(), nil
 	if !r.durable() {
 		r.result, r.err = result, e
@@ -463,16 +528,22 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 }
 
 // pruneLocked picks the terminal entries of r's session that retention retires once r ends:
-// beyond maxTerminalEntries, or older than terminalRetention. m.mu must be held.
-func (m *Manager) pruneLocked(r *jrec) []uint64 {
+// beyond maxTerminalEntries, or older than terminalRetention. Memory sessions' entries, which
+// live only in the index, are retired by the same rule. m.mu must be held.
+func (m *Manager) pruneLocked(r *jrec) []*jrec {
 	list := m.terminals[r.sessionID]
 	cut := max(0, len(list)+1-maxTerminalEntries)
 	old := m.now().Add(-terminalRetention)
 	for cut < len(list) && list[cut].updatedAt.Before(old) {
 		cut++
 	}
+	return append([]*jrec(nil), list[:cut]...)
+}
+
+// durableSeqs lists the journal seqs of the durable entries among recs.
+func durableSeqs(recs []*jrec) []uint64 {
 	var seqs []uint64
-	for _, t := range list[:cut] {
+	for _, t := range recs {
 		if t.durable() {
 			seqs = append(seqs, t.seq)
 		}
@@ -480,22 +551,21 @@ func (m *Manager) pruneLocked(r *jrec) []uint64 {
 	return seqs
 }
 
-// forgetPrunedLocked drops pruned entries from the index. m.mu must be held.
-func (m *Manager) forgetPrunedLocked(id string, seqs []uint64) {
-	if len(seqs) == 0 {
+// forgetRetiredLocked drops retired entries from the index. m.mu must be held.
+func (m *Manager) forgetRetiredLocked(id string, retired []*jrec) {
+	if len(retired) == 0 {
 		return
 	}
-	gone := make(map[uint64]bool, len(seqs))
-	for _, s := range seqs {
-		gone[s] = true
+	gone := make(map[*jrec]bool, len(retired))
+	for _, t := range retired {
+		gone[t] = true
+		m.unindexLocked(t)
 	}
 	list := m.terminals[id][:0]
 	for _, t := range m.terminals[id] {
-		if t.durable() && gone[t.seq] {
-			m.unindexLocked(t)
-			continue
+		if !gone[t] {
+			list = append(list, t)
 		}
-		list = append(list, t)
 	}
 	m.terminals[id] = list
 }
@@ -528,7 +598,8 @@ func (s *turnSink) Record(msgs ...model.Message) error {
 }
 
 // Control delivers a steer or followUp message into the generation's running turn. The same
-// key with the same message is accepted once; with another message it conflicts.
+// key with the same message is accepted once for the generation's life (up to maxControlKeys
+// keys); with another message it conflicts.
 func (m *Manager) Control(id string, generation int64, op, key, message string) (*protocol.QueuedResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -548,6 +619,15 @@ func (m *Manager) Control(id string, generation int64, op, key, message string) 
 		}
 		return &protocol.QueuedResult{Queued: true}, nil
 	}
+	delivered := false
+	if op == protocol.OpSteer {
+		delivered = rt.mailbox.Steer(message)
+	} else {
+		delivered = rt.mailbox.FollowUp(message)
+	}
+	if !delivered { // the turn is ending and would never read it
+		return nil, protocol.Retryable(protocol.CodeSessionNotRunning, "the session's turn is ending").With("state", rt.state)
+	}
 	if rt.controls == nil {
 		rt.controls = make(map[string]string)
 	}
@@ -557,11 +637,6 @@ func (m *Manager) Control(id string, generation int64, op, key, message string) 
 	}
 	rt.controls[key] = digest
 	rt.controlOrder = append(rt.controlOrder, key)
-	if op == protocol.OpSteer {
-		rt.mailbox.Steer(message)
-	} else {
-		rt.mailbox.FollowUp(message)
-	}
 	return &protocol.QueuedResult{Queued: true}, nil
 }
 

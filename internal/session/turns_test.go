@@ -338,3 +338,93 @@ func TestDrainAbortsTurnsThatOutliveItsTimeout(t *testing.T) {
 		t.Fatalf("second drain: %+v", res)
 	}
 }
+
+// TestFailedTurnFailsTheQueueBehindIt: the wakes behind a failed turn fail session_failed at
+// once, and a higher generation can replace the failed one.
+func TestFailedTurnFailsTheQueueBehindIt(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	h.llm.Push(modeltest.Reply{Status: 500, Hold: hold})
+	if _, err := h.wake("s", "k1", "first", false); err != nil {
+		t.Fatal(err)
+	}
+	<-h.llm.Arrived(1)
+	if _, err := h.wake("s", "k2", "second", false); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	if _, err := h.wake("s", "k2", "second", true); code(err) != protocol.CodeSessionFailed {
+		t.Fatalf("queued wake behind a failed turn: %v", err)
+	}
+	p := &protocol.Policy{Cwd: t.TempDir(), Mode: protocol.ModeNew, Tools: protocol.ResourceNone,
+		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
+	if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: p}); err != nil {
+		t.Fatalf("replacing the failed generation: %v", err)
+	}
+}
+
+// TestReplaceEndsTheOldGenerationsWork: a replacement cancels the running turn of the old
+// generation and fails its queue; no turn of the old generation goes on.
+func TestReplaceEndsTheOldGenerationsWork(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	defer close(hold)
+	h.llm.Push(modeltest.Reply{Hold: hold})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.wake("s", "k1", "first", true)
+		errc <- err
+	}()
+	<-h.llm.Arrived(1)
+	// Busy: a replacement is refused while the turn runs.
+	p := &protocol.Policy{Cwd: t.TempDir(), Mode: protocol.ModeNew, Tools: protocol.ResourceNone,
+		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
+	if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: p}); code(err) != protocol.CodeSessionBusy {
+		t.Fatalf("replace while running: %v", err)
+	}
+	if _, err := h.m.Abort("s", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; code(err) != protocol.CodeAborted {
+		t.Fatalf("aborted wake: %v", err)
+	}
+	if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: p}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.wake("s", "k9", "old generation", true); code(err) != protocol.CodeStaleGeneration {
+		t.Fatalf("wake of the replaced generation: %v", err)
+	}
+}
+
+// TestControlKeysLastTheGeneration: a steer retried with its key in a later turn is not
+// delivered again.
+func TestControlKeysLastTheGeneration(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	for i, key := range []string{"k1", "k2"} {
+		hold := make(chan struct{})
+		h.llm.Push(modeltest.Reply{Text: "ok", Hold: hold})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := h.wake("s", key, "q", true)
+			errc <- err
+		}()
+		<-h.llm.Arrived(1 + 2*i) // turn 1 makes two model calls
+		if _, err := h.m.Control("s", 1, protocol.OpSteer, "steer-1", "look again"); err != nil {
+			t.Fatalf("turn %d: %v", i, err)
+		}
+		if i == 0 {
+			h.llm.Push(modeltest.Reply{Text: "after the steer"})
+		}
+		close(hold)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Turn 1 made two model calls (the steer came in during the first); turn 2 only one.
+	if n := h.llm.Count(); n != 3 {
+		t.Fatalf("%d model calls", n)
+	}
+}

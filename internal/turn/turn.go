@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/model"
@@ -82,38 +83,66 @@ type Request struct {
 }
 
 // Mailbox carries steer and followUp messages into a running turn. Its methods are safe for
-// concurrent use.
+// concurrent use. Once the turn has decided to end, the mailbox is closed and refuses
+// messages, so that none is accepted and then never read.
 type Mailbox struct {
 	mu     sync.Mutex
 	steer  []string
 	follow []string
+	closed bool
 }
 
 // Steer queues a message the model sees before its next call, after the tool calls in
-// progress finish.
-func (m *Mailbox) Steer(msg string) {
-	m.mu.Lock()
-	m.steer = append(m.steer, msg)
-	m.mu.Unlock()
-}
-
-// FollowUp queues a message the turn continues with once the model would otherwise finish.
-func (m *Mailbox) FollowUp(msg string) {
-	m.mu.Lock()
-	m.follow = append(m.follow, msg)
-	m.mu.Unlock()
-}
-
-func (m *Mailbox) take(follow bool) []string {
+// progress finish. It reports false when the turn has ended.
+func (m *Mailbox) Steer(msg string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []string
-	if follow {
-		out, m.follow = m.follow, nil
-	} else {
-		out, m.steer = m.steer, nil
+	if m.closed {
+		return false
+	}
+	m.steer = append(m.steer, msg)
+	return true
+}
+
+// FollowUp queues a message the turn continues with once the model would otherwise finish. It
+// reports false when the turn has ended.
+func (m *Mailbox) FollowUp(msg string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.follow = append(m.follow, msg)
+	return true
+}
+
+// steers takes the steer messages.
+func (m *Mailbox) steers() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.steer
+	m.steer = nil
+	return out
+}
+
+// finish is called when the model answered without tool calls: it returns the messages the
+// turn goes on with (steers, then follow-ups), or closes the mailbox when there are none.
+func (m *Mailbox) finish() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := append(m.steer, m.follow...)
+	m.steer, m.follow = nil, nil
+	if len(out) == 0 {
+		m.closed = true
 	}
 	return out
+}
+
+// close refuses messages from now on.
+func (m *Mailbox) close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 }
 
 // ErrAborted is the cancellation cause an abort gives the turn's context.
@@ -126,6 +155,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 	if mb == nil {
 		mb = &Mailbox{}
 	}
+	defer mb.close()
 	maxOut := spec.MaxToolOutputBytes
 	if maxOut <= 0 {
 		maxOut = DefaultMaxToolOutputBytes
@@ -153,7 +183,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 
 	res := &protocol.TurnResult{RequestID: req.RequestID}
 	for {
-		for _, s := range mb.take(false) {
+		for _, s := range mb.steers() {
 			m := model.Message{Role: model.RoleUser, Content: s}
 			if err := sink.Record(m); err != nil {
 				return nil, protocol.AsError(err)
@@ -195,7 +225,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 		sink.Emit(protocol.EventMessageEnd, endOf(reply))
 
 		if len(reply.ToolCalls) == 0 {
-			if more := mb.take(true); len(more) > 0 {
+			if more := mb.finish(); len(more) > 0 {
 				for _, s := range more {
 					m := model.Message{Role: model.RoleUser, Content: s}
 					if err := sink.Record(m); err != nil {
@@ -212,8 +242,12 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 			}
 			break
 		}
+		// Providers number tool calls per response ("call_0"), so the key's scope names the
+		// model call too: two calls of one turn never share a key, and a retry of the same turn
+		// derives the same keys.
+		scope := req.CallScope + "\x00" + strconv.Itoa(res.ModelCalls)
 		for _, tc := range reply.ToolCalls {
-			out := callTool(ctx, spec, req, tc, maxOut, sink)
+			out := callTool(ctx, spec, scope, tc, maxOut, sink)
 			res.ToolCalls++
 			if err := sink.Record(out); err != nil {
 				return nil, protocol.AsError(err)
@@ -249,7 +283,7 @@ func modelError(err error) *protocol.Error {
 // callTool runs one tool call of the model and returns the tool message that answers it. It
 // never fails the turn: an unknown tool, malformed arguments or an adapter error become the
 // output the model reads.
-func callTool(ctx context.Context, spec *Spec, req Request, tc model.ToolCall, maxOut int, sink Sink) model.Message {
+func callTool(ctx context.Context, spec *Spec, scope string, tc model.ToolCall, maxOut int, sink Sink) model.Message {
 	op := operationOf(tc.Name, spec.Operations)
 	start := toolStart{ToolCallID: tc.ID, Name: tc.Name, Operation: op}
 	if len(tc.Arguments) <= maxEventArgumentBytes && json.Valid([]byte(tc.Arguments)) {
@@ -268,7 +302,7 @@ func callTool(ctx context.Context, spec *Spec, req Request, tc model.ToolCall, m
 	case !isObject(args):
 		fail = protocol.Errorf(tooladapter.CodeRequestInvalid, "the arguments are not a JSON object")
 	default:
-		data, e := spec.Tools.Invoke(ctx, op, tooladapter.IdempotencyKey(op, req.CallScope+"\x00"+tc.ID), args)
+		data, e := spec.Tools.Invoke(ctx, op, tooladapter.IdempotencyKey(op, scope+"\x00"+tc.ID), args)
 		if e != nil {
 			fail = e
 		} else {
