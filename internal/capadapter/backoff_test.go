@@ -33,11 +33,12 @@ func (f *fakeInst) Failure() error {
 	defer f.mu.Unlock()
 	return f.fail
 }
-func (f *fakeInst) Observe(context.Context, string) (json.RawMessage, error) {
-	return json.RawMessage(`{"fake":true}`), nil
-}
-func (f *fakeInst) Invoke(context.Context, string, string, json.RawMessage) (json.RawMessage, error) {
-	return json.RawMessage(`true`), nil
+func (f *fakeInst) startResult(_ context.Context, req Request, done func(json.RawMessage, error)) {
+	if req.Method == MethodObserve {
+		done(json.RawMessage(`{"fake":true}`), nil)
+		return
+	}
+	done(json.RawMessage(`true`), nil)
 }
 func (f *fakeInst) Close(context.Context) error {
 	f.mu.Lock()

@@ -2,16 +2,15 @@ package capadapter
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,15 +74,19 @@ func (o ClientOptions) withDefaults() (ClientOptions, error) {
 //
 // The child runs without a shell, with the allowlisted environment (see envAllowlist), in a
 // process group of its own. Its stdin and stdout carry only the protocol; stderr goes to a
-// bounded ring that only Logs reads. One call is in flight at a time. Any failed exchange (a
-// malformed, oversized, unsolicited, duplicate, wrong-id or wrong-version frame, EOF, or a
-// missed deadline) fails the call and kills the whole process group, so a stale response can
-// never pair with a later request; the Client is then dead and every later call fails with
-// unavailable. An error response with a protocol code is not a failure of the child.
+// bounded ring that only Logs reads. One call is in flight at a time; later ones wait their
+// turn in a bounded FIFO queue, without a goroutine each (see StartObserve). Any failed
+// exchange (a malformed, oversized, unsolicited, duplicate, wrong-id or wrong-version frame,
+// EOF, or a missed deadline) fails the call and kills the whole process group, so a stale
+// response can never pair with a later request; the Client is then dead and every later call
+// fails with unavailable. An error response with a protocol code is not a failure of the child.
 //
 // Goroutines: one reads stdout, one reads stderr, one waits for the process; the last of
-// these reaps the child, kills what remains of its group, waits for both readers, and then
-// closes Done. Close stops the child and waits for all three.
+// these reaps the child, kills what remains of its group, waits for both readers (and for the
+// goroutine, if any, finishing a write the pipe did not take at once), and then closes Done.
+// Close stops the child and waits for all of them. The stdout reader also ends each call that
+// gets its answer and writes the next queued request, so a call costs no goroutine hand-off
+// inside the Client.
 type Client struct {
 	pid         int
 	stdin       *os.File
@@ -94,12 +97,13 @@ type Client struct {
 	callTimeout time.Duration
 	cmd         *exec.Cmd
 
-	sem   chan struct{} // holds the one call in flight
-	seq   uint64        // last request id; guarded by sem
-	timer *time.Timer   // the call deadline, stopped between calls; guarded by sem
+	seq     atomic.Uint64  // last request id
+	timer   *time.Timer    // expires the active call (see expire); stopped while idle
+	writers sync.WaitGroup // goroutines finishing a write the pipe did not take at once
 
-	// The state of writeRequest's first attempt, guarded by sem: what is left to write, why
-	// the attempt failed, and the attempt itself, bound once so that no call allocates it.
+	// The state of tryWrite, guarded by the write side (see Client.writing): what is left to
+	// write, why the attempt failed, and the attempt itself, bound once so that no call
+	// allocates it.
 	unwritten []byte
 	writeErr  error
 	attempt   func(fd uintptr) bool
@@ -108,8 +112,15 @@ type Client struct {
 	stderrDone chan struct{}
 	done       chan struct{}
 
+	// mu guards the fields below. No done function of a call runs while it is held (see
+	// release).
 	mu       sync.Mutex
-	waiting  waiter // the call waiting for a frame, if any (ch is nil otherwise)
+	active   *call   // the call whose request is written or being written; nil when idle
+	queue    []*call // admitted calls waiting for the active one to end, FIFO
+	writing  bool    // a goroutine owns stdin's write side (see write)
+	pending  []byte  // the active call's frame, left for the owner of the write side
+	ended    *call   // calls that ended and whose done has not run yet, oldest first
+	lastEnd  *call
 	failure  *Error // why the child is dead or dying; nil while healthy
 	exited   bool   // the group was killed after the leader exited: never signal again
 	stopping bool   // Close began: EOF is expected, not a failure
@@ -118,20 +129,6 @@ type Client struct {
 
 	descs []Descriptor
 	canon [][]byte
-}
-
-// waiter is the call waiting for a frame: the id it expects, whether its result must pass
-// screenResult, and where the reader delivers the outcome.
-type waiter struct {
-	id     string
-	screen bool
-	ch     chan inbound
-}
-
-// inbound is what the reader delivers: the decoded response, or why the child failed.
-type inbound struct {
-	resp Response
-	err  *Error
 }
 
 // Spawn starts command with args as an adapter child and returns without speaking to it.
@@ -179,8 +176,6 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	outW.Close()
 	errW.Close()
 	inRaw, _ := inW.SyscallConn() // fails only for a nil *os.File
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	c := &Client{
 		pid:         cmd.Process.Pid,
 		stdin:       inW,
@@ -190,13 +185,13 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 		log:         opts.log,
 		callTimeout: opts.CallTimeout,
 		cmd:         cmd,
-		sem:         make(chan struct{}, 1),
-		timer:       timer,
 		stdoutDone:  make(chan struct{}),
 		stderrDone:  make(chan struct{}),
 		done:        make(chan struct{}),
 	}
 	c.attempt = c.writeAttempt
+	c.timer = time.AfterFunc(time.Hour, c.expire)
+	c.timer.Stop()
 	c.log.note("started pid " + strconv.Itoa(c.pid))
 	go c.readStdout()
 	go func() {
@@ -299,184 +294,6 @@ func jsonArray(data []byte, items *[]json.RawMessage) error {
 	return json.Unmarshal(data, items)
 }
 
-// Call sends one request and returns the adapter's response: a result, or an error code of
-// the closed set (which leaves the child running). Any other outcome is an *Error and the
-// child has been killed. The call's deadline is the Client's call timeout or ctx's, whichever
-// comes first; a missed deadline is timeout, a cancelled ctx unavailable, and both kill the
-// child, since its late answer could otherwise pair with the next request.
-func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
-	return c.call(ctx, req, false)
-}
-
-// call is Call; with screen set, a result must also pass screenResult (see resultCall).
-func (c *Client) call(ctx context.Context, req Request, screen bool) (Response, error) {
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return Response{}, ctxError(ctx)
-	case <-c.done:
-		return Response{}, c.deadError()
-	}
-	defer func() { <-c.sem }()
-
-	// The call's deadline: the call timeout, or ctx's when earlier. A timer rather than a
-	// derived context keeps the hot path free of context allocations; the Client's one timer
-	// is reused, as sem holds it for one call at a time.
-	deadline := time.Now().Add(c.callTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	c.timer.Reset(time.Until(deadline))
-	defer c.timer.Stop()
-	c.seq++
-	id := strconv.FormatUint(c.seq, 10)
-	frame, err := encodeRequest(req, id)
-	if err != nil {
-		return Response{}, err
-	}
-	ch := make(chan inbound, 1)
-	c.mu.Lock()
-	if c.failure != nil || c.stopping {
-		c.mu.Unlock()
-		return Response{}, c.deadError()
-	}
-	c.waiting = waiter{id: id, screen: screen, ch: ch}
-	c.mu.Unlock()
-
-	if werr := c.writeRequest(ctx, frame, deadline); werr != nil {
-		var e *Error
-		switch {
-		case ctx.Err() != nil:
-			e = ctxError(ctx)
-		case !time.Now().Before(deadline):
-			e = newError(CodeTimeout, "the adapter did not read the request before the deadline")
-		default:
-			e = newError(CodeUnavailable, "writing the request to the adapter failed")
-		}
-		c.clearWaiting(ch)
-		c.fail(e)
-		return Response{}, e
-	}
-
-	var in inbound
-	select {
-	case in = <-ch:
-	case <-c.timer.C:
-		in = c.missed(ch, newError(CodeTimeout, "the adapter did not answer before the deadline"))
-	case <-ctx.Done():
-		in = c.missed(ch, ctxError(ctx))
-	}
-	if in.err != nil {
-		return Response{}, in.err // the reader has failed the child
-	}
-	return in.resp, nil
-}
-
-// writeRequest writes frame to the child's stdin. The pipe nearly always has room for a whole
-// frame, so the first attempt does not wait and arms nothing; only what the pipe does not take
-// at once is written with the deadline, and with ctx able to cut the wait short, so that a
-// child that does not read its stdin cannot block the call past either.
-func (c *Client) writeRequest(ctx context.Context, frame []byte, deadline time.Time) error {
-	c.unwritten, c.writeErr = frame, nil
-	err := c.stdinRaw.Write(c.attempt)
-	rest := c.unwritten
-	err = cmp.Or(err, c.writeErr)
-	c.unwritten, c.writeErr = nil, nil
-	if err != nil || len(rest) == 0 {
-		return err
-	}
-	_ = c.stdin.SetWriteDeadline(deadline)
-	stop := func() bool { return false }
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { _ = c.stdin.SetWriteDeadline(time.Unix(1, 0)) })
-	}
-	_, err = c.stdin.Write(rest)
-	stop()
-	// A deadline left armed would fail the next call's first attempt once it passed.
-	_ = c.stdin.SetWriteDeadline(time.Time{})
-	return err
-}
-
-// writeAttempt writes what the pipe takes of c.unwritten without waiting; EAGAIN only ends the
-// attempt. It always reports done, so that RawConn.Write never waits without the deadline.
-func (c *Client) writeAttempt(fd uintptr) bool {
-	for len(c.unwritten) > 0 {
-		n, err := unix.Write(int(fd), c.unwritten)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			if err != unix.EAGAIN {
-				c.writeErr = err
-			}
-			break
-		}
-		c.unwritten = c.unwritten[n:]
-	}
-	return true
-}
-
-// missed ends a wait that ran out: a frame that arrived just in time still counts; otherwise
-// the child is failed with e, since its late answer could pair with the next request.
-func (c *Client) missed(ch chan inbound, e *Error) inbound {
-	select {
-	case in := <-ch:
-		return in
-	default:
-	}
-	c.clearWaiting(ch)
-	c.fail(e)
-	return inbound{err: e}
-}
-
-func (c *Client) clearWaiting(ch chan inbound) {
-	c.mu.Lock()
-	if c.waiting.ch == ch {
-		c.waiting = waiter{}
-	}
-	c.mu.Unlock()
-}
-
-func ctxError(ctx context.Context) *Error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return newError(CodeTimeout, "the adapter did not answer before the deadline")
-	}
-	return newError(CodeUnavailable, "the call was cancelled")
-}
-
-func (c *Client) deadError() *Error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.failure != nil {
-		return newError(CodeUnavailable, "the adapter process is gone (it failed with "+c.failure.Code+")")
-	}
-	return newError(CodeUnavailable, "the adapter process is stopping")
-}
-
-// Observe calls observe on capability id and screens the result (see checkResult). A result
-// that fails the screens kills the child.
-func (c *Client) Observe(ctx context.Context, id string) (json.RawMessage, error) {
-	return c.resultCall(ctx, Request{Method: MethodObserve, CapabilityID: id})
-}
-
-// Invoke calls invoke on capability id. It does not check action or args against the
-// descriptor: Supervisor.Invoke does that before it calls the child.
-func (c *Client) Invoke(ctx context.Context, id, action string, args json.RawMessage) (json.RawMessage, error) {
-	return c.resultCall(ctx, Request{Method: MethodInvoke, CapabilityID: id, Action: action, Args: args})
-}
-
-func (c *Client) resultCall(ctx context.Context, req Request) (json.RawMessage, error) {
-	resp, err := c.call(ctx, req, true) // the reader has screened a result
-	if err != nil {
-		return nil, err
-	}
-	if resp.ErrorCode != "" {
-		return nil, &Error{Code: resp.ErrorCode, FromAdapter: true, Detail: req.Method + " failed"}
-	}
-	// The frame was this call's own copy (see readStdout), so the result needs no copy of its own.
-	return resp.Result, nil
-}
-
 // Descriptors returns the descriptors the handshake accepted.
 func (c *Client) Descriptors() []Descriptor {
 	c.mu.Lock()
@@ -511,21 +328,6 @@ func (c *Client) Failure() error {
 // Logs returns the child's kept stderr lines, for its operator only.
 func (c *Client) Logs() []string { return c.log.snapshot() }
 
-// fail records e as the failure, unless one is recorded, and kills the process group.
-func (c *Client) fail(e *Error) {
-	c.mu.Lock()
-	c.failLocked(e)
-	c.mu.Unlock()
-}
-
-func (c *Client) failLocked(e *Error) {
-	if c.failure == nil {
-		c.failure = e
-	}
-	c.signalLocked(syscall.SIGKILL)
-	c.closeStdinLocked()
-}
-
 // signalLocked signals the child's whole process group, unless the group was already killed
 // after the leader exited: from then on its id may be reused.
 func (c *Client) signalLocked(sig syscall.Signal) {
@@ -539,61 +341,6 @@ func (c *Client) closeStdinLocked() {
 		c.stdinOff = true
 		c.stdin.Close()
 	}
-}
-
-// readStdout is the one reader of the child's stdout. It answers the waiting call with each
-// frame (see answer); a frame nobody waits for (a duplicate or unsolicited response) fails the
-// child.
-func (c *Client) readStdout() {
-	defer close(c.stdoutDone)
-	fr := newFrameReader(c.stdout)
-	for {
-		line, err := fr.next()
-		c.mu.Lock()
-		w := c.waiting
-		c.waiting = waiter{}
-		if err != nil {
-			e := asError(err, CodeUnavailable)
-			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
-				e = newError(CodeUnavailable, "the adapter closed its stdout")
-			}
-			if w.ch != nil {
-				w.ch <- inbound{err: e}
-			}
-			if !c.stopping || w.ch != nil {
-				c.failLocked(e)
-			}
-			c.mu.Unlock()
-			_, _ = io.Copy(io.Discard, c.stdout) // drain until the group is gone
-			return
-		}
-		if w.ch == nil {
-			if c.failure == nil {
-				c.failLocked(newError(CodeMalformedResponse, "the adapter sent a frame no request was waiting for"))
-			}
-			c.mu.Unlock()
-			continue
-		}
-		c.mu.Unlock()
-		w.ch <- c.answer(append([]byte(nil), line...), w)
-	}
-}
-
-// answer decodes frame as the response w waits for and, for an observe or invoke, screens its
-// result. The reader does this rather than the call so that, on a host with a core to spare,
-// the work overlaps the caller's wake-up. A frame that fails either check kills the child
-// before the call learns why.
-func (c *Client) answer(frame []byte, w waiter) inbound {
-	resp, err := DecodeResponse(frame, w.id)
-	if err == nil && w.screen && resp.ErrorCode == "" {
-		err = screenResult(resp.Result, false) // DecodeResponse has checked the JSON whole
-	}
-	if err != nil {
-		e := err.(*Error)
-		c.fail(e)
-		return inbound{err: e}
-	}
-	return inbound{resp: resp}
 }
 
 // asError returns err's *Error, or a new one with code.
@@ -644,7 +391,10 @@ func (c *Client) wait() {
 		c.failure = newError(CodeUnavailable, "the adapter exited")
 	}
 	c.closeStdinLocked()
-	c.mu.Unlock()
+	// The reader ended every call when stdout ended; this only makes sure of it.
+	c.endAllLocked(newError(CodeUnavailable, "the adapter exited"))
+	c.release(nil)
+	c.writers.Wait() // unblocked: stdin is closed
 	c.log.note("pid " + strconv.Itoa(c.pid) + " " + c.cmd.ProcessState.String())
 }
 

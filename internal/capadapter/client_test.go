@@ -3,9 +3,6 @@ package capadapter
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -336,42 +333,5 @@ func TestSpawnRefusesBadCommand(t *testing.T) {
 		if _, err := Spawn(reg.Command, reg.Args, ClientOptions{CallTimeout: d}); err == nil {
 			t.Fatalf("call timeout %v accepted", d)
 		}
-	}
-}
-
-// A request the pipe does not take at once waits for the child only until the deadline, or
-// until ctx is cancelled; a deadline that was armed does not outlive the write it bounded.
-func TestWriteRequestWaitsOnlyWithDeadline(t *testing.T) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	raw, err := w.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &Client{stdin: w, stdinRaw: raw}
-	c.attempt = c.writeAttempt
-	frame := []byte(strings.Repeat("x", 1023) + "\n")
-	for { // fill the pipe: nobody reads it
-		if err := c.writeRequest(context.Background(), frame, time.Now().Add(20*time.Millisecond)); err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("write to a full pipe = %v, want a missed deadline", err)
-			}
-			break
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	start := time.Now()
-	if err := c.writeRequest(ctx, frame, time.Now().Add(time.Minute)); err == nil || time.Since(start) > 10*time.Second {
-		t.Fatalf("write to a full pipe with a cancelled ctx = %v after %v", err, time.Since(start))
-	}
-	// Drain the pipe: the next write goes through at once, the passed deadlines forgotten.
-	go io.Copy(io.Discard, r)
-	if err := c.writeRequest(context.Background(), frame, time.Now().Add(5*time.Second)); err != nil {
-		t.Fatalf("write after draining = %v", err)
 	}
 }

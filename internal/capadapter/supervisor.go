@@ -106,8 +106,7 @@ type instance interface {
 	canonical() [][]byte
 	Done() <-chan struct{}
 	Failure() error
-	Observe(ctx context.Context, id string) (json.RawMessage, error)
-	Invoke(ctx context.Context, id, action string, args json.RawMessage) (json.RawMessage, error)
+	startResult(ctx context.Context, req Request, done func(json.RawMessage, error)) // see Client.StartObserve
 	Close(ctx context.Context) error
 }
 
@@ -555,38 +554,55 @@ func (s *Supervisor) Describe(id string) (Descriptor, error) {
 // It fails with unknown_capability, unsupported_method when the capability does not observe,
 // unavailable while its adapter is not ready, or the call's own error.
 func (s *Supervisor) Observe(ctx context.Context, id string) (json.RawMessage, error) {
+	return await(func(done func(json.RawMessage, error)) { s.StartObserve(ctx, id, done) })
+}
+
+// StartObserve is Observe without the wait: done receives exactly what Observe would return,
+// exactly once, before StartObserve returns when the call is refused, else on the goroutine
+// that ends it (see Client.StartObserve, whose rules done must follow). No lock of s is held
+// when done runs.
+func (s *Supervisor) StartObserve(ctx context.Context, id string, done func(json.RawMessage, error)) {
 	a, d, inst, err := s.lookup(id)
-	if err != nil {
-		return nil, err
+	switch {
+	case err != nil:
+		done(nil, err)
+	case !d.Observe:
+		done(nil, newError(CodeUnsupportedMethod, "this capability does not observe"))
+	case inst == nil:
+		done(nil, unavailableAdapter(a))
+	default:
+		inst.startResult(ctx, Request{Method: MethodObserve, CapabilityID: id}, done)
 	}
-	if !d.Observe {
-		return nil, newError(CodeUnsupportedMethod, "this capability does not observe")
-	}
-	if inst == nil {
-		return nil, unavailableAdapter(a)
-	}
-	return inst.Observe(ctx, id)
 }
 
 // Invoke runs action on capability id with args. Before the child is called, the action must
 // be declared (else unsupported_action) and args must satisfy its input (else too_large or
 // invalid_args, see ValidateArgs).
 func (s *Supervisor) Invoke(ctx context.Context, id, action string, args json.RawMessage) (json.RawMessage, error) {
+	return await(func(done func(json.RawMessage, error)) { s.StartInvoke(ctx, id, action, args, done) })
+}
+
+// StartInvoke is Invoke without the wait, as StartObserve is Observe without it.
+func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args json.RawMessage, done func(json.RawMessage, error)) {
 	a, d, inst, err := s.lookup(id)
 	if err != nil {
-		return nil, err
+		done(nil, err)
+		return
 	}
 	act, ok := d.Action(action)
 	if !ok {
-		return nil, newError(CodeUnsupportedAction, "the capability declares no such action")
+		done(nil, newError(CodeUnsupportedAction, "the capability declares no such action"))
+		return
 	}
 	if err := ValidateArgs(act.Input, args); err != nil {
-		return nil, err
+		done(nil, err)
+		return
 	}
 	if inst == nil {
-		return nil, unavailableAdapter(a)
+		done(nil, unavailableAdapter(a))
+		return
 	}
-	return inst.Invoke(ctx, id, action, args)
+	inst.startResult(ctx, Request{Method: MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
 }
 
 // Status returns every registration's state in name order.

@@ -80,7 +80,7 @@ func TestDecodeResponse(t *testing.T) {
 		{"duplicate key", `{"protocolVersion":1,"id":"7","id":"7","result":1}`},
 		{"case variant", `{"protocolVersion":1,"ID":"7","result":1}`},
 		{"duplicate in result", `{"protocolVersion":1,"id":"7","result":{"a":1,"a":2}}`},
-		// Client.resultCall relies on these two: it screens a result without checking its JSON again.
+		// Client.answer relies on these two: it screens a result without checking its JSON again.
 		{"duplicate deep in result", `{"protocolVersion":1,"id":"7","result":{"a":[{"b":{"c":1,"\u0063":2}}]}}`},
 		{"syntax deep in result", `{"protocolVersion":1,"id":"7","result":{"a":[{"b":[1,]}]}}`},
 		{"unknown code", `{"protocolVersion":1,"id":"7","error":{"code":"nope"}}`},

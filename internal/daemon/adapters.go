@@ -208,35 +208,92 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 			return nil, adapterError(err, true)
 		}
 		return &CapabilityDescription{Descriptor: d}, nil
-	case protocol.OpObserveCapability:
+	case protocol.OpObserveCapability, protocol.OpInvokeCapability:
+		cc, e := capabilityCallOf(cmd)
+		if e != nil {
+			return nil, e
+		}
+		var raw json.RawMessage
+		var err error
+		if cc.observe {
+			raw, err = a.sup.Observe(ctx, cc.id)
+		} else {
+			raw, err = a.sup.Invoke(ctx, cc.id, cc.action, cc.args)
+		}
+		return cc.result(raw, err)
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
+}
+
+// capabilityCall is a decoded and checked observeCapability or invokeCapability command.
+type capabilityCall struct {
+	observe    bool
+	id, action string
+	args       json.RawMessage
+}
+
+func capabilityCallOf(cmd *protocol.Command) (*capabilityCall, *protocol.Error) {
+	if cmd.Operation == protocol.OpObserveCapability {
 		var p protocol.CapabilityPayload
 		if e := decodeCapability(cmd, &p); e != nil {
 			return nil, e
 		}
-		raw, err := a.sup.Observe(ctx, p.CapabilityID)
-		if err != nil {
-			return nil, adapterError(err, true)
-		}
-		return &CapabilityResult{CapabilityID: p.CapabilityID, Result: wrapResult(raw, "state")}, nil
-	case protocol.OpInvokeCapability:
-		var p protocol.InvokeCapabilityPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
-			return nil, e
-		}
-		args := p.Args
-		if len(args) == 0 {
-			args = json.RawMessage(`{}`)
-		}
-		raw, err := a.sup.Invoke(ctx, p.CapabilityID, p.Action, args)
-		if err != nil {
-			return nil, adapterError(err, true)
-		}
-		return &CapabilityResult{CapabilityID: p.CapabilityID, Action: p.Action, Result: wrapResult(raw, "value")}, nil
+		return &capabilityCall{observe: true, id: p.CapabilityID}, nil
 	}
-	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
+	var p protocol.InvokeCapabilityPayload
+	if e := protocol.DecodePayload(cmd, &p); e != nil {
+		return nil, e
+	}
+	if e := p.Validate(); e != nil {
+		return nil, e
+	}
+	args := p.Args
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	return &capabilityCall{id: p.CapabilityID, action: p.Action, args: args}, nil
+}
+
+// result is the command's data, or its wire error, from the supervisor's outcome.
+func (cc *capabilityCall) result(raw json.RawMessage, err error) (any, error) {
+	if err != nil {
+		return nil, adapterError(err, true)
+	}
+	if cc.observe {
+		return &CapabilityResult{CapabilityID: cc.id, Result: wrapResult(raw, "state")}, nil
+	}
+	return &CapabilityResult{CapabilityID: cc.id, Action: cc.action, Result: wrapResult(raw, "value")}, nil
+}
+
+// startCapability runs an admitted observeCapability or invokeCapability command without a
+// goroutine of its own, as startTool does for invokeTool: the reader goroutine decodes and
+// checks it and hands it to the adapter's client, which writes the request at once when the
+// child is idle and never waits for the pipe; the answer is sent by whichever goroutine ends
+// the call, normally the child's stdout reader as soon as the result is decoded and screened.
+// A slow adapter never stalls this connection: a call waits without holding a goroutine, and
+// calls to a busy child queue in its client. The handlers group counts the call until its
+// answer is queued, so that close answers it first.
+func (c *conn) startCapability(cmd *protocol.Command) {
+	c.handlers.Add(1)
+	cc, e := capabilityCallOf(cmd)
+	if e != nil {
+		c.endCapability(cmd, nil, e)
+		return
+	}
+	done := func(raw json.RawMessage, err error) {
+		data, werr := cc.result(raw, err)
+		c.endCapability(cmd, data, werr)
+	}
+	if cc.observe {
+		c.srv.adapters.sup.StartObserve(c.ctx, cc.id, done)
+	} else {
+		c.srv.adapters.sup.StartInvoke(c.ctx, cc.id, cc.action, cc.args, done)
+	}
+}
+
+func (c *conn) endCapability(cmd *protocol.Command, data any, err error) {
+	defer c.handlers.Done()
+	c.reply(cmd.RequestID, c.srv.respond(cmd, data, err))
 }
 
 func decodeValid(cmd *protocol.Command, p *protocol.AdapterNamePayload) *protocol.Error {

@@ -16,8 +16,10 @@ import (
 )
 
 // conn is one client connection. The reader runs on the goroutine that serves the connection;
-// each command runs on its own goroutine, bounded by the in-flight limit; one writer goroutine
-// owns every write to the socket. Nothing else touches the socket.
+// each command runs on its own goroutine, bounded by the in-flight limit, except those that run
+// inline and the adapter calls (invokeTool, observeCapability, invokeCapability), which are
+// answered by the goroutine that ends them; one writer goroutine owns the writes that cannot
+// be made at once. Nothing else touches the socket.
 type conn struct {
 	srv    *Server
 	nc     *net.UnixConn
@@ -101,9 +103,15 @@ func (c *conn) handle(line []byte) bool {
 		c.run(cmd)
 		return true
 	}
-	if cmd.Operation == protocol.OpInvokeTool && c.srv.hook == nil {
-		c.startTool(cmd)
-		return true
+	if c.srv.hook == nil {
+		switch cmd.Operation {
+		case protocol.OpInvokeTool:
+			c.startTool(cmd)
+			return true
+		case protocol.OpObserveCapability, protocol.OpInvokeCapability:
+			c.startCapability(cmd)
+			return true
+		}
 	}
 	c.handlers.Add(1)
 	go func() {
