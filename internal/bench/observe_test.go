@@ -144,6 +144,19 @@ func BenchmarkObserveRoundTrip(b *testing.B) {
 		}
 	}
 
+	// The two-hop baseline has the daemon's shape with none of its work: a Unix socket to a
+	// relay that passes each line through a second echo child's pipes and back.
+	relaySock := filepath.Join(root, "relay.sock")
+	stopRelay := startRelay(b, exe, relaySock)
+	defer stopRelay()
+	rc := dialLine(b, relaySock)
+	defer rc.nc.Close()
+	relay := func() {
+		if resp := rc.roundTrip(b, echoLine); len(resp) == 0 {
+			b.Fatal("relay: empty answer")
+		}
+	}
+
 	mc := mcp.NewClient(&mcp.Implementation{Name: "airlock-bench", Version: "1"}, nil)
 	cs, err := mc.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(exe, helperArg, "mcp")}, nil)
 	if err != nil {
@@ -161,12 +174,14 @@ func BenchmarkObserveRoundTrip(b *testing.B) {
 		}
 	}
 
-	for range 300 { // warm up all three
+	for range 300 { // warm up all four
 		observe()
 		echo()
+		relay()
 		mcpCall()
 	}
 	obs, bare, viaMCP := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	hops := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -176,7 +191,10 @@ func BenchmarkObserveRoundTrip(b *testing.B) {
 		t2 := time.Now()
 		mcpCall()
 		t3 := time.Now()
+		relay()
+		t4 := time.Now()
 		obs, bare, viaMCP = append(obs, t1.Sub(t0)), append(bare, t2.Sub(t1)), append(viaMCP, t3.Sub(t2))
+		hops = append(hops, t4.Sub(t3))
 	}
 	b.StopTimer()
 
@@ -191,6 +209,9 @@ func BenchmarkObserveRoundTrip(b *testing.B) {
 	b.ReportMetric(m99, "mcp-p99-ns")
 	b.ReportMetric(o50/e50, "ratio-echo-p50")
 	b.ReportMetric(o99/e99, "ratio-echo-p99")
+	h50 := percentile(hops, 50)
+	b.ReportMetric(h50, "twohop-p50-ns")
+	b.ReportMetric(o50/h50, "ratio-twohop-p50")
 	b.ReportMetric(o50/m50, "ratio-mcp-p50")
 	b.ReportMetric(o99/m99, "ratio-mcp-p99")
 }
@@ -255,4 +276,60 @@ func percentile(lat []time.Duration, p int) float64 {
 	s := slices.Clone(lat)
 	slices.Sort(s)
 	return float64(s[(len(s)-1)*p/100].Nanoseconds())
+}
+
+// startRelay listens on socket and serves one connection at a time: each line goes through an
+// echo child's stdin and stdout and back. It returns the function that stops it.
+func startRelay(b *testing.B, exe, socket string) func() {
+	child := exec.Command(exe, helperArg, "echo")
+	in, err := child.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	outPipe, err := child.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		b.Fatal(err)
+	}
+	out := bufio.NewReader(outPipe)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r := bufio.NewReader(c)
+			for {
+				line, err := r.ReadSlice('\n')
+				if err != nil {
+					break
+				}
+				if _, err := in.Write(line); err != nil {
+					break
+				}
+				back, err := out.ReadSlice('\n')
+				if err != nil {
+					break
+				}
+				if _, err := c.Write(back); err != nil {
+					break
+				}
+			}
+			c.Close()
+		}
+	}()
+	return func() {
+		ln.Close()
+		<-done
+		in.Close()
+		child.Wait()
+	}
 }
