@@ -244,7 +244,7 @@ func (m *Manager) admitting() *protocol.Error {
 	}
 	if m.recoveryFailed {
 		// The journal was not indexed: a retried wake could not be told from a new one.
-		return protocol.Errorf(protocol.CodeHostNotReady, "startup recovery failed; fix the state directory and restart airlockd (see the log)").
+		return protocol.Retryable(protocol.CodeHostNotReady, "startup recovery failed; fix the state directory and restart airlockd (see the log)").
 			With("phase", m.recovery.Phase)
 	}
 	return nil
