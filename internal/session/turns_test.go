@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -426,5 +429,45 @@ func TestControlKeysLastTheGeneration(t *testing.T) {
 	// Turn 1 made two model calls (the steer came in during the first); turn 2 only one.
 	if n := h.llm.Count(); n != 3 {
 		t.Fatalf("%d model calls", n)
+	}
+}
+
+// TestFailedRecoveryAdmitsNoWork: when the journal cannot be read, no retried wake can be told
+// from a new one, so the host admits no work at all until it is restarted.
+func TestFailedRecoveryAdmitsNoWork(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	h.llm.Push(modeltest.Reply{Text: "done"})
+	if _, err := h.wake("s", "k", "question", true); err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	db, err := bolt.Open(filepath.Join(h.dir, store.DBName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("journal")).Bucket([]byte("s"))
+		return b.Put([]byte{0, 0, 0, 0, 0, 0, 0, 99}, []byte("not json"))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(h.dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Config{HostInstanceID: "host-test", Store: st,
+		Providers: map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}}})
+	h.m, h.st = m, st
+	if err := m.Recover(); err == nil {
+		t.Fatal("recovery over a corrupt journal succeeded")
+	}
+	if _, err := h.wake("s", "k", "question", true); code(err) != protocol.CodeHostNotReady {
+		t.Fatalf("wake after a failed recovery: %v", err)
+	}
+	if h.llm.Count() != 1 {
+		t.Fatalf("%d model calls", h.llm.Count())
 	}
 }
