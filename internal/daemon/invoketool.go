@@ -11,8 +11,8 @@ import (
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
 // session generation, the payload and the idempotency key of the call.
 func (s *Server) toolCall(cmd *protocol.Command) (*tooladapter.Conn, *protocol.InvokeToolPayload, string, error) {
-	var p protocol.InvokeToolPayload
-	if e := protocol.DecodePayload(cmd, &p); e != nil {
+	p, e := protocol.DecodeInvokeToolPayload(cmd)
+	if e != nil {
 		return nil, nil, "", e
 	}
 	if e := p.Validate(); e != nil {
@@ -22,7 +22,7 @@ func (s *Server) toolCall(cmd *protocol.Command) (*tooladapter.Conn, *protocol.I
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return tc, &p, tooladapter.IdempotencyKey(p.Operation, p.ToolCallID), nil
+	return tc, p, tooladapter.IdempotencyKey(p.Operation, p.ToolCallID), nil
 }
 
 // invokeTool runs invokeTool and waits for the adapter's answer.
@@ -35,7 +35,8 @@ func (s *Server) invokeTool(ctx context.Context, cmd *protocol.Command) (any, er
 	if e != nil {
 		return nil, e
 	}
-	return &protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}, nil
+	// The connection returns data that DecodeFrame walked and compacted.
+	return &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil
 }
 
 // startTool runs an admitted invokeTool command without a goroutine of its own. The reader
@@ -59,7 +60,8 @@ func (c *conn) startTool(cmd *protocol.Command) {
 			c.endTool(cmd, nil, e)
 			return
 		}
-		c.endTool(cmd, &protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}, nil)
+		// The connection returns data that DecodeFrame walked and compacted.
+		c.endTool(cmd, &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil)
 	})
 }
 

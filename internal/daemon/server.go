@@ -188,7 +188,13 @@ func (s *Server) metricsSnapshot(into map[string]uint64) {
 // becomes outbound_record_too_large for the same request; one that cannot be serialized
 // becomes outbound_not_serializable.
 func (s *Server) encodeResponse(r *protocol.Response) []byte {
-	line, ok := r.AppendLine(make([]byte, 0, 2048))
+	size := 2048
+	if t, isTool := r.Data.(*protocol.CompactToolResult); isTool && t != nil {
+		// A result is mostly its data, up to a whole file read: one allocation of about its
+		// size holds the line.
+		size = 256 + len(r.RequestID) + len(r.HostInstanceID) + len(r.SessionID) + len(t.ToolCallID) + len(t.Operation) + len(t.Data)
+	}
+	line, ok := r.AppendLine(make([]byte, 0, size))
 	var err error
 	if !ok {
 		line, err = ndjson.Marshal(r)

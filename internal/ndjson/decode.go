@@ -1,9 +1,12 @@
 package ndjson
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"strconv"
 	"strings"
@@ -92,23 +95,12 @@ func Decode(data []byte, v any, mode Mode) error {
 	w := walker{data: data, mode: mode}
 	if ti.rawStruct {
 		w.raw = ti
-		w.spans = make([][2]int, len(ti.index))
 	}
-	w.value(ti, 0)
-	if w.syntax == nil {
-		w.skipSpace()
-		if w.pos != len(w.data) {
-			w.syntax = &DecodeError{Reason: ReasonSyntax, Detail: "trailing data after the JSON value"}
-		}
-	}
-	if w.syntax != nil {
-		return w.syntax
-	}
-	if w.err != nil {
-		return w.err
+	if err := w.run(ti); err != nil {
+		return err
 	}
 	if ti.rawStruct {
-		fillRaw(rv.Elem(), data, w.spans)
+		fillRaw(rv.Elem(), data, w.spans[:len(ti.index)])
 		return nil
 	}
 	if err := json.Unmarshal(data, v); err != nil {
@@ -121,10 +113,49 @@ func Decode(data []byte, v any, mode Mode) error {
 	return nil
 }
 
-// Valid reports whether data is one well-formed JSON value with no duplicate keys.
+// Valid reports whether data is one well-formed JSON value with no duplicate keys. It is
+// Decode into a json.RawMessage without the copy: the walk alone decides.
 func Valid(data []byte) error {
-	var raw json.RawMessage
-	return Decode(data, &raw, Open)
+	w := walker{data: data, mode: Open}
+	return w.run(nil)
+}
+
+// run walks the whole of w.data as one value of type t and returns the syntax error, else the
+// first strictness error.
+func (w *walker) run(t *typeInfo) error {
+	w.value(t, 0)
+	if w.syntax == nil {
+		w.skipSpace()
+		if w.pos != len(w.data) {
+			w.syntax = &DecodeError{Reason: ReasonSyntax, Detail: "trailing data after the JSON value"}
+		}
+	}
+	if w.syntax != nil {
+		return w.syntax
+	}
+	if w.err != nil {
+		return w.err
+	}
+	return nil
+}
+
+// AppendCompact appends src to dst as encoding/json writes a json.RawMessage without HTML
+// escaping: checked to be one well-formed JSON value (duplicate keys allowed, as encoding/json
+// allows them) and with the whitespace between tokens removed. A value that has none, as every
+// value this module writes, is copied as it stands after one fast walk.
+func AppendCompact(dst, src []byte) ([]byte, error) {
+	w := walker{data: src, syntaxOnly: true}
+	if err := w.run(nil); err != nil {
+		return dst, err
+	}
+	if !w.spaced {
+		return append(dst, src...), nil
+	}
+	buf := bytes.NewBuffer(dst)
+	if err := json.Compact(buf, src); err != nil {
+		return dst, err
+	}
+	return buf.Bytes(), nil
 }
 
 // walker checks a JSON text against a Go type in one pass over its bytes, before
@@ -135,13 +166,21 @@ type walker struct {
 	data   []byte
 	pos    int
 	mode   Mode
-	raw    *typeInfo // the raw struct being filled, if any
-	spans  [][2]int  // its top-level member spans, by field index
-	err    error     // the first strictness error
-	syntax error     // the syntax error, which ends the walk
-	// path is the member being walked, root first. It becomes a string only for an error, so
-	// a deep or wide value costs no memory per step.
-	path []segment
+	raw    *typeInfo            // the raw struct being filled, if any
+	spans  [maxRawFields][2]int // its top-level member spans, by field index
+	err    error                // the first strictness error
+	syntax error                // the syntax error, which ends the walk
+	// The path is the member being walked, root first: its first pathInline steps in
+	// pathHead, the rest in pathTail. It becomes a string only for an error, so a deep or wide
+	// value costs no memory per step, and a shallow one none at all (an array inside the
+	// walker, unlike a slice, does not make the walker escape).
+	pathLen  int
+	pathHead [pathInline]segment
+	pathTail []segment
+	// syntaxOnly skips every strictness check, duplicates included: the walk is then exactly
+	// json.Valid. spaced records that whitespace was skipped somewhere.
+	syntaxOnly bool
+	spaced     bool
 }
 
 // segment is one step of a path: an object key, or an array index when isIndex is set.
@@ -151,10 +190,31 @@ type segment struct {
 	isIndex bool
 }
 
+const pathInline = 8
+
+func (w *walker) push(s segment) {
+	if w.pathLen < pathInline {
+		w.pathHead[w.pathLen] = s
+	} else {
+		w.pathTail = append(w.pathTail[:w.pathLen-pathInline], s)
+	}
+	w.pathLen++
+}
+
+func (w *walker) pop() { w.pathLen-- }
+
+func (w *walker) step(i int) segment {
+	if i < pathInline {
+		return w.pathHead[i]
+	}
+	return w.pathTail[i-pathInline]
+}
+
 // pathString renders the path in dotted form: "a.b", "items[2].name", "[0]".
 func (w *walker) pathString() string {
 	var b strings.Builder
-	for _, s := range w.path {
+	for i := range w.pathLen {
+		s := w.step(i)
 		if s.isIndex {
 			b.WriteByte('[')
 			b.WriteString(strconv.Itoa(s.index))
@@ -191,6 +251,7 @@ func (w *walker) skipSpace() {
 		switch w.data[w.pos] {
 		case ' ', '\t', '\n', '\r':
 			w.pos++
+			w.spaced = true
 		default:
 			return
 		}
@@ -203,7 +264,7 @@ func (w *walker) value(t *typeInfo, depth int) {
 	if t != nil && t.shape == shapeAny {
 		t = nil
 	}
-	if w.err != nil {
+	if w.err != nil || w.syntaxOnly {
 		t = nil // past the first strictness error only syntax matters
 	}
 	w.skipSpace()
@@ -309,6 +370,15 @@ func (w *walker) scanString() (start, end int, plain, ok bool) {
 	start = i
 	escaped := false
 	for {
+		// Runs of plain bytes, nearly all of a long string, are skipped eight at a time, up
+		// to the first byte that may be special.
+		for len(d)-i >= 8 {
+			if m := stringSpecials(binary.LittleEndian.Uint64(d[i : i+8])); m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
+			i += 8
+		}
 		if i >= len(d) {
 			w.failSyntax("unterminated string")
 			return 0, 0, false, false
@@ -387,6 +457,16 @@ func (w *walker) scanKey() (key, bool) {
 	return key{decoded: s}, true
 }
 
+// stringSpecials marks with its high bit each of the eight bytes of x (little-endian) that may
+// be a quote, a backslash or a control character. The lowest mark is exact: no byte below it
+// is special, and its byte is; marks above it may be false.
+func stringSpecials(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := x ^ (lo * '"')
+	bs := x ^ (lo * '\\')
+	return ((q-lo)&^q | (bs-lo)&^bs | (x-lo*0x20)&^x) & hi
+}
+
 func isHex4(b []byte) bool {
 	for _, c := range b {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
@@ -425,7 +505,7 @@ func (w *walker) object(t *typeInfo, depth int) {
 		w.pos++
 		return
 	}
-	var seenBuf [8]key
+	var seenBuf [16]key
 	seen := seenBuf[:0] // objects are small: a slice beats a map
 	for {
 		w.skipSpace()
@@ -437,8 +517,8 @@ func (w *walker) object(t *typeInfo, depth int) {
 		if !ok {
 			return
 		}
-		w.path = append(w.path, segment{key: k})
-		if w.err == nil {
+		w.push(segment{key: k})
+		if w.err == nil && !w.syntaxOnly {
 			for _, s := range seen {
 				if s.equal(k) {
 					w.fail(ReasonDuplicateKey, "")
@@ -448,17 +528,17 @@ func (w *walker) object(t *typeInfo, depth int) {
 			seen = append(seen, k)
 		}
 		vt := elem
+		var fd field
+		var known bool
 		if fields != nil && w.err == nil {
-			var ft *typeInfo
-			var known bool
 			if k.plain {
-				ft, known = fields.fields[string(k.raw)]
+				fd, known = fields.fields[string(k.raw)]
 			} else {
-				ft, known = fields.fields[k.decoded]
+				fd, known = fields.fields[k.decoded]
 			}
 			switch {
 			case known:
-				vt = ft
+				vt = fd.t
 			case fields.hasFold(k.String()):
 				w.fail(ReasonCaseVariant, "")
 			case w.mode == Closed:
@@ -477,19 +557,11 @@ func (w *walker) object(t *typeInfo, depth int) {
 		if w.syntax != nil {
 			return
 		}
-		if w.raw != nil && depth == 1 {
-			var i int
-			var ok bool
-			if k.plain {
-				i, ok = w.raw.index[string(k.raw)]
-			} else {
-				i, ok = w.raw.index[k.decoded]
-			}
-			if ok {
-				w.spans[i] = [2]int{start, w.pos}
-			}
+		if known && w.raw != nil && depth == 1 {
+			// fields is the raw struct itself, whose field indexes are its spans'.
+			w.spans[fd.index] = [2]int{start, w.pos}
 		}
-		w.path = w.path[:len(w.path)-1]
+		w.pop()
 		w.skipSpace()
 		if w.pos >= len(w.data) {
 			w.failSyntax("unterminated object")
@@ -525,12 +597,12 @@ func (w *walker) array(t *typeInfo, depth int) {
 		return
 	}
 	for i := 0; ; i++ {
-		w.path = append(w.path, segment{index: i, isIndex: true})
+		w.push(segment{index: i, isIndex: true})
 		w.value(elem, depth)
 		if w.syntax != nil {
 			return
 		}
-		w.path = w.path[:len(w.path)-1]
+		w.pop()
 		w.skipSpace()
 		if w.pos >= len(w.data) {
 			w.failSyntax("unterminated array")
@@ -568,11 +640,18 @@ type typeInfo struct {
 	// rawStruct marks a struct whose members are all json.RawMessage: Decode fills it from
 	// the spans the walk found, without a second parse by encoding/json.
 	rawStruct bool
-	index     map[string]int       // rawStruct: member name → field index
-	name      string               // for "expected …" messages
-	fields    map[string]*typeInfo // shapeObject: declared member names
-	names     []string             // shapeObject: the same names, for case-folding checks
-	elem      *typeInfo            // shapeMap, shapeArray
+	index     map[string]int   // rawStruct: member name → field index
+	name      string           // for "expected …" messages
+	fields    map[string]field // shapeObject: declared member names
+	names     []string         // shapeObject: the same names, for case-folding checks
+	elem      *typeInfo        // shapeMap, shapeArray
+}
+
+// field is a declared member: its type, and for a member of the struct itself (not of an
+// embedded one) its field index.
+type field struct {
+	t     *typeInfo
+	index int
 }
 
 // hasFold reports whether key matches a declared name under Unicode simple case folding, the
@@ -613,7 +692,7 @@ func buildInfo(t reflect.Type, building map[reflect.Type]*typeInfo) *typeInfo {
 		ti.shape = shapeAny
 	case t.Kind() == reflect.Struct:
 		ti.shape, ti.name = shapeObject, "an object"
-		ti.fields = map[string]*typeInfo{}
+		ti.fields = map[string]field{}
 		collectFields(t, ti, building)
 		ti.index = rawStructIndex(t)
 		ti.rawStruct = ti.index != nil
@@ -659,14 +738,21 @@ func collectFields(t reflect.Type, ti *typeInfo, building map[reflect.Type]*type
 		if name == "" {
 			name = f.Name
 		}
-		ti.fields[name] = buildInfo(f.Type, building)
+		ti.fields[name] = field{t: buildInfo(f.Type, building), index: i}
 		ti.names = append(ti.names, name)
 	}
 }
 
+// maxRawFields bounds the fields of a raw struct, whose spans the walker holds in an array.
+const maxRawFields = 24
+
 // rawStructIndex maps the JSON names of t's fields to their indexes when every field is an
-// exported, plainly tagged json.RawMessage; otherwise it returns nil.
+// exported, plainly tagged json.RawMessage and there are at most maxRawFields of them;
+// otherwise it returns nil.
 func rawStructIndex(t reflect.Type) map[string]int {
+	if t.NumField() > maxRawFields {
+		return nil
+	}
 	index := make(map[string]int, t.NumField())
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -683,7 +769,8 @@ func rawStructIndex(t reflect.Type) map[string]int {
 // copy of data, so they stay valid after the caller reuses its buffer.
 func fillRaw(v reflect.Value, data []byte, spans [][2]int) {
 	v.SetZero()
-	own := append([]byte(nil), data...)
+	own := make([]byte, len(data))
+	copy(own, data)
 	for i, sp := range spans {
 		if sp[1] > 0 {
 			v.Field(i).SetBytes(own[sp[0]:sp[1]:sp[1]])

@@ -173,6 +173,20 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Valid = %v; json.Valid %v, independent duplicate scan %q", err, wellFormed, dupAt)
 		}
 
+		// AppendCompact is json.Compact: the same verdict and, when well-formed, the same bytes.
+		prefix := []byte("p:")
+		got, err := AppendCompact(prefix, data)
+		if (err == nil) != wellFormed {
+			t.Fatalf("AppendCompact error %v; json.Valid %v", err, wellFormed)
+		}
+		if err == nil {
+			var want bytes.Buffer
+			want.WriteString("p:")
+			if json.Compact(&want, data) != nil || !bytes.Equal(got, want.Bytes()) {
+				t.Fatalf("AppendCompact = %q, json.Compact %q", got, want.Bytes())
+			}
+		}
+
 		accepted := map[Mode]bool{}
 		for _, mode := range []Mode{Closed, Open} {
 			var got fuzzDoc

@@ -7,9 +7,12 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
-// Hand-written JSON for the records the daemon sends most often: host and session status. They
+// Hand-written JSON for the records the daemon sends most often: host and session status and
+// tool results. They
 // produce byte for byte what encoding/json does (with HTML escaping off, as ndjson.Marshal
 // sets it) — TestAppendJSONMatchesEncodingJSON proves it on generated values — at a fraction of
 // the cost, which matters because status is the probe of every supervisor and orchestrator.
@@ -21,6 +24,8 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 		return b, false
 	}
 	var data func([]byte) []byte
+	var tool *ToolResult
+	var compact bool
 	switch d := r.Data.(type) {
 	case HostSnapshot:
 		data = d.appendJSON
@@ -28,9 +33,20 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 		data = d.appendJSON
 	case *SessionSnapshot:
 		data = d.appendJSON
+	case *ToolResult:
+		if d == nil {
+			return b, false
+		}
+		tool = d
+	case *CompactToolResult:
+		if d == nil {
+			return b, false
+		}
+		tool, compact = &d.ToolResult, true
 	default:
 		return b, false
 	}
+	start := len(b)
 	b = append(b, `{"protocolVersion":`...)
 	b = appendString(b, r.ProtocolVersion)
 	b = append(b, `,"kind":`...)
@@ -50,8 +66,40 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 	b = append(b, `,"ok":`...)
 	b = strconv.AppendBool(b, r.OK)
 	b = append(b, `,"data":`...)
-	b = data(b)
+	if tool != nil {
+		var ok bool
+		if b, ok = tool.appendJSON(b, compact); !ok {
+			return b[:start], false
+		}
+	} else {
+		b = data(b)
+	}
 	return append(b, '}', '\n'), true
+}
+
+// appendJSON writes a tool result. Its data, often most of the line (a whole file read), is
+// copied as it stands when it is compact, as adapters write it, after one fast walk, or none
+// when compact vouches for it (CompactToolResult); encoding/json would check and compact it the same way. Data
+// that is not one JSON value reports false, so that the caller's encoding/json fallback names
+// the failure.
+func (t *ToolResult) appendJSON(b []byte, compact bool) ([]byte, bool) {
+	b = append(b, `{"toolCallId":`...)
+	b = appendString(b, t.ToolCallID)
+	b = append(b, `,"operation":`...)
+	b = appendString(b, t.Operation)
+	b = append(b, `,"data":`...)
+	switch {
+	case t.Data == nil:
+		b = append(b, "null"...)
+	case compact:
+		b = append(b, t.Data...)
+	default:
+		var err error
+		if b, err = ndjson.AppendCompact(b, t.Data); err != nil {
+			return b, false
+		}
+	}
+	return append(b, '}'), true
 }
 
 func (h *HostSnapshot) appendJSON(b []byte) []byte {

@@ -276,7 +276,7 @@ func (c *Conn) readError(err error) *protocol.Error {
 // raw bytes, before anything parses them), it must decode as a frame, and it must carry this
 // binding's identity.
 func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
-	if bytes.Contains(line, c.secret) || (bytes.IndexByte(line, '\\') >= 0 && containsEscaped(line, string(c.secret))) {
+	if reflectsHandle(line, c.secret) {
 		return nil, protocol.Retryable(CodeSecretReflected, "tool adapter reflected the capability handle")
 	}
 	f, e := DecodeFrame(line)
@@ -299,33 +299,51 @@ func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
 	return f, nil
 }
 
-// containsEscaped reports whether any key or string of the JSON text line holds secret once
-// its escapes are resolved: "\u0063ap…" spells the same handle as "cap…". Lines without a
-// backslash never get here, and a line that is not JSON is refused later anyway.
-func containsEscaped(line []byte, secret string) bool {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
+// reflectsHandle reports whether the JSON text line holds secret, a base64url handle, in any
+// key or string once its escapes are resolved: "\u0063ap…" spells the same handle as "cap…".
+//
+// Only a \u escape can stand for a base64url character; every other escape (\" \\ \/ \b \f
+// \n \r \t) stands for one that is not. So in a line without "\u" every handle a string
+// spells is there byte for byte, and the literal search finds it; with one, each string
+// holding a \u escape is decoded and searched. That is exactly as strong as decoding the whole
+// line and searching every string (TestReflectsHandleMatchesExhaustive,
+// FuzzReflectsHandle), without decoding a large result, which nearly always has no \u.
+func reflectsHandle(line, secret []byte) bool {
+	if ContainsSecret(line, secret) {
+		return true
+	}
+	if !bytes.Contains(line, []byte(`\u`)) {
 		return false
 	}
-	var walk func(v any) bool
-	walk = func(v any) bool {
-		switch x := v.(type) {
-		case string:
-			return strings.Contains(x, secret)
-		case []any:
-			return slices.ContainsFunc(x, walk)
-		case map[string]any:
-			for k, e := range x {
-				if strings.Contains(k, secret) || walk(e) {
-					return true
+	for i := 0; i < len(line); i++ {
+		if line[i] != '"' {
+			continue
+		}
+		// A string runs to the first quote not escaped by a backslash.
+		end, hasU := -1, false
+		for j := i + 1; j < len(line); j++ {
+			if c := line[j]; c == '"' {
+				end = j
+				break
+			} else if c == '\\' {
+				if j+1 < len(line) && line[j+1] == 'u' {
+					hasU = true
 				}
+				j++
 			}
 		}
-		return false
+		if end < 0 {
+			return false // unterminated: not JSON, and refused as such
+		}
+		if hasU {
+			var s string
+			if json.Unmarshal(line[i:end+1], &s) == nil && strings.Contains(s, string(secret)) {
+				return true
+			}
+		}
+		i = end
 	}
-	return walk(v)
+	return false
 }
 
 func (c *Conn) readLoop() {
@@ -641,6 +659,10 @@ func (c *Conn) observe(now time.Time) {
 // Either way a request whose frame may have reached the adapter gets one targeted abort frame and
 // fails indeterminate. An adapter failure keeps the adapter's code when well-formed (else
 // adapter_error) and drops its message. Every error has details.indeterminate.
+//
+// The data of a success is one well-formed JSON value, checked against the operation's result
+// schema, without whitespace between tokens, so that it can be copied into a response as it
+// stands.
 func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessage) (json.RawMessage, *protocol.Error) {
 	var data json.RawMessage
 	var e *protocol.Error
@@ -886,7 +908,10 @@ func (c *Conn) Incarnation() Binding { return c.d.Incarnation() }
 // same key, so the adapter can deduplicate it.
 func IdempotencyKey(operation, toolCallID string) string {
 	sum := sha256.Sum256([]byte(operation + "\x00" + toolCallID))
-	return "tool-" + hex.EncodeToString(sum[:])
+	var key [len("tool-") + 2*sha256.Size]byte
+	copy(key[:], "tool-")
+	hex.Encode(key[len("tool-"):], sum[:])
+	return string(key[:])
 }
 
 // newRequestID returns a random version 4 UUID.

@@ -175,8 +175,12 @@ func DecodeFrame(line []byte) (*Frame, *protocol.Error) {
 	if e != nil {
 		return nil, e
 	}
-	if e := f.validate(); e != nil {
+	if e := f.check(true); e != nil {
 		return nil, e
+	}
+	if f.Data != nil {
+		// Callers may copy the data into their own output as it stands (see Conn.Invoke).
+		f.Data = compactWalked(f.Data)
 	}
 	return f, nil
 }
@@ -452,7 +456,11 @@ func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
 }
 
 // validate checks the values of a frame whose member set is already right for its kind.
-func (f *Frame) validate() *protocol.Error {
+func (f *Frame) validate() *protocol.Error { return f.check(false) }
+
+// check is validate; walked tells that the frame's line was walked by the strict decoder, so
+// that its payload or data is known to be well-formed without duplicate keys.
+func (f *Frame) check(walked bool) *protocol.Error {
 	if !validAdapterIdentity(f.AdapterID, f.AdapterVersion) {
 		if checkAdapterID(f.AdapterID, "") != nil {
 			return frameError("adapterId", "frame adapterId is invalid")
@@ -500,6 +508,8 @@ func (f *Frame) validate() *protocol.Error {
 			return frameError("data", "a successful result carries data and no error")
 		case !f.OK && (f.Data != nil || f.Error == nil):
 			return frameError("error", "a failed result carries an error and no data")
+		case f.OK && walked && validResultWalked(f.Operation, f.Data):
+			// A valid read or stat result, settled without decoding it again.
 		case f.OK:
 			if e := ValidateResult(f.Operation, f.Data); e != nil {
 				return frameError("data", "result data is invalid")
@@ -640,12 +650,12 @@ func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessag
 	b = append(b, op...)
 	b = append(b, `","payload":`...)
 	// encoding/json writes a json.RawMessage compacted, and without HTML escaping (as
-	// ndjson.Marshal sets it) exactly as json.Compact does.
-	buf := bytes.NewBuffer(b)
-	if err := json.Compact(buf, payload); err != nil {
+	// ndjson.Marshal sets it) exactly as json.Compact does, which ndjson.AppendCompact does.
+	b, err := ndjson.AppendCompact(b, payload)
+	if err != nil {
 		return nil, err
 	}
-	return append(buf.Bytes(), '}', '\n'), nil
+	return append(b, '}', '\n'), nil
 }
 
 // plainJSON reports whether encoding/json writes s between quotes as it is: printable ASCII

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // FuzzDecodeFrame: whatever the adapter sends, DecodeFrame either refuses it with
@@ -185,11 +187,23 @@ func FuzzDecodeFlat(f *testing.F) {
 		`{"size":"x","bogus":1}`, `[]`, `null`, ``, `{"content":"\ud800"}`, " { \"size\" : 7 } ",
 		`{"path":"."}`, `{"path":"a/b","maxEntries":10}`, `{"path":"a","offset":0,"maxBytes":4096}`,
 		`{"path":"a","query":"x","maxResults":5}`, `{"path":"a","content":"","create":true,"overwrite":false,"expectedDigest":"d"}`,
-		`{"path":null}`, `{"path":"a","Path":"b"}`,
+		`{"path":null}`, `{"path":"a","Path":"b"}`, `{"content":"\ud83d\ude00\u0000","bytesRead":4,"eof":true}`,
+		`{"content":"a","bytesRead":4194305,"eof":true}`, `{"content":"a","bytesRead":-1,"eof":null}`,
+		` { "eof" : false , "content" : "q\\\"\\" , "bytesRead" : 0 } `, `{"content":"a","bytesRead":1,"eof":true,"x":1}`,
+		`{"content":"a","bytesRead":1}`, `{"con\u0074ent":"a","bytesRead":1,"eof":true}`, `{"type":"file","size":0,"modifiedAt":"2026-01-02T03:04:05.5Z"}`,
+		`{"type":"dir","size":1}`, `{"type":"file","size":-1}`, `{"type":"directory","size":9007199254740992}`,
+		`{"type":"file","size":1,"modifiedAt":"2026-01-02T03:04:05\u005a"}`, ` {"size" : 3 , "type" : "file" } `,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		// The compacted data of a walked value is what encoding/json writes for it.
+		if json.Valid(raw) {
+			var want bytes.Buffer
+			if json.Compact(&want, raw) != nil || !bytes.Equal(compactWalked(raw), want.Bytes()) {
+				t.Fatalf("compactWalked(%q) = %q, json.Compact %q", raw, compactWalked(raw), want.Bytes())
+			}
+		}
 		for _, pair := range [][2]any{{&statResult{}, &statResult{}}, {&readResult{}, &readResult{}},
 			{&writeResult{}, &writeResult{}}, {&editResult{}, &editResult{}}, {&listPayload{}, &listPayload{}},
 			{&statPayload{}, &statPayload{}}, {&readPayload{}, &readPayload{}}, {&searchPayload{}, &searchPayload{}},
@@ -199,6 +213,20 @@ func FuzzDecodeFlat(f *testing.F) {
 			we := decodeShape(CodeProtocolInvalid, "data", raw, want)
 			if !reflect.DeepEqual(ge, we) || (we == nil && !reflect.DeepEqual(got, want)) {
 				t.Fatalf("%T of %q: got %v %+v, want %v %+v", got, raw, ge, got, we, want)
+			}
+		}
+		// The read result checks that skip decoding the content accept only valid results.
+		if ndjson.Valid(raw) == nil && validResultWalked(OpStat, raw) {
+			if e := ValidateResult(OpStat, raw); e != nil {
+				t.Fatalf("validResultWalked accepts the stat result %q, ValidateResult refuses it (%v)", raw, e)
+			}
+		}
+		if validReadResult(raw) || (ndjson.Valid(raw) == nil && validResultWalked(OpRead, raw)) {
+			var v readResult
+			if e := decodeShape(CodeProtocolInvalid, "data", raw, &v); e != nil || v.Content == nil ||
+				len(*v.Content) > MaxContentBytes || v.BytesRead == nil || *v.BytesRead < 0 ||
+				*v.BytesRead > MaxContentBytes || v.EOF == nil {
+				t.Fatalf("validReadResult accepts %q, the full check refuses it (%v)", raw, e)
 			}
 		}
 	})

@@ -1,10 +1,12 @@
 package tooladapter
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -76,4 +78,52 @@ func validHandle(s string) bool {
 
 func isBase64URL(c byte) bool {
 	return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// ContainsSecret reports whether b contains secret, exactly as bytes.Contains does, but fast on
+// the large text of a result, which the handle check of every frame scans whole. bytes.Contains
+// steps from one occurrence of the secret's first byte to the next, and in text a first byte
+// such as 'e' occurs every few bytes; this steps between occurrences of the secret's byte that
+// is rarest in text instead, and falls back to bytes.Contains when even that one is frequent in
+// b, so that no input makes it slower than that by more than a constant.
+func ContainsSecret(b, secret []byte) bool {
+	n := len(secret)
+	if n < 2 || len(b) < 256 {
+		return bytes.Contains(b, secret)
+	}
+	k := rarestByte(secret)
+	c := secret[k]
+	candidates := 0
+	// An occurrence starting at p has c at p+k; p runs from 0 to len(b)-n.
+	for i := k; i <= len(b)-n+k; {
+		j := bytes.IndexByte(b[i:len(b)-n+k+1], c)
+		if j < 0 {
+			return false
+		}
+		p := i + j - k
+		if string(b[p:p+n]) == string(secret) {
+			return true
+		}
+		i += j + 1
+		if candidates++; candidates > 64+i/32 {
+			return bytes.Contains(b[i-k:], secret)
+		}
+	}
+	return false
+}
+
+// rarestByte returns the index of the byte of s least frequent in typical text and code, by a
+// fixed ranking: rare letters first, then other upper-case letters and digits, then the rest.
+func rarestByte(s []byte) int {
+	const ranking = "QZXJKVYWUqzxjGHOFNBPMLRDCE-ITAS0987654321_kvywbgpfmucdhlnrosaite"
+	best, bestRank := 0, len(ranking)
+	for i, c := range s {
+		if r := strings.IndexByte(ranking, c); r >= 0 && r < bestRank {
+			best, bestRank = i, r
+			if r == 0 {
+				break
+			}
+		}
+	}
+	return best
 }

@@ -3,7 +3,6 @@ package tooladapter
 import (
 	"encoding/json"
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -29,9 +28,48 @@ const (
 	entryTypeDir     = "directory"
 )
 
-var (
-	modifiedAtPattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$`)
-)
+// validModifiedAt reports whether s matches ^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?Z$, the
+// schema's pattern, without a regular expression: it runs on every stat and every list entry
+// (TestValidModifiedAt holds it to the pattern).
+func validModifiedAt(s string) bool {
+	if len(s) < 20 {
+		return false
+	}
+	for i := range 19 {
+		c := s[i]
+		switch i {
+		case 4, 7:
+			if c != '-' {
+				return false
+			}
+		case 10:
+			if c != 'T' {
+				return false
+			}
+		case 13, 16:
+			if c != ':' {
+				return false
+			}
+		default:
+			if c < '0' || c > '9' {
+				return false
+			}
+		}
+	}
+	rest := s[19:]
+	if rest == "Z" {
+		return true
+	}
+	if len(rest) < 3 || len(rest) > 11 || rest[0] != '.' || rest[len(rest)-1] != 'Z' {
+		return false
+	}
+	for _, c := range []byte(rest[1 : len(rest)-1]) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // Request payloads, closed; pointers tell a missing member from a zero one.
 type (
@@ -175,7 +213,7 @@ func (c *shapeCheck) content(field string, p *string, minBytes int) {
 }
 
 func (c *shapeCheck) modifiedAt(field string, p *string) {
-	if p != nil && (len(*p) < minModifiedAtLen || len(*p) > maxModifiedAtLen || !modifiedAtPattern.MatchString(*p)) {
+	if p != nil && (len(*p) < minModifiedAtLen || len(*p) > maxModifiedAtLen || !validModifiedAt(*p)) {
 		c.fail(field)
 	}
 }
@@ -324,6 +362,9 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 			c.modifiedAt("modifiedAt", v.ModifiedAt)
 		}
 	case OpRead:
+		if validReadResult(raw) {
+			return nil
+		}
 		var v readResult
 		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.content("content", v.Content, 0)
@@ -522,6 +563,27 @@ func decodeMirror(raw json.RawMessage, v any) bool {
 		return false
 	}
 	return ok
+}
+
+// validReadResult reports whether raw is a valid read result without decoding its content, up
+// to 4 MiB that only its length is checked for. Decoding never lengthens a JSON string of valid
+// UTF-8 (an escape stands for at most as many bytes as it takes), so content whose text is
+// valid UTF-8 and within the bound has a value within it. It reports false, and the caller
+// decodes everything, for any other input, so that a refusal is named as before
+// (FuzzDecodeFlat checks that it accepts nothing the full check refuses).
+func validReadResult(raw json.RawMessage) bool {
+	var r readResultRaw
+	if ndjson.Decode(raw, &r, ndjson.Closed) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
+		return false
+	}
+	if text := r.Content[1 : len(r.Content)-1]; len(text) > MaxContentBytes || !utf8.Valid(text) {
+		return false
+	}
+	n, err := strconv.ParseInt(string(r.BytesRead), 10, 64)
+	if r.BytesRead == nil || err != nil || n < 0 || n > MaxContentBytes {
+		return false
+	}
+	return string(r.EOF) == "true" || string(r.EOF) == "false"
 }
 
 func validEntryName(n string) bool {

@@ -1,0 +1,154 @@
+package tooladapter
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Checks of JSON text that DecodeFrame has already walked: one well-formed value without
+// duplicate keys. Knowing that, the end of a string is the first quote after an even run of
+// backslashes, found with bytes.IndexByte instead of a byte-by-byte scan, so that a result of
+// several MiB is not scanned again at walking speed.
+
+// skipString returns the index just past the string that starts at data[i], a quote, in text
+// known to be well-formed.
+func skipString(data []byte, i int) int {
+	j := i + 1
+	for {
+		k := bytes.IndexByte(data[j:], '"')
+		if k < 0 {
+			return len(data) // not well-formed after all: the caller's token check fails
+		}
+		j += k
+		n := 0
+		for n < j-i-1 && data[j-1-n] == '\\' {
+			n++
+		}
+		j++
+		if n%2 == 0 {
+			return j
+		}
+	}
+}
+
+func skipSpaces(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// walkedMembers splits the walked object data into the values of its members, each stored in
+// out at the index of its name in names. It reports false for anything else, a name with an
+// escape or not in names included: the caller then checks data in full.
+func walkedMembers(data []byte, names []string, out []json.RawMessage) bool {
+	i := skipSpaces(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipSpaces(data, i+1)
+	for i < len(data) && data[i] == '"' {
+		end := skipString(data, i)
+		name := data[i+1 : end-1]
+		i = skipSpaces(data, end)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		i = skipSpaces(data, i+1)
+		start := i
+		if i < len(data) && data[i] == '"' {
+			i = skipString(data, i)
+		} else {
+			for i < len(data) && data[i] != ',' && data[i] != '}' && data[i] != ' ' && data[i] != '\t' && data[i] != '\n' && data[i] != '\r' {
+				i++
+			}
+		}
+		k := slices.Index(names, string(name))
+		if k < 0 {
+			return false
+		}
+		out[k] = data[start:i]
+		i = skipSpaces(data, i)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpaces(data, i+1)
+		}
+	}
+	return i < len(data) && data[i] == '}' && skipSpaces(data, i+1) == len(data)
+}
+
+// walkedInt reads an integer member in [lo, hi] as the full check does.
+func walkedInt(raw json.RawMessage, lo, hi int64) bool {
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	return raw != nil && err == nil && n >= lo && n <= hi
+}
+
+func walkedBool(raw json.RawMessage) bool {
+	return string(raw) == "true" || string(raw) == "false"
+}
+
+var (
+	readMembers = []string{"content", "bytesRead", "eof"}
+	statMembers = []string{"type", "size", "modifiedAt"}
+)
+
+// validResultWalked reports true only for valid result data of op that DecodeFrame walked
+// (FuzzDecodeFlat holds it to ValidateResult), and false for anything it does not settle, which
+// the caller then checks in full. It covers the results of fs.read, up to 4 MiB that it does
+// not decode again, and fs.stat, the most frequent call.
+func validResultWalked(op string, data []byte) bool {
+	var m [3]json.RawMessage
+	switch op {
+	case OpRead:
+		if !walkedMembers(data, readMembers, m[:]) {
+			return false
+		}
+		content := m[0]
+		if len(content) < 2 || content[0] != '"' || content[len(content)-1] != '"' {
+			return false
+		}
+		// Decoding never lengthens a JSON string of valid UTF-8 (an escape stands for at most
+		// as many bytes as it takes), so text within the bound has a value within it.
+		if text := content[1 : len(content)-1]; len(text) > MaxContentBytes || !utf8.Valid(text) {
+			return false
+		}
+		return walkedInt(m[1], 0, MaxContentBytes) && walkedBool(m[2])
+	case OpStat:
+		if !walkedMembers(data, statMembers, m[:]) {
+			return false
+		}
+		if t := string(m[0]); t != `"`+entryTypeFile+`"` && t != `"`+entryTypeDir+`"` {
+			return false
+		}
+		if at := m[2]; at != nil {
+			// The pattern admits no character JSON escapes, so a plain string is the only form
+			// of a valid one.
+			if len(at) < 2 || at[0] != '"' || !validModifiedAt(string(at[1:len(at)-1])) ||
+				len(at)-2 < minModifiedAtLen || len(at)-2 > maxModifiedAtLen {
+				return false
+			}
+		}
+		return walkedInt(m[1], 0, maxSafeInteger)
+	}
+	return false
+}
+
+// compactWalked returns data, a value DecodeFrame walked, without whitespace between tokens:
+// data itself when it has none, as adapters write it, else a compacted copy.
+func compactWalked(data json.RawMessage) json.RawMessage {
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			i = skipString(data, i) - 1
+		case ' ', '\t', '\n', '\r':
+			var buf bytes.Buffer
+			if json.Compact(&buf, data) != nil {
+				return data
+			}
+			return buf.Bytes()
+		}
+	}
+	return data
+}
