@@ -7,11 +7,11 @@ cd "$(dirname "$0")/.."
 
 # fuzz_one runs one target. Go's fuzzer sometimes ends a short run with "context deadline
 # exceeded" and no failing input when the time runs out while a worker is busy; that run
-# found nothing, so it is tried again (twice at most). A real failure writes its input
+# found nothing, so it is tried again (four times at most). A real failure writes its input
 # under testdata/fuzz and fails at once.
 fuzz_one() {
   local pkg=$1 target=$2 out
-  for attempt in 1 2 3; do
+  for attempt in 1 2 3 4 5; do
     # Minimizing each new interesting input may take up to a minute by default, which can
     # outlast a short -fuzztime.
     if out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 1s "$pkg" 2>&1); then
