@@ -84,6 +84,59 @@ func jsonPrefix(s []byte, budget int) (cost, prefix int) {
 	return cost, i
 }
 
+// validJSONPrefix is jsonPrefix for text not yet known to be UTF-8, in the same pass: it
+// returns the length of the largest prefix of s whose encoding costs at most budget bytes, and
+// valid false when that prefix is not valid UTF-8. The rest of s is not looked at.
+func validJSONPrefix(s []byte, budget int) (prefix int, valid bool) {
+	cost := 2
+	if cost > budget {
+		return 0, true
+	}
+	i := 0
+	for i < len(s) {
+		if len(s)-i >= 8 && cost+48 <= budget {
+			x := binary.LittleEndian.Uint64(s[i:])
+			if x&hiBits == 0 {
+				q, b := x^(loBits*'"'), x^(loBits*'\\')
+				special := ((x-loBits*0x20) & ^x | (q-loBits) & ^q | (b-loBits) & ^b) & hiBits
+				if special == 0 {
+					cost += 8
+				} else {
+					for _, c := range s[i : i+8] {
+						cost += int(asciiCost[c])
+					}
+				}
+				i += 8
+				continue
+			}
+		}
+		c := s[i]
+		if c < utf8.RuneSelf {
+			k := int(asciiCost[c])
+			if cost+k > budget {
+				return i, true
+			}
+			cost += k
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i, false
+		}
+		k := size
+		if r == '\u2028' || r == '\u2029' {
+			k = 6
+		}
+		if cost+k > budget {
+			return i, true
+		}
+		cost += k
+		i += size
+	}
+	return i, true
+}
+
 const (
 	loBits = 0x0101010101010101
 	hiBits = 0x8080808080808080

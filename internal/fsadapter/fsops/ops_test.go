@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"golang.org/x/sys/unix"
@@ -276,6 +277,27 @@ func TestJSONCostMatchesEncoder(t *testing.T) {
 	}
 }
 
+// TestValidJSONPrefix checks the one-pass check and cut of fs.read against the two passes it
+// replaces: utf8.Valid, then jsonPrefix over valid text.
+func TestValidJSONPrefix(t *testing.T) {
+	texts := []string{"", "x", "plain ascii text, long enough for words", "a\"b\\c\nd\x01e", "héllo wörld €€€ \U0001F600",
+		"\u2028\u2029 separators", "bad \xff byte", "cut \xe2\x82", strings.Repeat("0123456\n", 9) + "\xc3(",
+		strings.Repeat("é", 20), strings.Repeat("\x01", 20)}
+	for _, s := range texts {
+		for budget := 0; budget <= 6*len(s)+3; budget++ {
+			k, valid := validJSONPrefix([]byte(s), budget)
+			if want := utf8.ValidString(s); (valid && utf8.ValidString(s[k:])) != want {
+				t.Fatalf("%q budget %d: valid %v at %d, want %v", s, budget, valid, k, want)
+			} else if !want {
+				continue
+			}
+			if _, want := jsonPrefix([]byte(s), budget); k != want {
+				t.Fatalf("%q budget %d: prefix %d, want %d", s, budget, k, want)
+			}
+		}
+	}
+}
+
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	makeTree(t, dir, "old=old", "d/", "file=x", "l -> old")
@@ -512,6 +534,9 @@ func TestWritesSerialized(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			for {
 				cur, perr := r.Read(bg, ReadPayload{Path: "counter"})
+				if perr != nil && perr.Retryable && perr.Code == CodeIOError {
+					continue // a write's rename landed between the read's two opens
+				}
 				if perr != nil {
 					t.Error(perr)
 					return

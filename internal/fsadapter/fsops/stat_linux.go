@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"golang.org/x/sys/unix"
@@ -233,19 +234,27 @@ func (r *Root) Read(ctx context.Context, p ReadPayload) (*ReadResult, *protocol.
 			}
 		}
 	}
-	if !utf8.Valid(win) {
-		return nil, protocol.Errorf(CodeNotUTF8, "file content is not valid UTF-8")
-	}
 	cut := len(win) // the window cut to whole characters, before the budget
 	// Fit the budget: the fixed members cost at most this much.
 	fixed := len(`{"content":,"bytesRead":,"eof":false}`) + intCost(int64(len(win)))
-	// Every byte costs at most six (\u00XX), so most windows need no counting.
-	if budget := r.opts.MaxResponseBytes - fixed; 2+6*len(win) > budget {
-		if _, k := jsonPrefix(win, budget); k < len(win) {
+	// Every byte costs at most six (\u00XX), so most windows need no counting, only the
+	// UTF-8 check; the others are checked and counted in one pass.
+	if budget := r.opts.MaxResponseBytes - fixed; 2+6*len(win) <= budget {
+		if !utf8.Valid(win) {
+			return nil, protocol.Errorf(CodeNotUTF8, "file content is not valid UTF-8")
+		}
+	} else {
+		k, valid := validJSONPrefix(win, budget)
+		if !valid || !utf8.Valid(win[k:]) {
+			return nil, protocol.Errorf(CodeNotUTF8, "file content is not valid UTF-8")
+		}
+		if k < len(win) {
 			win, eof = win[:k], false
 		}
 	}
-	content := string(win)
+	// buf is this call's own and is not written again: the content shares it rather than
+	// copying up to 4 MiB into a string.
+	content := unsafe.String(unsafe.SliceData(win), len(win))
 	if content == "" && !eof {
 		if cut == 0 {
 			return nil, argError("maxBytes", "maxBytes is smaller than the character at offset")

@@ -148,6 +148,11 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		return
 	}
 	s.log.Info("grant bound", "grant", g.id, "session", g.identity.SessionID, "generation", g.identity.Generation)
+	// A send buffer that holds a whole result frame lets a large one go out in one write
+	// instead of one per default-sized buffer (about 200 KiB), each after the daemon drained the
+	// last. The kernel caps the size (net.core.wmem_max) and charges only what is queued; a
+	// smaller buffer only means more writes, so a failure is ignored.
+	_ = nc.SetWriteBuffer(c.maxOut)
 	_ = nc.SetReadDeadline(time.Time{})
 	rd := ndjson.NewReader(br, int(l.MaxRequestBytes)-1)
 	for {
@@ -430,16 +435,34 @@ func optionalInt64(raw json.RawMessage) (*int64, bool) {
 }
 
 // fingerprint identifies the semantic request: the operation and the payload re-encoded from
-// its typed form, so that member order and spacing do not matter.
-func fingerprint(op string, args any) [32]byte {
-	b, _ := json.Marshal(args) // plain structs of strings, numbers and bools
-	h := sha256.New()
-	h.Write([]byte(op))
-	h.Write([]byte{0})
-	h.Write(b)
-	var fp [32]byte
-	h.Sum(fp[:0])
-	return fp
+// its typed form, so that member order and spacing do not matter. The payloads of fs.stat and
+// fs.read, the most frequent, are encoded by hand as encoding/json writes them without HTML
+// escaping; a fingerprint is only ever compared with another of this process.
+func fingerprint(op string, args any) [32]byte { return sha256.Sum256(fingerprintText(op, args)) }
+
+// fingerprintText is the text fingerprint hashes: op, a NUL, and the payload's encoding.
+func fingerprintText(op string, args any) []byte {
+	b := make([]byte, 0, 128)
+	b = append(b, op...)
+	b = append(b, 0)
+	switch a := args.(type) {
+	case *fsops.StatPayload:
+		b = appendJSONString(append(b, `{"path":`...), a.Path)
+		b = append(b, '}')
+	case *fsops.ReadPayload:
+		b = appendJSONString(append(b, `{"path":`...), a.Path)
+		if a.Offset != nil {
+			b = strconv.AppendInt(append(b, `,"offset":`...), *a.Offset, 10)
+		}
+		if a.MaxBytes != nil {
+			b = strconv.AppendInt(append(b, `,"maxBytes":`...), *a.MaxBytes, 10)
+		}
+		b = append(b, '}')
+	default:
+		enc, _ := json.Marshal(args) // plain structs of strings, numbers and bools
+		b = append(b, enc...)
+	}
+	return b
 }
 
 func errBody(e *protocol.Error) *tooladapter.ErrorBody {
@@ -592,23 +615,41 @@ func (c *conn) execute(r *request) outcome {
 		}
 		return outcome{err: errBody(perr)}
 	}
-	var data []byte
-	if rr, ok := v.(*fsops.ReadResult); ok {
-		data = encodeRead(rr)
-	} else {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
+	// The result frame is built around the data as it is encoded, so that the data (up to
+	// 4 MiB of a read) is not copied again into its frame; frame is nil when the frame must
+	// go through tooladapter.EncodeFrame (see resultFrame).
+	var hint int
+	switch v := v.(type) {
+	case *fsops.ReadResult:
+		hint = readSize(v)
+	case *fsops.StatResult:
+		hint = 128
+	}
+	frame, fast := c.appendResultHead(nil, r, hint)
+	start := len(frame)
+	switch v := v.(type) {
+	case *fsops.ReadResult:
+		frame = appendRead(frame, v)
+	case *fsops.StatResult:
+		frame = appendStat(frame, v)
+	default:
+		buf := bytes.NewBuffer(frame)
+		enc := json.NewEncoder(buf)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(v); err != nil {
 			return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result is not serializable"}}
 		}
-		data = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		frame = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
+	data := frame[start:len(frame):len(frame)]
 	if e := checkResult(r.op, v, data); e != nil {
 		c.s.log.Error("invalid result", "grant", c.g.id, "operation", r.op, "field", e.Details[tooladapter.DetailField])
 		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result failed the protocol's result check"}}
 	}
-	return outcome{data: data}
+	if !fast {
+		return outcome{data: data}
+	}
+	return outcome{data: data, frame: append(frame, "}\n"...), owner: r}
 }
 
 // checkResult runs the protocol's result check (tooladapter.ValidateResult) on data, the
@@ -649,16 +690,28 @@ func resultHead(id tooladapter.Identity) []byte {
 
 // resultFrame encodes the successful result frame of r around data, byte for byte what
 // tooladapter.EncodeFrame writes (TestResultFrameMatchesEncodeFrame), without its second
-// decoding and re-encoding of data: the identity part is c.head; the request id and
-// idempotency key passed the protocol's check when the invoke was decoded and are made of
-// characters JSON never escapes (checked again here); data is the compact encoding execute
+// decoding and re-encoding of data: see appendResultHead. data is the compact encoding execute
 // made and checked. It reports ok false when the frame must go through EncodeFrame instead.
 func (c *conn) resultFrame(r *request, data []byte) (b []byte, ok bool) {
-	if c.head == nil || !plainToken(r.id) || !plainToken(r.key) || !plainToken(r.op) {
+	b, ok = c.appendResultHead(nil, r, len(data))
+	if !ok {
 		return nil, false
 	}
+	b = append(b, data...)
+	return append(b, "}\n"...), true
+}
+
+// appendResultHead appends the start of r's successful result frame, up to its data, with room
+// for dataSize more bytes and the frame's end ("}\n"): the identity part is c.head; the request
+// id and idempotency key passed the protocol's check when the invoke was decoded and are made
+// of characters JSON never escapes (checked again here). It reports ok false, and appends
+// nothing, when the frame must go through EncodeFrame instead.
+func (c *conn) appendResultHead(b []byte, r *request, dataSize int) ([]byte, bool) {
+	if c.head == nil || !plainToken(r.id) || !plainToken(r.key) || !plainToken(r.op) {
+		return b, false
+	}
 	const fixed = len(`,"requestId":"","idempotencyKey":"","operation":"","ok":true,"data":}`) + 1
-	b = make([]byte, 0, len(c.head)+len(r.id)+len(r.key)+len(r.op)+len(data)+fixed)
+	b = slices.Grow(b, len(c.head)+len(r.id)+len(r.key)+len(r.op)+dataSize+fixed)
 	b = append(b, c.head...)
 	b = append(b, `,"requestId":"`...)
 	b = append(b, r.id...)
@@ -667,8 +720,6 @@ func (c *conn) resultFrame(r *request, data []byte) (b []byte, ok bool) {
 	b = append(b, `","operation":"`...)
 	b = append(b, r.op...)
 	b = append(b, `","ok":true,"data":`...)
-	b = append(b, data...)
-	b = append(b, "}\n"...)
 	return b, true
 }
 
@@ -706,7 +757,9 @@ func (c *conn) complete(r *request, res outcome) *request {
 	r.cancel()
 	r.state = reqDone
 	delete(c.reqs, r.id)
-	waiters := g.idem.finish(r.entry, res, time.Now())
+	kept := res // remembered and replayed without r's own frame
+	kept.frame, kept.owner = nil, nil
+	waiters := g.idem.finish(r.entry, kept, time.Now())
 	for _, w := range waiters {
 		w.state = reqDone
 		delete(w.c.reqs, w.id)
@@ -723,7 +776,7 @@ func (c *conn) complete(r *request, res outcome) *request {
 	g.mu.Unlock()
 	c.answer(r, res)
 	for _, w := range waiters {
-		w.c.answer(w, res)
+		w.c.answer(w, kept)
 	}
 	return next
 }
@@ -739,7 +792,11 @@ func (c *conn) answer(r *request, res outcome) bool {
 		ok bool
 	)
 	if res.err == nil {
-		b, ok = c.resultFrame(r, res.data)
+		if res.owner == r {
+			b, ok = res.frame, true
+		} else {
+			b, ok = c.resultFrame(r, res.data)
+		}
 		if ok && len(b) > c.maxOut {
 			e = protocol.Errorf(tooladapter.CodeRequestTooLarge, "frame of %d bytes exceeds the limit of %d", len(b), c.maxOut)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
 )
 
-// TestEncodeReadMatchesEncodingJSON checks encodeRead against encoding/json (HTML escaping
+// TestEncodeReadMatchesEncodingJSON checks appendRead against encoding/json (HTML escaping
 // off, as execute encodes every other result) on chosen and random contents, valid UTF-8 or
 // not, with every byte value at every position of an eight-byte word.
 func TestEncodeReadMatchesEncodingJSON(t *testing.T) {
@@ -32,15 +32,47 @@ func TestEncodeReadMatchesEncodingJSON(t *testing.T) {
 	}
 	for _, content := range contents {
 		for _, r := range []fsops.ReadResult{{Content: content, BytesRead: int64(len(content)), EOF: true}, {Content: content, BytesRead: 4 << 20}} {
-			var want bytes.Buffer
-			enc := json.NewEncoder(&want)
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(&r); err != nil {
-				t.Fatal(err)
+			want := encodeJSON(t, &r)
+			if got := appendRead(nil, &r); !bytes.Equal(got, want) {
+				t.Fatalf("content %q:\ngot  %s\nwant %s", content, got, want)
 			}
-			if got := encodeRead(&r); !bytes.Equal(got, bytes.TrimSuffix(want.Bytes(), []byte("\n"))) {
-				t.Fatalf("content %q:\ngot  %s\nwant %s", content, got, want.Bytes())
-			}
+		}
+	}
+}
+
+// TestEncodeStatMatchesEncodingJSON checks appendStat against encoding/json, as
+// TestEncodeReadMatchesEncodingJSON does appendRead.
+func TestEncodeStatMatchesEncodingJSON(t *testing.T) {
+	for _, r := range []fsops.StatResult{{Type: fsops.TypeFile, Size: 12345, ModifiedAt: "2026-12-02T17:36:12.123456789Z"},
+		{Type: fsops.TypeDirectory}, {Type: "a\"b\\\x01é\u2028", Size: -1, ModifiedAt: "\xff"}, {Size: 1 << 62, ModifiedAt: "x"}} {
+		if got, want := appendStat([]byte("prefix"), &r), append([]byte("prefix"), encodeJSON(t, &r)...); !bytes.Equal(got, want) {
+			t.Fatalf("%+v:\ngot  %s\nwant %s", r, got, want)
+		}
+	}
+}
+
+// encodeJSON encodes v as execute encodes results without a fast path: HTML escaping off, no
+// newline.
+func encodeJSON(t *testing.T, v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// TestFingerprintText checks the hand encoding of fs.stat and fs.read payloads in fingerprints
+// against encoding/json (HTML escaping off).
+func TestFingerprintText(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	for _, args := range []any{&fsops.StatPayload{Path: "a/b.txt"}, &fsops.StatPayload{Path: "q\"\\<é\u2028"},
+		&fsops.ReadPayload{Path: "x"}, &fsops.ReadPayload{Path: "x", Offset: n(0)}, &fsops.ReadPayload{Path: "x", MaxBytes: n(-7)},
+		&fsops.ReadPayload{Path: "&y", Offset: n(1 << 40), MaxBytes: n(4096)}} {
+		want := append([]byte("fs.op\x00"), encodeJSON(t, args)...)
+		if got := fingerprintText("fs.op", args); !bytes.Equal(got, want) {
+			t.Fatalf("%+v:\ngot  %q\nwant %q", args, got, want)
 		}
 	}
 }
@@ -49,9 +81,9 @@ func BenchmarkEncodeRead4MiB(b *testing.B) {
 	line := strings.Repeat("0123456789abcdef", 4)[:63] + "\n"
 	r := &fsops.ReadResult{Content: strings.Repeat(line, 4<<20/64), BytesRead: 4 << 20, EOF: true}
 	b.SetBytes(4 << 20)
-	b.Run("encodeRead", func(b *testing.B) {
+	b.Run("appendRead", func(b *testing.B) {
 		for b.Loop() {
-			encodeRead(r)
+			appendRead(make([]byte, 0, readSize(r)), r)
 		}
 	})
 	b.Run("encoding-json", func(b *testing.B) {

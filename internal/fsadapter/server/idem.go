@@ -11,6 +11,10 @@ import (
 type outcome struct {
 	data json.RawMessage
 	err  *tooladapter.ErrorBody
+	// frame, when not nil, is owner's whole result frame, data within it; a replay to another
+	// request builds its own around data.
+	frame []byte
+	owner *request
 }
 
 // cacheable reports whether an outcome is remembered for replay. A retryable failure (a

@@ -73,6 +73,9 @@ func TestResultFrameMatchesEncodeFrame(t *testing.T) {
 		if !bytes.Equal(fast, slow) {
 			t.Fatalf("case %d %s differs:\nfast %s\nslow %s", i, tc.op, fast, slow)
 		}
+		if res.owner != r || !bytes.Equal(res.frame, slow) {
+			t.Fatalf("case %d %s: frame built with the data differs:\nbuilt %s\nslow  %s", i, tc.op, res.frame, slow)
+		}
 	}
 	if _, ok := c.resultFrame(&request{id: `r"1`, key: "k", op: tooladapter.OpStat}, []byte(`{}`)); ok {
 		t.Fatal("fast path took a request id JSON would escape")
