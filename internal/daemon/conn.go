@@ -40,6 +40,12 @@ type conn struct {
 	finish   bool // no more input: the writer exits once the queue is empty
 	broken   bool // the connection failed: drop everything
 	writing  bool // someone is writing to the socket: the writer or a direct write in run
+
+	// The state of one direct write, owned by the goroutine that set writing.
+	direct       []byte
+	directN      int
+	directErr    error
+	directWriter func(fd uintptr) bool // c.writeSome, made once
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
@@ -47,6 +53,7 @@ func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
 	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
 	// SyscallConn fails only for a closed connection, and then every later write fails too.
 	c.raw, _ = nc.SyscallConn()
+	c.directWriter = c.writeSome
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -174,31 +181,38 @@ func (c *conn) writeDirect(line []byte) {
 }
 
 // tryWrite writes what the socket takes without waiting: EAGAIN is not an error, just a
-// short write.
+// short write. The caller has set c.writing.
 func (c *conn) tryWrite(b []byte) (int, error) {
-	var n int
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for n < len(b) {
-			m, err := unix.Write(int(fd), b[n:])
-			if err == unix.EINTR {
-				continue
-			}
-			if err == unix.EAGAIN {
-				return true
-			}
-			if err != nil {
-				werr = err
-				return true
-			}
-			n += m
-		}
-		return true
-	})
+	if c.raw == nil {
+		return 0, net.ErrClosed
+	}
+	c.direct, c.directN, c.directErr = b, 0, nil
+	err := c.raw.Write(c.directWriter) // a method value made once: no allocation per write
+	n, werr := c.directN, c.directErr
+	c.direct, c.directErr = nil, nil
 	if err == nil {
 		err = werr
 	}
 	return n, err
+}
+
+// writeSome is tryWrite's body, run with the descriptor: it returns true in every case, so
+// RawConn.Write never waits for the socket to become writable.
+func (c *conn) writeSome(fd uintptr) bool {
+	for c.directN < len(c.direct) {
+		m, err := unix.Write(int(fd), c.direct[c.directN:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return true
+		case err != nil:
+			c.directErr = err
+			return true
+		}
+		c.directN += m
+	}
+	return true
 }
 
 // inline reports whether an operation runs on the reader goroutine. These operations only read

@@ -369,11 +369,16 @@ func (w *walker) scanString() (start, end int, plain, ok bool) {
 	i := w.pos + 1 // past the opening quote
 	start = i
 	escaped := false
+	// high collects the bytes looked at, and some just past the string: without a high bit
+	// among them the contents are ASCII, valid UTF-8 without a second look.
+	var high uint64
 	for {
 		// Runs of plain bytes, nearly all of a long string, are skipped eight at a time, up
 		// to the first byte that may be special.
 		for len(d)-i >= 8 {
-			if m := stringSpecials(binary.LittleEndian.Uint64(d[i : i+8])); m != 0 {
+			x := binary.LittleEndian.Uint64(d[i : i+8])
+			high |= x
+			if m := stringSpecials(x); m != 0 {
 				i += bits.TrailingZeros64(m) / 8
 				break
 			}
@@ -386,7 +391,7 @@ func (w *walker) scanString() (start, end int, plain, ok bool) {
 		switch c := d[i]; {
 		case c == '"':
 			w.pos = i + 1
-			return start, i, !escaped && utf8.Valid(d[start:i]), true
+			return start, i, !escaped && (high&0x8080808080808080 == 0 || utf8.Valid(d[start:i])), true
 		case c == '\\':
 			escaped = true
 			if i+1 >= len(d) {
@@ -410,6 +415,7 @@ func (w *walker) scanString() (start, end int, plain, ok bool) {
 			w.failSyntax("control character in string")
 			return 0, 0, false, false
 		default:
+			high |= uint64(c)
 			i++
 		}
 	}
@@ -438,6 +444,20 @@ func (k key) equal(o key) bool {
 		return string(k.raw) == string(o.raw)
 	}
 	return k.String() == o.String()
+}
+
+// mark returns one bit chosen by the name's length and its first and last bytes: equal names
+// have equal marks.
+func (k key) mark() uint64 {
+	var n, first, last uint
+	if k.plain {
+		if n = uint(len(k.raw)); n > 0 {
+			first, last = uint(k.raw[0]), uint(k.raw[n-1])
+		}
+	} else if n = uint(len(k.decoded)); n > 0 {
+		first, last = uint(k.decoded[0]), uint(k.decoded[n-1])
+	}
+	return 1 << ((n + 3*first + 5*last) & 63)
 }
 
 // scanKey consumes a member name.
@@ -507,6 +527,11 @@ func (w *walker) object(t *typeInfo, depth int) {
 	}
 	var seenBuf [16]key
 	seen := seenBuf[:0] // objects are small: a slice beats a map
+	// The members of a raw struct, the top-level shape of every wire message, are tracked by
+	// field index instead (maxRawFields ≤ 32).
+	rawTop := w.raw != nil && fields == w.raw && depth == 1
+	var rawSeen uint32
+	var seenMarks uint64 // the marks of the names in seen
 	for {
 		w.skipSpace()
 		if w.pos >= len(w.data) || w.data[w.pos] != '"' {
@@ -518,16 +543,6 @@ func (w *walker) object(t *typeInfo, depth int) {
 			return
 		}
 		w.push(segment{key: k})
-		if w.err == nil && !w.syntaxOnly {
-			for _, s := range seen {
-				if s.equal(k) {
-					w.fail(ReasonDuplicateKey, "")
-					break
-				}
-			}
-			seen = append(seen, k)
-		}
-		vt := elem
 		var fd field
 		var known bool
 		if fields != nil && w.err == nil {
@@ -536,6 +551,36 @@ func (w *walker) object(t *typeInfo, depth int) {
 			} else {
 				fd, known = fields.fields[k.decoded]
 			}
+		}
+		if w.err == nil && !w.syntaxOnly {
+			if known && rawTop {
+				// A member of the raw struct is a duplicate exactly when its field was
+				// seen: no other name reaches that field, and no unknown name equals it.
+				if bit := uint32(1) << fd.index; rawSeen&bit != 0 {
+					w.fail(ReasonDuplicateKey, "")
+					known = false
+				} else {
+					rawSeen |= bit
+				}
+			} else {
+				// Equal names have equal marks, so a name whose mark no earlier name set
+				// is no duplicate, without comparing it to each of them.
+				mark := k.mark()
+				if seenMarks&mark != 0 {
+					for _, s := range seen {
+						if s.equal(k) {
+							w.fail(ReasonDuplicateKey, "")
+							known = false
+							break
+						}
+					}
+				}
+				seenMarks |= mark
+				seen = append(seen, k)
+			}
+		}
+		vt := elem
+		if fields != nil && w.err == nil {
 			switch {
 			case known:
 				vt = fd.t

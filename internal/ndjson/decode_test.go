@@ -403,3 +403,40 @@ func TestDecodeConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestDecodeRawStructDuplicates pins the duplicate check of a raw struct's own members, which
+// goes by field index rather than by comparing names.
+func TestDecodeRawStructDuplicates(t *testing.T) {
+	type rawPair struct {
+		A json.RawMessage `json:"a"`
+		B json.RawMessage `json:"b"`
+	}
+	tests := []struct {
+		name, in string
+		mode     Mode
+		reason   string // "" when accepted
+	}{
+		{"distinct", `{"a":1,"b":{"a":1}}`, Closed, ""},
+		{"same name twice", `{"a":1,"b":2,"a":3}`, Closed, ReasonDuplicateKey},
+		{"through an escape", `{"a":1,"\u0061":2}`, Closed, ReasonDuplicateKey},
+		{"unknown name twice, open", `{"a":1,"x":1,"x":2}`, Open, ReasonDuplicateKey},
+		{"unknown name once, open", `{"x":1,"a":1,"b":2}`, Open, ""},
+		{"case variant", `{"a":1,"A":2}`, Open, ReasonCaseVariant},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var v rawPair
+			err := Decode([]byte(tt.in), &v, tt.mode)
+			var de *DecodeError
+			switch {
+			case tt.reason == "" && err != nil:
+				t.Fatalf("Decode: %v", err)
+			case tt.reason != "" && (!errors.As(err, &de) || de.Reason != tt.reason):
+				t.Fatalf("Decode: %v, want reason %s", err, tt.reason)
+			}
+			if tt.reason == "" && string(v.A) != "1" {
+				t.Errorf("a = %s, want 1", v.A)
+			}
+		})
+	}
+}

@@ -79,13 +79,14 @@ type call struct {
 	done        func(json.RawMessage, *protocol.Error) // see Start
 
 	admitted time.Time
-	timer    *time.Timer // expires the call requestTimeoutMs after admission
 	stopCtx  func() bool // unregisters the cancellation of the caller's context
 	state    callState
 	written  bool // the invoke frame was taken for writing: the adapter may act on it
 	data     json.RawMessage
 	err      *protocol.Error
 	next     *call // in Conn's list of ended calls whose done has not run yet
+
+	older, newer *call // in Conn's list of calls not yet ended, oldest first
 }
 
 // Conn is the runtime client of one bound capability: one Unix-socket connection to an adapter
@@ -115,6 +116,7 @@ type Conn struct {
 	raw     syscall.RawConn // for non-blocking direct writes; nil when nc has no descriptor
 	rd      *ndjson.Reader
 	secret  []byte
+	rare    int // rarestByte(secret)
 	timeout time.Duration
 	maxReq  int
 
@@ -140,6 +142,14 @@ type Conn struct {
 	tel     *telemetry
 	// ended lists the calls that ended under mu and whose done has yet to run; unlock runs them.
 	ended, endedTail *call
+	// live lists the admitted calls that have not ended, in admission order. Every call has the
+	// same timeout, so this is also the order of their deadlines, and one timer serves them
+	// all: clock is armed for a deadline no later than the oldest live call's, and tick ends
+	// the calls that are due and re-arms it. A call that ends costs the clock nothing; the clock
+	// catches up when it fires.
+	live, liveTail *call
+	clock          *time.Timer // made on the first admission
+	clockArmed     bool        // clock is pending or its tick has not yet taken mu
 
 	// The state of one direct write, owned by the goroutine that set writing.
 	direct       []byte
@@ -183,6 +193,7 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 		d: d, id: d.identity(), invokes: newInvokeEncoder(d.identity()), opts: opts, log: log, nc: nc,
 		rd:          ndjson.NewReader(nc, int(d.Limits.MaxResponseBytes)-1),
 		secret:      []byte(d.Binding.CapabilityHandle.v),
+		rare:        rarestByte([]byte(d.Binding.CapabilityHandle.v)),
 		timeout:     timeout,
 		maxReq:      int(d.Limits.MaxRequestBytes),
 		writerDone:  make(chan struct{}),
@@ -276,7 +287,7 @@ func (c *Conn) readError(err error) *protocol.Error {
 // raw bytes, before anything parses them), it must decode as a frame, and it must carry this
 // binding's identity.
 func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
-	if reflectsHandle(line, c.secret) {
+	if reflectsHandleAt(line, c.secret, c.rare) {
 		return nil, protocol.Retryable(CodeSecretReflected, "tool adapter reflected the capability handle")
 	}
 	f, e := DecodeFrame(line)
@@ -308,8 +319,12 @@ func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
 // holding a \u escape is decoded and searched. That is exactly as strong as decoding the whole
 // line and searching every string (TestReflectsHandleMatchesExhaustive,
 // FuzzReflectsHandle), without decoding a large result, which nearly always has no \u.
-func reflectsHandle(line, secret []byte) bool {
-	if ContainsSecret(line, secret) {
+func reflectsHandle(line, secret []byte) bool { return reflectsHandleAt(line, secret, -1) }
+
+// reflectsHandleAt is reflectsHandle with rare, when not negative, the index of the rarest
+// byte of secret (see containsSecret).
+func reflectsHandleAt(line, secret []byte, rare int) bool {
+	if containsSecret(line, secret, rare) {
 		return true
 	}
 	if !bytes.Contains(line, []byte(`\u`)) {
@@ -546,8 +561,8 @@ func (c *Conn) writeSome(fd uintptr) bool {
 // unlock releases c.mu and then runs the done functions of the calls that ended while it was
 // held, in the order they ended. Every section that may end a call releases c.mu with unlock,
 // so that a completion never runs under the lock and never waits for a later unlock. The
-// call's clocks are stopped after its done has run, off the answer's path; one that fires
-// meanwhile finds the call ended and does nothing.
+// cancellation of a call's context is unregistered after its done has run, off the answer's
+// path; one that fires meanwhile finds the call ended and does nothing.
 func (c *Conn) unlock() {
 	cl := c.ended
 	c.ended, c.endedTail = nil, nil
@@ -556,7 +571,6 @@ func (c *Conn) unlock() {
 		next := cl.next
 		cl.next = nil
 		cl.done(cl.data, cl.err)
-		cl.timer.Stop()
 		if cl.stopCtx != nil {
 			cl.stopCtx()
 		}
@@ -606,6 +620,7 @@ func (c *Conn) finish(cl *call, now time.Time, data json.RawMessage, e *protocol
 		}
 	}
 	cl.state = callDone
+	c.unlink(cl)
 	cl.data, cl.err = data, determinate(e)
 	delete(c.keys, cl.key)
 	c.tel.ended(cl.op, out, now.Sub(cl.admitted), answered)
@@ -787,7 +802,7 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 	}
 	now := time.Now()
 	cl.admitted = now
-	cl.timer = time.AfterFunc(c.timeout, func() { c.expire(cl, CodeRequestTimeout) })
+	c.link(cl)
 	if ctx.Done() != nil {
 		cl.stopCtx = context.AfterFunc(ctx, func() { c.expire(cl, CodeRequestAborted) })
 	}
@@ -815,10 +830,14 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 func (c *Conn) expire(cl *call, code string) {
 	c.mu.Lock()
 	defer c.unlock()
+	c.expireLocked(cl, code, time.Now())
+}
+
+// expireLocked is expire with c.mu held.
+func (c *Conn) expireLocked(cl *call, code string, now time.Time) {
 	if cl.state == callDone {
 		return
 	}
-	now := time.Now()
 	out, msg := outTimedOut, "tool adapter request timed out"
 	if code == CodeRequestAborted {
 		out, msg = outCancelled, "tool adapter request was aborted"
@@ -840,6 +859,62 @@ func (c *Conn) expire(cl *call, code string) {
 	c.finish(cl, now, nil, indeterminate(protocol.Retryable(code, "%s; it may have been executed", msg)), out, false)
 }
 
+// link appends the admitted cl to the live calls and makes sure the clock will reach its
+// deadline: if the clock is armed, it is armed for an older call's deadline, which is no later.
+// c.mu is held.
+func (c *Conn) link(cl *call) {
+	cl.older = c.liveTail
+	if c.liveTail == nil {
+		c.live = cl
+	} else {
+		c.liveTail.newer = cl
+	}
+	c.liveTail = cl
+	switch {
+	case c.clock == nil:
+		c.clock = time.AfterFunc(c.timeout, c.tick)
+	case !c.clockArmed:
+		c.clock.Reset(c.timeout)
+	default:
+		return
+	}
+	c.clockArmed = true
+}
+
+// unlink removes the ended cl from the live calls. c.mu is held.
+func (c *Conn) unlink(cl *call) {
+	if cl.older == nil {
+		c.live = cl.newer
+	} else {
+		cl.older.newer = cl.newer
+	}
+	if cl.newer == nil {
+		c.liveTail = cl.older
+	} else {
+		cl.newer.older = cl.older
+	}
+	cl.older, cl.newer = nil, nil
+}
+
+// tick runs when the clock fires: every live call whose deadline has passed times out, oldest
+// first, and the clock is re-armed for the oldest call still live, if any.
+func (c *Conn) tick() {
+	c.mu.Lock()
+	defer c.unlock()
+	c.clockArmed = false
+	now := time.Now()
+	for cl := c.live; cl != nil && !now.Before(cl.admitted.Add(c.timeout)); cl = c.live {
+		c.expireLocked(cl, CodeRequestTimeout, now)
+		if c.live == cl {
+			break // cannot happen: expiring a live call ends it, and it leaves the list
+		}
+	}
+	if c.live != nil {
+		c.clock.Reset(c.live.admitted.Add(c.timeout).Sub(now))
+		c.clockArmed = true
+	}
+}
+
 // Close revokes the capability: pending requests fail adapter_session_closed (indeterminate if
 // they may have reached the adapter), a best-effort revoke frame is written within
 // min(100 ms, requestTimeoutMs), and the socket is closed. Close does not wait for revoked. It
@@ -853,6 +928,10 @@ func (c *Conn) Close() {
 		if c.state == stateOpen {
 			c.state = stateClosing
 			c.failPending(CodeSessionClosed, "tool adapter session is closed", false)
+			if c.clock != nil {
+				c.clock.Stop() // no call is live any more
+				c.clockArmed = false
+			}
 			if frame, err := marshalFrame(&Frame{Kind: KindRevoke, Identity: c.id}); err == nil {
 				c.control = append(c.control, frame)
 				c.revoke = true

@@ -86,12 +86,18 @@ func isBase64URL(c byte) bool {
 // such as 'e' occurs every few bytes; this steps between occurrences of the secret's byte that
 // is rarest in text instead, and falls back to bytes.Contains when even that one is frequent in
 // b, so that no input makes it slower than that by more than a constant.
-func ContainsSecret(b, secret []byte) bool {
+func ContainsSecret(b, secret []byte) bool { return containsSecret(b, secret, -1) }
+
+// containsSecret is ContainsSecret with k, when not negative, the index of secret's rarest byte
+// (rarestByte), which a connection that checks every frame for the same secret computes once.
+func containsSecret(b, secret []byte, k int) bool {
 	n := len(secret)
 	if n < 2 || len(b) < 256 {
 		return bytes.Contains(b, secret)
 	}
-	k := rarestByte(secret)
+	if k < 0 {
+		k = rarestByte(secret)
+	}
 	c := secret[k]
 	candidates := 0
 	// An occurrence starting at p has c at p+k; p runs from 0 to len(b)-n.

@@ -86,8 +86,8 @@ func ResolveUnder(root, p string, allowMissingLeaf bool) *protocol.Error {
 	if e := ValidateRelativePath(p); e != nil {
 		return e
 	}
-	fi, err := os.Lstat(root)
-	if err != nil || !fi.IsDir() {
+	mode, err := lstatType(root)
+	if err != nil || mode != syscall.S_IFDIR {
 		return protocol.Errorf(CodeRootInvalid, "session root is not a directory")
 	}
 	if p == "." {
@@ -101,7 +101,7 @@ func ResolveUnder(root, p string, allowMissingLeaf bool) *protocol.Error {
 		if !within(root, next) {
 			return protocol.Errorf(CodePathInvalid, "path escapes the session root")
 		}
-		fi, err := os.Lstat(next)
+		mode, err := lstatType(next)
 		switch {
 		case errors.Is(err, fs.ErrNotExist) && last && allowMissingLeaf:
 			return nil
@@ -109,14 +109,26 @@ func ResolveUnder(root, p string, allowMissingLeaf bool) *protocol.Error {
 			return unavailable(i, last)
 		case err != nil:
 			return unavailable(i, last)
-		case fi.Mode()&fs.ModeSymlink != 0:
+		case mode == syscall.S_IFLNK:
 			return protocol.Errorf(CodePathSymlink, "path component %d is a symbolic link", i+1).With("component", i+1)
-		case !last && !fi.IsDir():
+		case !last && mode != syscall.S_IFDIR:
 			return unavailable(i, last)
 		}
 		cur = next
 	}
 	return nil
+}
+
+// lstatType is os.Lstat for the walk, without its allocations: it returns the file type bits
+// of path's mode (syscall.S_IFMT), and an error that errors.Is matches as os.Lstat's would.
+func lstatType(path string) (uint32, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Lstat(path, &st)
+		if err != syscall.EINTR {
+			return uint32(st.Mode) & syscall.S_IFMT, err
+		}
+	}
 }
 
 func unavailable(i int, last bool) *protocol.Error {
