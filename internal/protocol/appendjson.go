@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
@@ -48,16 +47,16 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 	}
 	start := len(b)
 	b = append(b, `{"protocolVersion":`...)
-	b = appendString(b, r.ProtocolVersion)
+	b = ndjson.AppendString(b, r.ProtocolVersion)
 	b = append(b, `,"kind":`...)
-	b = appendString(b, r.Kind)
+	b = ndjson.AppendString(b, r.Kind)
 	b = append(b, `,"requestId":`...)
-	b = appendString(b, r.RequestID)
+	b = ndjson.AppendString(b, r.RequestID)
 	b = append(b, `,"hostInstanceId":`...)
-	b = appendString(b, r.HostInstanceID)
+	b = ndjson.AppendString(b, r.HostInstanceID)
 	if r.SessionID != "" {
 		b = append(b, `,"sessionId":`...)
-		b = appendString(b, r.SessionID)
+		b = ndjson.AppendString(b, r.SessionID)
 	}
 	if r.Sequence != nil {
 		b = append(b, `,"sequence":`...)
@@ -84,9 +83,9 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 // the failure.
 func (t *ToolResult) appendJSON(b []byte, compact bool) ([]byte, bool) {
 	b = append(b, `{"toolCallId":`...)
-	b = appendString(b, t.ToolCallID)
+	b = ndjson.AppendString(b, t.ToolCallID)
 	b = append(b, `,"operation":`...)
-	b = appendString(b, t.Operation)
+	b = ndjson.AppendString(b, t.Operation)
 	b = append(b, `,"data":`...)
 	switch {
 	case t.Data == nil:
@@ -104,7 +103,7 @@ func (t *ToolResult) appendJSON(b []byte, compact bool) ([]byte, bool) {
 
 func (h *HostSnapshot) appendJSON(b []byte) []byte {
 	b = append(b, `{"hostInstanceId":`...)
-	b = appendString(b, h.HostInstanceID)
+	b = ndjson.AppendString(b, h.HostInstanceID)
 	b = appendBoolField(b, "ready", h.Ready)
 	b = appendBoolField(b, "durable", h.Durable)
 	b = appendBoolField(b, "draining", h.Draining)
@@ -155,20 +154,20 @@ func (h *HostSnapshot) appendJSON(b []byte) []byte {
 
 func (a *AdapterState) appendJSON(b []byte) []byte {
 	b = append(b, `{"name":`...)
-	b = appendString(b, a.Name)
+	b = ndjson.AppendString(b, a.Name)
 	b = append(b, `,"command":`...)
-	b = appendString(b, a.Command)
+	b = ndjson.AppendString(b, a.Command)
 	b = append(b, `,"args":`...)
 	b = appendStrings(b, a.Args)
 	b = append(b, `,"state":`...)
-	b = appendString(b, a.State)
+	b = ndjson.AppendString(b, a.State)
 	if a.PID != 0 {
 		b = appendIntField(b, "pid", int64(a.PID))
 	}
 	b = appendIntField(b, "restarts", int64(a.Restarts))
 	if a.LastFailure != "" {
 		b = append(b, `,"lastFailure":`...)
-		b = appendString(b, a.LastFailure)
+		b = ndjson.AppendString(b, a.LastFailure)
 	}
 	b = append(b, `,"capabilities":`...)
 	b = appendStrings(b, a.Capabilities)
@@ -184,7 +183,7 @@ func appendStrings(b []byte, ss []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, s)
+		b = ndjson.AppendString(b, s)
 	}
 	return append(b, ']')
 }
@@ -206,7 +205,7 @@ func (l *Limits) appendJSON(b []byte) []byte {
 
 func (r *RecoveryHealth) appendJSON(b []byte) []byte {
 	b = append(b, `{"phase":`...)
-	b = appendString(b, r.Phase)
+	b = ndjson.AppendString(b, r.Phase)
 	b = appendIntField(b, "pendingReplays", int64(r.PendingReplays))
 	b = appendIntField(b, "openedSessions", int64(r.OpenedSessions))
 	b = appendIntField(b, "restoredSessions", int64(r.RestoredSessions))
@@ -223,7 +222,7 @@ func (r *RecoveryHealth) appendJSON(b []byte) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = ndjson.AppendString(b, k)
 			b = append(b, ':')
 			b = strconv.AppendInt(b, int64(r.FailureCodes[k]), 10)
 		}
@@ -239,12 +238,12 @@ func (r *RecoveryHealth) appendJSON(b []byte) []byte {
 				b = append(b, ',')
 			}
 			b = append(b, `{"sessionId":`...)
-			b = appendString(b, q.SessionID)
+			b = ndjson.AppendString(b, q.SessionID)
 			b = appendIntField(b, "generation", q.Generation)
 			b = append(b, `,"state":`...)
-			b = appendString(b, q.State)
+			b = ndjson.AppendString(b, q.State)
 			b = append(b, `,"code":`...)
-			b = appendString(b, q.Code)
+			b = ndjson.AppendString(b, q.Code)
 			b = appendBoolField(b, "retryable", q.Retryable)
 			b = append(b, '}')
 		}
@@ -263,37 +262,37 @@ func (r *RecoveryHealth) appendJSON(b []byte) []byte {
 
 func (s *SessionSnapshot) appendJSON(b []byte) []byte {
 	b = append(b, `{"sessionId":`...)
-	b = appendString(b, s.SessionID)
+	b = ndjson.AppendString(b, s.SessionID)
 	b = appendIntField(b, "generation", s.Generation)
 	b = append(b, `,"protocolVersion":`...)
-	b = appendString(b, s.ProtocolVersion)
+	b = ndjson.AppendString(b, s.ProtocolVersion)
 	if s.Name != "" {
 		b = append(b, `,"name":`...)
-		b = appendString(b, s.Name)
+		b = ndjson.AppendString(b, s.Name)
 	}
 	b = append(b, `,"state":`...)
-	b = appendString(b, s.State)
+	b = ndjson.AppendString(b, s.State)
 	b = append(b, `,"residency":`...)
-	b = appendString(b, s.Residency)
+	b = ndjson.AppendString(b, s.Residency)
 	b = append(b, `,"sequence":`...)
 	b = strconv.AppendUint(b, s.Sequence, 10)
 	b = appendIntField(b, "queuedTurns", int64(s.QueuedTurns))
 	if s.ActiveRequestID != "" {
 		b = append(b, `,"activeRequestId":`...)
-		b = appendString(b, s.ActiveRequestID)
+		b = ndjson.AppendString(b, s.ActiveRequestID)
 	}
 	if s.LastErrorCode != "" {
 		b = append(b, `,"lastErrorCode":`...)
-		b = appendString(b, s.LastErrorCode)
+		b = ndjson.AppendString(b, s.LastErrorCode)
 	}
 	if s.Model != nil {
 		b = append(b, `,"model":{"provider":`...)
-		b = appendString(b, s.Model.Provider)
+		b = ndjson.AppendString(b, s.Model.Provider)
 		b = append(b, `,"id":`...)
-		b = appendString(b, s.Model.ID)
+		b = ndjson.AppendString(b, s.Model.ID)
 		if s.Model.ThinkingLevel != "" {
 			b = append(b, `,"thinkingLevel":`...)
-			b = appendString(b, s.Model.ThinkingLevel)
+			b = ndjson.AppendString(b, s.Model.ThinkingLevel)
 		}
 		b = append(b, '}')
 	}
@@ -346,7 +345,7 @@ func appendUintMap(b []byte, m map[string]uint64) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, k)
+		b = ndjson.AppendString(b, k)
 		b = append(b, ':')
 		b = strconv.AppendUint(b, m[k], 10)
 	}
@@ -367,61 +366,5 @@ func sortedKeys[V any](buf []string, m map[string]V) []string {
 func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString writes s as a JSON string exactly as encoding/json does without HTML escaping:
-// control characters escaped, invalid UTF-8 replaced by \ufffd, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }

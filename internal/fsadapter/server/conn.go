@@ -447,10 +447,10 @@ func fingerprintText(op string, args any) []byte {
 	b = append(b, 0)
 	switch a := args.(type) {
 	case *fsops.StatPayload:
-		b = appendJSONString(append(b, `{"path":`...), a.Path)
+		b = ndjson.AppendString(append(b, `{"path":`...), a.Path)
 		b = append(b, '}')
 	case *fsops.ReadPayload:
-		b = appendJSONString(append(b, `{"path":`...), a.Path)
+		b = ndjson.AppendString(append(b, `{"path":`...), a.Path)
 		if a.Offset != nil {
 			b = strconv.AppendInt(append(b, `,"offset":`...), *a.Offset, 10)
 		}
