@@ -102,3 +102,22 @@ func AsError(err error) *Error {
 	}
 	return &Error{Code: CodeInternal, Message: "internal error"}
 }
+
+// Wrap pairs the wire error a client may see with the cause an operator reads in the log:
+// errors.As finds class, errors.Is finds both, and Error prints both. class.Message is all a
+// client sees; cause must obey the same rule about secrets, since it is logged. A nil cause
+// returns class itself.
+func Wrap(class *Error, cause error) error {
+	if cause == nil {
+		return class
+	}
+	return &wrapped{class: class, cause: cause}
+}
+
+type wrapped struct {
+	class *Error
+	cause error
+}
+
+func (e *wrapped) Error() string   { return e.class.Error() + ": " + e.cause.Error() }
+func (e *wrapped) Unwrap() []error { return []error{e.class, e.cause} }

@@ -168,7 +168,7 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 		mc.FormatVersion = ManifestFormatVersion
 		var err error
 		if manifest, err = json.Marshal(&mc); err != nil {
-			return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "manifest of session %q is not serializable", id), err)
+			return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "manifest of session %q is not serializable", id), err)
 		}
 		if len(manifest) > MaxRecordBytes {
 			return protocol.Errorf(protocol.CodeCatalogUpdate, "manifest of session %q is %d bytes, over the limit of %d", id, len(manifest), MaxRecordBytes)
@@ -200,7 +200,7 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 		}
 		data, err := json.Marshal(&next)
 		if err != nil {
-			return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", id), err)
+			return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", id), err)
 		}
 		if len(data) > MaxRecordBytes {
 			return protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is %d bytes, over the limit of %d", id, len(data), MaxRecordBytes)
@@ -215,7 +215,7 @@ func (s *Store) SaveSession(rec *protocol.CatalogRecord, m *Manifest) error {
 	})
 	if err != nil {
 		if errors.Is(err, &protocol.Error{Code: protocol.CodeDurabilityFailed}) {
-			return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "cannot save session %q: writing %s failed", id, s.path), err)
+			return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "cannot save session %q: writing %s failed", id, s.path), err)
 		}
 		return s.writeErr(fmt.Sprintf("cannot save session %q", id), err)
 	}
@@ -296,7 +296,7 @@ func (s *Store) MarkAllDormant() ([]protocol.CatalogRecord, error) {
 			r.UpdatedAt = now
 			data, err := json.Marshal(r)
 			if err != nil {
-				return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", r.SessionID), err)
+				return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", r.SessionID), err)
 			}
 			if err := b.Put([]byte(r.SessionID), data); err != nil {
 				return err
@@ -321,7 +321,7 @@ func (s *Store) decodeRecord(key, v []byte) (*protocol.CatalogRecord, error) {
 	}
 	var rec protocol.CatalogRecord
 	if err := ndjson.Decode(v, &rec, ndjson.Closed); err != nil {
-		return nil, wrap(corrupt("%s: catalog record of session %q does not decode", s.path, key), decodeCause(err))
+		return nil, protocol.Wrap(corrupt("%s: catalog record of session %q does not decode", s.path, key), decodeCause(err))
 	}
 	if rec.SessionID != string(key) {
 		return nil, corrupt("%s: catalog record stored under session %q names another session", s.path, key)
@@ -359,7 +359,7 @@ func (s *Store) writeErr(msg string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "%s: writing %s failed", msg, s.path), err)
+	return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "%s: writing %s failed", msg, s.path), err)
 }
 
 func validSessionID(id string) bool {
@@ -401,7 +401,7 @@ func (s *Store) SettleRecovery(dormant []string, quarantine map[string]protocol.
 			rec.UpdatedAt = now
 			data, err := json.Marshal(rec)
 			if err != nil {
-				return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", id), err)
+				return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "catalog record of session %q is not serializable", id), err)
 			}
 			return b.Put(key, data)
 		}

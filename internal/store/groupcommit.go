@@ -103,7 +103,7 @@ func (s *Store) runGroup(group []*commitOp, self *commitOp) {
 	})
 	for _, op := range group {
 		if err != nil && (op.err == nil || !refused(op.err)) {
-			op.err = wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: committing to %s failed", op.what, s.path), err)
+			op.err = protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: committing to %s failed", op.what, s.path), err)
 		}
 		if op != self {
 			op.wake <- false

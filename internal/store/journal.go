@@ -142,7 +142,7 @@ func (s *Store) AppendJournal(e JournalEntry) (JournalEntry, error) {
 		e.Seq = seq
 		data, err := json.Marshal(&e)
 		if err != nil {
-			return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q is not serializable", id), err)
+			return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q is not serializable", id), err)
 		}
 		if b == nil {
 			if b, err = journal.CreateBucket(key); err != nil {
@@ -178,16 +178,16 @@ func (s *Store) UpdateJournal(sessionID string, seq uint64, to string, result js
 	what := fmt.Sprintf("cannot update journal entry %d of session %q", seq, sessionID)
 	if result != nil {
 		if err := ndjson.Valid(result); err != nil {
-			return JournalEntry{}, wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its result is not one JSON value without duplicate keys", what), decodeCause(err))
+			return JournalEntry{}, protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its result is not one JSON value without duplicate keys", what), decodeCause(err))
 		}
 	}
 	if e != nil {
 		data, err := json.Marshal(e)
 		if err != nil {
-			return JournalEntry{}, wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its error is not serializable", what), err)
+			return JournalEntry{}, protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its error is not serializable", what), err)
 		}
 		if err := ndjson.Decode(data, new(protocol.Error), ndjson.Closed); err != nil {
-			return JournalEntry{}, wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its error does not read back", what), decodeCause(err))
+			return JournalEntry{}, protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: its error does not read back", what), decodeCause(err))
 		}
 	}
 	now := s.now()
@@ -250,7 +250,7 @@ func (s *Store) UpdateJournal(sessionID string, seq uint64, to string, result js
 		}
 		data, err := json.Marshal(&next)
 		if err != nil {
-			return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: the entry is not serializable", what), err)
+			return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: the entry is not serializable", what), err)
 		}
 		// Every check is done: from here on the op writes.
 		if err := b.Put(seqKey(seq), data); err != nil {
@@ -353,7 +353,7 @@ func (s *Store) RecoverJournal() ([]JournalEntry, error) {
 			e.UpdatedAt = now
 			data, err := json.Marshal(e)
 			if err != nil {
-				return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry %d of session %q is not serializable", e.Seq, e.SessionID), err)
+				return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry %d of session %q is not serializable", e.Seq, e.SessionID), err)
 			}
 			if err := journal.Bucket([]byte(e.SessionID)).Put(seqKey(e.Seq), data); err != nil {
 				return err
@@ -421,7 +421,7 @@ func (s *Store) decodeJournal(session, key, v []byte) (*JournalEntry, error) {
 	}
 	var e JournalEntry
 	if err := ndjson.Decode(v, &e, ndjson.Closed); err != nil {
-		return nil, wrap(corruptJournal("%s: journal entry %d of session %q does not decode", s.path, seq, session), decodeCause(err))
+		return nil, protocol.Wrap(corruptJournal("%s: journal entry %d of session %q does not decode", s.path, seq, session), decodeCause(err))
 	}
 	if e.SessionID != string(session) {
 		return nil, corruptJournal("%s: journal entry %d stored under session %q names another session", s.path, seq, session)
@@ -452,7 +452,7 @@ func checkJournalSize(e *JournalEntry, readBack bool) error {
 	worst.CreatedAt, worst.UpdatedAt = longestTime, longestTime
 	data, err := json.Marshal(&worst)
 	if err != nil {
-		return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q is not serializable", e.SessionID), err)
+		return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q is not serializable", e.SessionID), err)
 	}
 	if len(data) > MaxJournalRecordBytes {
 		return protocol.Errorf(protocol.CodeJournalRecordTooLarge, "journal entry of session %q is %d bytes, over the limit of %d",
@@ -462,7 +462,7 @@ func checkJournalSize(e *JournalEntry, readBack bool) error {
 		return nil
 	}
 	if err := ndjson.Decode(data, new(JournalEntry), ndjson.Closed); err != nil {
-		return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q would not read back", e.SessionID), decodeCause(err))
+		return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "journal entry of session %q would not read back", e.SessionID), decodeCause(err))
 	}
 	return nil
 }
@@ -488,5 +488,5 @@ func (s *Store) durabilityErr(msg string, err error) error {
 	if errors.As(err, &pe) {
 		return err
 	}
-	return wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: writing %s failed", msg, s.path), err)
+	return protocol.Wrap(protocol.Errorf(protocol.CodeDurabilityFailed, "%s: writing %s failed", msg, s.path), err)
 }

@@ -56,7 +56,7 @@ func (s *Store) decodeManifest(key, v []byte) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := ndjson.Decode(v, &m, ndjson.Closed); err != nil {
-		return nil, wrap(corrupt("%s: manifest of session %q does not decode", s.path, key), decodeCause(err))
+		return nil, protocol.Wrap(corrupt("%s: manifest of session %q does not decode", s.path, key), decodeCause(err))
 	}
 	if m.SessionID != string(key) {
 		return nil, corrupt("%s: manifest stored under session %q names another session", s.path, key)

@@ -28,11 +28,11 @@ func prepareStateDir(dir string) error {
 		return insecure("state directory path is empty")
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return wrap(insecure("cannot create state directory %s", dir), err)
+		return protocol.Wrap(insecure("cannot create state directory %s", dir), err)
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return wrap(insecure("cannot stat state directory %s", dir), err)
+		return protocol.Wrap(insecure("cannot stat state directory %s", dir), err)
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
@@ -67,7 +67,7 @@ func checkDBFile(path string) error {
 		return nil
 	}
 	if err != nil {
-		return wrap(insecure("cannot stat state database %s", path), err)
+		return protocol.Wrap(insecure("cannot stat state database %s", path), err)
 	}
 	return checkDBFileInfo(fi, path)
 }

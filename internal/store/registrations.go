@@ -50,7 +50,7 @@ func (s *Store) PutRegistration(r Registration) error {
 	rc := Registration{Name: r.Name, Command: r.Command, Args: append([]string{}, r.Args...)}
 	data, err := json.Marshal(&rc)
 	if err != nil {
-		return wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is not serializable", r.Name), err)
+		return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is not serializable", r.Name), err)
 	}
 	if len(data) > MaxRegistrationBytes {
 		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is %d bytes, over the limit of %d", r.Name, len(data), MaxRegistrationBytes)
@@ -128,7 +128,7 @@ func (s *Store) decodeRegistration(key, v []byte) (*Registration, error) {
 	}
 	var r Registration
 	if err := ndjson.Decode(v, &r, ndjson.Closed); err != nil {
-		return nil, wrap(corrupt("%s: registration %q does not decode", s.path, key), decodeCause(err))
+		return nil, protocol.Wrap(corrupt("%s: registration %q does not decode", s.path, key), decodeCause(err))
 	}
 	if r.Name != string(key) {
 		return nil, corrupt("%s: registration stored under %q names another adapter", s.path, key)

@@ -108,7 +108,7 @@ func openBolt(dir, path string, timeout time.Duration) (_ *bolt.DB, err error) {
 			unlockFile(file)
 			file.Close()
 		}
-		err = wrap(corrupt("%s is damaged (reading it failed); airlockd will not reset it: move it aside to start with empty state", path),
+		err = protocol.Wrap(corrupt("%s is damaged (reading it failed); airlockd will not reset it: move it aside to start with empty state", path),
 			fmt.Errorf("bbolt: %v", r))
 	}()
 
@@ -136,11 +136,11 @@ func classifyOpenError(dir, path string, timeout time.Duration, err error) error
 	case errors.As(err, &pe):
 		return err
 	case errors.Is(err, berrors.ErrTimeout):
-		return wrap(protocol.Errorf(CodeStateLocked,
+		return protocol.Wrap(protocol.Errorf(CodeStateLocked,
 			"state directory %s is in use by another airlockd (%s stayed locked for %v)", dir, path, timeout), err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum),
 		errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrInvalidMapping):
-		return wrap(corrupt("%s is not a readable bbolt database (damaged, truncated or another kind of file); airlockd will not reset it: move it aside to start with empty state", path), err)
+		return protocol.Wrap(corrupt("%s is not a readable bbolt database (damaged, truncated or another kind of file); airlockd will not reset it: move it aside to start with empty state", path), err)
 	}
 	var perr *fs.PathError
 	if errors.As(err, &perr) {
@@ -148,7 +148,7 @@ func classifyOpenError(dir, path string, timeout time.Duration, err error) error
 		return fmt.Errorf("store: open %s: %w", path, err)
 	}
 	// bbolt reports some damage, such as a file too small to map, with plain errors.
-	return wrap(corrupt("%s is not a readable bbolt database (damaged, truncated or another kind of file); airlockd will not reset it: move it aside to start with empty state", path), err)
+	return protocol.Wrap(corrupt("%s is not a readable bbolt database (damaged, truncated or another kind of file); airlockd will not reset it: move it aside to start with empty state", path), err)
 }
 
 // checkConsistency refuses a file shorter than its meta page says, then runs bbolt's page-level
@@ -170,7 +170,7 @@ func checkConsistency(db *bolt.DB, path string, file *os.File) error {
 			}
 		}
 		if len(errs) > 0 {
-			return wrap(corrupt("%s failed bbolt's consistency check; airlockd will not reset it: move it aside to start with empty state", path),
+			return protocol.Wrap(corrupt("%s failed bbolt's consistency check; airlockd will not reset it: move it aside to start with empty state", path),
 				errors.Join(errs...))
 		}
 		return nil

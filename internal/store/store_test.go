@@ -1048,7 +1048,7 @@ func TestConcurrentSaves(t *testing.T) {
 // Errors keep their code through wrapping, and Error() shows the cause for the log.
 func TestErrorWrapping(t *testing.T) {
 	cause := errors.New("disk on fire")
-	err := fmt.Errorf("daemon: %w", wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "cannot save"), cause))
+	err := fmt.Errorf("daemon: %w", protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "cannot save"), cause))
 	if !errors.Is(err, cause) || !errors.Is(err, &protocol.Error{Code: protocol.CodeCatalogUpdate}) {
 		t.Errorf("errors.Is lost the class or the cause: %v", err)
 	}

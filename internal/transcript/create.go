@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // Create makes a new transcript in dir and returns it open for appending, its header written
@@ -26,15 +28,15 @@ func Create(dir string, now time.Time) (*File, error) {
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, wrap(insecure("cannot resolve transcript directory %s", dir), err)
+		return nil, protocol.Wrap(insecure("cannot resolve transcript directory %s", dir), err)
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return nil, wrap(insecure("cannot create transcript directory %s", dir), err)
+		return nil, protocol.Wrap(insecure("cannot create transcript directory %s", dir), err)
 	}
 	if err := checkDir(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			// Removed between MkdirAll and Lstat.
-			return nil, wrap(insecure("transcript directory %s vanished", dir), err)
+			return nil, protocol.Wrap(insecure("transcript directory %s vanished", dir), err)
 		}
 		return nil, err
 	}
@@ -104,7 +106,7 @@ func Latest(dir string) (path string, ok bool, err error) {
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
-		return "", false, wrap(insecure("cannot resolve transcript directory %s", dir), err)
+		return "", false, protocol.Wrap(insecure("cannot resolve transcript directory %s", dir), err)
 	}
 	if err := checkDir(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

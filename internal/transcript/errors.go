@@ -25,38 +25,6 @@ const (
 	CodeInvalidEntry = "invalid_transcript_entry"
 )
 
-// codedError pairs the wire error a client may see with the cause an operator reads in the log.
-// errors.As finds the *protocol.Error, errors.Is finds both, and Error prints both.
-//
-// class.Message is all a client sees, so it names paths and line numbers but never entry
-// contents, which are the user's conversation; cause obeys the same rule.
-type codedError struct {
-	class *protocol.Error
-	cause error
-}
-
-func (e *codedError) Error() string {
-	if e.cause == nil {
-		return e.class.Error()
-	}
-	return e.class.Error() + ": " + e.cause.Error()
-}
-
-func (e *codedError) Unwrap() []error {
-	if e.cause == nil {
-		return []error{e.class}
-	}
-	return []error{e.class, e.cause}
-}
-
-// wrap returns class with cause attached; a nil cause returns class itself.
-func wrap(class *protocol.Error, cause error) error {
-	if cause == nil {
-		return class
-	}
-	return &codedError{class: class, cause: cause}
-}
-
 func insecure(format string, args ...any) *protocol.Error {
 	return protocol.Errorf(protocol.CodeInsecureStatePath, format, args...)
 }

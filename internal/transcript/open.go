@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // Open opens the transcript at path for appending and returns its message entries in order,
@@ -35,11 +37,11 @@ func Open(ctx context.Context, path string) (f *File, entries []Entry, repaired 
 	}
 	path, err = filepath.Abs(path)
 	if err != nil {
-		return nil, nil, false, wrap(insecure("cannot resolve transcript path %s", path), err)
+		return nil, nil, false, protocol.Wrap(insecure("cannot resolve transcript path %s", path), err)
 	}
 	if err := checkDir(filepath.Dir(path)); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, false, wrap(missing("transcript directory %s does not exist", filepath.Dir(path)), err)
+			return nil, nil, false, protocol.Wrap(missing("transcript directory %s does not exist", filepath.Dir(path)), err)
 		}
 		return nil, nil, false, err
 	}
@@ -48,9 +50,9 @@ func Open(ctx context.Context, path string) (f *File, entries []Entry, repaired 
 	fi, err := os.Lstat(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, false, wrap(missing("transcript %s does not exist", path), err)
+			return nil, nil, false, protocol.Wrap(missing("transcript %s does not exist", path), err)
 		}
-		return nil, nil, false, wrap(insecure("cannot stat transcript %s", path), err)
+		return nil, nil, false, protocol.Wrap(insecure("cannot stat transcript %s", path), err)
 	}
 	if err := checkFileInfo(fi, path); err != nil {
 		return nil, nil, false, err
@@ -59,7 +61,7 @@ func Open(ctx context.Context, path string) (f *File, entries []Entry, repaired 
 	switch {
 	case err == nil:
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil, false, wrap(missing("transcript %s does not exist", path), err)
+		return nil, nil, false, protocol.Wrap(missing("transcript %s does not exist", path), err)
 	case isLoop(err):
 		return nil, nil, false, insecure("transcript %s is a symbolic link", path)
 	default:
@@ -161,7 +163,7 @@ func read(ctx context.Context, src io.Reader, size int64, path string) (readResu
 		if lineNo == 1 {
 			h, err := decodeHeader(line)
 			if err != nil {
-				return readResult{}, wrap(corrupt("transcript %s line 1 is not a transcript header of format version %d", path, FormatVersion), err)
+				return readResult{}, protocol.Wrap(corrupt("transcript %s line 1 is not a transcript header of format version %d", path, FormatVersion), err)
 			}
 			res.id = h.ConversationID
 		} else {
@@ -170,7 +172,7 @@ func read(ctx context.Context, src io.Reader, size int64, path string) (readResu
 			}
 			e, err := decodeEntry(line)
 			if err != nil {
-				return readResult{}, wrap(corrupt("transcript %s line %d is not a valid message entry", path, lineNo), err)
+				return readResult{}, protocol.Wrap(corrupt("transcript %s line %d is not a valid message entry", path, lineNo), err)
 			}
 			res.entries = append(res.entries, e)
 		}

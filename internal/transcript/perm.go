@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 const (
@@ -22,7 +24,7 @@ func checkDir(dir string) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		return wrap(insecure("cannot stat transcript directory %s", dir), err)
+		return protocol.Wrap(insecure("cannot stat transcript directory %s", dir), err)
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:

@@ -199,7 +199,7 @@ func (f *File) Append(entries ...Entry) error {
 		}
 		line, err := encodeLine(&e)
 		if err != nil {
-			return wrap(protocol.Errorf(CodeInvalidEntry, "transcript %s: entry %d of %d cannot be encoded", f.id.File, i+1, len(entries)), err)
+			return protocol.Wrap(protocol.Errorf(CodeInvalidEntry, "transcript %s: entry %d of %d cannot be encoded", f.id.File, i+1, len(entries)), err)
 		}
 		if len(line)-1 > maxLineBytes {
 			return protocol.Errorf(CodeTranscriptEntryTooLarge, "transcript %s: entry %d of %d encodes to %d bytes; the limit is %d",
