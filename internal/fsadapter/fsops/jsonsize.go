@@ -31,12 +31,29 @@ func jsonStringCost(s string) int {
 	return n
 }
 
-// jsonPrefix returns the largest prefix of the valid UTF-8 text s, cut at a rune boundary,
-// whose encoding (quotes included) costs at most budget bytes, and that cost.
+// jsonPrefix returns the largest prefix of s, cut at a rune boundary, whose encoding (quotes
+// included) costs at most budget bytes, and that cost. Invalid UTF-8 is costed as the \ufffd
+// it is encoded as.
 func jsonPrefix(s []byte, budget int) (cost, prefix int) {
+	cost, prefix, _ = scanJSON(s, budget, false)
+	return cost, prefix
+}
+
+// validJSONPrefix is jsonPrefix for text not yet known to be UTF-8, in the same pass: it
+// returns the length of the largest prefix of s whose encoding costs at most budget bytes, and
+// valid false when that prefix is not valid UTF-8. The rest of s is not looked at.
+func validJSONPrefix(s []byte, budget int) (prefix int, valid bool) {
+	_, prefix, valid = scanJSON(s, budget, true)
+	return prefix, valid
+}
+
+// scanJSON costs s as a JSON string up to budget. With stopInvalid it ends at the first byte
+// that is not valid UTF-8 (valid false, prefix where it stands); else such a byte costs the
+// six bytes of \ufffd.
+func scanJSON(s []byte, budget int, stopInvalid bool) (cost, prefix int, valid bool) {
 	cost = 2
 	if cost > budget {
-		return cost, 0
+		return cost, 0, true
 	}
 	i := 0
 	for i < len(s) {
@@ -62,7 +79,7 @@ func jsonPrefix(s []byte, budget int) (cost, prefix int) {
 		if c < utf8.RuneSelf {
 			k := int(asciiCost[c])
 			if cost+k > budget {
-				return cost, i
+				return cost, i, true
 			}
 			cost += k
 			i++
@@ -70,71 +87,22 @@ func jsonPrefix(s []byte, budget int) (cost, prefix int) {
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		k := size
-		if r == '\u2028' || r == '\u2029' {
-			k = 6
-		} else if r == utf8.RuneError && size == 1 {
+		switch {
+		case r == utf8.RuneError && size == 1:
+			if stopInvalid {
+				return cost, i, false
+			}
 			k = 6 // encoded as \ufffd
-		}
-		if cost+k > budget {
-			return cost, i
-		}
-		cost += k
-		i += size
-	}
-	return cost, i
-}
-
-// validJSONPrefix is jsonPrefix for text not yet known to be UTF-8, in the same pass: it
-// returns the length of the largest prefix of s whose encoding costs at most budget bytes, and
-// valid false when that prefix is not valid UTF-8. The rest of s is not looked at.
-func validJSONPrefix(s []byte, budget int) (prefix int, valid bool) {
-	cost := 2
-	if cost > budget {
-		return 0, true
-	}
-	i := 0
-	for i < len(s) {
-		if len(s)-i >= 8 && cost+48 <= budget {
-			x := binary.LittleEndian.Uint64(s[i:])
-			if x&hiBits == 0 {
-				q, b := x^(loBits*'"'), x^(loBits*'\\')
-				special := ((x-loBits*0x20) & ^x | (q-loBits) & ^q | (b-loBits) & ^b) & hiBits
-				if special == 0 {
-					cost += 8
-				} else {
-					for _, c := range s[i : i+8] {
-						cost += int(asciiCost[c])
-					}
-				}
-				i += 8
-				continue
-			}
-		}
-		c := s[i]
-		if c < utf8.RuneSelf {
-			k := int(asciiCost[c])
-			if cost+k > budget {
-				return i, true
-			}
-			cost += k
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			return i, false
-		}
-		k := size
-		if r == '\u2028' || r == '\u2029' {
+		case r == '\u2028' || r == '\u2029':
 			k = 6
 		}
 		if cost+k > budget {
-			return i, true
+			return cost, i, true
 		}
 		cost += k
 		i += size
 	}
-	return i, true
+	return cost, i, true
 }
 
 const (
