@@ -198,12 +198,24 @@ func (m *Manager) restore(rec *protocol.CatalogRecord, man *store.Manifest, dead
 		return code, nil, nil
 	}
 
+	// Restores run in parallel: a slot is reserved before the work, as an open does.
 	m.mu.Lock()
-	full := len(m.sessions) >= m.cfg.MaxSessions
+	full := len(m.sessions)+m.reserved >= m.cfg.MaxSessions
+	if !full {
+		m.reserved++
+	}
 	m.mu.Unlock()
 	if full {
 		return "", nil, protocol.Retryable(protocol.CodeSessionCapacity, "the host's %d resident sessions are taken; session %q stays dormant", m.cfg.MaxSessions, rec.SessionID)
 	}
+	held := true // until the runtime takes the slot
+	defer func() {
+		if held {
+			m.mu.Lock()
+			m.reserved--
+			m.mu.Unlock()
+		}
+	}()
 	if !time.Now().Before(deadline) {
 		return "", nil, protocol.Errorf(protocol.CodeRecoveryDeadline, "the recovery phase ran out of time before session %q was restored", rec.SessionID)
 	}
@@ -240,6 +252,8 @@ func (m *Manager) restore(rec *protocol.CatalogRecord, man *store.Manifest, dead
 	rt.spec = m.turnSpec(&pol, completer, nil)
 	m.mu.Lock()
 	m.sessions[rec.SessionID] = rt
+	m.reserved--
+	held = false
 	m.recovery.RestoredSessions++
 	m.recovery.OpenedSessions++
 	m.mu.Unlock()

@@ -180,11 +180,14 @@ func (m *Manager) duplicate(ctx context.Context, r *jrec, fp string, wait bool) 
 	}
 	m.mu.Lock()
 	live, state := r.live, r.state
+	switch {
+	case live != nil:
+		m.metrics["wakeDedupJoins"]++
+	case state == store.JournalAccepted || state == store.JournalIndeterminate:
+		m.metrics["wakeIndeterminateRefusals"]++
+	}
 	m.mu.Unlock()
 	if live != nil {
-		m.mu.Lock()
-		m.metrics["wakeDedupJoins"]++
-		m.mu.Unlock()
 		return m.answer(ctx, live, wait)
 	}
 	switch state {
@@ -193,9 +196,6 @@ func (m *Manager) duplicate(ctx context.Context, r *jrec, fp string, wait bool) 
 		// replays it.
 		return nil, protocol.Errorf(protocol.CodeDurabilityFailed, "the wake could not be started; it stays journaled and runs after a restart")
 	case store.JournalAccepted, store.JournalIndeterminate:
-		m.mu.Lock()
-		m.metrics["wakeIndeterminateRefusals"]++
-		m.mu.Unlock()
 		return nil, protocol.Errorf(protocol.CodeRequestIndeterminate, "the wake with this key may or may not have run; reconcile its ticket").
 			With("idempotencyKey", r.key).With("state", state).With("ticketId", r.ticketID)
 	}
@@ -681,20 +681,28 @@ func (m *Manager) failQueueLocked(rt *runtime, e *protocol.Error) {
 // Ticket returns the durable state of a wake by its ticket id.
 func (m *Manager) Ticket(ticketID string) (*protocol.TicketResult, error) {
 	m.mu.Lock()
-	r := m.tickets[ticketID]
-	indexed, phase := m.completed, m.recovery.Phase
+	r, e := m.ticketLocked(ticketID)
 	m.mu.Unlock()
-	if !indexed {
-		return nil, protocol.Retryable(protocol.CodeHostNotReady, "the wake journal is still being recovered").With("phase", phase)
-	}
-	if r == nil {
-		return nil, protocol.Errorf(protocol.CodeTicketNotFound, "no wake has this ticket").With("ticketId", ticketID)
+	if e != nil {
+		return nil, e
 	}
 	t, err := m.ticket(r)
 	if err != nil {
 		return nil, err
 	}
 	return &protocol.TicketResult{Ticket: *t}, nil
+}
+
+// ticketLocked finds a wake by its ticket id, once the journal is indexed. m.mu must be held.
+func (m *Manager) ticketLocked(ticketID string) (*jrec, *protocol.Error) {
+	if !m.completed {
+		return nil, protocol.Retryable(protocol.CodeHostNotReady, "the wake journal is still being recovered").With("phase", m.recovery.Phase)
+	}
+	r := m.tickets[ticketID]
+	if r == nil {
+		return nil, protocol.Errorf(protocol.CodeTicketNotFound, "no wake has this ticket").With("ticketId", ticketID)
+	}
+	return r, nil
 }
 
 // ticket builds the ticket resource of r, reading a durable outcome from the journal.
@@ -740,34 +748,21 @@ func ticketState(s string, live bool) string {
 // ticket can be reconciled; the host leaves degraded once none is left.
 func (m *Manager) Reconcile(ticketID, outcome string) (*protocol.TicketResult, error) {
 	m.mu.Lock()
-	if !m.completed {
-		phase := m.recovery.Phase
-		m.mu.Unlock()
-		return nil, protocol.Retryable(protocol.CodeHostNotReady, "the wake journal is still being recovered").With("phase", phase)
-	}
-	r := m.tickets[ticketID]
-	if r == nil {
-		m.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeTicketNotFound, "no wake has this ticket").With("ticketId", ticketID)
-	}
-	if r.state != store.JournalIndeterminate {
-		state := ticketState(r.state, r.live != nil)
-		m.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", state).
-			With("ticketId", ticketID).With("state", state)
-	}
+	r, e := m.ticketLocked(ticketID)
 	m.mu.Unlock()
-
+	if e != nil {
+		return nil, e
+	}
 	release := m.lockSession(r.sessionID) // one reconcile of a ticket at a time
 	defer release()
 	m.mu.Lock()
-	if r.state != store.JournalIndeterminate {
-		state := ticketState(r.state, r.live != nil)
-		m.mu.Unlock()
-		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", state).
-			With("ticketId", ticketID).With("state", state)
-	}
+	state := r.state
+	shown := ticketState(r.state, r.live != nil)
 	m.mu.Unlock()
+	if state != store.JournalIndeterminate {
+		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", shown).
+			With("ticketId", ticketID).With("state", shown)
+	}
 	// The verdict is what a duplicate of the wake gets from now on: an empty result that says
 	// it was reconciled, or an error that says so.
 	to, verdict := store.JournalCompleted, (*protocol.Error)(nil)

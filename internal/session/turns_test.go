@@ -471,3 +471,50 @@ func TestFailedRecoveryAdmitsNoWork(t *testing.T) {
 		t.Fatalf("%d model calls", h.llm.Count())
 	}
 }
+
+// TestJournalOperationsWaitForRecovery: before startup recovery has indexed the journal,
+// ticket, reconcile and close answer host_not_ready rather than a wrong "not found".
+func TestJournalOperationsWaitForRecovery(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := New(Config{Store: st})
+	defer m.Shutdown()
+	id := protocol.TicketID("s", "k")
+	if _, err := m.Ticket(id); code(err) != protocol.CodeHostNotReady {
+		t.Fatalf("ticket: %v", err)
+	}
+	if _, err := m.Reconcile(id, protocol.OutcomeFailed); code(err) != protocol.CodeHostNotReady {
+		t.Fatalf("reconcile: %v", err)
+	}
+	if _, err := m.Close("s", 1, true); code(err) != protocol.CodeHostNotReady {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// TestRestoreBeyondCapacity: sessions that no longer fit under maxSessions stay dormant, and
+// recovery counts each as a session_capacity failure.
+func TestRestoreBeyondCapacity(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "a", protocol.ModeNew)
+	h.open(t, "b", protocol.ModeNew)
+	h.stop()
+	st, err := store.Open(h.dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Config{Store: st, MaxSessions: 1,
+		Providers: map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}}})
+	h.m, h.st = m, st
+	if err := m.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	health := m.Host().Recovery
+	if health.RestoredSessions != 1 || health.FailureCodes[protocol.CodeSessionCapacity] != 1 || health.Phase != protocol.PhaseDegraded {
+		t.Fatalf("recovery: %+v", health)
+	}
+}
