@@ -460,12 +460,9 @@ func (a *app) readDescriptor(name string) (json.RawMessage, error) {
 	if r == nil {
 		return nil, usageErrorf("--descriptor -: no standard input")
 	}
-	b, err := io.ReadAll(io.LimitReader(r, maxDescriptorBytes+1))
-	switch {
-	case err != nil:
-		return nil, usageErrorf("--descriptor: %v", err)
-	case len(b) > maxDescriptorBytes:
-		return nil, usageErrorf("--descriptor: larger than %d bytes", maxDescriptorBytes)
+	b, err := readBounded(r, maxDescriptorBytes, "--descriptor")
+	if err != nil {
+		return nil, err
 	}
 	raw := json.RawMessage(bytes.TrimSpace(b))
 	if !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {

@@ -80,12 +80,9 @@ func (a *app) toolArguments(kv argFlags) (json.RawMessage, error) {
 		if a.stdin == nil {
 			return nil, usageErrorf("give --arg key=value, or a JSON object on stdin")
 		}
-		b, err := io.ReadAll(io.LimitReader(a.stdin, maxArgumentsBytes+1))
+		b, err := readBounded(a.stdin, maxArgumentsBytes, "the arguments on stdin")
 		if err != nil {
-			return nil, usageErrorf("stdin: %v", err)
-		}
-		if len(b) > maxArgumentsBytes {
-			return nil, usageErrorf("stdin: arguments larger than %d bytes", maxArgumentsBytes)
+			return nil, err
 		}
 		raw := json.RawMessage(strings.TrimSpace(string(b)))
 		if !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {
@@ -110,4 +107,17 @@ func (a *app) toolArguments(kv argFlags) (json.RawMessage, error) {
 		}
 	}
 	return json.Marshal(m)
+}
+
+// readBounded reads all of r, refusing more than limit bytes: every input the CLI reads whole
+// (arguments, a descriptor, a prompt) goes through it.
+func readBounded(r io.Reader, limit int, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	switch {
+	case err != nil:
+		return nil, usageErrorf("cannot read %s: %v", what, err)
+	case len(b) > limit:
+		return nil, usageErrorf("%s is larger than %d bytes", what, limit)
+	}
+	return b, nil
 }

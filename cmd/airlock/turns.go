@@ -38,12 +38,9 @@ func (a *app) readText(arg, what string) (string, error) {
 	if a.stdin == nil {
 		return "", usageErrorf("no stdin to read the %s from", what)
 	}
-	b, err := io.ReadAll(io.LimitReader(a.stdin, maxPromptBytes+1))
+	b, err := readBounded(a.stdin, maxPromptBytes, "the "+what+" on stdin")
 	if err != nil {
-		return "", usageErrorf("cannot read the %s from stdin: %v", what, err)
-	}
-	if len(b) > maxPromptBytes {
-		return "", usageErrorf("the %s on stdin is larger than %d bytes", what, maxPromptBytes)
+		return "", err
 	}
 	return strings.TrimRight(string(b), "\n"), nil
 }

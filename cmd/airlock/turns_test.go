@@ -79,3 +79,18 @@ func TestWakeTicketReconcileCommands(t *testing.T) {
 	}
 	cli(t, d.Socket, "", "wake", "s", "x").wantCode(t, exitUsage) // no --generation
 }
+
+// TestReadTextBounds: a prompt from stdin is read whole but never beyond its bound.
+func TestReadTextBounds(t *testing.T) {
+	a := &app{stdin: strings.NewReader(strings.Repeat("x", maxPromptBytes+1))}
+	if _, err := a.readText("-", "prompt"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("oversized prompt: %v", err)
+	}
+	a = &app{stdin: strings.NewReader("hello\n")}
+	if got, err := a.readText("-", "prompt"); err != nil || got != "hello" {
+		t.Fatalf("prompt from stdin: %q %v", got, err)
+	}
+	if _, err := (&app{}).readText("-", "prompt"); err == nil {
+		t.Fatal("no stdin accepted")
+	}
+}
