@@ -904,12 +904,7 @@ func (m *Manager) Shutdown() {
 	var retired []*runtime
 	for _, rt := range m.sessions {
 		for _, j := range rt.queue {
-			e := protocol.Retryable(protocol.CodeHostDraining, "the host stopped before this wake ran; it stays queued and runs after the next start").
-				With("ticketId", j.rec.ticketID)
-			if !j.rec.durable() {
-				e = protocol.Retryable(protocol.CodeAborted, "the host stopped before this wake of a memory session ran")
-			}
-			m.settleLocked(j, nil, e)
+			m.settleLocked(j, nil, stoppedBeforeRun(j.rec))
 		}
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: true, Reason: ReasonDrained})
 		retired = append(retired, rt)

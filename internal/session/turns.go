@@ -376,8 +376,7 @@ func (m *Manager) runJob(ctx context.Context, rt *runtime, j *job) {
 		rt.queue = append([]*job{j}, rt.queue...)
 		m.queuedTurns++
 		if m.stopping {
-			m.settleLocked(j, nil, protocol.Retryable(protocol.CodeHostDraining, "the host stopped before this wake ran; it stays queued and runs after the next start").
-				With("ticketId", r.ticketID))
+			m.settleLocked(j, nil, stoppedBeforeRun(r))
 		}
 		m.mu.Unlock()
 		return
@@ -440,6 +439,16 @@ func (m *Manager) runJob(ctx context.Context, rt *runtime, j *job) {
 	}
 	m.mu.Unlock()
 	m.endJob(rt, j, result, e)
+}
+
+// stoppedBeforeRun is what the waiters of a wake the host stopped before it ran are told: a
+// durable wake stays queued for the next start; a memory session's is gone.
+func stoppedBeforeRun(r *jrec) *protocol.Error {
+	if !r.durable() {
+		return protocol.Retryable(protocol.CodeAborted, "the host stopped before this wake of a memory session ran")
+	}
+	return protocol.Retryable(protocol.CodeHostDraining, "the host stopped before this wake ran; it stays queued and runs after the next start").
+		With("ticketId", r.ticketID)
 }
 
 // maxMemoryHistory bounds the messages a memory session keeps, which have no transcript to

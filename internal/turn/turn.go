@@ -174,21 +174,27 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: spec.SystemPrompt})
 	}
 	msgs = append(msgs, req.History...)
-	user := model.Message{Role: model.RoleUser, Content: req.Prompt}
-	if err := sink.Record(user); err != nil {
-		return nil, protocol.AsError(err)
+	// addUser records user messages (the prompt, steers, follow-ups) and adds them to the
+	// conversation.
+	addUser := func(texts []string) *protocol.Error {
+		for _, t := range texts {
+			m := model.Message{Role: model.RoleUser, Content: t}
+			if err := sink.Record(m); err != nil {
+				return protocol.AsError(err)
+			}
+			msgs = append(msgs, m)
+		}
+		return nil
 	}
-	msgs = append(msgs, user)
+	if e := addUser([]string{req.Prompt}); e != nil {
+		return nil, e
+	}
 	sink.Emit(protocol.EventTurnStart, nil)
 
 	res := &protocol.TurnResult{RequestID: req.RequestID}
 	for {
-		for _, s := range mb.steers() {
-			m := model.Message{Role: model.RoleUser, Content: s}
-			if err := sink.Record(m); err != nil {
-				return nil, protocol.AsError(err)
-			}
-			msgs = append(msgs, m)
+		if e := addUser(mb.steers()); e != nil {
+			return nil, e
 		}
 		if res.ModelCalls == maxCalls {
 			res.StopReason = StopModelCallLimit
@@ -226,12 +232,8 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 
 		if len(reply.ToolCalls) == 0 {
 			if more := mb.finish(); len(more) > 0 {
-				for _, s := range more {
-					m := model.Message{Role: model.RoleUser, Content: s}
-					if err := sink.Record(m); err != nil {
-						return nil, protocol.AsError(err)
-					}
-					msgs = append(msgs, m)
+				if e := addUser(more); e != nil {
+					return nil, e
 				}
 				continue
 			}
