@@ -178,7 +178,7 @@ func (c *Client) activateLocked(cl *call) []byte {
 		deadline = d
 	}
 	cl.deadline = deadline
-	c.timer.Reset(time.Until(deadline))
+	c.armLocked(deadline)
 	if c.writing {
 		c.pending = cl.frame
 		return nil
@@ -232,6 +232,7 @@ func (c *Client) endAllLocked(e *Error) {
 		c.active = nil
 		c.pending = nil
 		c.timer.Stop()
+		c.timerSet = false
 		c.endLocked(cl, Response{}, e)
 	}
 	for _, cl := range c.queue {
@@ -314,14 +315,32 @@ func (c *Client) writeAttempt(fd uintptr) bool {
 	return true
 }
 
-// expire runs when the timer fires: the active call missed its deadline, and the child is
-// failed, since its late answer could pair with the next request. A timer that fired for a call
-// that has ended meanwhile finds the next call's deadline ahead (the timer was reset for it)
-// and does nothing.
+// armLocked makes sure the timer fires no later than deadline. The timer is left running when
+// a call ends and is moved only when a deadline comes before the time it is set for: calls
+// succeed each other without touching it, since each change of a timer that becomes the
+// earliest one wakes the runtime's poller thread, an expensive wake-up on an idle machine.
+// When it fires, expire finds the active call's deadline still ahead and sets it for that
+// deadline. c.mu is held.
+func (c *Client) armLocked(deadline time.Time) {
+	if c.timerSet && !deadline.Before(c.timerAt) {
+		return
+	}
+	c.timerSet, c.timerAt = true, deadline
+	c.timer.Reset(time.Until(deadline))
+}
+
+// expire runs when the timer fires. When the active call missed its deadline, the child is
+// failed, since its late answer could pair with the next request; a call whose deadline is
+// still ahead (one that became active after the timer was set) has the timer set for it again.
 func (c *Client) expire() {
 	c.mu.Lock()
-	if cl := c.active; cl != nil && !time.Now().Before(cl.deadline) {
-		c.failLocked(newError(CodeTimeout, "the adapter did not answer before the deadline"))
+	c.timerSet = false
+	if cl := c.active; cl != nil {
+		if time.Now().Before(cl.deadline) {
+			c.armLocked(cl.deadline)
+		} else {
+			c.failLocked(newError(CodeTimeout, "the adapter did not answer before the deadline"))
+		}
 	}
 	c.release(nil)
 }
@@ -435,8 +454,6 @@ func (c *Client) answer(cl *call, frame []byte) {
 		next := c.queue[0]
 		c.queue = slices.Delete(c.queue, 0, 1)
 		write = c.activateLocked(next)
-	} else {
-		c.timer.Stop()
 	}
 	c.release(write)
 }

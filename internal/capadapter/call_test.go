@@ -96,6 +96,29 @@ func TestStartObserveTimeoutKillsChild(t *testing.T) {
 	}
 }
 
+// The deadline timer is not moved while calls succeed each other: set for an answered call's
+// deadline, it is set again for the deadline of the call active when it fires, so a later call
+// times out at its own deadline, not earlier.
+func TestDeadlineOfALaterCall(t *testing.T) {
+	noLeaks(t)
+	const timeout = 400 * time.Millisecond
+	c := startHelper(t, "hang-observe", ClientOptions{CallTimeout: timeout})
+	col := newCollector(t)
+	ctx := context.Background()
+	c.StartInvoke(ctx, "test_light", "turn_on", json.RawMessage(`{"on":true}`), col.done())
+	if o := col.next(); o.err != nil {
+		t.Fatalf("invoke: %v", o.err)
+	}
+	time.Sleep(timeout / 2)
+	start := time.Now()
+	c.StartObserve(ctx, "test_light", col.done())
+	wantCode(t, col.next().err, CodeTimeout)
+	if waited := time.Since(start); waited < timeout-20*time.Millisecond {
+		t.Fatalf("the observe timed out after %v, before its own deadline", waited)
+	}
+	waitDone(t, c)
+}
+
 // A malformed answer fails the call that waited for it and kills the child.
 func TestStartObserveScreensResult(t *testing.T) {
 	noLeaks(t)

@@ -97,9 +97,12 @@ type Client struct {
 	callTimeout time.Duration
 	cmd         *exec.Cmd
 
-	seq     atomic.Uint64  // last request id
-	timer   *time.Timer    // expires the active call (see expire); stopped while idle
-	writers sync.WaitGroup // goroutines finishing a write the pipe did not take at once
+	seq   atomic.Uint64 // last request id
+	timer *time.Timer   // expires the active call (see armLocked and expire)
+	// timerSet is whether timer is running, and timerAt when it fires; guarded by mu.
+	timerSet bool
+	timerAt  time.Time
+	writers  sync.WaitGroup // goroutines finishing a write the pipe did not take at once
 
 	// The state of tryWrite, guarded by the write side (see Client.writing): what is left to
 	// write, why the attempt failed, and the attempt itself, bound once so that no call

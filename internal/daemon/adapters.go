@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -128,6 +129,28 @@ type CapabilityResult struct {
 	Result       json.RawMessage `json:"result"`
 }
 
+// AppendJSON appends r encoded byte for byte as encoding/json (without HTML escaping) encodes
+// it, or reports false when Result is not one JSON value, for encoding/json to refuse; an
+// observation or action is answered without reflection (TestCapabilityResultAppendJSON).
+func (r *CapabilityResult) AppendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"capabilityId":`...)
+	b = ndjson.AppendString(b, r.CapabilityID)
+	if r.Action != "" {
+		b = append(b, `,"action":`...)
+		b = ndjson.AppendString(b, r.Action)
+	}
+	b = append(b, `,"result":`...)
+	if r.Result == nil {
+		b = append(b, "null"...)
+	} else {
+		var err error
+		if b, err = ndjson.AppendCompact(b, r.Result); err != nil {
+			return b, false
+		}
+	}
+	return append(b, '}'), true
+}
+
 func wrapResult(raw json.RawMessage, key string) json.RawMessage {
 	if len(raw) > 0 && raw[0] == '{' {
 		return raw
@@ -199,8 +222,8 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		}
 		return &CapabilityList{Capabilities: nonNil(a.sup.List())}, nil
 	case protocol.OpDescribeCapability:
-		var p protocol.CapabilityPayload
-		if e := decodeCapability(cmd, &p); e != nil {
+		p, e := protocol.DecodeCapabilityPayload(cmd)
+		if e != nil {
 			return nil, e
 		}
 		d, err := a.sup.Describe(p.CapabilityID)
@@ -234,8 +257,8 @@ type capabilityCall struct {
 
 func capabilityCallOf(cmd *protocol.Command) (*capabilityCall, *protocol.Error) {
 	if cmd.Operation == protocol.OpObserveCapability {
-		var p protocol.CapabilityPayload
-		if e := decodeCapability(cmd, &p); e != nil {
+		p, e := protocol.DecodeCapabilityPayload(cmd)
+		if e != nil {
 			return nil, e
 		}
 		return &capabilityCall{observe: true, id: p.CapabilityID}, nil
@@ -297,13 +320,6 @@ func (c *conn) endCapability(cmd *protocol.Command, data any, err error) {
 }
 
 func decodeValid(cmd *protocol.Command, p *protocol.AdapterNamePayload) *protocol.Error {
-	if e := protocol.DecodePayload(cmd, p); e != nil {
-		return e
-	}
-	return p.Validate()
-}
-
-func decodeCapability(cmd *protocol.Command, p *protocol.CapabilityPayload) *protocol.Error {
 	if e := protocol.DecodePayload(cmd, p); e != nil {
 		return e
 	}

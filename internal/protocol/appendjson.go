@@ -16,6 +16,13 @@ import (
 // sets it) — TestAppendJSONMatchesEncodingJSON proves it on generated values — at a fraction of
 // the cost, which matters because status is the probe of every supervisor and orchestrator.
 
+// JSONAppender is response data of a package outside this one that encodes itself: AppendJSON
+// appends byte for byte what encoding/json (with HTML escaping off) writes for it, or reports
+// false, having appended anything, for the caller to fall back to encoding/json.
+type JSONAppender interface {
+	AppendJSON(b []byte) ([]byte, bool)
+}
+
 // AppendLine appends r as one NDJSON line when its data is a type with a hand-written encoding
 // and it carries no error; otherwise it returns ok false and the caller uses encoding/json.
 func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
@@ -25,6 +32,7 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 	var data func([]byte) []byte
 	var tool *ToolResult
 	var compact bool
+	var appender JSONAppender
 	switch d := r.Data.(type) {
 	case HostSnapshot:
 		data = d.appendJSON
@@ -42,6 +50,8 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 			return b, false
 		}
 		tool, compact = &d.ToolResult, true
+	case JSONAppender:
+		appender = d
 	default:
 		return b, false
 	}
@@ -65,9 +75,14 @@ func (r *Response) AppendLine(b []byte) (_ []byte, ok bool) {
 	b = append(b, `,"ok":`...)
 	b = strconv.AppendBool(b, r.OK)
 	b = append(b, `,"data":`...)
-	if tool != nil {
+	if tool != nil || appender != nil {
 		var ok bool
-		if b, ok = tool.appendJSON(b, compact); !ok {
+		if tool != nil {
+			b, ok = tool.appendJSON(b, compact)
+		} else {
+			b, ok = appender.AppendJSON(b)
+		}
+		if !ok {
 			return b[:start], false
 		}
 	} else {

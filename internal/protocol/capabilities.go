@@ -116,10 +116,58 @@ func validCapabilityID(id string) *Error {
 		return invalidField("payload.capabilityId", "is required")
 	case len(id) > MaxCapabilityIDLen:
 		return invalidField("payload.capabilityId", "must be at most %d bytes", MaxCapabilityIDLen)
-	case !capabilityIDPattern.MatchString(id):
+	case !capabilityIDGrammar(id):
 		return invalidField("payload.capabilityId", "must match %s", capabilityIDPattern.String())
 	}
 	return nil
+}
+
+// capabilityIDGrammar reports whether id matches capabilityIDPattern, without the regexp
+// machinery: it runs for every observation and action (TestGrammarsMatchPatterns).
+func capabilityIDGrammar(id string) bool {
+	if id == "" || len(id) > MaxCapabilityIDLen || !lowerOrDigit(id[0]) {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if c := id[i]; !lowerOrDigit(c) && c != '.' && c != '_' && c != ':' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// actionNameGrammar reports whether name matches actionNamePattern (TestGrammarsMatchPatterns).
+func actionNameGrammar(name string) bool {
+	if name == "" || len(name) > MaxCapabilityActionLen || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !lowerOrDigit(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerOrDigit(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+
+// DecodeCapabilityPayload decodes and validates the payload of describeCapability and
+// observeCapability. The form clients write, exactly {"capabilityId":"ID"} with an ID of the
+// grammar, is read without the general strict decoder, which gives the same answer for it;
+// every other payload goes through that decoder and Validate.
+func DecodeCapabilityPayload(cmd *Command) (CapabilityPayload, *Error) {
+	const head, tail = `{"capabilityId":"`, `"}`
+	if raw := cmd.Payload; len(raw) > len(head)+len(tail) && string(raw[:len(head)]) == head &&
+		string(raw[len(raw)-len(tail):]) == tail {
+		if id := string(raw[len(head) : len(raw)-len(tail)]); capabilityIDGrammar(id) {
+			return CapabilityPayload{CapabilityID: id}, nil
+		}
+	}
+	var p CapabilityPayload
+	if e := DecodePayload(cmd, &p); e != nil {
+		return p, e
+	}
+	return p, p.Validate()
 }
 
 // InvokeCapabilityPayload is the payload of invokeCapability. Args is checked against the
@@ -142,7 +190,7 @@ func (p *InvokeCapabilityPayload) Validate() *Error {
 	switch {
 	case p.Action == "":
 		return invalidField("payload.action", "is required")
-	case !actionNamePattern.MatchString(p.Action):
+	case !actionNameGrammar(p.Action):
 		return invalidField("payload.action", "must match %s", actionNamePattern.String())
 	}
 	if p.Args == nil {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -132,5 +133,53 @@ func TestAdapterNamePayloadValidate(t *testing.T) {
 	wantField(t, (&AdapterNamePayload{Name: "lamp"}).Validate(), "")
 	for _, n := range []string{"", "Lamp", "my lamp", strings.Repeat("a", 65), "-x"} {
 		wantField(t, (&AdapterNamePayload{Name: n}).Validate(), "payload.name")
+	}
+}
+
+// TestGrammarsMatchPatterns: the hand-written grammar checks accept exactly what their
+// regular expressions accept, on random strings over the characters at their edges.
+func TestGrammarsMatchPatterns(t *testing.T) {
+	const alphabet = "az09AZ._:-/ \x00é\x7f`{@["
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 200000 {
+		b := make([]byte, r.IntN(70))
+		for i := range b {
+			if r.IntN(4) == 0 {
+				b[i] = alphabet[r.IntN(len(alphabet))]
+			} else {
+				b[i] = "abcxyz0189"[r.IntN(10)]
+			}
+		}
+		s := string(b)
+		if got, want := capabilityIDGrammar(s), capabilityIDPattern.MatchString(s); got != want {
+			t.Fatalf("capability id %q: grammar %v, pattern %v", s, got, want)
+		}
+		if got, want := actionNameGrammar(s), actionNamePattern.MatchString(s); got != want {
+			t.Fatalf("action name %q: grammar %v, pattern %v", s, got, want)
+		}
+	}
+}
+
+// TestDecodeCapabilityPayload: the exact form's shortcut answers as the strict decoder and
+// Validate do, and every other form still goes through them.
+func TestDecodeCapabilityPayload(t *testing.T) {
+	for _, payload := range []string{
+		`{"capabilityId":"desk_lamp"}`, `{"capabilityId":"a"}`, `{"capabilityId":""}`, `{"capabilityId":"Desk"}`,
+		`{"capabilityId":"a\"}`, `{"capabilityId":"a","x":"}`, `{"capabilityId":"a"} `, ` {"capabilityId":"a"}`,
+		`{"capabilityId":"a","capabilityId":"b"}`, `{"capabilityId":"` + strings.Repeat("a", 65) + `"}`,
+		`{"capabilityId":"` + strings.Repeat("a", 64) + `"}`, `{"capabilityId":"\u0061"}`, `{"capabilityid":"a"}`,
+		`{"capabilityId":1}`, `{}`, `{"capabilityId":"a"}}`, `{"capabilityId":"a:b.c-d_e"}`,
+	} {
+		cmd := &Command{Version: Version{Major: 2, Raw: "2.0"}, Payload: json.RawMessage(payload)}
+		got, gotErr := DecodeCapabilityPayload(cmd)
+		var want CapabilityPayload
+		wantErr := DecodePayload(cmd, &want)
+		if wantErr == nil {
+			wantErr = want.Validate()
+		}
+		if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Code != wantErr.Code) ||
+			(gotErr == nil && got != want) {
+			t.Errorf("%s: got %+v %v, want %+v %v", payload, got, gotErr, want, wantErr)
+		}
 	}
 }

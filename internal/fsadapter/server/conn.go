@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -74,19 +75,31 @@ type request struct {
 	op       string
 	args     any // the decoded fsops payload
 	ctx      context.Context
-	cancel   context.CancelFunc
+	cancel   context.CancelCauseFunc // the clock cancels with errTimedOut, the rest with nil
 	state    reqState
 	entry    *idemEntry
 	admitted time.Time
+	// older and newer link the requests with a deadline (queued and active) in admission
+	// order, which is deadline order; see conn.live.
+	older, newer *request
 }
+
+// errTimedOut is the cause with which the connection's clock cancels a request whose
+// requestTimeoutMs has passed since admission.
+var errTimedOut = context.DeadlineExceeded
 
 // conn is one bound serving connection. Its reader goroutine (serve) decodes frames and
 // answers abort and revoke inline; each running invocation has a worker goroutine that, when it
 // ends, takes the next queued one, or else waits for the next admitted one. Workers live as
 // long as the connection, at most maxConcurrentRequests of them, so that the stacks they grew
 // decoding and encoding JSON serve the next requests too (growing a fresh goroutine's stack
-// was a sixth of the adapter's work per small request). Writes are serialized by writeMu, each
-// with a deadline.
+// was a sixth of the adapter's work per small request). A short operation that finds nothing
+// else running is run by the reader goroutine itself (see inline). Writes are serialized by
+// writeMu; a write that the socket does not take at once gets a deadline.
+//
+// One timer per connection, the clock, enforces requestTimeoutMs (see link and tick) rather
+// than one per request: arming a timer that becomes the earliest wakes the runtime's poller
+// thread, which on an idle machine cost as much as the rest of a small request.
 type conn struct {
 	s      *Server
 	g      *grant
@@ -106,11 +119,23 @@ type conn struct {
 	// bounds the workers, so a hand-off never blocks.
 	ready chan *request
 
+	// raw writes frames without waiting (see send); written and unwritten are the state of
+	// one attempt, guarded by writeMu, and attempt is writeSome bound once.
+	raw       syscall.RawConn
+	unwritten []byte
+	writeErr  error
+	attempt   func(fd uintptr) bool
+
 	// guarded by g.mu:
 	reqs   map[string]*request // queued, active and joined, by request id
 	queue  []*request
 	active int // requests running, or handed to a worker
 	idle   int // workers without a request; workers = active + idle
+	// live and liveTail are the oldest and newest request with a deadline; clock fires no
+	// later than the oldest one's deadline while clockSet (see link).
+	live, liveTail *request
+	clock          *time.Timer
+	clockSet       bool
 }
 
 // serveConn handles one accepted serving connection from bind to close.
@@ -130,7 +155,12 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 		c = &conn{s: s, g: g, nc: nc, maxOut: int(g.limits.MaxResponseBytes), head: resultHead(g.identity),
 			ready: make(chan *request, g.limits.MaxConcurrentRequests), reqs: make(map[string]*request)}
 		c.ctx, c.cancel = context.WithCancel(context.Background())
-		if reason = g.claim(c); reason != "" {
+		c.attempt = c.writeSome
+		if c.raw, err = nc.SyscallConn(); err != nil {
+			reason = "no_descriptor"
+			c.cancel()
+			g = nil
+		} else if reason = g.claim(c); reason != "" {
 			c.cancel()
 			g = nil
 		}
@@ -243,6 +273,9 @@ func (c *conn) end() {
 	_ = c.nc.Close()
 	c.wg.Wait()
 	c.g.mu.Lock()
+	if c.clock != nil {
+		c.clock.Stop()
+	}
 	if c.g.conn == c {
 		c.g.conn = nil
 	}
@@ -256,17 +289,48 @@ func (c *conn) end() {
 }
 
 // send writes one frame; it reports false (and closes the connection) when the write fails.
+// The socket nearly always takes a whole frame at once, so the first attempt does not wait and
+// sets no deadline (a deadline is a timer); what it leaves is written with writeTimeout.
 func (c *conn) send(b []byte) bool {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if c.broken {
 		return false
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := c.nc.Write(b); err != nil {
+	c.unwritten, c.writeErr = b, nil
+	err := c.raw.Write(c.attempt)
+	rest := c.unwritten
+	if err == nil {
+		err = c.writeErr
+	}
+	c.unwritten, c.writeErr = nil, nil
+	if err == nil && len(rest) > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err = c.nc.Write(rest)
+	}
+	if err != nil {
 		c.broken = true
 		_ = c.nc.Close()
 		return false
+	}
+	return true
+}
+
+// writeSome writes what the socket takes of c.unwritten without waiting; EAGAIN only ends the
+// attempt. It always reports done, so that RawConn.Write never waits.
+func (c *conn) writeSome(fd uintptr) bool {
+	for len(c.unwritten) > 0 {
+		n, err := syscall.Write(int(fd), c.unwritten)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			if err != syscall.EAGAIN {
+				c.writeErr = err
+			}
+			break
+		}
+		c.unwritten = c.unwritten[n:]
 	}
 	return true
 }
@@ -534,8 +598,16 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 			Message: "too many requests with distinct idempotency keys are running", Retryable: true}})
 	}
 	r.entry, r.admitted = e, now
-	r.ctx, r.cancel = context.WithTimeout(c.ctx, time.Duration(l.RequestTimeoutMs)*time.Millisecond)
+	r.ctx, r.cancel = context.WithCancelCause(c.ctx)
+	c.link(r)
 	c.reqs[r.id] = r
+	if c.active == 0 && len(c.queue) == 0 && inline(r.args) {
+		c.active++
+		r.state = reqActive
+		g.mu.Unlock()
+		c.complete(r, c.execute(r), false)
+		return true
+	}
 	if int64(c.active) < l.MaxConcurrentRequests {
 		c.active++
 		r.state = reqActive
@@ -554,6 +626,86 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 	return true
 }
 
+// inline reports whether a request with the decoded payload args is short enough for the
+// reader goroutine to run it instead of handing it to a worker: a stat (one open and fstat) or
+// a read of at most inlineReadBytes. While it runs, the connection reads no frames, so an abort
+// of it arrives after its result; the hand-off it saves, a wake-up of another thread, cost
+// about as much as the stat itself.
+func inline(args any) bool {
+	switch a := args.(type) {
+	case *fsops.StatPayload:
+		return true
+	case *fsops.ReadPayload:
+		return a.MaxBytes != nil && *a.MaxBytes <= inlineReadBytes
+	}
+	return false
+}
+
+// inlineReadBytes is the largest fs.read the reader goroutine runs itself (see inline).
+const inlineReadBytes = 64 << 10
+
+// link appends the admitted r to the live requests and makes sure the clock fires by its
+// deadline. A set clock fires no later than the deadline of an older request (or of one that
+// has ended since), which is no later than r's, so it is left alone: requests that succeed each
+// other touch the timer once per requestTimeoutMs at most. g.mu is held.
+func (c *conn) link(r *request) {
+	r.older = c.liveTail
+	if c.liveTail == nil {
+		c.live = r
+	} else {
+		c.liveTail.newer = r
+	}
+	c.liveTail = r
+	if c.clockSet {
+		return
+	}
+	c.clockSet = true
+	wait := time.Duration(c.g.limits.RequestTimeoutMs) * time.Millisecond
+	if c.clock == nil {
+		c.clock = time.AfterFunc(wait, c.tick)
+	} else {
+		c.clock.Reset(wait)
+	}
+}
+
+// unlink removes r from the live requests, if it is there. g.mu is held.
+func (c *conn) unlink(r *request) {
+	if r.older == nil && r.newer == nil && c.live != r {
+		return
+	}
+	if r.older == nil {
+		c.live = r.newer
+	} else {
+		r.older.newer = r.newer
+	}
+	if r.newer == nil {
+		c.liveTail = r.older
+	} else {
+		r.newer.older = r.older
+	}
+	r.older, r.newer = nil, nil
+}
+
+// tick runs when the clock fires: every live request whose deadline has passed is cancelled
+// with errTimedOut, oldest first (its worker answers request_timeout; a queued one when a
+// worker takes it), and the clock is set again for the oldest request left.
+func (c *conn) tick() {
+	g := c.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c.clockSet = false
+	timeout := time.Duration(g.limits.RequestTimeoutMs) * time.Millisecond
+	now := time.Now()
+	for r := c.live; r != nil && !now.Before(r.admitted.Add(timeout)); r = c.live {
+		c.unlink(r)
+		r.cancel(errTimedOut)
+	}
+	if r := c.live; r != nil {
+		c.clockSet = true
+		c.clock.Reset(r.admitted.Add(timeout).Sub(now))
+	}
+}
+
 func (c *conn) violation(reason string) bool {
 	c.s.log.Warn("protocol violation; closing", "grant", c.g.id, "reason", reason)
 	return false
@@ -568,7 +720,7 @@ func (c *conn) work(r *request) {
 	for {
 		for r != nil {
 			res := c.execute(r)
-			r = c.complete(r, res)
+			r = c.complete(r, res, true)
 		}
 		select {
 		case r = <-c.ready:
@@ -739,22 +891,25 @@ func plainToken(s string) bool {
 // ctxError maps a finished request context to its error body: the timeout from admission, or
 // an abort (or the connection ending), both retryable.
 func ctxError(ctx context.Context) *tooladapter.ErrorBody {
-	switch ctx.Err() {
-	case nil:
+	switch {
+	case ctx.Err() == nil:
 		return nil
-	case context.DeadlineExceeded:
+	case context.Cause(ctx) == errTimedOut:
 		return &tooladapter.ErrorBody{Code: CodeRequestTimeout, Message: "request timed out", Retryable: true}
 	}
 	return &tooladapter.ErrorBody{Code: fsops.CodeCanceled, Message: "request was aborted", Retryable: true}
 }
 
 // complete ends r with res: its idempotency entry records the outcome (or forgets the key),
-// requests that joined it are answered too, and the next queued request, if any, is returned
-// for the same worker; else the worker is counted idle.
-func (c *conn) complete(r *request, res outcome) *request {
+// requests that joined it are answered too, and a worker gets the next queued request, if
+// any, to run next; else it is counted idle. The reader goroutine (worker false) ran r inline,
+// which it does only when nothing else runs or waits, and admits nothing meanwhile, so the
+// queue is empty.
+func (c *conn) complete(r *request, res outcome, worker bool) *request {
 	g := c.g
 	g.mu.Lock()
-	r.cancel()
+	r.cancel(nil)
+	c.unlink(r)
 	r.state = reqDone
 	delete(c.reqs, r.id)
 	kept := res // remembered and replayed without r's own frame
@@ -765,13 +920,15 @@ func (c *conn) complete(r *request, res outcome) *request {
 		delete(w.c.reqs, w.id)
 	}
 	var next *request
-	if len(c.queue) > 0 {
+	if worker && len(c.queue) > 0 {
 		next = c.queue[0]
 		c.queue = c.queue[1:]
 		next.state = reqActive
 	} else {
 		c.active--
-		c.idle++ // this worker waits in work once r is answered
+		if worker {
+			c.idle++ // this worker waits in work once r is answered
+		}
 	}
 	g.mu.Unlock()
 	c.answer(r, res)
@@ -841,9 +998,10 @@ func (c *conn) abort(f *tooladapter.Frame) {
 	if r != nil {
 		switch r.state {
 		case reqActive:
-			r.cancel() // the worker answers it
+			r.cancel(nil) // the worker answers it
 		case reqQueued:
-			r.cancel()
+			r.cancel(nil)
+			c.unlink(r)
 			r.state = reqDone
 			c.queue = slices.DeleteFunc(c.queue, func(x *request) bool { return x == r })
 			delete(c.reqs, r.id)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -268,7 +269,7 @@ func TestAbortRunningSearch(t *testing.T) {
 func TestCapacityAndTimeout(t *testing.T) {
 	entered := make(chan struct{}, 4)
 	setHook(t, func(ctx context.Context, op string) {
-		if op == "fs.stat" {
+		if op == "fs.search" {
 			entered <- struct{}{}
 			<-ctx.Done()
 		}
@@ -276,7 +277,7 @@ func TestCapacityAndTimeout(t *testing.T) {
 	f := newFixture(t)
 	d := f.grant(grantOpts{limits: map[string]int64{"maxConcurrentRequests": 1, "maxQueuedRequests": 1, "requestTimeoutMs": 1000}})
 	w := f.bind(d)
-	w.invoke("r1", "k1", "fs.stat", map[string]any{"path": "."})
+	w.invoke("r1", "k1", "fs.search", map[string]any{"path": ".", "query": "x"})
 	<-entered
 	w.invoke("r2", "k2", "fs.list", map[string]any{"path": "."}) // queued
 	r3 := w.call("r3", "k3", "fs.list", map[string]any{"path": "."})
@@ -298,17 +299,50 @@ func TestCapacityAndTimeout(t *testing.T) {
 	}
 }
 
+// TestInlineTimeout: a stat, which the reader goroutine runs itself, still times out from its
+// admission, and the clock, set for an earlier request that has ended since, reaches the
+// deadline of a later one.
+func TestInlineTimeout(t *testing.T) {
+	var hold atomic.Bool // whether a stat runs until its context ends
+	setHook(t, func(ctx context.Context, op string) {
+		if op == "fs.stat" && hold.Load() {
+			<-ctx.Done()
+		}
+	})
+	f := newFixture(t)
+	w := f.bind(f.grant(grantOpts{limits: map[string]int64{"requestTimeoutMs": 1000}}))
+	// r1 runs at once and sets the clock for its own deadline.
+	if r := w.call("r1", "k1", "fs.stat", map[string]any{"path": "."}); r["ok"] != true {
+		t.Fatalf("stat: %v", r)
+	}
+	time.Sleep(400 * time.Millisecond)
+	hold.Store(true)
+	start := time.Now()
+	r2 := w.call("r2", "k2", "fs.stat", map[string]any{"path": "."})
+	if errorCode(r2) != CodeRequestTimeout || r2["error"].(map[string]any)["retryable"] != true {
+		t.Fatalf("inline stat past its deadline: %v", r2)
+	}
+	// r2 timed out a second after its own admission, not when the clock set for r1 fired.
+	if waited := time.Since(start); waited < 900*time.Millisecond {
+		t.Fatalf("r2 timed out after %v, before its own deadline", waited)
+	}
+	hold.Store(false)
+	if r := w.call("r3", "k3", "fs.stat", map[string]any{"path": "."}); r["ok"] != true {
+		t.Fatalf("after the timeout: %v", r)
+	}
+}
+
 func TestAbortQueued(t *testing.T) {
 	entered := make(chan struct{}, 4)
 	setHook(t, func(ctx context.Context, op string) {
-		if op == "fs.stat" {
+		if op == "fs.search" {
 			entered <- struct{}{}
 			<-ctx.Done()
 		}
 	})
 	f := newFixture(t)
 	w := f.bind(f.grant(grantOpts{limits: map[string]int64{"maxConcurrentRequests": 1}}))
-	w.invoke("r1", "k1", "fs.stat", map[string]any{"path": "."})
+	w.invoke("r1", "k1", "fs.search", map[string]any{"path": ".", "query": "x"})
 	<-entered
 	w.invoke("r2", "k2", "fs.list", map[string]any{"path": "."})
 	w.abort("a2", "r2")
@@ -556,12 +590,12 @@ func TestIdempotencyBounds(t *testing.T) {
 	// A memory full of running keys refuses a new one.
 	entered := make(chan struct{}, 1)
 	setHook(t, func(ctx context.Context, op string) {
-		if op == "fs.stat" {
+		if op == "fs.search" {
 			entered <- struct{}{}
 			<-ctx.Done()
 		}
 	})
-	w.invoke("r7", "C", "fs.stat", map[string]any{"path": "."})
+	w.invoke("r7", "C", "fs.search", map[string]any{"path": ".", "query": "x"})
 	<-entered
 	if c := errorCode(w.call("r8", "D", "fs.list", map[string]any{"path": "."})); c != CodeIdempotencyCapacity {
 		t.Fatalf("full of running keys: %s", c)
