@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"unicode/utf8"
@@ -561,4 +562,44 @@ func TestWritesSerialized(t *testing.T) {
 	if len(r.locks) != 0 {
 		t.Fatalf("lock map not emptied: %d", len(r.locks))
 	}
+}
+
+// TestReadReleaseReuse: the content of a read with a large maxBytes shares a pooled buffer; after Release the
+// result no longer shows it, and the next reads, which may reuse the buffer, see their own
+// content, concurrently too.
+func TestReadReleaseReuse(t *testing.T) {
+	dir := t.TempDir()
+	const size = 1000 // the buffer's size follows maxBytes, not the file's
+	for i, c := range []string{"a", "b", "c", "d"} {
+		mustDo(t, os.WriteFile(filepath.Join(dir, c), []byte(strings.Repeat(c, size-i)), 0o600))
+	}
+	r := openRoot(t, dir)
+	maxBytes := int64(minPooledRead)
+	first, perr := r.Read(bg, ReadPayload{Path: "a", MaxBytes: &maxBytes})
+	noErr(t, perr)
+	if first.Content != strings.Repeat("a", size) || first.buf == nil {
+		t.Fatalf("first read: %d bytes, pooled %v", len(first.Content), first.buf != nil)
+	}
+	first.Release()
+	first.Release()
+	if first.Content != "" {
+		t.Fatal("content still set after Release")
+	}
+	var wg sync.WaitGroup
+	for i, c := range []string{"a", "b", "c", "d"} {
+		wg.Go(func() {
+			for range 20 {
+				res, perr := r.Read(bg, ReadPayload{Path: c, MaxBytes: &maxBytes})
+				if perr != nil {
+					t.Error(perr)
+					return
+				}
+				if res.Content != strings.Repeat(c, size-i) {
+					t.Errorf("read of %s returned other content", c)
+				}
+				res.Release()
+			}
+		})
+	}
+	wg.Wait()
 }

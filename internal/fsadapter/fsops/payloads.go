@@ -4,6 +4,8 @@ package fsops
 // wire has no defaults; the defaults below are airlock-fs's own and are documented in
 // docs/airlock-fs.md. Optional members are pointers so that absent and zero differ.
 
+import "sync"
+
 // Bounds and defaults.
 const (
 	MaxContentBytes      = 4 << 20 // fs.read window, fs.write content, each edit text
@@ -74,7 +76,33 @@ type ReadResult struct {
 	Content   string `json:"content"`
 	BytesRead int64  `json:"bytesRead"`
 	EOF       bool   `json:"eof"`
+
+	buf *[]byte // the pooled buffer Content shares, if any (see Release)
 }
+
+// Release hands the buffer a large read's Content shares back for later reads to reuse, so
+// that a read of megabytes does not allocate and clear as much memory every time. Content must
+// not be used afterwards; Release is optional (without it the buffer is garbage collected) and
+// does nothing a second time.
+func (r *ReadResult) Release() {
+	if r.buf != nil {
+		readBuffers.Put(r.buf)
+		r.buf, r.Content = nil, ""
+	}
+}
+
+// readBuffers holds buffers of maxReadBuffer bytes for reads of at least minPooledRead.
+var readBuffers = sync.Pool{New: func() any { b := make([]byte, maxReadBuffer); return &b }}
+
+const (
+	// maxReadBuffer is the most a read's buffer holds: the window with three bytes before it
+	// and one after it.
+	maxReadBuffer = MaxContentBytes + 4
+	// minPooledRead is the smallest read buffer taken from readBuffers: below it a fresh
+	// allocation costs little next to the rest of the read, and a default read (64 KiB) does
+	// not hold a pooled buffer of 4 MiB.
+	minPooledRead = 1 << 20
+)
 
 // SearchPayload is the payload of fs.search.
 type SearchPayload struct {

@@ -197,7 +197,28 @@ func (r *Root) Read(ctx context.Context, p ReadPayload) (*ReadResult, *protocol.
 	// Read three bytes before the window, to tell an offset inside a character from invalid
 	// content, and one after it, to tell the end of the file without trusting fstat's size.
 	lead := min(off, 3)
-	buf := make([]byte, lead+want+1)
+	var pooled *[]byte
+	var buf []byte
+	if size := lead + want + 1; size >= minPooledRead {
+		pooled = readBuffers.Get().(*[]byte)
+		buf = (*pooled)[:size]
+	} else {
+		buf = make([]byte, size)
+	}
+	res, perr := r.readWindow(fd, buf, off, lead, want)
+	if pooled != nil {
+		if res == nil || res.Content == "" {
+			readBuffers.Put(pooled)
+		} else {
+			res.buf = pooled
+		}
+	}
+	return res, perr
+}
+
+// readWindow is Read's body from the pread on: buf holds lead bytes before offset off, the
+// window of want bytes and one more.
+func (r *Root) readWindow(fd int, buf []byte, off, lead, want int64) (*ReadResult, *protocol.Error) {
 	n, err := preadFull(fd, buf, off-lead)
 	if err != nil {
 		return nil, errnoError(err, "file")

@@ -104,6 +104,7 @@ type conn struct {
 	s      *Server
 	g      *grant
 	nc     *net.UnixConn
+	br     *bufio.Reader // the reader goroutine's; see inline
 	maxOut int
 	// head is the start of every successful result frame of this connection, up to its
 	// requestId (see resultFrame); nil sends results through tooladapter.EncodeFrame.
@@ -152,7 +153,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	g, reason := s.bind(line)
 	var c *conn
 	if g != nil {
-		c = &conn{s: s, g: g, nc: nc, maxOut: int(g.limits.MaxResponseBytes), head: resultHead(g.identity),
+		c = &conn{s: s, g: g, nc: nc, br: br, maxOut: int(g.limits.MaxResponseBytes), head: resultHead(g.identity),
 			ready: make(chan *request, g.limits.MaxConcurrentRequests), reqs: make(map[string]*request)}
 		c.ctx, c.cancel = context.WithCancel(context.Background())
 		c.attempt = c.writeSome
@@ -601,7 +602,7 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 	r.ctx, r.cancel = context.WithCancelCause(c.ctx)
 	c.link(r)
 	c.reqs[r.id] = r
-	if c.active == 0 && len(c.queue) == 0 && inline(r.args) {
+	if c.active == 0 && len(c.queue) == 0 && c.br.Buffered() == 0 && inline(r.args) {
 		c.active++
 		r.state = reqActive
 		g.mu.Unlock()
@@ -628,9 +629,10 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 
 // inline reports whether a request with the decoded payload args is short enough for the
 // reader goroutine to run it instead of handing it to a worker: a stat (one open and fstat) or
-// a read of at most inlineReadBytes. While it runs, the connection reads no frames, so an abort
-// of it arrives after its result; the hand-off it saves, a wake-up of another thread, cost
-// about as much as the stat itself.
+// a read of at most inlineReadBytes. The reader does so only when nothing else of the
+// connection runs, waits or has been read ahead (then workers run requests side by side).
+// While it runs, the connection reads no frames, so an abort of it arrives after its result;
+// the hand-off it saves, a wake-up of another thread, cost about as much as the stat itself.
 func inline(args any) bool {
 	switch a := args.(type) {
 	case *fsops.StatPayload:
@@ -794,7 +796,11 @@ func (c *conn) execute(r *request) outcome {
 		frame = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
 	data := frame[start:len(frame):len(frame)]
-	if e := checkResult(r.op, v, data); e != nil {
+	e := checkResult(r.op, v, data)
+	if rr, ok := v.(*fsops.ReadResult); ok {
+		rr.Release() // encoded and checked: the frame holds the content now
+	}
+	if e != nil {
 		c.s.log.Error("invalid result", "grant", c.g.id, "operation", r.op, "field", e.Details[tooladapter.DetailField])
 		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result failed the protocol's result check"}}
 	}
@@ -818,11 +824,8 @@ func checkResult(op string, v any, data []byte) *protocol.Error {
 	}
 	skeleton := *rr
 	skeleton.Content = ""
-	b, err := json.Marshal(&skeleton)
-	if err != nil {
-		return protocol.Errorf(tooladapter.CodeProtocolInvalid, "read result is not serializable")
-	}
-	return tooladapter.ValidateResult(op, b)
+	var buf [128]byte
+	return tooladapter.ValidateResult(op, appendRead(buf[:0], &skeleton))
 }
 
 // resultTail is the rest of the template frame resultHead encodes.
