@@ -598,6 +598,7 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 		return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeIdempotencyCapacity,
 			Message: "too many requests with distinct idempotency keys are running", Retryable: true}})
 	}
+	e.effectFree = effectFree(r.op)
 	r.entry, r.admitted = e, now
 	r.ctx, r.cancel = context.WithCancelCause(c.ctx)
 	c.link(r)
@@ -625,6 +626,16 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 	}
 	g.mu.Unlock()
 	return true
+}
+
+// effectFree reports whether op changes nothing: its outcome may be forgotten to bound the
+// idempotency memory (see maxRememberedReadBytes).
+func effectFree(op string) bool {
+	switch op {
+	case tooladapter.OpList, tooladapter.OpStat, tooladapter.OpRead, tooladapter.OpSearch:
+		return true
+	}
+	return false
 }
 
 // inline reports whether a request with the decoded payload args is short enough for the

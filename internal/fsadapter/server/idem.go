@@ -31,7 +31,19 @@ type idemEntry struct {
 	res     outcome
 	expires time.Time  // set when done
 	waiters []*request // joined while running
+	// effectFree marks fs.list, fs.stat, fs.read and fs.search, whose remembered data counts
+	// against maxRememberedReadBytes; size is what it counts while remembered, else 0.
+	effectFree bool
+	size       int
 }
+
+// maxRememberedReadBytes bounds the data of remembered effect-free outcomes per grant. Without
+// it the memory could hold maxIdempotencyKeys reads of maxResponseBytes each (16 GiB at the
+// limits' maxima). Outcomes of writes and edits, the effects idempotency protects, are small
+// (about 150 bytes) and are never forgotten for this bound; a read that would pass it forgets
+// the oldest remembered effect-free outcomes first, and one larger than the whole bound is
+// not remembered (a replay of it runs again, which repeats no effect).
+const maxRememberedReadBytes = 32 << 20
 
 // idemCache remembers at most max keys, each for ttl after its outcome. When it is full, the
 // entry whose outcome is oldest is forgotten first; running entries are never forgotten, and a
@@ -47,6 +59,10 @@ type idemCache struct {
 	ttl  time.Duration
 	m    map[string]*idemEntry
 	done []*idemEntry // finished entries, oldest outcome first
+	// reads are the finished effect-free entries, oldest outcome first, and readBytes the
+	// size of those still remembered; like done, reads may hold entries forgotten since.
+	reads     []*idemEntry
+	readBytes int
 }
 
 func newIdemCache(l tooladapter.Limits) *idemCache {
@@ -57,7 +73,7 @@ func newIdemCache(l tooladapter.Limits) *idemCache {
 func (c *idemCache) lookup(key string, now time.Time) *idemEntry {
 	e := c.m[key]
 	if e != nil && e.done && !now.Before(e.expires) {
-		delete(c.m, key)
+		c.forget(e)
 		return nil
 	}
 	return e
@@ -81,9 +97,24 @@ func (c *idemCache) popDone() {
 	e := c.done[0]
 	c.done[0] = nil
 	c.done = c.done[1:]
+	c.forget(e)
+}
+
+// popRead forgets the effect-free entry with the oldest outcome.
+func (c *idemCache) popRead() {
+	e := c.reads[0]
+	c.reads[0] = nil
+	c.reads = c.reads[1:]
+	c.forget(e)
+}
+
+// forget removes e from the memory, if it is still there, and uncounts its data.
+func (c *idemCache) forget(e *idemEntry) {
 	if c.m[e.key] == e {
 		delete(c.m, e.key)
 	}
+	c.readBytes -= e.size
+	e.size = 0
 }
 
 // finish records e's outcome, or forgets e when the outcome is not cacheable, and returns the
@@ -94,11 +125,20 @@ func (c *idemCache) finish(e *idemEntry, res outcome, now time.Time) []*request 
 	if e.done {
 		return waiters
 	}
-	if res.cacheable() {
-		e.done, e.res, e.expires = true, res, now.Add(c.ttl)
-		c.done = append(c.done, e)
-	} else if c.m[e.key] == e {
-		delete(c.m, e.key)
+	size := len(res.data)
+	if !res.cacheable() || (e.effectFree && size > maxRememberedReadBytes) {
+		c.forget(e)
+		return waiters
+	}
+	e.done, e.res, e.expires = true, res, now.Add(c.ttl)
+	c.done = append(c.done, e)
+	if e.effectFree && size > 0 {
+		for len(c.reads) > 0 && c.readBytes+size > maxRememberedReadBytes {
+			c.popRead()
+		}
+		e.size = size
+		c.readBytes += size
+		c.reads = append(c.reads, e)
 	}
 	return waiters
 }

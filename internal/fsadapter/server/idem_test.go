@@ -67,3 +67,50 @@ func TestIdemCacheEviction(t *testing.T) {
 		t.Fatalf("%d finished entries still queued", len(c.done))
 	}
 }
+
+// TestIdemCacheReadBytes: the data of remembered effect-free outcomes stays within
+// maxRememberedReadBytes, the oldest forgotten first; writes are never forgotten for it; an
+// effect-free outcome larger than the whole bound is not remembered.
+func TestIdemCacheReadBytes(t *testing.T) {
+	c := newIdemCache(tooladapter.Limits{MaxIdempotencyKeys: 100, IdempotencyTtlMs: 60000})
+	now := time.Now()
+	quarter := make([]byte, maxRememberedReadBytes/4)
+	finish := func(key string, effectFree bool, data []byte) {
+		t.Helper()
+		e, ok := c.add(key, [32]byte{}, now)
+		if !ok {
+			t.Fatalf("add %s refused", key)
+		}
+		e.effectFree = effectFree
+		c.finish(e, outcome{data: data}, now)
+	}
+	remembered := func(key string) bool { return c.lookup(key, now) != nil }
+	finish("w1", false, []byte(`{"created":true}`))
+	for _, k := range []string{"r1", "r2", "r3", "r4"} {
+		finish(k, true, quarter)
+	}
+	finish("w2", false, []byte(`{"created":false}`))
+	if c.readBytes != maxRememberedReadBytes || !remembered("r1") {
+		t.Fatalf("four quarters: %d bytes counted, r1 remembered %v", c.readBytes, remembered("r1"))
+	}
+	finish("r5", true, quarter)
+	if remembered("r1") || !remembered("r2") || !remembered("r5") || !remembered("w1") || !remembered("w2") {
+		t.Fatal("a fifth quarter did not forget exactly the oldest read")
+	}
+	if c.readBytes != maxRememberedReadBytes {
+		t.Fatalf("%d bytes counted", c.readBytes)
+	}
+	finish("huge", true, make([]byte, maxRememberedReadBytes+1))
+	if remembered("huge") || !remembered("r2") {
+		t.Fatal("an outcome larger than the bound was remembered, or made room for itself")
+	}
+	// Forgetting by expiry uncounts the data too.
+	for _, k := range []string{"r2", "r3", "r4", "r5"} {
+		if c.lookup(k, now.Add(time.Hour)) != nil {
+			t.Fatalf("%s outlived its ttl", k)
+		}
+	}
+	if c.readBytes != 0 {
+		t.Fatalf("%d bytes counted after every read expired", c.readBytes)
+	}
+}
