@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/expiry"
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -79,9 +80,8 @@ type request struct {
 	state    reqState
 	entry    *idemEntry
 	admitted time.Time
-	// older and newer link the requests with a deadline (queued and active) in admission
-	// order, which is deadline order; see conn.live.
-	older, newer *request
+	// live links a queued or active request into its connection's clock.
+	live expiry.Entry[*request]
 }
 
 // errTimedOut is the cause with which the connection's clock cancels a request whose
@@ -97,9 +97,8 @@ var errTimedOut = context.DeadlineExceeded
 // else running is run by the reader goroutine itself (see inline). Writes are serialized by
 // writeMu; a write that the socket does not take at once gets a deadline.
 //
-// One timer per connection, the clock, enforces requestTimeoutMs (see link and tick) rather
-// than one per request: arming a timer that becomes the earliest wakes the runtime's poller
-// thread, which on an idle machine cost as much as the rest of a small request.
+// One timer per connection, the clock, enforces requestTimeoutMs rather than one per request
+// (see package expiry).
 type conn struct {
 	s      *Server
 	g      *grant
@@ -130,13 +129,9 @@ type conn struct {
 	// guarded by g.mu:
 	reqs   map[string]*request // queued, active and joined, by request id
 	queue  []*request
-	active int // requests running, or handed to a worker
-	idle   int // workers without a request; workers = active + idle
-	// live and liveTail are the oldest and newest request with a deadline; clock fires no
-	// later than the oldest one's deadline while clockSet (see link).
-	live, liveTail *request
-	clock          *time.Timer
-	clockSet       bool
+	active int                     // requests running, or handed to a worker
+	idle   int                     // workers without a request; workers = active + idle
+	clock  *expiry.Queue[*request] // the queued and active requests
 }
 
 // serveConn handles one accepted serving connection from bind to close.
@@ -155,6 +150,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 	if g != nil {
 		c = &conn{s: s, g: g, nc: nc, br: br, maxOut: int(g.limits.MaxResponseBytes), head: resultHead(g.identity),
 			ready: make(chan *request, g.limits.MaxConcurrentRequests), reqs: make(map[string]*request)}
+		c.clock = expiry.New[*request](time.Duration(g.limits.RequestTimeoutMs)*time.Millisecond, c.tick)
 		c.ctx, c.cancel = context.WithCancel(context.Background())
 		c.attempt = c.writeSome
 		if c.raw, err = nc.SyscallConn(); err != nil {
@@ -274,9 +270,7 @@ func (c *conn) end() {
 	_ = c.nc.Close()
 	c.wg.Wait()
 	c.g.mu.Lock()
-	if c.clock != nil {
-		c.clock.Stop()
-	}
+	c.clock.Stop()
 	if c.g.conn == c {
 		c.g.conn = nil
 	}
@@ -601,7 +595,7 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 	e.effectFree = effectFree(r.op)
 	r.entry, r.admitted = e, now
 	r.ctx, r.cancel = context.WithCancelCause(c.ctx)
-	c.link(r)
+	c.clock.Push(&r.live, r, now)
 	c.reqs[r.id] = r
 	if c.active == 0 && len(c.queue) == 0 && c.br.Buffered() == 0 && inline(r.args) {
 		c.active++
@@ -657,66 +651,13 @@ func inline(args any) bool {
 // inlineReadBytes is the largest fs.read the reader goroutine runs itself (see inline).
 const inlineReadBytes = 64 << 10
 
-// link appends the admitted r to the live requests and makes sure the clock fires by its
-// deadline. A set clock fires no later than the deadline of an older request (or of one that
-// has ended since), which is no later than r's, so it is left alone: requests that succeed each
-// other touch the timer once per requestTimeoutMs at most. g.mu is held.
-func (c *conn) link(r *request) {
-	r.older = c.liveTail
-	if c.liveTail == nil {
-		c.live = r
-	} else {
-		c.liveTail.newer = r
-	}
-	c.liveTail = r
-	if c.clockSet {
-		return
-	}
-	c.clockSet = true
-	wait := time.Duration(c.g.limits.RequestTimeoutMs) * time.Millisecond
-	if c.clock == nil {
-		c.clock = time.AfterFunc(wait, c.tick)
-	} else {
-		c.clock.Reset(wait)
-	}
-}
-
-// unlink removes r from the live requests, if it is there. g.mu is held.
-func (c *conn) unlink(r *request) {
-	if r.older == nil && r.newer == nil && c.live != r {
-		return
-	}
-	if r.older == nil {
-		c.live = r.newer
-	} else {
-		r.older.newer = r.newer
-	}
-	if r.newer == nil {
-		c.liveTail = r.older
-	} else {
-		r.newer.older = r.older
-	}
-	r.older, r.newer = nil, nil
-}
-
-// tick runs when the clock fires: every live request whose deadline has passed is cancelled
-// with errTimedOut, oldest first (its worker answers request_timeout; a queued one when a
-// worker takes it), and the clock is set again for the oldest request left.
+// tick runs when the clock fires: every request whose requestTimeoutMs has passed since its
+// admission is cancelled with errTimedOut (its worker answers request_timeout; a queued one
+// when a worker takes it).
 func (c *conn) tick() {
-	g := c.g
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	c.clockSet = false
-	timeout := time.Duration(g.limits.RequestTimeoutMs) * time.Millisecond
-	now := time.Now()
-	for r := c.live; r != nil && !now.Before(r.admitted.Add(timeout)); r = c.live {
-		c.unlink(r)
-		r.cancel(errTimedOut)
-	}
-	if r := c.live; r != nil {
-		c.clockSet = true
-		c.clock.Reset(r.admitted.Add(timeout).Sub(now))
-	}
+	c.g.mu.Lock()
+	defer c.g.mu.Unlock()
+	c.clock.Expire(time.Now(), func(r *request) { r.cancel(errTimedOut) })
 }
 
 func (c *conn) violation(reason string) bool {
@@ -923,7 +864,7 @@ func (c *conn) complete(r *request, res outcome, worker bool) *request {
 	g := c.g
 	g.mu.Lock()
 	r.cancel(nil)
-	c.unlink(r)
+	c.clock.Remove(&r.live)
 	r.state = reqDone
 	delete(c.reqs, r.id)
 	kept := res // remembered and replayed without r's own frame
@@ -1015,7 +956,7 @@ func (c *conn) abort(f *tooladapter.Frame) {
 			r.cancel(nil) // the worker answers it
 		case reqQueued:
 			r.cancel(nil)
-			c.unlink(r)
+			c.clock.Remove(&r.live)
 			r.state = reqDone
 			c.queue = slices.DeleteFunc(c.queue, func(x *request) bool { return x == r })
 			delete(c.reqs, r.id)
