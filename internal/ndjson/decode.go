@@ -86,7 +86,16 @@ const MaxDepth = 10_000
 // Syntax comes first: a malformed value is refused as malformed (ReasonSyntax) whatever its
 // first part holds, exactly when json.Valid refuses it. Decode does not check UTF-8; the
 // Reader refuses lines that are not UTF-8 before they get here.
-func Decode(data []byte, v any, mode Mode) error {
+func Decode(data []byte, v any, mode Mode) error { return decode(data, v, mode, false) }
+
+// DecodeAliased is Decode, except that when v is a struct of json.RawMessage members only
+// (which Decode fills from the walk, without encoding/json), the members are slices of data
+// itself instead of a private copy of it. That saves copying the whole line, most of the cost
+// of a large frame, but the members are valid only as long as data is. For any other target it
+// is Decode.
+func DecodeAliased(data []byte, v any, mode Mode) error { return decode(data, v, mode, true) }
+
+func decode(data []byte, v any, mode Mode, alias bool) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return fmt.Errorf("ndjson: Decode needs a non-nil pointer, got %T", v)
@@ -100,6 +109,9 @@ func Decode(data []byte, v any, mode Mode) error {
 		return err
 	}
 	if ti.rawStruct {
+		if !alias {
+			data = bytes.Clone(data)
+		}
 		fillRaw(rv.Elem(), data, w.spans[:len(ti.index)])
 		return nil
 	}
@@ -484,7 +496,9 @@ func stringSpecials(x uint64) uint64 {
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	q := x ^ (lo * '"')
 	bs := x ^ (lo * '\\')
-	return ((q-lo)&^q | (bs-lo)&^bs | (x-lo*0x20)&^x) & hi
+	// This is ((q-lo)&^q | (bs-lo)&^bs | (x-lo*0x20)&^x) & hi, the three zero-byte tests,
+	// with one mask instead of three: '"' and '\\' have no high bit, so q and bs have x's.
+	return ((q - lo) | (bs - lo) | (x - lo*0x20)) &^ x & hi
 }
 
 func isHex4(b []byte) bool {
@@ -531,6 +545,7 @@ func (w *walker) object(t *typeInfo, depth int) {
 	// field index instead (maxRawFields ≤ 32).
 	rawTop := w.raw != nil && fields == w.raw && depth == 1
 	var rawSeen uint32
+	nextRaw := 0         // the raw struct's field after the last one named
 	var seenMarks uint64 // the marks of the names in seen
 	for {
 		w.skipSpace()
@@ -546,9 +561,12 @@ func (w *walker) object(t *typeInfo, depth int) {
 		var fd field
 		var known bool
 		if fields != nil && w.err == nil {
-			if k.plain {
+			switch {
+			case rawTop && k.plain:
+				fd, known = fields.rawField(k.raw, &nextRaw)
+			case k.plain:
 				fd, known = fields.fields[string(k.raw)]
-			} else {
+			default:
 				fd, known = fields.fields[k.decoded]
 			}
 		}
@@ -684,12 +702,14 @@ type typeInfo struct {
 	shape int
 	// rawStruct marks a struct whose members are all json.RawMessage: Decode fills it from
 	// the spans the walk found, without a second parse by encoding/json.
-	rawStruct bool
-	index     map[string]int   // rawStruct: member name → field index
-	name      string           // for "expected …" messages
-	fields    map[string]field // shapeObject: declared member names
-	names     []string         // shapeObject: the same names, for case-folding checks
-	elem      *typeInfo        // shapeMap, shapeArray
+	rawStruct  bool
+	index      map[string]int   // rawStruct: member name → field index
+	order      []string         // rawStruct: member names by field index
+	orderField []field          // rawStruct: fields by field index
+	name       string           // for "expected …" messages
+	fields     map[string]field // shapeObject: declared member names
+	names      []string         // shapeObject: the same names, for case-folding checks
+	elem       *typeInfo        // shapeMap, shapeArray
 }
 
 // field is a declared member: its type, and for a member of the struct itself (not of an
@@ -697,6 +717,21 @@ type typeInfo struct {
 type field struct {
 	t     *typeInfo
 	index int
+}
+
+// rawField is fields[name] for a raw struct. Peers write a message's members in the order of
+// its fields, skipping absent ones, so the names from *next on are compared first, which is
+// cheaper than hashing the name; *next moves past a match. A name out of that order falls back
+// to the map.
+func (ti *typeInfo) rawField(name []byte, next *int) (field, bool) {
+	for i := *next; i < len(ti.order); i++ {
+		if ti.order[i] == string(name) {
+			*next = i + 1
+			return ti.orderField[i], true
+		}
+	}
+	fd, ok := ti.fields[string(name)]
+	return fd, ok
 }
 
 // hasFold reports whether key matches a declared name under Unicode simple case folding, the
@@ -741,6 +776,12 @@ func buildInfo(t reflect.Type, building map[reflect.Type]*typeInfo) *typeInfo {
 		collectFields(t, ti, building)
 		ti.index = rawStructIndex(t)
 		ti.rawStruct = ti.index != nil
+		if ti.rawStruct {
+			ti.order, ti.orderField = make([]string, len(ti.index)), make([]field, len(ti.index))
+			for name, i := range ti.index {
+				ti.order[i], ti.orderField[i] = name, ti.fields[name]
+			}
+		}
 	case t.Kind() == reflect.Map:
 		ti.shape, ti.name = shapeMap, "an object"
 		ti.elem = buildInfo(t.Elem(), building)
@@ -810,15 +851,13 @@ func rawStructIndex(t reflect.Type) map[string]int {
 	return index
 }
 
-// fillRaw sets the members of a raw struct from their spans in data. The members share one
-// copy of data, so they stay valid after the caller reuses its buffer.
+// fillRaw sets the members of a raw struct from their spans in data, which they share: Decode
+// passes its own copy, so that they stay valid after the caller reuses its buffer.
 func fillRaw(v reflect.Value, data []byte, spans [][2]int) {
 	v.SetZero()
-	own := make([]byte, len(data))
-	copy(own, data)
 	for i, sp := range spans {
 		if sp[1] > 0 {
-			v.Field(i).SetBytes(own[sp[0]:sp[1]:sp[1]])
+			v.Field(i).SetBytes(data[sp[0]:sp[1]:sp[1]])
 		}
 	}
 }

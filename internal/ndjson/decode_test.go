@@ -422,6 +422,12 @@ func TestDecodeRawStructDuplicates(t *testing.T) {
 		{"unknown name twice, open", `{"a":1,"x":1,"x":2}`, Open, ReasonDuplicateKey},
 		{"unknown name once, open", `{"x":1,"a":1,"b":2}`, Open, ""},
 		{"case variant", `{"a":1,"A":2}`, Open, ReasonCaseVariant},
+		// Members are looked up in field order first (rawField); any other order must give
+		// the same answers.
+		{"reverse order", `{"b":2,"a":1}`, Closed, ""},
+		{"same name twice, out of order", `{"b":2,"a":1,"b":3}`, Closed, ReasonDuplicateKey},
+		{"same name twice, in order", `{"a":1,"a":3}`, Closed, ReasonDuplicateKey},
+		{"unknown name, closed", `{"a":1,"c":2}`, Closed, ReasonUnknownField},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -438,5 +444,39 @@ func TestDecodeRawStructDuplicates(t *testing.T) {
 				t.Errorf("a = %s, want 1", v.A)
 			}
 		})
+	}
+}
+
+// TestDecodeAliased checks that DecodeAliased fills a raw struct with slices of the input, and
+// that Decode does not: a caller that reuses its buffer after Decode must keep its members.
+func TestDecodeAliased(t *testing.T) {
+	type raw struct {
+		A json.RawMessage `json:"a"`
+		B json.RawMessage `json:"b"`
+	}
+	in := []byte(`{"a":"xy","b":[1,2]}`)
+	var copied, aliased raw
+	if err := Decode(in, &copied, Closed); err != nil {
+		t.Fatal(err)
+	}
+	if err := DecodeAliased(in, &aliased, Closed); err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		in[i] = ' '
+	}
+	if string(copied.A) != `"xy"` || string(copied.B) != `[1,2]` {
+		t.Errorf("Decode members changed with the input: %s %s", copied.A, copied.B)
+	}
+	if string(aliased.A) != `    ` || string(aliased.B) != `     ` {
+		t.Errorf("DecodeAliased members are not slices of the input: %q %q", aliased.A, aliased.B)
+	}
+	// Refusals are Decode's.
+	for _, bad := range []string{`{"a":1,"a":2}`, `{"c":1}`, `{"a":`} {
+		err1 := Decode([]byte(bad), &raw{}, Closed)
+		err2 := DecodeAliased([]byte(bad), &raw{}, Closed)
+		if err1 == nil || err2 == nil || err1.Error() != err2.Error() {
+			t.Errorf("%s: Decode %v, DecodeAliased %v", bad, err1, err2)
+		}
 	}
 }

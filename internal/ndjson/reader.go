@@ -56,9 +56,14 @@ func (e *FrameError) Error() string {
 //
 // A Reader is not safe for concurrent use.
 type Reader struct {
-	br   *bufio.Reader
-	max  int
+	br  *bufio.Reader
+	max int
+	// line assembles a line longer than the read buffer. From MinPooledBytes up it comes from
+	// the buffer pool and goes back at the next call, so that a reader between long lines
+	// holds no large buffer; hint is the length of the last such line, the likely size of the
+	// next one, so that it is assembled without regrowing.
 	line []byte
+	hint int
 }
 
 // NewReader returns a Reader whose lines hold at most maxLineBytes bytes, not counting the LF and
@@ -97,13 +102,23 @@ func (r *Reader) Next() ([]byte, error) {
 }
 
 func (r *Reader) readLine() ([]byte, error) {
+	if cap(r.line) >= MinPooledBytes {
+		PutBuffer(r.line) // the caller is done with the last line
+		r.line = nil
+	}
 	r.line = r.line[:0]
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		switch {
 		case err == nil:
-			r.line = append(r.line, chunk[:len(chunk)-1]...)
-			line := r.line
+			line := chunk[:len(chunk)-1]
+			if len(r.line) > 0 {
+				// The line began in earlier reads; a line within the read buffer, nearly
+				// every line, is returned from it without a copy.
+				r.line = r.appendLine(line)
+				line = r.line
+				r.hint = len(line)
+			}
 			if n := len(line); n > 0 && line[n-1] == '\r' {
 				line = line[:n-1]
 			}
@@ -112,7 +127,7 @@ func (r *Reader) readLine() ([]byte, error) {
 			}
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
-			r.line = append(r.line, chunk...)
+			r.line = r.appendLine(chunk)
 			// One extra byte may be the CR of a CRLF terminator.
 			if len(r.line) > r.max+1 {
 				return nil, r.discard(int64(len(r.line)))
@@ -126,6 +141,20 @@ func (r *Reader) readLine() ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// appendLine appends chunk to r.line, growing it through the buffer pool: a long line is
+// assembled in a buffer of the last long line's size, and grows, if it must, by doubling.
+func (r *Reader) appendLine(chunk []byte) []byte {
+	if need := len(r.line) + len(chunk); need > cap(r.line) {
+		nb := GetBuffer(max(need, 2*cap(r.line), r.hint))
+		nb = append(nb, r.line...)
+		if cap(r.line) >= MinPooledBytes {
+			PutBuffer(r.line)
+		}
+		r.line = nb
+	}
+	return append(r.line, chunk...)
 }
 
 // discard skips the rest of an oversized line, counting its bytes up to a bound.
