@@ -22,12 +22,19 @@ type invokeToolRaw struct {
 // (TestDecodeInvokeToolPayload, FuzzDecodeInvokeToolPayload). A well-typed payload, the usual
 // case, costs one walk; anything else goes through DecodePayload, which names the failure.
 func DecodeInvokeToolPayload(cmd *Command) (*InvokeToolPayload, *Error) {
-	var r invokeToolRaw
-	if ndjson.Decode(cmd.Payload, &r, ndjson.Closed) == nil {
+	// The payload and its raw members share one allocation. cmd.Payload is the command's own
+	// copy and never changes, so the members, and Arguments, may be slices of it.
+	st := &struct {
+		p InvokeToolPayload
+		r invokeToolRaw
+	}{}
+	r := &st.r
+	if ndjson.DecodeAliased(cmd.Payload, r, ndjson.Closed) == nil {
 		id, okID := plainRawString(r.ToolCallID)
 		op, okOp := plainRawString(r.Operation)
 		if okID && okOp {
-			return &InvokeToolPayload{ToolCallID: id, Operation: op, Arguments: r.Arguments}, nil
+			st.p = InvokeToolPayload{ToolCallID: id, Operation: op, Arguments: r.Arguments}
+			return &st.p, nil
 		}
 	}
 	var p InvokeToolPayload

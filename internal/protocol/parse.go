@@ -60,8 +60,15 @@ func FrameError(err error) *ParseError {
 // newer minor version can add some; duplicated members and members that differ only in case
 // from a known one are not. The payload is only checked to be an object here.
 func ParseCommand(line []byte) (*Command, *ParseError) {
-	var w wireCommand
-	if err := ndjson.Decode(line, &w, ndjson.Open); err != nil {
+	// The command and its raw members share one allocation. The members are slices of line
+	// (ndjson.DecodeAliased): each is converted to the command's own value below, and only the
+	// payload, which the command keeps as it is, is copied.
+	st := &struct {
+		cmd Command
+		w   wireCommand
+	}{}
+	w := &st.w
+	if err := ndjson.DecodeAliased(line, w, ndjson.Open); err != nil {
 		var de *ndjson.DecodeError
 		if errors.As(err, &de) && de.Reason == ndjson.ReasonSyntax {
 			return nil, &ParseError{Error: Errorf(CodeInvalidJSON, "line is not valid JSON"), Version: Version1, Close: true}
@@ -78,13 +85,13 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 		return nil, pe
 	}
 
-	cmd := &Command{}
+	cmd := &st.cmd
 	fail := func(e *Error) (*Command, *ParseError) {
 		return nil, &ParseError{Error: e, Version: cmd.Version.Raw, RequestID: cmd.RequestID}
 	}
 
 	// The version decides how everything else is read, so it comes first.
-	vs, ok := rawString(w.ProtocolVersion)
+	vs, ok := rawVersion(w.ProtocolVersion)
 	v, vok := ParseVersion(vs)
 	if !ok || !vok {
 		e := Errorf(CodeInvalidProtocolVersion, "protocolVersion must be a string of the form <major>.<minor>")
@@ -100,11 +107,10 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 		return c, pe
 	}
 
-	rid, ok := rawString(w.RequestID)
-	if !ok || !validIdentifier(rid, MaxRequestIDLen) {
+	// echoRequestID has read it: it returns the requestId exactly when it is valid.
+	if cmd.RequestID == "" {
 		return fail(invalidField("requestId", "must be a string of 1 to %d characters without control characters", MaxRequestIDLen))
 	}
-	cmd.RequestID = rid
 
 	op, ok := rawOperation(w.Operation)
 	if !ok || op == "" || utf8.RuneCountInString(op) > MaxOperationLen {
@@ -144,7 +150,7 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	if len(w.Payload) == 0 || w.Payload[0] != '{' {
 		return fail(invalidField("payload", "must be an object"))
 	}
-	cmd.Payload = w.Payload
+	cmd.Payload = bytes.Clone(w.Payload)
 	return cmd, nil
 }
 
@@ -281,6 +287,18 @@ func rawOperation(raw json.RawMessage) (string, bool) {
 		if spec, ok := operationNames[string(raw[1:len(raw)-1])]; ok {
 			return spec, true
 		}
+	}
+	return rawString(raw)
+}
+
+// rawVersion reads the protocolVersion member, returning a constant for the versions this host
+// speaks so that the common case allocates nothing.
+func rawVersion(raw json.RawMessage) (string, bool) {
+	switch string(raw) {
+	case `"` + Version1 + `"`:
+		return Version1, true
+	case `"` + Version2 + `"`:
+		return Version2, true
 	}
 	return rawString(raw)
 }

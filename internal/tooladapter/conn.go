@@ -286,11 +286,15 @@ func (c *Conn) readError(err error) *protocol.Error {
 // inbound checks one line from the adapter: the handle must not appear in it (checked on the
 // raw bytes, before anything parses them), it must decode as a frame, and it must carry this
 // binding's identity.
+//
+// The frame's Data is a slice of line, not a copy: line is the reader's buffer, valid until the
+// next read, and a result's done runs on the reader before that (see Start), so the up to
+// several MiB of a result are not copied once more on their way to the caller.
 func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
 	if reflectsHandleAt(line, c.secret, c.rare) {
 		return nil, protocol.Retryable(CodeSecretReflected, "tool adapter reflected the capability handle")
 	}
-	f, e := DecodeFrame(line)
+	f, e := decodeFrame(line, true)
 	if e != nil {
 		e.Retryable = true
 		return nil, e
@@ -571,6 +575,7 @@ func (c *Conn) unlock() {
 		next := cl.next
 		cl.next = nil
 		cl.done(cl.data, cl.err)
+		cl.data = nil // a slice of the reader's buffer (see Start): do not keep it alive
 		if cl.stopCtx != nil {
 			cl.stopCtx()
 		}
@@ -641,7 +646,14 @@ func (c *Conn) pump(now time.Time) bool {
 	moved := false
 	for c.state == stateOpen && int64(len(c.active)) < c.d.Limits.MaxConcurrentRequests && len(c.queue) > 0 {
 		cl := c.queue[0]
-		c.queue = c.queue[1:]
+		c.queue[0] = nil
+		if len(c.queue) == 1 {
+			// Emptied, it starts again at the front of its array: the common queue of one
+			// then never reallocates, as one that only ever moved forward would.
+			c.queue = c.queue[:0]
+		} else {
+			c.queue = c.queue[1:]
+		}
 		cl.state = callActive
 		c.active[cl.id] = cl
 		c.outbox = append(c.outbox, cl)
@@ -683,7 +695,7 @@ func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessa
 	var e *protocol.Error
 	ended := make(chan struct{})
 	c.Start(ctx, op, key, payload, func(d json.RawMessage, err *protocol.Error) {
-		data, e = d, err
+		data, e = bytes.Clone(d), err // d is valid only until this function returns
 		close(ended)
 	})
 	<-ended
@@ -698,6 +710,10 @@ func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessa
 // is held then, but the reader waits for done to return, so done must not block, nor wait for
 // Close or for another request of c; and since Close may run it, Close must not be called with a
 // lock that done takes.
+//
+// The data done receives is valid only until done returns: it is a slice of the reader's line
+// buffer, which the next frame reuses, so that a result of several MiB is not copied before the
+// caller copies it into its own output. A caller that keeps it must copy it, as Invoke does.
 //
 // Start writes a small invoke frame itself when nothing else is waiting to be written, with one
 // non-blocking write; it never waits for the socket.
@@ -753,7 +769,7 @@ func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMess
 		}
 	}
 	id := newRequestID()
-	frame, err := c.invokes.encode(id, key, op, payload)
+	frame, err := c.invokes.encodeWalked(id, key, op, payload) // payloadPath walked it
 	if err != nil {
 		return nil, protocol.Errorf(CodeRequestInvalid, "invoke frame is not serializable")
 	}
@@ -986,7 +1002,10 @@ func (c *Conn) Incarnation() Binding { return c.d.Incarnation() }
 // "tool-" + hex(sha256(operation + "\x00" + toolCallID)). A retry of the same call gets the
 // same key, so the adapter can deduplicate it.
 func IdempotencyKey(operation, toolCallID string) string {
-	sum := sha256.Sum256([]byte(operation + "\x00" + toolCallID))
+	// The input is assembled on the stack when it fits, as it nearly always does.
+	var buf [256]byte
+	in := append(append(append(buf[:0], operation...), 0), toolCallID...)
+	sum := sha256.Sum256(in)
 	var key [len("tool-") + 2*sha256.Size]byte
 	copy(key[:], "tool-")
 	hex.Encode(key[len("tool-"):], sum[:])

@@ -162,17 +162,30 @@ func frameError(field, format string, args ...any) *protocol.Error {
 //
 // DecodeFrame checks the frame alone. Whether its kind may arrive, and whether its identity is
 // the expected one, is the receiver's business.
-func DecodeFrame(line []byte) (*Frame, *protocol.Error) {
-	var r rawFrame
-	if err := ndjson.Decode(line, &r, ndjson.Closed); err != nil {
+func DecodeFrame(line []byte) (*Frame, *protocol.Error) { return decodeFrame(line, false) }
+
+// decodeFrame is DecodeFrame; with alias set, the frame's Payload and Data are slices of line
+// instead of a copy, valid only as long as line is (see Conn.inbound).
+func decodeFrame(line []byte, alias bool) (*Frame, *protocol.Error) {
+	// The frame and every stage of its decoding share one allocation.
+	d := &struct {
+		f  Frame
+		r  rawFrame
+		st wireStorage
+	}{}
+	decode := ndjson.Decode
+	if alias {
+		decode = ndjson.DecodeAliased
+	}
+	if err := decode(line, &d.r, ndjson.Closed); err != nil {
 		return nil, decodeFrameError(err, "")
 	}
-	w, e := r.wire()
+	w, e := d.r.wire(&d.st)
 	if e != nil {
 		return nil, e
 	}
-	f, e := w.toFrame()
-	if e != nil {
+	f := &d.f
+	if e := w.toFrame(f); e != nil {
 		return nil, e
 	}
 	if e := f.check(true); e != nil {
@@ -222,15 +235,18 @@ type rawFrame struct {
 	Aborted          json.RawMessage `json:"aborted"`
 }
 
-func (r *rawFrame) wire() (*wireFrame, *protocol.Error) {
-	// The frame and the values its pointers refer to share one allocation, and the plain
-	// strings, nearly all of them, share another.
-	st := &struct {
-		w    wireFrame
-		strs [11]string
-		gen  int64
-		bits [2]bool
-	}{}
+// wireStorage holds a wireFrame and the values its pointers refer to, so that they take no
+// allocation of their own.
+type wireStorage struct {
+	w    wireFrame
+	strs [11]string
+	gen  int64
+	bits [2]bool
+}
+
+// wire converts r into st's wireFrame. The plain strings, nearly all of them, share one
+// allocation.
+func (r *rawFrame) wire(st *wireStorage) (*wireFrame, *protocol.Error) {
 	w := &st.w
 	members := [len(st.strs)]struct {
 		raw  json.RawMessage
@@ -356,19 +372,20 @@ func rawString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
-func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
+// toFrame checks the member set of w against its kind and fills f, a zero Frame, from it.
+func (w *wireFrame) toFrame(f *Frame) *protocol.Error {
 	switch {
 	case w.ProtocolVersion == nil:
-		return nil, frameError("protocolVersion", "frame member protocolVersion is required")
+		return frameError("protocolVersion", "frame member protocolVersion is required")
 	case *w.ProtocolVersion != ProtocolVersion:
-		return nil, frameError("protocolVersion", "frame protocol version must be %q", ProtocolVersion)
+		return frameError("protocolVersion", "frame protocol version must be %q", ProtocolVersion)
 	case w.Kind == nil:
-		return nil, frameError("kind", "frame member kind is required")
+		return frameError("kind", "frame member kind is required")
 	}
 	kind := Kind(*w.Kind)
 	spec, ok := kindMembers[kind]
 	if !ok {
-		return nil, frameError("kind", "unknown frame kind")
+		return frameError("kind", "unknown frame kind")
 	}
 	for _, m := range []struct {
 		name string
@@ -379,7 +396,7 @@ func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
 		{"generation", w.Generation != nil},
 	} {
 		if !m.ok {
-			return nil, frameError(m.name, "frame member %s is required", m.name)
+			return frameError(m.name, "frame member %s is required", m.name)
 		}
 	}
 	present := []struct {
@@ -397,19 +414,19 @@ func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
 	for _, p := range present {
 		switch {
 		case p.ok && (spec.required|spec.optional)&p.m == 0:
-			return nil, frameError(p.name, "member %s is not allowed in a %s frame", p.name, kind)
+			return frameError(p.name, "member %s is not allowed in a %s frame", p.name, kind)
 		case !p.ok && spec.required&p.m != 0:
-			return nil, frameError(p.name, "member %s is required in a %s frame", p.name, kind)
+			return frameError(p.name, "member %s is required in a %s frame", p.name, kind)
 		}
 	}
-	f := &Frame{Kind: kind, Identity: Identity{
+	f.Kind, f.Identity = kind, Identity{
 		AdapterID: *w.AdapterID, AdapterVersion: *w.AdapterVersion,
 		HostInstanceID: *w.HostInstanceID, SessionID: *w.SessionID, Generation: *w.Generation,
-	}}
+	}
 	if w.CapabilityHandle != nil {
 		f.CapabilityHandle = Handle{v: *w.CapabilityHandle}
 		if f.CapabilityHandle.IsZero() {
-			return nil, frameError("capabilityHandle", "capabilityHandle is invalid")
+			return frameError("capabilityHandle", "capabilityHandle is invalid")
 		}
 	}
 	if w.Operations != nil {
@@ -421,7 +438,7 @@ func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
 	if w.Limits != nil {
 		l, e := w.Limits.toLimits("limits.")
 		if e != nil {
-			return nil, frameError(e.Details[DetailField].(string), "frame limits are invalid")
+			return frameError(e.Details[DetailField].(string), "frame limits are invalid")
 		}
 		f.Limits = &l
 	}
@@ -444,15 +461,15 @@ func (w *wireFrame) toFrame() (*Frame, *protocol.Error) {
 		eb := w.Error
 		switch {
 		case eb.Code == nil:
-			return nil, frameError("error.code", "error member code is required")
+			return frameError("error.code", "error member code is required")
 		case eb.Message == nil:
-			return nil, frameError("error.message", "error member message is required")
+			return frameError("error.message", "error member message is required")
 		case eb.Retryable == nil:
-			return nil, frameError("error.retryable", "error member retryable is required")
+			return frameError("error.retryable", "error member retryable is required")
 		}
 		f.Error = &ErrorBody{Code: *eb.Code, Message: *eb.Message, Retryable: *eb.Retryable}
 	}
-	return f, nil
+	return nil
 }
 
 // validate checks the values of a frame whose member set is already right for its kind.
@@ -637,6 +654,17 @@ func newInvokeEncoder(id Identity) *invokeEncoder {
 
 // encode returns the invoke frame line, LF included.
 func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
+	return e.encodePayload(requestID, key, op, payload, false)
+}
+
+// encodeWalked is encode for a payload the strict decoder has walked whole (ValidatePayload
+// does), which is known to be one well-formed value: its whitespace is found with the cheap
+// scan of compactWalked instead of a second walk.
+func (e *invokeEncoder) encodeWalked(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
+	return e.encodePayload(requestID, key, op, payload, true)
+}
+
+func (e *invokeEncoder) encodePayload(requestID, key, op string, payload json.RawMessage, walked bool) ([]byte, error) {
 	if e.prefix == nil || payload == nil || !plainJSON(requestID) || !plainJSON(key) || !plainJSON(op) {
 		return marshalFrame(&Frame{Kind: KindInvoke, Identity: e.id, RequestID: requestID, IdempotencyKey: key, Operation: op, Payload: payload})
 	}
@@ -651,9 +679,13 @@ func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessag
 	b = append(b, `","payload":`...)
 	// encoding/json writes a json.RawMessage compacted, and without HTML escaping (as
 	// ndjson.Marshal sets it) exactly as json.Compact does, which ndjson.AppendCompact does.
-	b, err := ndjson.AppendCompact(b, payload)
-	if err != nil {
-		return nil, err
+	if walked {
+		b = append(b, compactWalked(payload)...)
+	} else {
+		var err error
+		if b, err = ndjson.AppendCompact(b, payload); err != nil {
+			return nil, err
+		}
 	}
 	return append(b, '}', '\n'), nil
 }

@@ -475,7 +475,8 @@ func decodeFlat(code, what string, raw json.RawMessage, v any) *protocol.Error {
 
 // decodeMirror fills v, a pointer to a flat shape, when raw is a closed object of that shape
 // whose every member has the JSON type of its field. It reports false, leaving v in any state,
-// for everything else.
+// for everything else. The raw mirror is decoded in place (ndjson.DecodeAliased): its members
+// are converted to v's strings and numbers before it goes, so they need no copy of raw.
 func decodeMirror(raw json.RawMessage, v any) bool {
 	ok := true
 	str := func(m json.RawMessage) *string {
@@ -506,56 +507,56 @@ func decodeMirror(raw json.RawMessage, v any) bool {
 	switch v := v.(type) {
 	case *listPayload:
 		var r listPayloadRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = listPayload{Path: str(r.Path), MaxEntries: num(r.MaxEntries)}
 	case *statPayload:
 		var r statPayloadRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = statPayload{Path: str(r.Path)}
 	case *readPayload:
 		var r readPayloadRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = readPayload{Path: str(r.Path), Offset: num(r.Offset), MaxBytes: num(r.MaxBytes)}
 	case *searchPayload:
 		var r searchPayloadRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = searchPayload{Path: str(r.Path), Query: str(r.Query), MaxResults: num(r.MaxResults)}
 	case *writePayload:
 		var r writePayloadRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = writePayload{Path: str(r.Path), Content: str(r.Content), Create: boolean(r.Create),
 			Overwrite: boolean(r.Overwrite), ExpectedDigest: str(r.ExpectedDigest)}
 	case *statResult:
 		var r statResultRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = statResult{Type: str(r.Type), Size: num(r.Size), ModifiedAt: str(r.ModifiedAt)}
 	case *readResult:
 		var r readResultRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = readResult{Content: str(r.Content), BytesRead: num(r.BytesRead), EOF: boolean(r.EOF)}
 	case *writeResult:
 		var r writeResultRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = writeResult{Created: boolean(r.Created), BytesWritten: num(r.BytesWritten), Digest: str(r.Digest)}
 	case *editResult:
 		var r editResultRaw
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
+		if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil {
 			return false
 		}
 		*v = editResult{Replacements: num(r.Replacements), Digest: str(r.Digest)}
@@ -570,10 +571,11 @@ func decodeMirror(raw json.RawMessage, v any) bool {
 // UTF-8 (an escape stands for at most as many bytes as it takes), so content whose text is
 // valid UTF-8 and within the bound has a value within it. It reports false, and the caller
 // decodes everything, for any other input, so that a refusal is named as before
-// (FuzzDecodeFlat checks that it accepts nothing the full check refuses).
+// (FuzzDecodeFlat checks that it accepts nothing the full check refuses). raw is decoded in
+// place: its members are only looked at, so up to 4 MiB of content are not copied.
 func validReadResult(raw json.RawMessage) bool {
 	var r readResultRaw
-	if ndjson.Decode(raw, &r, ndjson.Closed) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
+	if ndjson.DecodeAliased(raw, &r, ndjson.Closed) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
 		return false
 	}
 	if text := r.Content[1 : len(r.Content)-1]; len(text) > MaxContentBytes || !utf8.Valid(text) {
