@@ -98,6 +98,12 @@ func throughput(b *testing.B, socket string, clients, total int) float64 {
 }
 
 func openToolSession(b testing.TB, d *Daemon, adapterSock string) {
+	openToolSessionWith(b, d, adapterSock, b.TempDir(), "fs.stat")
+}
+
+// openToolSessionWith opens session "bench", generation 1, in cwd with the adapter at
+// adapterSock granted ops.
+func openToolSessionWith(b testing.TB, d *Daemon, adapterSock, cwd string, ops ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, d.cfg.SocketPath)
@@ -108,7 +114,6 @@ func openToolSession(b testing.TB, d *Daemon, adapterSock string) {
 	h := make([]byte, 32)
 	rand.Read(h)
 	gen := int64(1)
-	cwd := b.TempDir()
 	r, err := c.Call(ctx, client.Command{Operation: "open", SessionID: "bench", Generation: &gen, Payload: map[string]any{
 		"cwd": cwd, "session": map[string]any{"mode": "memory"},
 		"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none", "contextFiles": "none",
@@ -116,7 +121,7 @@ func openToolSession(b testing.TB, d *Daemon, adapterSock string) {
 				"protocolVersion": "1.0", "adapterId": "bench", "adapterVersion": "1.0.0",
 				"endpoint":   map[string]any{"transport": "unix", "path": adapterSock},
 				"binding":    map[string]any{"hostInstanceId": d.hostID, "sessionId": "bench", "generation": 1, "capabilityHandle": base64.RawURLEncoding.EncodeToString(h)},
-				"operations": []string{"fs.stat"},
+				"operations": ops,
 				"limits": map[string]any{"maxRequestBytes": 1048576, "maxResponseBytes": 1048576, "maxConcurrentRequests": 64,
 					"maxQueuedRequests": 256, "requestTimeoutMs": 30000, "maxIdempotencyKeys": 4096, "idempotencyTtlMs": 3600000},
 			}}},

@@ -36,10 +36,11 @@ type conn struct {
 	cond     *sync.Cond // signals the writer: queue non-empty, finishing or broken
 	inflight map[string]struct{}
 	queue    [][]byte
-	queued   int  // bytes queued or being written
-	finish   bool // no more input: the writer exits once the queue is empty
-	broken   bool // the connection failed: drop everything
-	writing  bool // someone is writing to the socket: the writer or a direct write in run
+	pooled   [][]byte // the pooled buffers of lines in queue: released once they are written
+	queued   int      // bytes queued or being written
+	finish   bool     // no more input: the writer exits once the queue is empty
+	broken   bool     // the connection failed: drop everything
+	writing  bool     // someone is writing to the socket: the writer or a direct write in run
 
 	// The state of one direct write, owned by the goroutine that set writing.
 	direct       []byte
@@ -135,7 +136,7 @@ func (c *conn) run(cmd *protocol.Command) {
 
 // reply sends the answer to the admitted command requestID.
 func (c *conn) reply(requestID string, resp *protocol.Response) {
-	line := c.srv.encodeResponse(resp)
+	line, pooled := c.srv.encodeReply(resp)
 	c.mu.Lock()
 	// The id is released in the same critical section that queues the answer, so a client
 	// that reuses an id after reading its answer is never refused as a duplicate.
@@ -146,18 +147,24 @@ func (c *conn) reply(requestID string, resp *protocol.Response) {
 	if !c.writing && len(c.queue) == 0 && !c.broken && line != nil {
 		c.writing = true
 		c.mu.Unlock()
-		c.writeDirect(line)
+		c.writeDirect(line, pooled)
 		return
 	}
-	c.enqueueLocked(line)
+	queued := c.enqueueLocked(line)
+	if queued && pooled {
+		c.pooled = append(c.pooled, line)
+	}
 	c.mu.Unlock()
+	if !queued && pooled {
+		ndjson.PutBuffer(line)
+	}
 }
 
 // writeDirect makes one non-blocking write attempt from the calling goroutine; c.writing is
 // set. Whatever the socket does not take at once (a client that is not reading) is queued, in
 // front of anything queued meanwhile, and the writer goroutine finishes it under the outbound
-// bound like everything else.
-func (c *conn) writeDirect(line []byte) {
+// bound like everything else. A pooled line goes back to the pool once it is written.
+func (c *conn) writeDirect(line []byte, pooled bool) {
 	n, err := c.tryWrite(line)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -174,6 +181,11 @@ func (c *conn) writeDirect(line []byte) {
 			c.failLocked()
 			return
 		}
+		if pooled {
+			c.pooled = append(c.pooled, line)
+		}
+	} else if pooled {
+		ndjson.PutBuffer(line)
 	}
 	if len(c.queue) > 0 {
 		c.cond.Signal()
@@ -256,21 +268,23 @@ func (c *conn) Deliver(line []byte) {
 	c.mu.Unlock()
 }
 
-// enqueueLocked queues one line. Past the outbound bound the connection is failed rather than
-// allowed to grow: a client that does not read cannot make the daemon hold unbounded memory.
-func (c *conn) enqueueLocked(line []byte) {
+// enqueueLocked queues one line and reports whether it did. Past the outbound bound the
+// connection is failed rather than allowed to grow: a client that does not read cannot make the
+// daemon hold unbounded memory.
+func (c *conn) enqueueLocked(line []byte) bool {
 	if c.broken || line == nil {
-		return
+		return false
 	}
 	if c.queued+len(line) > c.srv.limits.MaxOutboundBytes {
 		c.log.Warn("closing connection: bounded outbound queue exceeded", "queuedBytes", c.queued, "maxBytes", c.srv.limits.MaxOutboundBytes)
 		c.srv.count("connectionsOverflowed")
 		c.failLocked()
-		return
+		return false
 	}
 	c.queue = append(c.queue, line)
 	c.queued += len(line)
 	c.cond.Signal()
+	return true
 }
 
 // failLocked drops the connection: queued output is discarded and the socket closed, which
@@ -281,6 +295,7 @@ func (c *conn) failLocked() {
 	}
 	c.broken = true
 	c.queue = nil
+	c.pooled = nil // left to the garbage collector: a failed connection is rare
 	c.cancel()
 	c.nc.Close()
 	c.cond.Broadcast()
@@ -288,7 +303,7 @@ func (c *conn) failLocked() {
 
 func (c *conn) writeLoop() {
 	defer c.writer.Done()
-	var spare [][]byte
+	var spare, spareHeld [][]byte
 	for {
 		c.mu.Lock()
 		for (c.writing || len(c.queue) == 0) && !c.finish && !c.broken {
@@ -298,8 +313,8 @@ func (c *conn) writeLoop() {
 			c.mu.Unlock()
 			return
 		}
-		batch := c.queue
-		c.queue = spare[:0]
+		batch, held := c.queue, c.pooled
+		c.queue, c.pooled = spare[:0], spareHeld[:0]
 		c.writing = true
 		c.mu.Unlock()
 
@@ -320,8 +335,13 @@ func (c *conn) writeLoop() {
 			c.failLocked()
 		}
 		c.mu.Unlock()
+		// The batch is written, or failed: nothing refers to its pooled buffers any more.
+		for _, b := range held {
+			ndjson.PutBuffer(b)
+		}
 		clear(batch)
-		spare = batch
+		clear(held)
+		spare, spareHeld = batch, held
 	}
 }
 

@@ -23,12 +23,17 @@ func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *
 
 // respond builds the response to cmd from its handler's result.
 func (s *Server) respond(cmd *protocol.Command, data any, err error) *protocol.Response {
-	resp := &protocol.Response{
+	// The response and its sequence share one allocation.
+	st := &struct {
+		resp protocol.Response
+		seq  uint64
+	}{resp: protocol.Response{
 		ProtocolVersion: cmd.Version.Raw,
 		Kind:            protocol.KindResponse,
 		RequestID:       cmd.RequestID,
 		HostInstanceID:  s.hostID,
-	}
+	}}
+	resp := &st.resp
 	if cmd.HasSession {
 		resp.SessionID = cmd.SessionID
 	}
@@ -39,7 +44,8 @@ func (s *Server) respond(cmd *protocol.Command, data any, err error) *protocol.R
 	}
 	if cmd.HasSession {
 		if seq, ok := s.sessions.Sequence(cmd.SessionID); ok {
-			resp.Sequence = &seq
+			st.seq = seq
+			resp.Sequence = &st.seq
 		}
 	}
 	return resp

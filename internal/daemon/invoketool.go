@@ -60,7 +60,9 @@ func (c *conn) startTool(cmd *protocol.Command) {
 			c.endTool(cmd, nil, e)
 			return
 		}
-		// The connection returns data that DecodeFrame walked and compacted.
+		// The connection returns data that DecodeFrame walked and compacted. It is a slice
+		// of the connection's read buffer, valid only until this function returns
+		// (tooladapter.Conn.Start): endTool copies it into the answer before that.
 		c.endTool(cmd, &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil)
 	})
 }

@@ -188,27 +188,45 @@ func (s *Server) metricsSnapshot(into map[string]uint64) {
 // becomes outbound_record_too_large for the same request; one that cannot be serialized
 // becomes outbound_not_serializable.
 func (s *Server) encodeResponse(r *protocol.Response) []byte {
-	size := 2048
+	line, _ := s.encodeReply(r)
+	return line
+}
+
+// encodeReply is encodeResponse for a line the caller hands back with ndjson.PutBuffer once
+// it is written, when pooled is true: a large tool result (a whole file read) is written into
+// a pooled buffer instead of a fresh allocation of several MiB.
+func (s *Server) encodeReply(r *protocol.Response) (line []byte, pooled bool) {
+	var buf []byte
 	if t, isTool := r.Data.(*protocol.CompactToolResult); isTool && t != nil {
-		// A result is mostly its data, up to a whole file read: one allocation of about its
-		// size holds the line.
-		size = 256 + len(r.RequestID) + len(r.HostInstanceID) + len(r.SessionID) + len(t.ToolCallID) + len(t.Operation) + len(t.Data)
+		// A result is mostly its data: one buffer of about its size holds the line.
+		size := 256 + len(r.RequestID) + len(r.HostInstanceID) + len(r.SessionID) + len(t.ToolCallID) + len(t.Operation) + len(t.Data)
+		buf, pooled = ndjson.GetBuffer(size), size >= ndjson.MinPooledBytes
+	} else {
+		buf = make([]byte, 0, 2048)
 	}
-	line, ok := r.AppendLine(make([]byte, 0, size))
+	line, ok := r.AppendLine(buf)
 	var err error
 	if !ok {
+		if pooled {
+			ndjson.PutBuffer(line)
+			pooled = false
+		}
 		line, err = ndjson.Marshal(r)
 	}
 	if err != nil {
 		s.log.Error("response not serializable", "operation", r.RequestID, "err", err)
 		line = s.replaceResponse(r, protocol.Errorf(protocol.CodeOutboundNotSerializ, "response could not be serialized"))
-	} else if len(line) > s.limits.MaxResponseBytes {
+	} else if n := len(line); n > s.limits.MaxResponseBytes {
+		if pooled {
+			ndjson.PutBuffer(line)
+			pooled = false
+		}
 		s.count("responsesTooLarge")
 		line = s.replaceResponse(r, protocol.Errorf(protocol.CodeOutboundTooLarge,
-			"response of %d bytes exceeds the limit of %d", len(line), s.limits.MaxResponseBytes).
+			"response of %d bytes exceeds the limit of %d", n, s.limits.MaxResponseBytes).
 			With("maxBytes", s.limits.MaxResponseBytes))
 	}
-	return line
+	return line, pooled
 }
 
 func (s *Server) replaceResponse(r *protocol.Response, e *protocol.Error) []byte {

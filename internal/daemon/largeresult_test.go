@@ -1,0 +1,170 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestLargeToolResultsArriveIntact sends several fs.read calls with results of hundreds of KiB
+// and reads nothing until all of them are answered, so that each answer is written in part
+// directly and in part by the writer goroutine, from pooled buffers, while the adapter
+// connection's reader reuses its own buffer for the next result. Every answer must carry
+// exactly its own content.
+func TestLargeToolResultsArriveIntact(t *testing.T) {
+	root, err := os.MkdirTemp("/tmp", "alt-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(root)
+	os.Chmod(root, 0o700)
+	cwd := filepath.Join(root, "cwd")
+	sizes := []int{200 << 10, 700 << 10, 90 << 10, 600 << 10}
+	if err := os.Mkdir(cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range sizes {
+		if err := os.WriteFile(filepath.Join(cwd, fmt.Sprintf("f%d-%d", i, n)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(root, "fs.sock")
+	startReadAdapter(t, sock)
+
+	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(t.Context())
+	for deadline := time.Now().Add(10 * time.Second); !d.sessions.Ready(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("daemon not ready")
+		}
+	}
+	openToolSessionWith(t, d, sock, cwd, "fs.read")
+
+	nc, err := net.Dial("unix", d.cfg.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	for round := range 3 {
+		for i, n := range sizes {
+			line := fmt.Sprintf(`{"protocolVersion":"2.0","requestId":"r%d-%d","operation":"invokeTool","sessionId":"bench","generation":1,`+
+				`"payload":{"toolCallId":"c%d-%d","operation":"fs.read","arguments":{"path":"f%d-%d"}}}`+"\n", round, i, round, i, i, n)
+			if _, err := nc.Write([]byte(line)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // let the answers pile up in the socket and the queue
+		br := bufio.NewReaderSize(nc, 1<<20)
+		got := map[string]string{}
+		for range sizes {
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				RequestID string `json:"requestId"`
+				OK        bool   `json:"ok"`
+				Data      struct {
+					Data struct {
+						Content string `json:"content"`
+					} `json:"data"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(line, &r); err != nil || !r.OK {
+				t.Fatalf("answer %.200s: %v", line, err)
+			}
+			got[r.RequestID] = r.Data.Data.Content
+		}
+		if br.Buffered() != 0 {
+			t.Fatalf("%d bytes after the answers", br.Buffered())
+		}
+		for i, n := range sizes {
+			if c, want := got[fmt.Sprintf("r%d-%d", round, i)], readContent(fmt.Sprintf("f%d-%d", i, n)); c != want {
+				t.Fatalf("round %d call %d: content of %d bytes, want %d", round, i, len(c), len(want))
+			}
+		}
+	}
+}
+
+// readContent is what startReadAdapter reads from path "fI-N": N bytes, lines of the letter
+// 'a'+I.
+func readContent(path string) string {
+	i, n, _ := strings.Cut(strings.TrimPrefix(path, "f"), "-")
+	k, _ := strconv.Atoi(i)
+	size, _ := strconv.Atoi(n)
+	line := strings.Repeat(string(rune('a'+k)), 63) + "\n"
+	return strings.Repeat(line, size/64+1)[:size]
+}
+
+// startReadAdapter serves an adapter that binds and answers every fs.read with readContent of
+// its path, at once.
+func startReadAdapter(t *testing.T, socket string) {
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(socket, 0o600)
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				var wmu sync.Mutex
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadBytes('\n')
+					if err != nil {
+						return
+					}
+					var f map[string]any
+					if json.Unmarshal(line, &f) != nil {
+						return
+					}
+					switch f["kind"] {
+					case "bind":
+						delete(f, "capabilityHandle")
+						f["kind"] = "bound"
+						reply(c, &wmu, f)
+					case "invoke":
+						path, _ := f["payload"].(map[string]any)["path"].(string)
+						content := readContent(path)
+						delete(f, "payload")
+						f["kind"], f["ok"] = "result", true
+						f["data"] = map[string]any{"content": content, "bytesRead": len(content), "eof": true}
+						reply(c, &wmu, f)
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+}
