@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/expiry"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -86,7 +87,7 @@ type call struct {
 	err      *protocol.Error
 	next     *call // in Conn's list of ended calls whose done has not run yet
 
-	older, newer *call // in Conn's list of calls not yet ended, oldest first
+	live expiry.Entry[*call] // in Conn.clock until the call ends
 }
 
 // Conn is the runtime client of one bound capability: one Unix-socket connection to an adapter
@@ -142,14 +143,9 @@ type Conn struct {
 	tel     *telemetry
 	// ended lists the calls that ended under mu and whose done has yet to run; unlock runs them.
 	ended, endedTail *call
-	// live lists the admitted calls that have not ended, in admission order. Every call has the
-	// same timeout, so this is also the order of their deadlines, and one timer serves them
-	// all: clock is armed for a deadline no later than the oldest live call's, and tick ends
-	// the calls that are due and re-arms it. A call that ends costs the clock nothing; the clock
-	// catches up when it fires.
-	live, liveTail *call
-	clock          *time.Timer // made on the first admission
-	clockArmed     bool        // clock is pending or its tick has not yet taken mu
+	// clock holds the admitted calls that have not ended. Every call has the same timeout, so
+	// one timer serves them all (package expiry), and tick ends the calls that are due.
+	clock *expiry.Queue[*call]
 
 	// The state of one direct write, owned by the goroutine that set writing.
 	direct       []byte
@@ -204,6 +200,7 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 		tel:         newTelemetry(d.Limits, d.Operations),
 	}
 	c.cond = sync.NewCond(&c.mu)
+	c.clock = expiry.New[*call](timeout, c.tick)
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			c.raw = raw
@@ -625,7 +622,7 @@ func (c *Conn) finish(cl *call, now time.Time, data json.RawMessage, e *protocol
 		}
 	}
 	cl.state = callDone
-	c.unlink(cl)
+	c.clock.Remove(&cl.live)
 	cl.data, cl.err = data, determinate(e)
 	delete(c.keys, cl.key)
 	c.tel.ended(cl.op, out, now.Sub(cl.admitted), answered)
@@ -818,7 +815,7 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 	}
 	now := time.Now()
 	cl.admitted = now
-	c.link(cl)
+	c.clock.Push(&cl.live, cl, now)
 	if ctx.Done() != nil {
 		cl.stopCtx = context.AfterFunc(ctx, func() { c.expire(cl, CodeRequestAborted) })
 	}
@@ -875,60 +872,13 @@ func (c *Conn) expireLocked(cl *call, code string, now time.Time) {
 	c.finish(cl, now, nil, indeterminate(protocol.Retryable(code, "%s; it may have been executed", msg)), out, false)
 }
 
-// link appends the admitted cl to the live calls and makes sure the clock will reach its
-// deadline: if the clock is armed, it is armed for an older call's deadline, which is no later.
-// c.mu is held.
-func (c *Conn) link(cl *call) {
-	cl.older = c.liveTail
-	if c.liveTail == nil {
-		c.live = cl
-	} else {
-		c.liveTail.newer = cl
-	}
-	c.liveTail = cl
-	switch {
-	case c.clock == nil:
-		c.clock = time.AfterFunc(c.timeout, c.tick)
-	case !c.clockArmed:
-		c.clock.Reset(c.timeout)
-	default:
-		return
-	}
-	c.clockArmed = true
-}
-
-// unlink removes the ended cl from the live calls. c.mu is held.
-func (c *Conn) unlink(cl *call) {
-	if cl.older == nil {
-		c.live = cl.newer
-	} else {
-		cl.older.newer = cl.newer
-	}
-	if cl.newer == nil {
-		c.liveTail = cl.older
-	} else {
-		cl.newer.older = cl.older
-	}
-	cl.older, cl.newer = nil, nil
-}
-
-// tick runs when the clock fires: every live call whose deadline has passed times out, oldest
-// first, and the clock is re-armed for the oldest call still live, if any.
+// tick runs when the clock fires: every call whose deadline has passed times out, oldest
+// first.
 func (c *Conn) tick() {
 	c.mu.Lock()
 	defer c.unlock()
-	c.clockArmed = false
 	now := time.Now()
-	for cl := c.live; cl != nil && !now.Before(cl.admitted.Add(c.timeout)); cl = c.live {
-		c.expireLocked(cl, CodeRequestTimeout, now)
-		if c.live == cl {
-			break // cannot happen: expiring a live call ends it, and it leaves the list
-		}
-	}
-	if c.live != nil {
-		c.clock.Reset(c.live.admitted.Add(c.timeout).Sub(now))
-		c.clockArmed = true
-	}
+	c.clock.Expire(now, func(cl *call) { c.expireLocked(cl, CodeRequestTimeout, now) })
 }
 
 // Close revokes the capability: pending requests fail adapter_session_closed (indeterminate if
@@ -944,10 +894,7 @@ func (c *Conn) Close() {
 		if c.state == stateOpen {
 			c.state = stateClosing
 			c.failPending(CodeSessionClosed, "tool adapter session is closed", false)
-			if c.clock != nil {
-				c.clock.Stop() // no call is live any more
-				c.clockArmed = false
-			}
+			c.clock.Stop() // no call is live any more
 			if frame, err := marshalFrame(&Frame{Kind: KindRevoke, Identity: c.id}); err == nil {
 				c.control = append(c.control, frame)
 				c.revoke = true
