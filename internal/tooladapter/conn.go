@@ -291,7 +291,7 @@ func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
 	if reflectsHandleAt(line, c.secret, c.rare) {
 		return nil, protocol.Retryable(CodeSecretReflected, "tool adapter reflected the capability handle")
 	}
-	f, e := decodeFrame(line, true)
+	f, e := decodeFrame(line, true, &c.id)
 	if e != nil {
 		e.Retryable = true
 		return nil, e

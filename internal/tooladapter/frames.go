@@ -162,11 +162,13 @@ func frameError(field, format string, args ...any) *protocol.Error {
 //
 // DecodeFrame checks the frame alone. Whether its kind may arrive, and whether its identity is
 // the expected one, is the receiver's business.
-func DecodeFrame(line []byte) (*Frame, *protocol.Error) { return decodeFrame(line, false) }
+func DecodeFrame(line []byte) (*Frame, *protocol.Error) { return decodeFrame(line, false, nil) }
 
 // decodeFrame is DecodeFrame; with alias set, the frame's Payload and Data are slices of line
-// instead of a copy, valid only as long as line is (see Conn.inbound).
-func decodeFrame(line []byte, alias bool) (*Frame, *protocol.Error) {
+// instead of a copy, valid only as long as line is (see Conn.inbound). bound, when not nil, is
+// an identity already checked (a connection's, at bind): a frame that carries exactly it skips
+// the identity's format checks, which bound passed.
+func decodeFrame(line []byte, alias bool, bound *Identity) (*Frame, *protocol.Error) {
 	// The frame and every stage of its decoding share one allocation.
 	d := &struct {
 		f  Frame
@@ -188,7 +190,7 @@ func decodeFrame(line []byte, alias bool) (*Frame, *protocol.Error) {
 	if e := w.toFrame(f); e != nil {
 		return nil, e
 	}
-	if e := f.check(true); e != nil {
+	if e := f.check(true, bound != nil && f.Identity == *bound); e != nil {
 		return nil, e
 	}
 	if f.Data != nil {
@@ -473,19 +475,16 @@ func (w *wireFrame) toFrame(f *Frame) *protocol.Error {
 }
 
 // validate checks the values of a frame whose member set is already right for its kind.
-func (f *Frame) validate() *protocol.Error { return f.check(false) }
+func (f *Frame) validate() *protocol.Error { return f.check(false, false) }
 
 // check is validate; walked tells that the frame's line was walked by the strict decoder, so
-// that its payload or data is known to be well-formed without duplicate keys.
-func (f *Frame) check(walked bool) *protocol.Error {
-	if !validAdapterIdentity(f.AdapterID, f.AdapterVersion) {
-		if checkAdapterID(f.AdapterID, "") != nil {
-			return frameError("adapterId", "frame adapterId is invalid")
+// that its payload or data is known to be well-formed without duplicate keys, and
+// identityChecked that its identity passed the identity checks before.
+func (f *Frame) check(walked, identityChecked bool) *protocol.Error {
+	if !identityChecked {
+		if e := f.checkIdentity(); e != nil {
+			return e
 		}
-		return frameError("adapterVersion", "frame adapterVersion is invalid")
-	}
-	if e := f.Identity.checkBinding("", CodeProtocolInvalid); e != nil {
-		return e
 	}
 	if _, ok := kindMembers[f.Kind]; !ok {
 		return frameError("kind", "unknown frame kind")
@@ -552,6 +551,17 @@ func (f *Frame) check(walked bool) *protocol.Error {
 		}
 	}
 	return nil
+}
+
+// checkIdentity checks the formats of the frame's adapter identity and binding.
+func (f *Frame) checkIdentity() *protocol.Error {
+	if !validAdapterIdentity(f.AdapterID, f.AdapterVersion) {
+		if checkAdapterID(f.AdapterID, "") != nil {
+			return frameError("adapterId", "frame adapterId is invalid")
+		}
+		return frameError("adapterVersion", "frame adapterVersion is invalid")
+	}
+	return f.Identity.checkBinding("", CodeProtocolInvalid)
 }
 
 func validAdapterIdentity(id, version string) bool {
