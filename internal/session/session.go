@@ -131,6 +131,9 @@ type runtime struct {
 	queue     []*job
 	admitting int  // wakes between admission and their journal commit
 	working   bool // a worker goroutine runs this session's queue
+	// stopped is closed when that worker ends (see stopWorkerLocked), for a close to wait
+	// for.
+	stopped   chan struct{}
 	active    *job
 	cancel    context.CancelCauseFunc // of the active turn
 	mailbox   *turn.Mailbox           // of the active turn
@@ -633,16 +636,36 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 		}
 		m.forgetSessionLocked(id)
 	}
+	var stopped chan struct{}
 	if rt != nil && m.sessions[id] == rt {
 		m.failQueueLocked(rt, protocol.Retryable(protocol.CodeAborted, "the session was closed"))
 		m.retireLocked(rt, protocol.SessionClosedData{RetainSession: retain, Reason: ReasonClosed})
 		m.metrics["closed"]++
+		if rt.working {
+			stopped = rt.stopped
+		}
 	}
 	m.mu.Unlock()
 	m.revoke(rt)
+	if stopped != nil {
+		// The aborted turn records its outcome and closes the transcript; an open of the same
+		// generation, which waits for this close, must not meet its last append. Aborting
+		// cancels the model call and the tool calls, so the wait is short; it is bounded all
+		// the same.
+		t := time.NewTimer(closeWait)
+		select {
+		case <-stopped:
+		case <-t.C:
+			m.log.Warn("closed session's aborted turn has not stopped", "sessionId", id, "waited", closeWait)
+		}
+		t.Stop()
+	}
 	m.log.Info("session closed", "sessionId", id, "generation", generation, "retain", retain)
 	return res, nil
 }
+
+// closeWait bounds how long a close waits for the turn it aborted to stop.
+const closeWait = 10 * time.Second
 
 func notFound(id string) *protocol.Error {
 	return protocol.Errorf(protocol.CodeSessionNotFound, "no such session").With("sessionId", id)

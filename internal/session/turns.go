@@ -300,6 +300,7 @@ func (m *Manager) startWorkerLocked(rt *runtime) {
 		return
 	}
 	rt.working = true
+	rt.stopped = make(chan struct{})
 	m.workers.Add(1)
 	go m.work(rt)
 }
@@ -362,6 +363,7 @@ func (m *Manager) stopWorkerLocked(rt *runtime) {
 	if m.sessions[rt.id] != rt {
 		closeConv(rt.conv)
 	}
+	close(rt.stopped)
 }
 
 // runJob marks a wake accepted, runs its turn and records its terminal outcome. The wake is

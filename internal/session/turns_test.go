@@ -518,3 +518,42 @@ func TestRestoreBeyondCapacity(t *testing.T) {
 		t.Fatalf("recovery: %+v", health)
 	}
 }
+
+// TestCloseWaitsForTheAbortedTurn: a close returns only once the worker of the turn it aborted
+// has stopped — the wake's outcome is recorded and the transcript closed — so a reopen of the
+// same generation right after cannot meet a late append of the old turn to the same file.
+func TestCloseWaitsForTheAbortedTurn(t *testing.T) {
+	h := newTurnHost(t)
+	p := &protocol.Policy{Cwd: t.TempDir(), Mode: protocol.ModeNew, Tools: protocol.ResourceNone,
+		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
+	open := func() {
+		t.Helper()
+		if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open()
+	hold := make(chan struct{})
+	defer close(hold)
+	h.llm.Push(modeltest.Reply{Hold: hold})
+	if _, err := h.wake("s", "k1", "first", false); err != nil {
+		t.Fatal(err)
+	}
+	<-h.llm.Arrived(1)
+	if _, err := h.m.Close("s", 1, true); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.m.Ticket(protocol.TicketID("s", "k1"))
+	if err != nil || r.Ticket.State != protocol.TicketFailed {
+		t.Fatalf("the aborted wake when close returned: %v %+v", err, r)
+	}
+	open() // the same generation, on the same transcript
+	h.llm.Push(modeltest.Reply{Text: "again"})
+	v, err := h.wake("s", "k2", "second", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, v); got != "again" {
+		t.Fatalf("after the reopen: %q", got)
+	}
+}
