@@ -93,6 +93,9 @@ type Manager struct {
 
 	activeTurns int
 	queuedTurns int
+	// admitted is signalled (on mu) when a runtime's last wake in admission has its journal
+	// entry written; a close waits for it (see Close).
+	admitted *sync.Cond
 	// turnsIdleCh, when set, is closed once no turn runs (a drain waits on it).
 	turnsIdleCh chan struct{}
 	// completed is set when startup recovery has run to its end; recoveryFailed when it
@@ -192,7 +195,7 @@ func New(cfg Config) *Manager {
 		}
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Manager{
+	m := &Manager{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		now:       cfg.Now,
@@ -214,6 +217,8 @@ func New(cfg Config) *Manager {
 			QuarantinedSessions: []protocol.QuarantinedSession{},
 		},
 	}
+	m.admitted = sync.NewCond(&m.mu)
+	return m
 }
 
 // lockSession takes the operation lock of one session and returns its release.
@@ -605,6 +610,16 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 		}
 	}
 	setEnding(true)
+	if rt != nil {
+		// Wakes admitted before ending was set may still be writing their journal entries:
+		// the close changes the records only after they are written, so that a delete cannot
+		// leave one behind for a session that no longer exists.
+		m.mu.Lock()
+		for rt.admitting > 0 {
+			m.admitted.Wait()
+		}
+		m.mu.Unlock()
+	}
 
 	res := &protocol.CloseResult{Closed: rt != nil}
 	if retain {

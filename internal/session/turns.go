@@ -142,7 +142,7 @@ func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
 		})
 		if err != nil {
 			m.mu.Lock()
-			rt.admitting--
+			m.admittedLocked(rt)
 			m.unindexLocked(r)
 			m.settleLocked(j, nil, protocol.AsError(err))
 			m.mu.Unlock()
@@ -154,7 +154,7 @@ func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
 	}
 
 	m.mu.Lock()
-	rt.admitting--
+	m.admittedLocked(rt)
 	if m.sessions[rt.id] != rt {
 		// Closed or replaced while the entry was written: the close already failed the
 		// session's queue, so this wake fails the same way.
@@ -170,6 +170,15 @@ func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
 	m.startWorkerLocked(rt)
 	m.mu.Unlock()
 	return m.answer(ctx, j, p.Wait())
+}
+
+// admittedLocked ends the admission of one of rt's wakes, waking a close that waits for the
+// last one. m.mu must be held.
+func (m *Manager) admittedLocked(rt *runtime) {
+	rt.admitting--
+	if rt.admitting == 0 {
+		m.admitted.Broadcast()
+	}
 }
 
 // duplicate answers a wake whose key this session has seen.

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -555,5 +556,33 @@ func TestCloseWaitsForTheAbortedTurn(t *testing.T) {
 	}
 	if got := resultText(t, v); got != "again" {
 		t.Fatalf("after the reopen: %q", got)
+	}
+}
+
+// TestDeleteLeavesNoJournalEntry: wakes admitted while a close with delete begins write their
+// journal entries before the session's records go, so none is left for a session that no
+// longer exists.
+func TestDeleteLeavesNoJournalEntry(t *testing.T) {
+	h := newTurnHost(t)
+	h.llm.SetDefault(modeltest.Reply{Text: "ok"})
+	for i := range 20 {
+		h.open(t, "s", protocol.ModeNew)
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Go(func() { h.wake("s", fmt.Sprintf("k%d-%d", i, g), "p", false) })
+		}
+		if _, err := h.m.Close("s", 1, false); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		entries, err := h.st.RecoverJournal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.SessionID == "s" {
+				t.Fatalf("round %d: journal entry %s (%s) left behind by the delete", i, e.IdempotencyKey, e.State)
+			}
+		}
 	}
 }
