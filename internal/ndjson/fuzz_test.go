@@ -246,7 +246,27 @@ func FuzzDecode(f *testing.F) {
 		if accepted[Closed] && !accepted[Open] {
 			t.Fatal("Closed accepted what Open refuses")
 		}
+
+		// DecodeAliased answers a struct of raw members exactly as Decode does.
+		for _, mode := range []Mode{Closed, Open} {
+			var copied, aliased fuzzRaw
+			e1, e2 := Decode(data, &copied, mode), DecodeAliased(data, &aliased, mode)
+			if (e1 == nil) != (e2 == nil) || (e1 != nil && e1.Error() != e2.Error()) {
+				t.Fatalf("mode %d: Decode %v, DecodeAliased %v", mode, e1, e2)
+			}
+			if e1 == nil && !reflect.DeepEqual(copied, aliased) {
+				t.Fatalf("mode %d: Decode gave %+v, DecodeAliased %+v", mode, copied, aliased)
+			}
+		}
 	})
+}
+
+// fuzzRaw is a struct of raw members only, which DecodeAliased fills with slices of its input.
+type fuzzRaw struct {
+	ID    json.RawMessage `json:"id"`
+	K     json.RawMessage `json:"k"`
+	Inner json.RawMessage `json:"inner"`
+	List  json.RawMessage `json:"list"`
 }
 
 // shape says which struct of fuzzDoc a scanned value stands for. Keys of free values (raw
