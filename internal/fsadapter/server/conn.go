@@ -731,7 +731,11 @@ func (c *conn) execute(r *request) outcome {
 	case *fsops.StatResult:
 		hint = 128
 	}
-	frame, fast := c.appendResultHead(nil, r, hint)
+	var buf []byte
+	if hint >= pooledFrameBytes {
+		buf = ndjson.GetBuffer(len(c.head) + hint + 256)
+	}
+	frame, fast := c.appendResultHead(buf, r, hint)
 	start := len(frame)
 	switch v := v.(type) {
 	case *fsops.ReadResult:
@@ -756,11 +760,19 @@ func (c *conn) execute(r *request) outcome {
 		c.s.log.Error("invalid result", "grant", c.g.id, "operation", r.op, "field", e.Details[tooladapter.DetailField])
 		return outcome{err: &tooladapter.ErrorBody{Code: CodeInternal, Message: "result failed the protocol's result check"}}
 	}
-	if !fast {
-		return outcome{data: data}
+	if buf != nil {
+		buf = frame // the frame as it ended up, in the pooled buffer unless it outgrew it
 	}
-	return outcome{data: data, frame: append(frame, "}\n"...), owner: r}
+	if !fast {
+		return outcome{data: data, buf: buf}
+	}
+	return outcome{data: data, frame: append(frame, "}\n"...), owner: r, buf: buf}
 }
+
+// pooledFrameBytes is the estimated result size from which a result frame (that of a large
+// read) is built in a pooled buffer: a fresh buffer of megabytes costs more to allocate and
+// clear than the read itself. Such an outcome is not remembered for replay (see idemCache).
+const pooledFrameBytes = 1 << 20
 
 // checkResult runs the protocol's result check (tooladapter.ValidateResult) on data, the
 // encoding of v, once per outcome, before it is written. A read's content — up to 4 MiB of
@@ -889,6 +901,9 @@ func (c *conn) complete(r *request, res outcome, worker bool) *request {
 	c.answer(r, res)
 	for _, w := range waiters {
 		w.c.answer(w, kept)
+	}
+	if res.buf != nil {
+		ndjson.PutBuffer(res.buf) // answered, and not remembered
 	}
 	return next
 }

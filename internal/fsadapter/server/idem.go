@@ -15,6 +15,10 @@ type outcome struct {
 	// request builds its own around data.
 	frame []byte
 	owner *request
+	// buf, when not nil, is the pooled buffer that holds frame and data (a large read, see
+	// pooledFrameBytes). It goes back to the pool once the outcome is answered, so such an
+	// outcome is never remembered.
+	buf []byte
 }
 
 // cacheable reports whether an outcome is remembered for replay. A retryable failure (a
@@ -41,8 +45,9 @@ type idemEntry struct {
 // it the memory could hold maxIdempotencyKeys reads of maxResponseBytes each (16 GiB at the
 // limits' maxima). Outcomes of writes and edits, the effects idempotency protects, are small
 // (about 150 bytes) and are never forgotten for this bound; a read that would pass it forgets
-// the oldest remembered effect-free outcomes first, and one larger than the whole bound is
-// not remembered (a replay of it runs again, which repeats no effect).
+// the oldest remembered effect-free outcomes first. A read of pooledFrameBytes or more is not
+// remembered at all: its frame is built in a reused buffer (a replay of it runs again, which
+// repeats no effect).
 const maxRememberedReadBytes = 32 << 20
 
 // idemCache remembers at most max keys, each for ttl after its outcome. When it is full, the
@@ -126,7 +131,7 @@ func (c *idemCache) finish(e *idemEntry, res outcome, now time.Time) []*request 
 		return waiters
 	}
 	size := len(res.data)
-	if !res.cacheable() || (e.effectFree && size > maxRememberedReadBytes) {
+	if !res.cacheable() || (e.effectFree && (res.buf != nil || size > maxRememberedReadBytes)) {
 		c.forget(e)
 		return waiters
 	}

@@ -604,3 +604,49 @@ func TestIdempotencyBounds(t *testing.T) {
 	w.next()
 	w.next()
 }
+
+// TestLargeReadsShareBuffers: reads whose frames are built in pooled buffers return their own
+// content, one after another and side by side, and a large read is not remembered: a replay
+// with its key reads the file again.
+func TestLargeReadsShareBuffers(t *testing.T) {
+	f := newFixture(t)
+	const size = 3 << 20
+	for i, c := range "abcd" {
+		os.WriteFile(filepath.Join(f.root, string(c)+".txt"), []byte(strings.Repeat(string(c), size-i)), 0o600)
+	}
+	w := f.bind(f.grant(grantOpts{limits: map[string]int64{"maxResponseBytes": 4 << 20, "maxRequestBytes": 64 << 10}}))
+	read := func(id, key, name string) string {
+		t.Helper()
+		r := w.call(id, key, "fs.read", map[string]any{"path": name, "maxBytes": 4 << 20})
+		if r["ok"] != true {
+			t.Fatalf("read %s: %v", name, errorCode(r))
+		}
+		return r["data"].(map[string]any)["content"].(string)
+	}
+	for round := range 3 {
+		for i, c := range "abcd" {
+			name := string(c) + ".txt"
+			if got := read(fmt.Sprintf("r%d%c", round, c), fmt.Sprintf("k%d%c", round, c), name); got != strings.Repeat(string(c), size-i) {
+				t.Fatalf("round %d: %s returned %d bytes of other content", round, name, len(got))
+			}
+		}
+	}
+	// Side by side: the answers may arrive in any order; each must carry its own file.
+	for _, c := range "abcd" {
+		w.invoke(fmt.Sprintf("p%c", c), fmt.Sprintf("kp%c", c), "fs.read", map[string]any{"path": string(c) + ".txt", "maxBytes": 4 << 20})
+	}
+	for range 4 {
+		m := w.next()
+		id := m["requestId"].(string)
+		c := id[1:]
+		i := strings.Index("abcd", c)
+		if m["ok"] != true || m["data"].(map[string]any)["content"].(string) != strings.Repeat(c, size-i) {
+			t.Fatalf("%s: wrong answer", id)
+		}
+	}
+	// Not remembered: the same key reads the changed file.
+	os.WriteFile(filepath.Join(f.root, "a.txt"), []byte(strings.Repeat("z", size)), 0o600)
+	if got := read("again", "k0a", "a.txt"); got != strings.Repeat("z", size) {
+		t.Fatal("a large read was replayed from memory")
+	}
+}
