@@ -255,7 +255,7 @@ func (c *Client) write(frame []byte, mayBlock bool) {
 			_, err = c.stdin.Write(frame)
 		} else {
 			var n int
-			n, err = c.tryWrite(frame)
+			n, err = c.stdinTry.Write(frame)
 			if err == nil && n < len(frame) {
 				rest := frame[n:]
 				c.mu.Lock()
@@ -282,37 +282,6 @@ func (c *Client) write(frame []byte, mayBlock bool) {
 		}
 		c.release(nil)
 	}
-}
-
-// tryWrite writes what the pipe takes of frame without waiting.
-func (c *Client) tryWrite(frame []byte) (int, error) {
-	c.unwritten, c.writeErr = frame, nil
-	err := c.stdinRaw.Write(c.attempt)
-	n := len(frame) - len(c.unwritten)
-	if err == nil {
-		err = c.writeErr
-	}
-	c.unwritten, c.writeErr = nil, nil
-	return n, err
-}
-
-// writeAttempt writes what the pipe takes of c.unwritten without waiting; EAGAIN only ends the
-// attempt. It always reports done, so that RawConn.Write never waits.
-func (c *Client) writeAttempt(fd uintptr) bool {
-	for len(c.unwritten) > 0 {
-		n, err := unix.Write(int(fd), c.unwritten)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			if err != unix.EAGAIN {
-				c.writeErr = err
-			}
-			break
-		}
-		c.unwritten = c.unwritten[n:]
-	}
-	return true
 }
 
 // armLocked makes sure the timer fires no later than deadline. The timer is left running when

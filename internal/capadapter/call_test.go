@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
 // outcome is what one done function received.
@@ -205,20 +207,19 @@ func TestWriteFinishesOffTheCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	raw, err := w.SyscallConn()
+	try, err := trywrite.New(w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Nothing fails before exited is set below, which keeps failLocked from signalling: this
 	// Client has no process group.
-	c := &Client{stdin: w, stdinRaw: raw}
-	c.attempt = c.writeAttempt
+	c := &Client{stdin: w, stdinTry: try}
 	c.timer = time.AfterFunc(time.Hour, func() {})
 	defer c.timer.Stop()
 	frame := []byte(strings.Repeat("x", 1023) + "\n")
 	fill := func() {
 		for {
-			n, err := c.tryWrite(frame)
+			n, err := c.stdinTry.Write(frame)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,8 +256,8 @@ func TestWriteFinishesOffTheCaller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r2.Close()
-	raw2, _ := w2.SyscallConn()
-	c.stdin, c.stdinRaw, c.stdinOff = w2, raw2, false
+	try2, _ := trywrite.New(w2)
+	c.stdin, c.stdinTry, c.stdinOff = w2, try2, false
 	fill()
 	c.writing = true
 	c.write(frame, false)

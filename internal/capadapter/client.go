@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
 // Call deadlines.
@@ -90,7 +92,7 @@ func (o ClientOptions) withDefaults() (ClientOptions, error) {
 type Client struct {
 	pid         int
 	stdin       *os.File
-	stdinRaw    syscall.RawConn // stdin's descriptor, for the write attempt that must not wait
+	stdinTry    *trywrite.Writer // stdin, for the write attempt that must not wait
 	stdout      *os.File
 	stderr      *os.File
 	log         *logRing
@@ -103,13 +105,6 @@ type Client struct {
 	timerSet bool
 	timerAt  time.Time
 	writers  sync.WaitGroup // goroutines finishing a write the pipe did not take at once
-
-	// The state of tryWrite, guarded by the write side (see Client.writing): what is left to
-	// write, why the attempt failed, and the attempt itself, bound once so that no call
-	// allocates it.
-	unwritten []byte
-	writeErr  error
-	attempt   func(fd uintptr) bool
 
 	stdoutDone chan struct{}
 	stderrDone chan struct{}
@@ -178,11 +173,11 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	inR.Close()
 	outW.Close()
 	errW.Close()
-	inRaw, _ := inW.SyscallConn() // fails only for a nil *os.File
+	inTry, _ := trywrite.New(inW) // fails only for a nil *os.File
 	c := &Client{
 		pid:         cmd.Process.Pid,
 		stdin:       inW,
-		stdinRaw:    inRaw,
+		stdinTry:    inTry,
 		stdout:      outR,
 		stderr:      errR,
 		log:         opts.log,
@@ -192,7 +187,6 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 		stderrDone:  make(chan struct{}),
 		done:        make(chan struct{}),
 	}
-	c.attempt = c.writeAttempt
 	c.timer = time.AfterFunc(time.Hour, c.expire)
 	c.timer.Stop()
 	c.log.note("started pid " + strconv.Itoa(c.pid))

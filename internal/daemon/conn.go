@@ -7,12 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
-	"golang.org/x/sys/unix"
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
 // conn is one client connection. The reader runs on the goroutine that serves the connection;
@@ -23,7 +22,7 @@ import (
 type conn struct {
 	srv    *Server
 	nc     *net.UnixConn
-	raw    syscall.RawConn
+	direct *trywrite.Writer // nil when the connection has no descriptor (closed)
 	log    *slog.Logger
 	ctx    context.Context // cancelled when the connection is failing or the server stops
 	cancel context.CancelFunc
@@ -41,20 +40,13 @@ type conn struct {
 	finish   bool     // no more input: the writer exits once the queue is empty
 	broken   bool     // the connection failed: drop everything
 	writing  bool     // someone is writing to the socket: the writer or a direct write in run
-
-	// The state of one direct write, owned by the goroutine that set writing.
-	direct       []byte
-	directN      int
-	directErr    error
-	directWriter func(fd uintptr) bool // c.writeSome, made once
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(srv.ctx)
 	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
-	// SyscallConn fails only for a closed connection, and then every later write fails too.
-	c.raw, _ = nc.SyscallConn()
-	c.directWriter = c.writeSome
+	// This fails only for a closed connection, and then every later write fails too.
+	c.direct, _ = trywrite.New(nc)
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -165,7 +157,10 @@ func (c *conn) reply(requestID string, resp *protocol.Response) {
 // front of anything queued meanwhile, and the writer goroutine finishes it under the outbound
 // bound like everything else. A pooled line goes back to the pool once it is written.
 func (c *conn) writeDirect(line []byte, pooled bool) {
-	n, err := c.tryWrite(line)
+	n, err := 0, error(net.ErrClosed)
+	if c.direct != nil {
+		n, err = c.direct.Write(line)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.writing = false
@@ -190,41 +185,6 @@ func (c *conn) writeDirect(line []byte, pooled bool) {
 	if len(c.queue) > 0 {
 		c.cond.Signal()
 	}
-}
-
-// tryWrite writes what the socket takes without waiting: EAGAIN is not an error, just a
-// short write. The caller has set c.writing.
-func (c *conn) tryWrite(b []byte) (int, error) {
-	if c.raw == nil {
-		return 0, net.ErrClosed
-	}
-	c.direct, c.directN, c.directErr = b, 0, nil
-	err := c.raw.Write(c.directWriter) // a method value made once: no allocation per write
-	n, werr := c.directN, c.directErr
-	c.direct, c.directErr = nil, nil
-	if err == nil {
-		err = werr
-	}
-	return n, err
-}
-
-// writeSome is tryWrite's body, run with the descriptor: it returns true in every case, so
-// RawConn.Write never waits for the socket to become writable.
-func (c *conn) writeSome(fd uintptr) bool {
-	for c.directN < len(c.direct) {
-		m, err := unix.Write(int(fd), c.direct[c.directN:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			return true
-		case err != nil:
-			c.directErr = err
-			return true
-		}
-		c.directN += m
-	}
-	return true
 }
 
 // inline reports whether an operation runs on the reader goroutine. These operations only read

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/expiry"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
 // maxRevokeWait bounds how long Close waits for the best-effort revoke frame to be written; the
@@ -114,7 +115,7 @@ type Conn struct {
 	opts    Options
 	log     *slog.Logger
 	nc      net.Conn
-	raw     syscall.RawConn // for non-blocking direct writes; nil when nc has no descriptor
+	direct  *trywrite.Writer // for non-blocking direct writes; nil when nc has no descriptor
 	rd      *ndjson.Reader
 	secret  []byte
 	rare    int // rarestByte(secret)
@@ -146,12 +147,6 @@ type Conn struct {
 	// clock holds the admitted calls that have not ended. Every call has the same timeout, so
 	// one timer serves them all (package expiry), and tick ends the calls that are due.
 	clock *expiry.Queue[*call]
-
-	// The state of one direct write, owned by the goroutine that set writing.
-	direct       []byte
-	directN      int
-	directErr    error
-	directWriter func(fd uintptr) bool // c.writeSome, made once
 }
 
 // Connect checks the endpoint, connects and binds, all within requestTimeoutMs, and returns the
@@ -202,10 +197,7 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 	c.cond = sync.NewCond(&c.mu)
 	c.clock = expiry.New[*call](timeout, c.tick)
 	if sc, ok := nc.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw = raw
-			c.directWriter = c.writeSome
-		}
+		c.direct, _ = trywrite.New(sc)
 	}
 	if e := c.bind(ctx, deadline); e != nil {
 		_ = nc.Close()
@@ -506,7 +498,7 @@ func (c *Conn) write(batch net.Buffers) bool {
 // outbox, unsent, and times out as such; the rest of a partly written frame is written before
 // anything else, since the stream is corrupt until it is complete.
 func (c *Conn) writeDirect(cl *call) {
-	n, err := c.tryWrite(cl.frame)
+	n, err := c.direct.Write(cl.frame) // admit writes directly only when c.direct is set
 	c.mu.Lock()
 	defer c.unlock()
 	c.writing = false
@@ -525,38 +517,6 @@ func (c *Conn) writeDirect(cl *call) {
 	if c.partial != nil || len(c.control) > 0 || len(c.outbox) > 0 {
 		c.cond.Signal()
 	}
-}
-
-// tryWrite writes what the socket takes without waiting: EAGAIN is not an error, just a short
-// write. The caller has set c.writing.
-func (c *Conn) tryWrite(b []byte) (int, error) {
-	c.direct, c.directN, c.directErr = b, 0, nil
-	err := c.raw.Write(c.directWriter) // a method value made once: no allocation per write
-	n, werr := c.directN, c.directErr
-	c.direct, c.directErr = nil, nil
-	if err == nil {
-		err = werr
-	}
-	return n, err
-}
-
-// writeSome is tryWrite's body, run with the descriptor: it returns true in every case, so
-// RawConn.Write never waits for the socket to become writable.
-func (c *Conn) writeSome(fd uintptr) bool {
-	for c.directN < len(c.direct) {
-		m, err := syscall.Write(int(fd), c.direct[c.directN:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return true
-		case err != nil:
-			c.directErr = err
-			return true
-		}
-		c.directN += m
-	}
-	return true
 }
 
 // unlock releases c.mu and then runs the done functions of the calls that ended while it was
@@ -826,7 +786,7 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 	if !c.pump(now) {
 		return false, nil
 	}
-	if c.raw != nil && len(cl.frame) <= maxDirectWrite && !c.writing && c.partial == nil && len(c.control) == 0 &&
+	if c.direct != nil && len(cl.frame) <= maxDirectWrite && !c.writing && c.partial == nil && len(c.control) == 0 &&
 		len(c.outbox) == 1 && c.outbox[0] == cl {
 		c.outbox = c.outbox[:0]
 		cl.written = true

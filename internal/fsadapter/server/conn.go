@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
 // Error codes of result frames that airlock-fs adds to the fsops codes (fsops.Codes).
@@ -119,12 +119,7 @@ type conn struct {
 	// bounds the workers, so a hand-off never blocks.
 	ready chan *request
 
-	// raw writes frames without waiting (see send); written and unwritten are the state of
-	// one attempt, guarded by writeMu, and attempt is writeSome bound once.
-	raw       syscall.RawConn
-	unwritten []byte
-	writeErr  error
-	attempt   func(fd uintptr) bool
+	direct *trywrite.Writer // writes frames without waiting (see send); guarded by writeMu
 
 	// guarded by g.mu:
 	reqs   map[string]*request // queued, active and joined, by request id
@@ -152,8 +147,7 @@ func (s *Server) serveConn(nc *net.UnixConn) {
 			ready: make(chan *request, g.limits.MaxConcurrentRequests), reqs: make(map[string]*request)}
 		c.clock = expiry.New[*request](time.Duration(g.limits.RequestTimeoutMs)*time.Millisecond, c.tick)
 		c.ctx, c.cancel = context.WithCancel(context.Background())
-		c.attempt = c.writeSome
-		if c.raw, err = nc.SyscallConn(); err != nil {
+		if c.direct, err = trywrite.New(nc); err != nil {
 			reason = "no_descriptor"
 			c.cancel()
 			g = nil
@@ -292,40 +286,15 @@ func (c *conn) send(b []byte) bool {
 	if c.broken {
 		return false
 	}
-	c.unwritten, c.writeErr = b, nil
-	err := c.raw.Write(c.attempt)
-	rest := c.unwritten
-	if err == nil {
-		err = c.writeErr
-	}
-	c.unwritten, c.writeErr = nil, nil
-	if err == nil && len(rest) > 0 {
+	n, err := c.direct.Write(b)
+	if err == nil && n < len(b) {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err = c.nc.Write(rest)
+		_, err = c.nc.Write(b[n:])
 	}
 	if err != nil {
 		c.broken = true
 		_ = c.nc.Close()
 		return false
-	}
-	return true
-}
-
-// writeSome writes what the socket takes of c.unwritten without waiting; EAGAIN only ends the
-// attempt. It always reports done, so that RawConn.Write never waits.
-func (c *conn) writeSome(fd uintptr) bool {
-	for len(c.unwritten) > 0 {
-		n, err := syscall.Write(int(fd), c.unwritten)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			if err != syscall.EAGAIN {
-				c.writeErr = err
-			}
-			break
-		}
-		c.unwritten = c.unwritten[n:]
 	}
 	return true
 }
