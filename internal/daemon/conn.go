@@ -22,7 +22,7 @@ import (
 type conn struct {
 	srv    *Server
 	nc     *net.UnixConn
-	direct *trywrite.Writer // nil when the connection has no descriptor (closed)
+	direct trywrite.Writer // not Ready when the connection has no descriptor (closed)
 	log    *slog.Logger
 	ctx    context.Context // cancelled when the connection is failing or the server stops
 	cancel context.CancelFunc
@@ -46,7 +46,7 @@ func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(srv.ctx)
 	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
 	// This fails only for a closed connection, and then every later write fails too.
-	c.direct, _ = trywrite.New(nc)
+	_ = c.direct.Init(nc)
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -158,7 +158,7 @@ func (c *conn) reply(requestID string, resp *protocol.Response) {
 // bound like everything else. A pooled line goes back to the pool once it is written.
 func (c *conn) writeDirect(line []byte, pooled bool) {
 	n, err := 0, error(net.ErrClosed)
-	if c.direct != nil {
+	if c.direct.Ready() {
 		n, err = c.direct.Write(line)
 	}
 	c.mu.Lock()

@@ -115,7 +115,7 @@ type Conn struct {
 	opts    Options
 	log     *slog.Logger
 	nc      net.Conn
-	direct  *trywrite.Writer // for non-blocking direct writes; nil when nc has no descriptor
+	direct  trywrite.Writer // for non-blocking direct writes; not Ready when nc has no descriptor
 	rd      *ndjson.Reader
 	secret  []byte
 	rare    int // rarestByte(secret)
@@ -197,7 +197,7 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 	c.cond = sync.NewCond(&c.mu)
 	c.clock = expiry.New[*call](timeout, c.tick)
 	if sc, ok := nc.(syscall.Conn); ok {
-		c.direct, _ = trywrite.New(sc)
+		_ = c.direct.Init(sc)
 	}
 	if e := c.bind(ctx, deadline); e != nil {
 		_ = nc.Close()
@@ -498,7 +498,7 @@ func (c *Conn) write(batch net.Buffers) bool {
 // outbox, unsent, and times out as such; the rest of a partly written frame is written before
 // anything else, since the stream is corrupt until it is complete.
 func (c *Conn) writeDirect(cl *call) {
-	n, err := c.direct.Write(cl.frame) // admit writes directly only when c.direct is set
+	n, err := c.direct.Write(cl.frame) // admit writes directly only when c.direct is Ready
 	c.mu.Lock()
 	defer c.unlock()
 	c.writing = false
@@ -786,7 +786,7 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 	if !c.pump(now) {
 		return false, nil
 	}
-	if c.direct != nil && len(cl.frame) <= maxDirectWrite && !c.writing && c.partial == nil && len(c.control) == 0 &&
+	if c.direct.Ready() && len(cl.frame) <= maxDirectWrite && !c.writing && c.partial == nil && len(c.control) == 0 &&
 		len(c.outbox) == 1 && c.outbox[0] == cl {
 		c.outbox = c.outbox[:0]
 		cl.written = true

@@ -20,14 +20,27 @@ type Writer struct {
 
 // New returns a Writer for c's descriptor (a *net.UnixConn, an *os.File of a pipe, …).
 func New(c syscall.Conn) (*Writer, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
+	w := new(Writer)
+	if err := w.Init(c); err != nil {
 		return nil, err
 	}
-	w := &Writer{raw: raw}
-	w.attempt = w.writeSome
 	return w, nil
 }
+
+// Init makes the zero Writer w one for c's descriptor, for a Writer embedded in its owner;
+// w must not be copied afterwards.
+func (w *Writer) Init(c syscall.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	w.raw = raw
+	w.attempt = w.writeSome
+	return nil
+}
+
+// Ready reports whether w was made for a descriptor.
+func (w *Writer) Ready() bool { return w.raw != nil }
 
 // Write writes what the descriptor takes of b without waiting and reports how many bytes it
 // took. A full descriptor is not an error, only a short write; an error is the descriptor's

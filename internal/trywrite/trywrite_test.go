@@ -64,8 +64,12 @@ func TestPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wf.Close()
+	var zero Writer
+	if zero.Ready() {
+		t.Fatal("the zero Writer is ready")
+	}
 	w, err := New(wf)
-	if err != nil {
+	if err != nil || !w.Ready() {
 		t.Fatal(err)
 	}
 	if n, err := w.Write([]byte("line\n")); n != 5 || err != nil {
