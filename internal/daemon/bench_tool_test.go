@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // BenchmarkInvokeTool measures an invokeTool round trip (client → airlockd → an adapter that
@@ -25,7 +27,7 @@ import (
 //
 //	go test -run '^$' -bench InvokeTool -benchtime 20000x ./internal/daemon/
 func BenchmarkInvokeTool(b *testing.B) {
-	root := shortDirB2(b)
+	root := daemontest.ShortDir(b)
 	stopEcho := startEcho(b, filepath.Join(root, "echo.sock"))
 	defer stopEcho()
 	stopRelay := startRelay(b, filepath.Join(root, "relay.sock"), filepath.Join(root, "echo.sock"))
@@ -383,14 +385,4 @@ func startRelay(b *testing.B, socket, upstream string) func() {
 		}
 	})
 	return func() { ln.Close(); wg.Wait() }
-}
-
-func shortDirB2(b *testing.B) string {
-	d, err := os.MkdirTemp("/tmp", "alb-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	os.Chmod(d, 0o700)
-	b.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/transcript"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // BenchmarkWakeAdmission measures durable wake admission through airlockd: wakes with
@@ -30,7 +32,7 @@ func BenchmarkWakeAdmission(b *testing.B) {
 	llm.SetDefault(modeltest.Reply{Hold: never})
 	defer llm.Close()
 	defer close(never)
-	root := shortDirB2(b)
+	root := daemontest.ShortDir(b)
 	d, err := Start(Config{
 		SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
 		Providers: map[string]session.Provider{"local": {Name: "local", BaseURL: llm.URL()}},
@@ -95,7 +97,7 @@ func ptr(n int64) *int64 { return &n }
 //	go test -run '^$' -bench Recovery -benchtime 5x ./internal/daemon/
 func BenchmarkRecovery(b *testing.B) {
 	const sessions, entries = 4096, 10000
-	root := shortDirB2(b)
+	root := daemontest.ShortDir(b)
 	stateDir := filepath.Join(root, "state")
 	buildRecoveryState(b, stateDir, sessions, entries)
 	socket := filepath.Join(root, "run", "d.sock")

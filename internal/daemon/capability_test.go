@@ -12,6 +12,8 @@ import (
 
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/protocol"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // holdingAdapter is a capability adapter that never answers observe: it appends a byte to the
@@ -36,12 +38,7 @@ done
 // connection are answered first. Both calls still pending at shutdown are answered, as
 // unavailable, before the connection closes.
 func TestCapabilityCallsWaitWithoutTheConnection(t *testing.T) {
-	root, err := os.MkdirTemp("/tmp", "alc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
-	os.Chmod(root, 0o700)
+	root := daemontest.ShortDir(t)
 	script, marker := filepath.Join(root, "held.sh"), filepath.Join(root, "observed")
 	if err := os.WriteFile(script, []byte(holdingAdapter), 0o700); err != nil {
 		t.Fatal(err)
@@ -141,12 +138,7 @@ func TestCapabilityCallsWaitWithoutTheConnection(t *testing.T) {
 
 // With the test hook set, capability calls take the goroutine path, and the hook sees them.
 func TestCapabilityCallsWithHook(t *testing.T) {
-	root, err := os.MkdirTemp("/tmp", "alh-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
-	os.Chmod(root, 0o700)
+	root := daemontest.ShortDir(t)
 	seen := make(chan string, 8)
 	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
 		dispatchHook: func(cmd *protocol.Command) { seen <- cmd.Operation }})

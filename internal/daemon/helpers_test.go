@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -86,16 +85,4 @@ func errCode(t *testing.T, resp map[string]any) string {
 		t.Fatalf("response without ok or error: %v", resp)
 	}
 	return e["code"].(string)
-}
-
-// shortDir is a 0700 directory under /tmp short enough for socket paths.
-func shortDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("/tmp", "al-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(d, 0o700)
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // TestInvokeToolWaitsWithoutTheConnection: an invokeTool the adapter has not answered yet holds
@@ -17,12 +19,7 @@ import (
 // is answered first. The adapter's answer then goes out, and a call still pending at shutdown is
 // answered, indeterminate, before the connection closes.
 func TestInvokeToolWaitsWithoutTheConnection(t *testing.T) {
-	root, err := os.MkdirTemp("/tmp", "alt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
-	os.Chmod(root, 0o700)
+	root := daemontest.ShortDir(t)
 	held := make(chan []byte, 4)
 	answer := startHoldingAdapter(t, filepath.Join(root, "fs.sock"), held)
 

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // TestLargeToolResultsArriveIntact sends several fs.read calls with results of hundreds of KiB
@@ -20,12 +22,7 @@ import (
 // connection's reader reuses its own buffer for the next result. Every answer must carry
 // exactly its own content.
 func TestLargeToolResultsArriveIntact(t *testing.T) {
-	root, err := os.MkdirTemp("/tmp", "alt-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(root)
-	os.Chmod(root, 0o700)
+	root := daemontest.ShortDir(t)
 	cwd := filepath.Join(root, "cwd")
 	sizes := []int{200 << 10, 700 << 10, 90 << 10, 600 << 10}
 	if err := os.Mkdir(cwd, 0o700); err != nil {

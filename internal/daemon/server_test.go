@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // startInProcess runs a daemon inside the test, for cases that need a hook into dispatch.
 func startInProcess(t *testing.T, cfg Config) *Daemon {
 	t.Helper()
-	root := shortDir(t)
+	root := daemontest.ShortDir(t)
 	cfg.SocketPath = filepath.Join(root, "run", "d.sock")
 	cfg.StateDir = filepath.Join(root, "state")
 	d, err := Start(cfg)
