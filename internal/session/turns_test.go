@@ -67,8 +67,18 @@ func (h *turnHost) stop() {
 
 func (h *turnHost) open(t *testing.T, id, mode string) {
 	t.Helper()
-	p := &protocol.Policy{Cwd: t.TempDir(), Mode: mode, Tools: protocol.ResourceNone,
+	h.openPolicy(t, id, turnPolicy(t, mode))
+}
+
+// turnPolicy is a policy with the scripted model and a fresh cwd.
+func turnPolicy(t *testing.T, mode string) *protocol.Policy {
+	return &protocol.Policy{Cwd: t.TempDir(), Mode: mode, Tools: protocol.ResourceNone,
 		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
+}
+
+// openPolicy opens generation 1 of id with p.
+func (h *turnHost) openPolicy(t *testing.T, id string, p *protocol.Policy) {
+	t.Helper()
 	if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: id, Generation: 1, Version: v1(), Policy: p}); err != nil {
 		t.Fatal(err)
 	}
@@ -525,15 +535,8 @@ func TestRestoreBeyondCapacity(t *testing.T) {
 // same generation right after cannot meet a late append of the old turn to the same file.
 func TestCloseWaitsForTheAbortedTurn(t *testing.T) {
 	h := newTurnHost(t)
-	p := &protocol.Policy{Cwd: t.TempDir(), Mode: protocol.ModeNew, Tools: protocol.ResourceNone,
-		Model: &protocol.ModelRef{Provider: "local", ID: "m"}}
-	open := func() {
-		t.Helper()
-		if _, err := h.m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: p}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	open()
+	p := turnPolicy(t, protocol.ModeNew)
+	h.openPolicy(t, "s", p)
 	hold := make(chan struct{})
 	defer close(hold)
 	h.llm.Push(modeltest.Reply{Hold: hold})
@@ -548,7 +551,7 @@ func TestCloseWaitsForTheAbortedTurn(t *testing.T) {
 	if err != nil || r.Ticket.State != protocol.TicketFailed {
 		t.Fatalf("the aborted wake when close returned: %v %+v", err, r)
 	}
-	open() // the same generation, on the same transcript
+	h.openPolicy(t, "s", p) // the same generation, on the same transcript
 	h.llm.Push(modeltest.Reply{Text: "again"})
 	v, err := h.wake("s", "k2", "second", true)
 	if err != nil {
