@@ -92,13 +92,44 @@ func TestInvokeToolWaitsWithoutTheConnection(t *testing.T) {
 // startHoldingAdapter serves an adapter that binds, hands every invoke frame to held instead of
 // answering it, and answers one when the returned function is called with it.
 func startHoldingAdapter(t *testing.T, socket string, held chan<- []byte) (answer func(frame []byte)) {
+	var mu sync.Mutex
+	var conn net.Conn
+	var wmu *sync.Mutex
+	startScriptedAdapter(t, socket, func(c net.Conn, w *sync.Mutex, f map[string]any, line []byte) {
+		switch f["kind"] {
+		case "invoke":
+			mu.Lock()
+			conn, wmu = c, w
+			mu.Unlock()
+			held <- line
+		case "abort":
+			f["kind"], f["aborted"] = "aborted", true
+			reply(c, w, f)
+		}
+	})
+	return func(frame []byte) {
+		var f map[string]any
+		json.Unmarshal(frame, &f)
+		delete(f, "payload")
+		f["kind"], f["ok"], f["data"] = "result", true, map[string]any{"type": "directory", "size": 0}
+		mu.Lock()
+		c, w := conn, wmu
+		mu.Unlock()
+		reply(c, w, f)
+	}
+}
+
+// startScriptedAdapter serves a scripted tool adapter on socket until the test ends: it answers
+// every bind with bound and hands each other frame, decoded, to frame with its line, its
+// connection and the lock that orders writes to that connection.
+func startScriptedAdapter(t *testing.T, socket string, frame func(c net.Conn, wmu *sync.Mutex, f map[string]any, line []byte)) {
 	ln, err := net.Listen("unix", socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.Chmod(socket, 0o600)
 	var mu sync.Mutex
-	var conn net.Conn
+	var conns []net.Conn
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -107,10 +138,11 @@ func startHoldingAdapter(t *testing.T, socket string, held chan<- []byte) (answe
 				return
 			}
 			mu.Lock()
-			conn = c
+			conns = append(conns, c)
 			mu.Unlock()
 			wg.Go(func() {
 				defer c.Close()
+				var wmu sync.Mutex
 				br := bufio.NewReader(c)
 				for {
 					line, err := br.ReadBytes('\n')
@@ -121,17 +153,13 @@ func startHoldingAdapter(t *testing.T, socket string, held chan<- []byte) (answe
 					if json.Unmarshal(line, &f) != nil {
 						return
 					}
-					switch f["kind"] {
-					case "bind":
+					if f["kind"] == "bind" {
 						delete(f, "capabilityHandle")
 						f["kind"] = "bound"
-						reply(c, &mu, f)
-					case "invoke":
-						held <- line
-					case "abort":
-						f["kind"], f["aborted"] = "aborted", true
-						reply(c, &mu, f)
+						reply(c, &wmu, f)
+						continue
 					}
+					frame(c, &wmu, f, line)
 				}
 			})
 		}
@@ -139,22 +167,12 @@ func startHoldingAdapter(t *testing.T, socket string, held chan<- []byte) (answe
 	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
-		if conn != nil {
-			conn.Close()
+		for _, c := range conns {
+			c.Close()
 		}
 		mu.Unlock()
 		wg.Wait()
 	})
-	return func(frame []byte) {
-		var f map[string]any
-		json.Unmarshal(frame, &f)
-		delete(f, "payload")
-		f["kind"], f["ok"], f["data"] = "result", true, map[string]any{"type": "directory", "size": 0}
-		mu.Lock()
-		c := conn
-		mu.Unlock()
-		reply(c, &mu, f)
-	}
 }
 
 func reply(c net.Conn, mu *sync.Mutex, f map[string]any) {

@@ -108,60 +108,15 @@ func readContent(path string) string {
 // startReadAdapter serves an adapter that binds and answers every fs.read with readContent of
 // its path, at once.
 func startReadAdapter(t *testing.T, socket string) {
-	ln, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(socket, 0o600)
-	var mu sync.Mutex
-	var conns []net.Conn
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				var wmu sync.Mutex
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadBytes('\n')
-					if err != nil {
-						return
-					}
-					var f map[string]any
-					if json.Unmarshal(line, &f) != nil {
-						return
-					}
-					switch f["kind"] {
-					case "bind":
-						delete(f, "capabilityHandle")
-						f["kind"] = "bound"
-						reply(c, &wmu, f)
-					case "invoke":
-						path, _ := f["payload"].(map[string]any)["path"].(string)
-						content := readContent(path)
-						delete(f, "payload")
-						f["kind"], f["ok"] = "result", true
-						f["data"] = map[string]any{"content": content, "bytesRead": len(content), "eof": true}
-						reply(c, &wmu, f)
-					}
-				}
-			})
+	startScriptedAdapter(t, socket, func(c net.Conn, wmu *sync.Mutex, f map[string]any, _ []byte) {
+		if f["kind"] != "invoke" {
+			return
 		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
+		path, _ := f["payload"].(map[string]any)["path"].(string)
+		content := readContent(path)
+		delete(f, "payload")
+		f["kind"], f["ok"] = "result", true
+		f["data"] = map[string]any{"content": content, "bytesRead": len(content), "eof": true}
+		reply(c, wmu, f)
 	})
 }
