@@ -229,11 +229,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// maxQuotedMessage bounds an adapter's error message quoted in a report.
+const maxQuotedMessage = 120
+
 // quote quotes adapter text for a report, shortened, with control characters escaped.
-func quote(s string) string {
+func quote(s string) string { return quoteN(s, maxQuoted) }
+
+// quoteN is quote with a bound of n code points.
+func quoteN(s string, n int) string {
 	r := []rune(s)
-	if len(r) > maxQuoted {
-		s = string(r[:maxQuoted]) + "…"
+	if len(r) > n {
+		s = string(r[:n]) + "…"
 	}
 	return strconv.Quote(s)
 }

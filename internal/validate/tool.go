@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
@@ -71,6 +72,7 @@ type toolHarness struct {
 	wait   time.Duration
 
 	conn *toolConn
+	run  string // this run's random id, in every requestId and idempotencyKey it sends
 	seq  int
 
 	base    string // the fixture directory, relative to the root
@@ -187,7 +189,11 @@ func (h *toolHarness) setup() error {
 	if st, err := os.Stat(h.cfg.Scratch); err != nil || !st.IsDir() {
 		return errors.New("the scratch directory is not a directory")
 	}
+	// A fresh tag per run: the fixtures, and every requestId and idempotencyKey, differ from
+	// those of an earlier run against the same adapter process, which may remember keys per
+	// grant for idempotencyTtlMs and must then answer a reused key with its first outcome.
 	tag := randHex(6)
+	h.run = tag
 	h.marker = "airlock-outside-" + tag
 	h.needle = "airlock-needle-" + tag
 	h.base = "airlock-conformance-" + tag
@@ -475,13 +481,21 @@ func (h *toolHarness) bind() (*toolConn, *tooladapter.Frame, error) {
 	in, err := tc.await(func(*tooladapter.Frame) bool { return true }, h.wait)
 	if err != nil {
 		tc.close()
-		return nil, nil, fmt.Errorf("no bound frame: %v", err)
+		return nil, nil, fmt.Errorf("%s: no bound frame: %v", h.bindText(), err)
 	}
 	if in.f == nil || in.f.Kind != tooladapter.KindBound {
 		tc.close()
-		return nil, nil, errors.New("the first adapter frame is not a valid bound frame")
+		return nil, nil, fmt.Errorf("%s: the first adapter frame is not a valid bound frame", h.bindText())
 	}
 	return tc, in.f, nil
+}
+
+// bindText renders the bind frame the harness sends, without the handle: the identity values
+// come from the descriptor, and the adapter must accept exactly them.
+func (h *toolHarness) bindText() string {
+	id := h.ident
+	return fmt.Sprintf("bind as adapterId %s, adapterVersion %s, hostInstanceId %s, sessionId %s, generation %d, operations %v",
+		quote(id.AdapterID), quote(id.AdapterVersion), quote(id.HostInstanceID), quote(id.SessionID), id.Generation, h.desc.Operations)
 }
 
 func (h *toolHarness) probeBind() bool {
@@ -578,16 +592,43 @@ func (h *toolHarness) live() (*toolConn, error) {
 	return nil, fmt.Errorf("cannot bind again: %v", err)
 }
 
+// nextID returns a fresh requestId or idempotencyKey: prefix, the run's id and a sequence
+// number, so that no two runs of the harness send the same one.
 func (h *toolHarness) nextID(prefix string) string {
 	h.seq++
-	return fmt.Sprintf("%s-%d", prefix, h.seq)
+	return fmt.Sprintf("%s-%s-%d", prefix, h.run, h.seq)
+}
+
+// maxSentText bounds the rendering of a request in a report.
+const maxSentText = 240
+
+// sentText renders a request as the harness sent it, the operation and its payload as compact
+// JSON, for failure messages: an author must see which path and arguments failed.
+func sentText(op string, payload any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if raw, ok := payload.(json.RawMessage); ok {
+		buf.Write(raw)
+	} else if enc.Encode(payload) != nil {
+		return op
+	}
+	text := strings.TrimSpace(buf.String())
+	if len(text) > maxSentText {
+		cut := maxSentText
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		text = text[:cut] + "…"
+	}
+	return op + " " + text
 }
 
 // call sends one invoke and waits for its result; key "" means a fresh key.
 func (h *toolHarness) call(op string, payload any, key string) (*tooladapter.Frame, error) {
 	tc, err := h.live()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: not sent: %v", sentText(op, payload), err)
 	}
 	p, err := json.Marshal(payload)
 	if err != nil {
@@ -600,14 +641,14 @@ func (h *toolHarness) call(op string, payload any, key string) (*tooladapter.Fra
 	f := h.frame(tooladapter.KindInvoke)
 	f.RequestID, f.IdempotencyKey, f.Operation, f.Payload = id, key, op, p
 	if err := tc.send(f); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %v", sentText(op, payload), err)
 	}
 	in, err := tc.await(func(g *tooladapter.Frame) bool { return g.Kind == tooladapter.KindResult && g.RequestID == id }, h.wait)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", op, err)
+		return nil, fmt.Errorf("%s: %v", sentText(op, payload), err)
 	}
 	if in.f.Operation != op || in.f.IdempotencyKey != key {
-		h.frameProblems = append(h.frameProblems, fmt.Sprintf("a %s result does not echo its invoke's operation and idempotencyKey", op))
+		h.frameProblems = append(h.frameProblems, fmt.Sprintf("the result of %s does not echo its invoke's operation and idempotencyKey", sentText(op, payload)))
 	}
 	return in.f, nil
 }
@@ -619,11 +660,17 @@ func (h *toolHarness) callOK(op string, payload any, v any) error {
 		return err
 	}
 	if !f.OK {
-		return fmt.Errorf("%s answered error %s", op, f.Error.Code)
+		if f.Error.Code == "not_found" {
+			// Every path callOK sends exists: the harness created it beneath --scratch, which
+			// an adapter over another data source does not serve.
+			return fmt.Errorf("%s answered %s, but the harness created that path beneath --scratch, the grant's root",
+				sentText(op, payload), describeFrame(f, nil))
+		}
+		return fmt.Errorf("%s answered %s", sentText(op, payload), describeFrame(f, nil))
 	}
 	if v != nil {
 		if err := json.Unmarshal(f.Data, v); err != nil {
-			return fmt.Errorf("%s data: %v", op, err)
+			return fmt.Errorf("%s: data: %v", sentText(op, payload), err)
 		}
 	}
 	return nil
@@ -670,6 +717,7 @@ type (
 func sha(s string) string { s2 := sha256.Sum256([]byte(s)); return hex.EncodeToString(s2[:]) }
 
 // probeOperation runs the happy path of one operation, or skips it when it is not granted.
+// Every problem names the request it is about (sentText), path and arguments included.
 func (h *toolHarness) probeOperation(op string) {
 	if !h.desc.Grants(op) {
 		h.skip(op, "not granted")
@@ -677,12 +725,21 @@ func (h *toolHarness) probeOperation(op string) {
 	}
 	hello := helloText(h.needle)
 	var problems []string
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	var err error
+	// check calls op with payload, decodes a success into v and, if that worked, runs verify,
+	// whose problems are prefixed with the request.
+	check := func(payload map[string]any, v any, verify func(bad func(format string, args ...any))) bool {
+		if err := h.callOK(op, payload, v); err != nil {
+			problems = append(problems, err.Error())
+			return false
+		}
+		sent := sentText(op, payload)
+		verify(func(format string, args ...any) { problems = append(problems, sent+": "+fmt.Sprintf(format, args...)) })
+		return true
+	}
 	switch op {
 	case tooladapter.OpList:
 		var d listData
-		if err = h.callOK(op, map[string]any{"path": h.base, "maxEntries": 100}, &d); err == nil {
+		check(map[string]any{"path": h.base, "maxEntries": 100}, &d, func(bad func(string, ...any)) {
 			seen := map[string]string{}
 			for _, e := range d.Entries {
 				seen[e.Name] = e.Type
@@ -690,64 +747,68 @@ func (h *toolHarness) probeOperation(op string) {
 					bad("hello.txt listed with size %d, want %d", *e.Size, len(hello))
 				}
 			}
-			for name, typ := range map[string]string{"hello.txt": "file", "dir": "directory", "many": "directory", "window.txt": "file"} {
+			for _, name := range []string{"dir", "hello.txt", "many", "window.txt"} {
+				typ := map[string]string{"hello.txt": "file", "dir": "directory", "many": "directory", "window.txt": "file"}[name]
 				if seen[name] != typ {
-					bad("%s listed as %q, want %q", name, seen[name], typ)
+					bad("%s listed as %q, want %q (the harness created it under --scratch)", name, seen[name], typ)
 				}
 			}
 			if d.Truncated {
 				bad("a 10-entry directory listed as truncated")
 			}
-		}
+		})
 	case tooladapter.OpStat:
 		var d statData
-		if err = h.callOK(op, map[string]any{"path": h.rel("hello.txt")}, &d); err == nil && (d.Type != "file" || d.Size != int64(len(hello))) {
-			bad("stat of hello.txt is %s of %d bytes, want file of %d", d.Type, d.Size, len(hello))
-		}
-		if err == nil {
-			if err = h.callOK(op, map[string]any{"path": "."}, &d); err == nil && d.Type != "directory" {
-				bad("stat of . is %s, want directory", d.Type)
+		ok := check(map[string]any{"path": h.rel("hello.txt")}, &d, func(bad func(string, ...any)) {
+			if d.Type != "file" || d.Size != int64(len(hello)) {
+				bad("%s of %d bytes, want file of %d", d.Type, d.Size, len(hello))
 			}
+		})
+		if ok {
+			check(map[string]any{"path": "."}, &d, func(bad func(string, ...any)) {
+				if d.Type != "directory" {
+					bad("%s, want directory", d.Type)
+				}
+			})
 		}
 	case tooladapter.OpRead:
 		var d readData
-		if err = h.callOK(op, map[string]any{"path": h.rel("hello.txt")}, &d); err == nil && (d.Content != hello || d.BytesRead != int64(len(hello)) || !d.EOF) {
-			bad("read of hello.txt gave %d bytes, eof %v, not the file's content", d.BytesRead, d.EOF)
-		}
+		check(map[string]any{"path": h.rel("hello.txt")}, &d, func(bad func(string, ...any)) {
+			if d.Content != hello || d.BytesRead != int64(len(hello)) || !d.EOF {
+				bad("gave %d bytes, eof %v, not the file's %d bytes with eof true", d.BytesRead, d.EOF, len(hello))
+			}
+		})
 	case tooladapter.OpSearch:
 		var d searchData
-		if err = h.callOK(op, map[string]any{"path": h.base, "query": h.needle}, &d); err == nil {
+		check(map[string]any{"path": h.base, "query": h.needle}, &d, func(bad func(string, ...any)) {
 			if len(d.Matches) != 1 {
-				bad("search found %d matches, want 1", len(d.Matches))
+				bad("found %d matches, want 1", len(d.Matches))
 			} else if m := d.Matches[0]; m.Path != h.rel("hello.txt") || m.Line != 2 || m.Column != 10 {
-				bad("search match at %q line %d column %d, want hello.txt line 2 column 10", m.Path, m.Line, m.Column)
+				bad("match at %q line %d column %d, want %q line 2 column 10", m.Path, m.Line, m.Column, h.rel("hello.txt"))
 			}
-		}
+		})
 	case tooladapter.OpWrite:
 		var d writeData
 		const content = "written by airlock validate\n"
-		if err = h.callOK(op, map[string]any{"path": h.rel("written.txt"), "content": content, "create": true, "overwrite": false}, &d); err == nil {
+		check(map[string]any{"path": h.rel("written.txt"), "content": content, "create": true, "overwrite": false}, &d, func(bad func(string, ...any)) {
 			if !d.Created || d.BytesWritten != int64(len(content)) || d.Digest != sha(content) {
-				bad("write answered created %v, bytesWritten %d, digest %s", d.Created, d.BytesWritten, d.Digest)
+				bad("answered created %v, bytesWritten %d, digest %s; want true, %d, %s", d.Created, d.BytesWritten, d.Digest, len(content), sha(content))
 			}
 			if b, _ := os.ReadFile(filepath.Join(h.baseAbs, "written.txt")); string(b) != content {
-				bad("the written file does not hold the content")
+				bad("the file under --scratch does not hold the content")
 			}
-		}
+		})
 	case tooladapter.OpEdit:
 		var d editData
 		edits := []map[string]string{{"oldText": "beta", "newText": "gamma"}}
-		if err = h.callOK(op, map[string]any{"path": h.rel("edit.txt"), "edits": edits}, &d); err == nil {
+		check(map[string]any{"path": h.rel("edit.txt"), "edits": edits}, &d, func(bad func(string, ...any)) {
 			if d.Replacements != 1 || d.Digest != sha("alpha gamma\n") {
-				bad("edit answered replacements %d, digest %s", d.Replacements, d.Digest)
+				bad("answered replacements %d, digest %s; want 1, %s", d.Replacements, d.Digest, sha("alpha gamma\n"))
 			}
 			if b, _ := os.ReadFile(filepath.Join(h.baseAbs, "edit.txt")); string(b) != "alpha gamma\n" {
-				bad("the edited file holds %q", b)
+				bad("the file under --scratch holds %q", b)
 			}
-		}
-	}
-	if err != nil {
-		bad("%v", err)
+		})
 	}
 	h.result(op, problems, "")
 }
@@ -794,32 +855,35 @@ func (h *toolHarness) probeTraversal() {
 			if unanswered == 3 {
 				break // a hung adapter would take a wait per path
 			}
-			f, err := h.call(op, h.traversalPayload(op, p), "")
+			payload := h.traversalPayload(op, p)
+			f, err := h.call(op, payload, "")
 			if err != nil {
 				unanswered++
-				bad("%s %q: %v", op, p, err)
+				bad("%v", err)
 				continue
 			}
 			if f.OK {
-				bad("%s %q succeeded", op, p)
+				bad("%s succeeded, want an error result", sentText(op, payload))
 			}
 			if bytes.Contains(f.Data, []byte(h.marker)) || bytes.Contains(f.Data, []byte(h.needle)) {
-				bad("%s %q returned content it must refuse", op, p)
+				bad("%s returned content it must refuse", sentText(op, payload))
 			}
 		}
 	}
 	if h.desc.Grants(tooladapter.OpSearch) {
 		var d searchData
-		if err := h.callOK(tooladapter.OpSearch, map[string]any{"path": h.base, "query": h.marker}, &d); err == nil && len(d.Matches) > 0 {
-			bad("fs.search of the fixtures found the outside file through a symlink")
+		payload := map[string]any{"path": h.base, "query": h.marker}
+		if err := h.callOK(tooladapter.OpSearch, payload, &d); err == nil && len(d.Matches) > 0 {
+			bad("%s found the outside file through a symlink", sentText(tooladapter.OpSearch, payload))
 		}
 	}
 	if h.desc.Grants(tooladapter.OpList) {
 		var d listData
-		if err := h.callOK(tooladapter.OpList, map[string]any{"path": h.base}, &d); err == nil {
+		payload := map[string]any{"path": h.base}
+		if err := h.callOK(tooladapter.OpList, payload, &d); err == nil {
 			for _, e := range d.Entries {
 				if strings.HasPrefix(e.Name, "link-") {
-					bad("fs.list reports the symlink %s as a %s", e.Name, e.Type)
+					bad("%s reports the symlink %s as a %s; symlinks are omitted", sentText(tooladapter.OpList, payload), e.Name, e.Type)
 				}
 			}
 		}
@@ -843,17 +907,20 @@ func (h *toolHarness) probeBounds() {
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if list {
 		var d listData
-		if err := h.callOK(tooladapter.OpList, map[string]any{"path": h.rel("many"), "maxEntries": 2}, &d); err != nil {
+		payload := map[string]any{"path": h.rel("many"), "maxEntries": 2}
+		if err := h.callOK(tooladapter.OpList, payload, &d); err != nil {
 			bad("%v", err)
 		} else if len(d.Entries) > 2 || !d.Truncated {
-			bad("fs.list of 5 entries with maxEntries 2 gave %d entries, truncated %v", len(d.Entries), d.Truncated)
+			bad("%s of a directory of 5 files gave %d entries, truncated %v; want at most 2, truncated true",
+				sentText(tooladapter.OpList, payload), len(d.Entries), d.Truncated)
 		}
 	}
 	if read {
 		text := windowText()
 		for _, w := range []struct{ off, max int }{{0, 10}, {10, 7}, {95, 10}, {99, 1}, {100, 5}, {200, 5}} {
 			var d readData
-			if err := h.callOK(tooladapter.OpRead, map[string]any{"path": h.rel("window.txt"), "offset": w.off, "maxBytes": w.max}, &d); err != nil {
+			payload := map[string]any{"path": h.rel("window.txt"), "offset": w.off, "maxBytes": w.max}
+			if err := h.callOK(tooladapter.OpRead, payload, &d); err != nil {
 				if w.off > len(text) {
 					continue // reading past the end may be an error
 				}
@@ -863,20 +930,23 @@ func (h *toolHarness) probeBounds() {
 			lo := min(w.off, len(text))
 			want := text[lo:min(lo+w.max, len(text))]
 			if d.Content != want || d.BytesRead != int64(len(want)) || d.EOF != (lo+w.max >= len(text)) {
-				bad("fs.read offset %d maxBytes %d gave %d bytes, eof %v; want %d bytes, eof %v", w.off, w.max, d.BytesRead, d.EOF, len(want), lo+w.max >= len(text))
+				bad("%s of a 100-byte file gave %d bytes, eof %v; want %d bytes, eof %v",
+					sentText(tooladapter.OpRead, payload), d.BytesRead, d.EOF, len(want), lo+w.max >= len(text))
 			}
 		}
 		size := int(h.desc.Limits.MaxResponseBytes) + 4096
 		size = min(size, tooladapter.MaxContentBytes)
-		f, err := h.call(tooladapter.OpRead, map[string]any{"path": h.rel("big.txt"), "maxBytes": size}, "")
+		payload := map[string]any{"path": h.rel("big.txt"), "maxBytes": size}
+		f, err := h.call(tooladapter.OpRead, payload, "")
 		switch {
 		case err != nil:
-			bad("fs.read of a file over maxResponseBytes: %v", err)
+			bad("a read larger than maxResponseBytes: %v", err)
 		case f.OK:
 			var d readData
 			json.Unmarshal(f.Data, &d)
 			if d.BytesRead >= h.desc.Limits.MaxResponseBytes || d.Content != strings.Repeat("a", len(d.Content)) || int64(len(d.Content)) != d.BytesRead {
-				bad("fs.read of a file over maxResponseBytes returned %d bytes", d.BytesRead)
+				bad("%s of a %d-byte file returned %d bytes, not a prefix that fits maxResponseBytes %d",
+					sentText(tooladapter.OpRead, payload), size, d.BytesRead, h.desc.Limits.MaxResponseBytes)
 			}
 		}
 	}
@@ -886,36 +956,38 @@ func (h *toolHarness) probeBounds() {
 func (h *toolHarness) probeIdempotency() {
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	key := "idem-" + randHex(8)
+	key := h.nextID("idem")
 	if h.desc.Grants(tooladapter.OpWrite) {
 		p := map[string]any{"path": h.rel("idem.txt"), "content": "first\n", "create": true, "overwrite": true}
+		sent := sentText(tooladapter.OpWrite, p) + " with idempotencyKey " + key
 		f1, err := h.call(tooladapter.OpWrite, p, key)
 		if err != nil || !f1.OK {
-			h.fail(ProbeToolIdempotency, fmt.Sprintf("the first fs.write failed: %v", describeFrame(f1, err)))
+			h.fail(ProbeToolIdempotency, fmt.Sprintf("the first %s failed: %v", sent, describeFrame(f1, err)))
 			return
 		}
 		abs := filepath.Join(h.baseAbs, "idem.txt")
 		os.WriteFile(abs, []byte("changed by the harness\n"), 0o600)
 		f2, err := h.call(tooladapter.OpWrite, p, key)
 		if err != nil || !f2.OK {
-			bad("the replay failed: %v", describeFrame(f2, err))
+			bad("the replay of %s failed: %v", sent, describeFrame(f2, err))
 		} else if !sameJSON(f1.Data, f2.Data) {
-			bad("the replay's data differs from the first result's")
+			bad("the replay of %s answered other data than the first result", sent)
 		}
 		if b, _ := os.ReadFile(abs); string(b) != "changed by the harness\n" {
-			bad("the replay wrote the file again")
+			bad("the replay of %s wrote the file again", sent)
 		}
 		h.result(ProbeToolIdempotency, problems, "fs.write replayed")
 		return
 	}
 	op := h.fallbackOp()
+	sent := sentText(op, h.happyPayload(op)) + " with idempotencyKey " + key
 	f1, err1 := h.call(op, h.happyPayload(op), key)
 	f2, err2 := h.call(op, h.happyPayload(op), key)
 	switch {
 	case err1 != nil || err2 != nil || !f1.OK || !f2.OK:
-		bad("%s with one key: %v, then %v", op, describeFrame(f1, err1), describeFrame(f2, err2))
+		bad("%s twice: %v, then %v", sent, describeFrame(f1, err1), describeFrame(f2, err2))
 	case !sameJSON(f1.Data, f2.Data):
-		bad("the replay's data differs from the first result's")
+		bad("the replay of %s answered other data than the first result", sent)
 	}
 	h.result(ProbeToolIdempotency, problems, op+" replayed")
 }
@@ -952,7 +1024,7 @@ func describeFrame(f *tooladapter.Frame, err error) string {
 	case f.OK:
 		return "ok"
 	default:
-		return "error " + f.Error.Code
+		return "error " + f.Error.Code + " (" + quoteN(f.Error.Message, maxQuotedMessage) + ")"
 	}
 }
 
@@ -984,14 +1056,15 @@ func (h *toolHarness) probeAbort() {
 		h.fail(ProbeToolAbort, err.Error())
 		return
 	}
+	sent := fmt.Sprintf("abort %s of %s (requestId %s)", id, sentText(op, json.RawMessage(p)), target)
 	in, err := tc.await(func(f *tooladapter.Frame) bool { return f.Kind == tooladapter.KindAborted }, h.wait)
 	if err != nil {
-		h.fail(ProbeToolAbort, fmt.Sprintf("no aborted frame: %v", err))
+		h.fail(ProbeToolAbort, fmt.Sprintf("%s: no aborted frame: %v", sent, err))
 		return
 	}
 	var problems []string
 	if in.f.RequestID != id || in.f.TargetRequestID != target {
-		problems = append(problems, "the aborted frame does not carry the abort's requestId and targetRequestId")
+		problems = append(problems, sent+": the aborted frame does not carry the abort's requestId and targetRequestId")
 	}
 	isTarget := func(f *tooladapter.Frame) bool { return f.Kind == tooladapter.KindResult && f.RequestID == target }
 	results := 0
@@ -1002,7 +1075,7 @@ func (h *toolHarness) probeAbort() {
 		}
 	}
 	if results > 1 {
-		problems = append(problems, "the aborted invoke got two results")
+		problems = append(problems, sent+": the aborted invoke got two results")
 	}
 	h.result(ProbeToolAbort, problems, fmt.Sprintf("aborted %v", in.f.Aborted))
 }

@@ -140,6 +140,58 @@ func TestToolAdapterAirlockFSReadOnly(t *testing.T) {
 	wantToolPass(t, rep, "fs.list", "fs.search", "fs.write", "fs.edit")
 }
 
+// TestToolAdapterAirlockFSTwice runs the harness twice against one airlock-fs process and one
+// grant, whose idempotency memory outlives the first run's connections: the second run must
+// pass too, so no requestId or idempotencyKey of the first may come again. (With the keys of
+// the first run, fs.stat and fs.read failed idempotency_conflict in the second.)
+func TestToolAdapterAirlockFSTwice(t *testing.T) {
+	fs := startAirlockFS(t)
+	for _, ops := range []string{"fs.stat,fs.read", allOps} {
+		scratch := scratchDir(t)
+		desc := fs.grant(t, scratch, ops)
+		for run := range 2 {
+			rep := runTool(t, ToolConfig{Socket: fs.socket, Descriptor: desc, Scratch: scratch})
+			if !rep.Pass {
+				t.Fatalf("%s: run %d failed:\n%s", ops, run+1, dump(rep))
+			}
+		}
+	}
+}
+
+// TestToolAdapterFailureNamesRequest: an adapter over another data source (it answers
+// not_found to every operation) fails each probe with the request it was sent, path and
+// arguments, not only the operation and the code.
+func TestToolAdapterFailureNamesRequest(t *testing.T) {
+	g := newToolGrant(t, "fs.read", "fs.stat", "fs.list")
+	brokenAdapter(t, g, "elsewhere")
+	rep := runTool(t, ToolConfig{Descriptor: g.descriptor(t, "broken"), Scratch: g.root, Wait: 2 * time.Second})
+	ents, err := os.ReadDir(g.root)
+	if err != nil || len(ents) != 0 {
+		t.Fatalf("fixtures left: %v %v", ents, err)
+	}
+	for probe, want := range map[string][]string{
+		"fs.read":            {`fs.read {"path":"airlock-conformance-`, `/hello.txt"} answered error not_found ("no such entry`, "beneath --scratch"},
+		"fs.stat":            {`fs.stat {"path":"airlock-conformance-`, `/hello.txt"} answered error not_found`},
+		"fs.list":            {`fs.list {"maxEntries":100,"path":"airlock-conformance-`, `"} answered error not_found`},
+		ProbeToolBounds:      {`fs.read {"maxBytes":7,"offset":10,"path":"airlock-conformance-`, `/window.txt"} answered error not_found`, `fs.list {"maxEntries":2,"path":"airlock-conformance-`},
+		ProbeToolIdempotency: {`fs.read {"maxBytes":4096,"path":"airlock-conformance-`, `/big.txt"} with idempotencyKey idem-`, "twice: error not_found"},
+	} {
+		p, ok := rep.Probe(probe)
+		if !ok || p.Pass {
+			t.Errorf("probe %s passed: %+v", probe, p)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(p.Detail, w) {
+				t.Errorf("probe %s: no %q in %q", probe, w, p.Detail)
+			}
+		}
+	}
+	if p, _ := rep.Probe(ProbeToolTraversal); !p.Pass {
+		t.Errorf("traversal: every path was refused, yet %q", p.Detail)
+	}
+}
+
 func TestToolAdapterBadDescriptor(t *testing.T) {
 	rep := runTool(t, ToolConfig{Descriptor: []byte(`{"protocolVersion":"1.0"}`), Scratch: t.TempDir()})
 	if rep.Pass || len(rep.Probes) != 1 || rep.Probes[0].Name != ProbeToolDescriptor {
@@ -260,6 +312,7 @@ func TestToolAdapterPython(t *testing.T) {
 //	limits    bound echoes maxQueuedRequests plus one
 //	follow    paths are joined to the root and opened, symlinks and ".." followed
 //	identity  results carry another sessionId
+//	elsewhere serves another data source: every operation answers not_found
 //
 // It answers bind, fs.stat, fs.read and fs.list naively, aborts with aborted:false and revoke
 // with revoked and a close.
@@ -355,7 +408,11 @@ func serveBroken(g *toolGrant, mode string, c net.Conn) {
 				if mode == "reflect" {
 					msg += " for capability " + g.handle
 				}
-				res.Error = &tooladapter.ErrorBody{Code: "refused", Message: msg}
+				code := "refused"
+				if mode == "elsewhere" {
+					code = "not_found"
+				}
+				res.Error = &tooladapter.ErrorBody{Code: code, Message: msg}
 			}
 			if !send(res) {
 				return
@@ -372,6 +429,9 @@ func brokenOp(g *toolGrant, mode, op string, payload json.RawMessage) (json.RawM
 		MaxBytes int64  `json:"maxBytes"`
 	}
 	json.Unmarshal(payload, &p)
+	if mode == "elsewhere" {
+		return nil, "no such entry in the other data source"
+	}
 	if mode != "follow" && (tooladapter.ValidateRelativePath(p.Path) != nil || strings.Contains(p.Path, "link-")) {
 		return nil, "invalid path"
 	}
