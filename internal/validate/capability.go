@@ -13,11 +13,17 @@
 // args that a conforming adapter refuses, but a lax one may act on): validate an adapter
 // against a test device, not one in use.
 //
-// A wrong protocolVersion: following the reference adapter, the expected answer is
-// invalid_request in a version 1 envelope carrying the request's id, after which the adapter
-// keeps serving; exiting without an answer is also accepted, since the runtime then discards
-// the child. An undeclared key in invoke args that the adapter accepts is only a warning: the
-// runtime refuses such args before they reach the adapter.
+// Two probes ask more of an adapter than the runtime needs today, as defence in depth: the
+// runtime checks both before a request reaches an adapter, but an adapter must not rely on
+// whoever talks to it having done so.
+//   - A wrong protocolVersion: following the reference adapter, the expected answer is
+//     invalid_request in a version 1 envelope carrying the request's id, after which the
+//     adapter keeps serving; exiting without an answer is also accepted, since the runtime
+//     then discards the child.
+//   - Invoke args that break the declared input (a required property missing, one of the
+//     wrong type, an undeclared key) must be answered invalid_args.
+//
+// Every failure names the request the harness sent (requestText), arguments included.
 //
 // Probes talk to the adapter through capadapter.Client, the runtime's own client, so an
 // adapter that passes is one the runtime accepts; where the harness needs the raw result (the
@@ -274,6 +280,29 @@ func (h *harness) live() (*capadapter.Client, error) {
 	return c, nil
 }
 
+// requestText renders a request as the harness sends it, without its id, for failure
+// messages: an author must see which capability, action and arguments failed.
+func requestText(req capadapter.Request) string {
+	v := req.ProtocolVersion
+	if v == 0 {
+		v = capadapter.ProtocolVersion
+	}
+	w := struct {
+		ProtocolVersion int             `json:"protocolVersion"`
+		Method          string          `json:"method"`
+		CapabilityID    string          `json:"capabilityId,omitempty"`
+		Action          string          `json:"action,omitempty"`
+		Args            json.RawMessage `json:"args,omitempty"`
+	}{v, req.Method, req.CapabilityID, req.Action, req.Args}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(w) != nil {
+		return req.Method
+	}
+	return "sent " + strings.TrimSpace(buf.String())
+}
+
 // call makes one call and records how it went, for the deadline and bounds probes.
 func (h *harness) call(c *capadapter.Client, label string, req capadapter.Request) (capadapter.Response, error) {
 	start := time.Now()
@@ -293,6 +322,7 @@ func (h *harness) expectCode(label, want string, req capadapter.Request) string 
 		return label + ": " + err.Error()
 	}
 	resp, err := h.call(c, label, req)
+	label += " (" + requestText(req) + ")"
 	switch {
 	case err != nil:
 		return label + ": " + describeErr(err)
@@ -378,7 +408,9 @@ func (h *harness) probeDescribe() {
 			problems = append(problems, label+": "+err.Error())
 			continue
 		}
-		resp, err := h.call(c, label, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID})
+		req := capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID}
+		resp, err := h.call(c, label, req)
+		label += " (" + requestText(req) + ")"
 		if err != nil {
 			problems = append(problems, label+": "+describeErr(err))
 			continue
@@ -465,6 +497,7 @@ func (h *harness) resultCall(label string, req capadapter.Request) string {
 		return label + ": " + err.Error()
 	}
 	resp, err := h.call(c, label, req)
+	label += " (" + requestText(req) + ")"
 	if err != nil {
 		return label + ": " + describeErr(err)
 	}
@@ -582,8 +615,9 @@ func (h *harness) probeProtocolVersion() {
 		h.fail(ProbeProtocolVersion, describeErr(err))
 		return
 	}
-	label := "list with protocolVersion 2"
-	resp, err := h.call(c, label, capadapter.Request{ProtocolVersion: probeVersion, Method: capadapter.MethodList})
+	req := capadapter.Request{ProtocolVersion: probeVersion, Method: capadapter.MethodList}
+	label := "list with protocolVersion 2 (" + requestText(req) + ")"
+	resp, err := h.call(c, label, req)
 	switch {
 	case err != nil && capadapter.CodeOf(err) == capadapter.CodeUnavailable && c.Failure() != nil:
 		h.pass(ProbeProtocolVersion, "the adapter exited without answering (allowed; answering invalid_request is preferred)")
@@ -596,7 +630,7 @@ func (h *harness) probeProtocolVersion() {
 		if resp.ErrorCode != "" {
 			what = resp.ErrorCode
 		}
-		h.fail(ProbeProtocolVersion, label+": answered "+what+", want invalid_request")
+		h.fail(ProbeProtocolVersion, label+": answered "+what+", want invalid_request in a version 1 response")
 		return
 	}
 	resp, err = h.call(c, "list after the wrong version", capadapter.Request{Method: capadapter.MethodList})

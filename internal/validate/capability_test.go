@@ -94,8 +94,14 @@ func TestBrokenAdapters(t *testing.T) {
 		fail   []string
 		detail string // in the first failing probe's detail
 		cfg    func(*Config)
+		sent   []string // requests the first failing probe's detail must name, arguments included
 	}{
-		{mode: "accept-args", fail: []string{ProbeInvalidArgs}, detail: "missing"},
+		{mode: "accept-args", fail: []string{ProbeInvalidArgs}, detail: "missing", sent: []string{
+			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"set_level","args":{}}): answered with a result, want error invalid_args`,
+			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"set_level","args":{"level":"1"}}`,
+			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"set_level","args":{"airlock_undeclared_probe":"probe","level":0}}`,
+			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"flip","args":{"airlock_undeclared_probe":"probe"}}`,
+		}},
 		{mode: "url-result", fail: []string{ProbeObserve, ProbeScreens}, detail: "screens"},
 		{mode: "no-exit", fail: []string{ProbeStdinClose}, detail: "stdin close"},
 		{mode: "describe-differs", fail: []string{ProbeDescribe}, detail: "differs"},
@@ -103,10 +109,14 @@ func TestBrokenAdapters(t *testing.T) {
 		{mode: "slow-observe", fail: []string{ProbeObserve, ProbeDeadline}, detail: "timeout",
 			cfg: func(c *Config) { c.Timeout = 300 * time.Millisecond }},
 		{mode: "big-result", fail: []string{ProbeObserve, ProbeBounds}, detail: "over 4096"},
-		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request"},
-		{mode: "no-unsupported-method", fail: []string{ProbeUnsupportedMethod}, detail: "answered invalid_request"},
-		{mode: "no-unsupported-action", fail: []string{ProbeUnsupportedAction}, detail: "answered invalid_request"},
-		{mode: "no-unknown-capability", fail: []string{ProbeUnknownCapability}, detail: "answered invalid_request"},
+		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request",
+			sent: []string{`(sent {"protocolVersion":2,"method":"list"}): answered a result`}},
+		{mode: "no-unsupported-method", fail: []string{ProbeUnsupportedMethod}, detail: "answered invalid_request",
+			sent: []string{`sent {"protocolVersion":1,"method":"airlock_unknown_method"}`}},
+		{mode: "no-unsupported-action", fail: []string{ProbeUnsupportedAction}, detail: "answered invalid_request",
+			sent: []string{`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"airlock_unsupported_probe","args":{}}`}},
+		{mode: "no-unknown-capability", fail: []string{ProbeUnknownCapability}, detail: "answered invalid_request",
+			sent: []string{`sent {"protocolVersion":1,"method":"observe","capabilityId":"airlock.unknown-probe"}`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -128,8 +138,11 @@ func TestBrokenAdapters(t *testing.T) {
 			if strings.Join(failed, ",") != strings.Join(tc.fail, ",") {
 				t.Fatalf("failed probes %v, want %v:\n%s", failed, tc.fail, dump(rep))
 			}
-			if p, _ := rep.Probe(tc.fail[0]); !strings.Contains(p.Detail, tc.detail) {
-				t.Errorf("%s detail %q lacks %q", p.Name, p.Detail, tc.detail)
+			p, _ := rep.Probe(tc.fail[0])
+			for _, want := range append([]string{tc.detail}, tc.sent...) {
+				if !strings.Contains(p.Detail, want) {
+					t.Errorf("%s detail %q lacks %q", p.Name, p.Detail, want)
+				}
 			}
 		})
 	}
