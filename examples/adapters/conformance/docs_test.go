@@ -1,14 +1,23 @@
 package conformance_test
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/validate"
 )
 
@@ -25,11 +34,15 @@ import (
 type docExample struct {
 	// File is the name the block is saved under (the guide tells the reader to use it).
 	File string `json:"file"`
-	// Validate is the validator: "capability" (airlock validate capability -- INTERPRETER FILE).
+	// Validate is the validator: "capability" (airlock validate capability -- INTERPRETER FILE)
+	// or "tool-adapter" (INTERPRETER FILE GRANT.json, then airlock validate tool-adapter; see
+	// runToolExample).
 	Validate string `json:"validate"`
 	// Action and Args are the known-valid invoke of a capability example.
 	Action string          `json:"action,omitempty"`
 	Args   json.RawMessage `json:"args,omitempty"`
+	// Operations are the operations a tool-adapter example is granted.
+	Operations []string `json:"operations,omitempty"`
 
 	lang string // the fence's language
 	code string // the block's text
@@ -64,8 +77,8 @@ func extractExamples(name, text string) ([]docExample, []string) {
 			dec := json.NewDecoder(strings.NewReader(m[1]))
 			dec.DisallowUnknownFields()
 			var ex docExample
-			if err := dec.Decode(&ex); err != nil || ex.File == "" || ex.Validate != "capability" {
-				problems = append(problems, fmt.Sprintf("%s:%d: malformed example marker (want file, and validate capability): %v", name, i+1, err))
+			if err := dec.Decode(&ex); err != nil || ex.File == "" || (ex.Validate != "capability" && ex.Validate != "tool-adapter") {
+				problems = append(problems, fmt.Sprintf("%s:%d: malformed example marker (want file, and validate capability or tool-adapter): %v", name, i+1, err))
 				continue
 			}
 			marker, markerLine = &ex, i+1
@@ -200,7 +213,116 @@ func TestGuideExamples(t *testing.T) {
 			switch ex.Validate {
 			case "capability":
 				conform(t, validate.Config{Command: exe, Args: []string{file}, Action: ex.Action, ActionArgs: ex.Args})
+			case "tool-adapter":
+				runToolExample(t, ex, exe, file)
 			}
 		})
 	}
+}
+
+// runToolExample runs a tool-adapter example as its guide says: the operator writes
+// {"root", "descriptor"} to a grant file, starts INTERPRETER FILE GRANT, and validates the
+// descriptor with the root as --scratch. The harness runs twice against the one process (its
+// idempotency memory belongs to the grant), then the adapter must exit on SIGTERM and remove
+// its socket.
+func runToolExample(t *testing.T, ex docExample, exe, file string) {
+	dir := daemontest.ShortDir(t)
+	run, root := filepath.Join(dir, "run"), filepath.Join(dir, "root")
+	for _, d := range []string{run, root} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handle := make([]byte, 32)
+	rand.Read(handle)
+	desc, err := json.Marshal(map[string]any{
+		"protocolVersion": "1.0", "adapterId": "guide-example", "adapterVersion": "0.1.0",
+		"endpoint": map[string]any{"transport": "unix", "path": filepath.Join(run, "fs.sock")},
+		"binding": map[string]any{"hostInstanceId": "validate", "sessionId": "validate", "generation": 1,
+			"capabilityHandle": base64.RawURLEncoding.EncodeToString(handle)},
+		"operations": ex.Operations,
+		"limits": map[string]any{"maxRequestBytes": 65536, "maxResponseBytes": 65536, "maxConcurrentRequests": 4,
+			"maxQueuedRequests": 16, "requestTimeoutMs": 5000, "maxIdempotencyKeys": 256, "idempotencyTtlMs": 3600000},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := writeJSON(t, run, "grant.json", map[string]any{"root": root, "descriptor": json.RawMessage(desc)})
+
+	var stderr daemontest.SyncBuffer
+	cmd := exec.Command(exe, file, grant)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("adapter stderr:\n%s", stderr.String())
+		}
+	})
+	socket := filepath.Join(run, "fs.sock")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("unix", socket); err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatal("the adapter exited before it listened")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the adapter did not listen within 20 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), harnessTimeout)
+		rep := validate.RunToolAdapter(ctx, validate.ToolConfig{Descriptor: desc, Scratch: root})
+		cancel()
+		for _, p := range rep.Probes {
+			t.Logf("run %d: %s", i+1, probeLine(p))
+		}
+		if !rep.Pass {
+			t.Fatalf("run %d: the tool-adapter harness failed %d probe(s) of %s", i+1, rep.Failed, ex.at)
+		}
+		for _, op := range ex.Operations {
+			if p, ok := rep.Probe(op); !ok || p.Skipped {
+				t.Errorf("probe %s did not run: %+v", op, p)
+			}
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		stopped = true
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adapter ignored SIGTERM")
+	}
+	if !cmd.ProcessState.Success() {
+		t.Errorf("the adapter exited with %v", cmd.ProcessState)
+	}
+	if _, err := os.Lstat(socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the adapter left its socket: %v", err)
+	}
+}
+
+// probeLine renders one probe as the CLI prints it.
+func probeLine(p validate.Probe) string {
+	status := "PASS"
+	switch {
+	case !p.Pass:
+		status = "FAIL"
+	case p.Skipped:
+		status = "SKIP"
+	}
+	return status + " " + p.Name + ": " + p.Detail
 }
