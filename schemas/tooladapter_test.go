@@ -752,7 +752,7 @@ func TestToolAdapterServerOutput(t *testing.T) {
 	tight["adapterId"] = "a" + rep(".", 127)
 	tight["limits"].(map[string]any)["maxRequestBytes"] = 2048
 	b.fail(openTools(b, longID, 1, tight), "invalid_tool_adapter_limit")
-	a.fail(a.send(strings.Replace(toolsLine("1.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), `"requestId":"r-1"`, `"requestId":"a-v1"`, 1)), "unsupported_resource_policy")
+	a.fail(a.send(strings.Replace(toolsLine("1.0", `{"mode":"host-adapter","descriptor":`+toolDescriptor(nil)+`}`), `"requestId":"r-1"`, `"requestId":"a-v1"`, 1)), "invalid_field") // a 1.x tools member must be a string
 	b.fail(openTools(b, "t-echo", 1, toolDesc(adapter.socket, host, "t-echo", 1, handle1, 1000, all...)), "tool_adapter_contract_mismatch")
 	b.fail(openTools(b, "t-reflect", 1, toolDesc(adapter.socket, host, "t-reflect", 1, handle1, 1000, all...)), "adapter_secret_reflected")
 	b.fail(openTools(b, "t-silent", 1, toolDesc(adapter.socket, host, "t-silent", 1, handle1, 100, all...)), "adapter_bind_timeout")

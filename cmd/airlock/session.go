@@ -71,7 +71,8 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 		if err != nil {
 			return a.failUsage(o, err)
 		}
-		tools, _ := json.Marshal(protocol.ToolsResource{Mode: protocol.ToolsHostAdapter, Descriptor: raw})
+		mode, _ := json.Marshal(protocol.ToolsHostAdapter)
+		tools, _ := json.Marshal(protocol.ToolsResource{Mode: mode, Descriptor: raw})
 		p.Resources.Tools = tools
 	}
 	if *version != protocol.Version1 && *version != protocol.Version2 {
@@ -130,13 +131,14 @@ func openPayload(fs *flag.FlagSet, f openFlags) (*protocol.OpenPayload, error) {
 	}
 	p.Cwd = cwd
 	// The daemon wants absolute, clean paths; a relative one means the caller's directory.
+	var sessionDir *string
 	for _, opt := range []struct {
 		name  string
 		value string
 		dst   **string
 	}{
 		{"path", f.path, &p.Session.Path},
-		{"session-dir", f.sessionDir, &p.Session.SessionDir},
+		{"session-dir", f.sessionDir, &sessionDir},
 		{"agent-dir", f.agentDir, &p.AgentDir},
 	} {
 		if !isSet(fs, opt.name) {
@@ -150,6 +152,9 @@ func openPayload(fs *flag.FlagSet, f openFlags) (*protocol.OpenPayload, error) {
 			return nil, usageErrorf("--%s: %v", opt.name, err)
 		}
 		*opt.dst = &abs
+	}
+	if sessionDir != nil {
+		p.Session.SessionDir, _ = json.Marshal(*sessionDir)
 	}
 	if isSet(fs, "name") {
 		p.Name = &f.name

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
@@ -77,7 +79,7 @@ func (a *app) drain(ctx context.Context, args []string) int {
 	}
 	var p protocol.DrainPayload
 	if isSet(fs, "timeout-ms") {
-		p.TimeoutMs = timeoutMs // the daemon checks the bounds
+		p.TimeoutMs = json.RawMessage(strconv.FormatInt(*timeoutMs, 10)) // the daemon checks the bounds
 	}
 	// The daemon answers after at most its timeout; the usual margin comes on top.
 	wait := time.Duration(max(*timeoutMs, 0))*time.Millisecond + callTimeout

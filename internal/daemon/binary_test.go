@@ -133,7 +133,9 @@ func TestBinaryParseErrorsKeepTheConnection(t *testing.T) {
 		{`{"protocolVersion":"1","requestId":"c","operation":"status","payload":{}}`, "invalid_protocol_version", "c", "1.0"},
 		{`{"protocolVersion":"2.0","requestId":"d","requestId":"e","operation":"status","payload":{}}`, "invalid_field", "", "2.0"},
 		{`{"protocolVersion":"2.0","requestID":"f","operation":"status","payload":{}}`, "invalid_field", "", "2.0"},
-		{`{"protocolVersion":"2.0","requestId":"g","operation":"status","payload":{"x":1}}`, "invalid_field", "g", "2.0"},
+		// A payload is forward tolerant: an unknown member is ignored, a duplicated one is not.
+		{`{"protocolVersion":"2.0","requestId":"g","operation":"status","payload":{"x":1}}`, "", "g", "2.0"},
+		{`{"protocolVersion":"2.0","requestId":"g2","operation":"status","payload":{"x":1,"x":2}}`, "invalid_field", "g2", "2.0"},
 		{`{"protocolVersion":"2.0","requestId":"h","operation":"status","payload":{},"futureField":true}`, "", "h", "2.0"},
 	}
 	for _, tc := range cases {
@@ -475,7 +477,8 @@ func TestBinaryResourcePolicy(t *testing.T) {
 	c.SetVersion("1.0")
 	p := openPayload(t.TempDir())
 	p["resources"].(map[string]any)["tools"] = map[string]any{"mode": "host-adapter", "descriptor": map[string]any{}}
-	if r := call(t, c, client.Command{Operation: "open", SessionID: "s", Generation: gen(0), Payload: p}); code(r) != "unsupported_resource_policy" {
+	// A 1.x tools member that is not a string is a bad member, as in Pi Daemon's 1.x parser.
+	if r := call(t, c, client.Command{Operation: "open", SessionID: "s", Generation: gen(0), Payload: p}); code(r) != "invalid_field" {
 		t.Fatalf("v1 open with tools: %s", code(r))
 	}
 	p = openPayload(t.TempDir())

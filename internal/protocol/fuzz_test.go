@@ -2,9 +2,11 @@ package protocol
 
 import (
 	"encoding/json"
+	"math/big"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -95,28 +97,31 @@ func FuzzParseCommand(f *testing.F) {
 		}
 		present := [3]bool{cmd.HasSession, cmd.HasGeneration, cmd.IdempotencyKey != ""}
 		for i, p := range present {
-			if (rules[i] == required && !p) || (rules[i] == forbidden && p) {
+			if (rules[i] == required && !p) || (rules[i] == ignored && p) {
 				t.Fatalf("%s accepted with %s present=%v", cmd.Operation, identityNames[i], p)
 			}
 		}
 		if cmd.HasGeneration && !cmd.HasSession {
 			t.Fatal("accepted a generation without a sessionId")
 		}
-		if sid, ok := readString("sessionId"); ok != cmd.HasSession || sid != cmd.SessionID || (ok && !isIdentifier(sid, 256)) {
-			t.Fatalf("SessionID %q (has %v), line says %q (has %v)", cmd.SessionID, cmd.HasSession, sid, ok)
-		}
-		if key, ok := readString("idempotencyKey"); ok != (cmd.IdempotencyKey != "") || key != cmd.IdempotencyKey || (ok && !isIdentifier(key, 512)) {
-			t.Fatalf("IdempotencyKey %q, line says %q", cmd.IdempotencyKey, key)
-		}
-		if raw, ok := m["generation"]; ok != cmd.HasGeneration {
-			t.Fatalf("HasGeneration %v, line has it: %v", cmd.HasGeneration, ok)
-		} else if ok {
-			var n json.Number
-			if err := json.Unmarshal(raw, &n); err != nil || strings.ContainsAny(string(raw), "-.eE") {
-				t.Fatalf("accepted generation %s", raw)
+		// A member the operation takes is kept exactly as the line says; one it does not take
+		// is dropped, whatever it holds.
+		if rules[0] != ignored {
+			if sid, ok := readString("sessionId"); ok != cmd.HasSession || sid != cmd.SessionID || (ok && !isIdentifier(sid, 256)) {
+				t.Fatalf("SessionID %q (has %v), line says %q (has %v)", cmd.SessionID, cmd.HasSession, sid, ok)
 			}
-			g, err := n.Int64()
-			if err != nil || g != cmd.Generation || g < 0 || g > MaxSafeInteger {
+		}
+		if rules[2] != ignored {
+			if key, ok := readString("idempotencyKey"); ok != (cmd.IdempotencyKey != "") || key != cmd.IdempotencyKey || (ok && !isIdentifier(key, 512)) {
+				t.Fatalf("IdempotencyKey %q, line says %q", cmd.IdempotencyKey, key)
+			}
+		}
+		if raw, ok := m["generation"]; rules[1] != ignored && cmd.HasSession && ok != cmd.HasGeneration {
+			t.Fatalf("HasGeneration %v, line has it: %v", cmd.HasGeneration, ok)
+		} else if cmd.HasGeneration {
+			// Any JSON number worth an integer in range: its float64 value is exact there.
+			f, err := strconv.ParseFloat(string(raw), 64)
+			if err != nil || f != float64(cmd.Generation) || cmd.Generation < 0 || cmd.Generation > MaxSafeInteger {
 				t.Fatalf("Generation %d from %s", cmd.Generation, raw)
 			}
 		}
@@ -214,7 +219,7 @@ func FuzzOpenPayload(f *testing.F) {
 			checkPathProp("path", pol.Path)
 		case ModeNew, ModeContinue, ModeMemory:
 			if pol.Path != "" {
-				t.Fatalf("mode %s with path %q", pol.Mode, pol.Path)
+				t.Fatalf("mode %s keeps path %q", pol.Mode, pol.Path)
 			}
 		default:
 			t.Fatalf("accepted mode %q", pol.Mode)
@@ -239,13 +244,15 @@ func FuzzOpenPayload(f *testing.F) {
 		default:
 			t.Fatalf("tools %q under %s with descriptor %q", pol.Tools, version.Raw, p.ToolDescriptor())
 		}
-		if pol.SystemPrompt != "" && (!v2 || utf8.RuneCountInString(pol.SystemPrompt) > MaxSystemPromptLen) {
+		if utf8.RuneCountInString(pol.SystemPrompt) > MaxSystemPromptLen {
 			t.Fatalf("accepted systemPrompt of %d bytes under %s", len(pol.SystemPrompt), version.Raw)
 		}
-		resources := []json.RawMessage{p.Resources.Extensions, p.Resources.Skills, p.Resources.PromptTemplates,
-			p.Resources.Themes, p.Resources.ContextFiles}
-		if pol.Tools == ResourceNone {
-			resources = append(resources, p.Resources.Tools)
+		var resources []json.RawMessage
+		if r := p.Resources; r != nil { // absent resources are all "none"
+			resources = []json.RawMessage{r.Extensions, r.Skills, r.PromptTemplates, r.Themes, r.ContextFiles}
+			if pol.Tools == ResourceNone {
+				resources = append(resources, r.Tools)
+			}
 		}
 		for _, raw := range resources {
 			var s string
@@ -281,6 +288,46 @@ func FuzzDecodeCapabilityPayload(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		if problem := capabilityPayloadDiffers(payload); problem != "" {
 			t.Fatal(problem)
+		}
+	})
+}
+
+// FuzzRawSafeInt: rawSafeInt accepts exactly the JSON numbers whose exact value is an integer
+// in [0, MaxSafeInteger], and returns that value. The exact value is computed with math/big,
+// for literals whose exponent is small enough to compute.
+func FuzzRawSafeInt(f *testing.F) {
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		n, ok := rawSafeInt(raw)
+		// The decoder hands over a member's value without the whitespace around it.
+		if !json.Valid(raw) || len(raw) == 0 || (raw[0] != '-' && (raw[0] < '0' || raw[0] > '9')) ||
+			strings.TrimSpace(string(raw)) != string(raw) {
+			if ok {
+				t.Fatalf("accepted %q, which is not a bare JSON number", raw)
+			}
+			return
+		}
+		mant, exp, _ := strings.Cut(strings.ToLower(string(raw)), "e")
+		if len(strings.TrimLeft(exp, "+-")) > 4 {
+			return // an exponent too large to compute exactly here
+		}
+		r, good := new(big.Rat).SetString(mant)
+		if !good {
+			t.Fatalf("math/big cannot read %q", mant)
+		}
+		if exp != "" {
+			e, err := strconv.Atoi(exp)
+			if err != nil {
+				t.Fatalf("exponent %q", exp)
+			}
+			p := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(max(e, -e))), nil))
+			if e < 0 {
+				p.Inv(p)
+			}
+			r.Mul(r, p)
+		}
+		want := r.IsInt() && r.Sign() >= 0 && r.Num().Cmp(big.NewInt(MaxSafeInteger)) <= 0
+		if ok != want || (ok && r.Num().Int64() != n) {
+			t.Fatalf("rawSafeInt(%s) = %d, %v; exact value %s", raw, n, ok, r.RatString())
 		}
 	})
 }

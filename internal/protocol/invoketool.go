@@ -29,7 +29,7 @@ func DecodeInvokeToolPayload(cmd *Command) (*InvokeToolPayload, *Error) {
 		r invokeToolRaw
 	}{}
 	r := &st.r
-	if ndjson.DecodeAliased(cmd.Payload, r, ndjson.Closed) == nil {
+	if ndjson.DecodeAliased(cmd.Payload, r, ndjson.Open) == nil {
 		id, okID := plainRawString(r.ToolCallID)
 		op, okOp := plainRawString(r.Operation)
 		if okID && okOp {

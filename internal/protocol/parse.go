@@ -91,10 +91,15 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	}
 
 	// The version decides how everything else is read, so it comes first.
+	// As in Pi Daemon, a protocolVersion that is not a string of 1 to 32 characters is a bad
+	// member; a string of that size not of the form <major>.<minor> is a bad version.
 	vs, ok := rawVersion(w.ProtocolVersion)
 	v, vok := ParseVersion(vs)
-	if !ok || !vok {
+	if !vok {
 		e := Errorf(CodeInvalidProtocolVersion, "protocolVersion must be a string of the form <major>.<minor>")
+		if !ok || vs == "" || len(vs) > maxVersionLen {
+			e = invalidField("protocolVersion", "must be a string of 1 to %d characters", maxVersionLen)
+		}
 		cmd.Version.Raw = Version1
 		cmd.RequestID = echoRequestID(w.RequestID)
 		return fail(e)
@@ -122,28 +127,33 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 	}
 	cmd.Operation = op
 
-	if w.SessionID != nil {
+	// The identity members an operation does not take are ignored, unread, as Pi Daemon's
+	// parser ignores them: a client that sends one with every command is not refused.
+	takesSession, takesGen, takesKey := spec.identity.members()
+	if w.SessionID != nil && takesSession {
 		s, ok := rawString(w.SessionID)
 		if !ok || !validIdentifier(s, MaxSessionIDLen) {
 			return fail(invalidField("sessionId", "must be a string of 1 to %d characters without control characters", MaxSessionIDLen))
 		}
 		cmd.SessionID, cmd.HasSession = s, true
 	}
-	if w.Generation != nil {
+	// status reads a generation only beside a sessionId: without one it asks about the host.
+	if w.Generation != nil && takesGen && (spec.identity != idOptional || cmd.HasSession) {
 		g, ok := rawSafeInt(w.Generation)
 		if !ok {
 			return fail(invalidField("generation", "must be an integer from 0 to %d", int64(MaxSafeInteger)))
 		}
 		cmd.Generation, cmd.HasGeneration = g, true
 	}
-	if w.IdempotencyKey != nil {
+	hasKey := w.IdempotencyKey != nil && takesKey
+	if hasKey {
 		k, ok := rawString(w.IdempotencyKey)
 		if !ok || !validIdentifier(k, MaxIdempotencyKeyLen) {
 			return fail(invalidField("idempotencyKey", "must be a string of 1 to %d characters without control characters", MaxIdempotencyKeyLen))
 		}
 		cmd.IdempotencyKey = k
 	}
-	if e := checkIdentity(cmd, spec.identity, w.IdempotencyKey != nil); e != nil {
+	if e := checkIdentity(cmd, spec.identity, hasKey); e != nil {
 		return fail(e)
 	}
 
@@ -155,48 +165,47 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 }
 
 func incompatible(v Version) *Error {
-	return Errorf(CodeIncompatibleProtocol, "protocol major version %d is not supported", v.Major).
+	return Errorf(CodeIncompatibleProtocol, "protocol version %s is not supported", v.Raw).
 		With("supported", SupportedVersions).With("received", v.Raw)
 }
 
-func checkIdentity(cmd *Command, id identity, hasKey bool) *Error {
-	needSession, needGen, needKey := false, false, false
-	allowSession, allowGen, allowKey := false, false, false
+// members reports which envelope identity members an operation of this kind takes.
+func (id identity) members() (session, generation, key bool) {
 	switch id {
-	case idOptional:
-		allowSession, allowGen = true, true
+	case idOptional, idBound:
+		return true, true, false
 	case idSession:
-		needSession, allowSession = true, true
-	case idBound:
-		needSession, needGen = true, true
-		allowSession, allowGen = true, true
+		return true, false, false
 	case idKeyed:
-		needSession, needGen, needKey = true, true, true
-		allowSession, allowGen, allowKey = true, true, true
+		return true, true, true
 	}
+	return false, false, false
+}
+
+// checkIdentity checks that the members an operation requires are present. Members it does
+// not take were never read.
+func checkIdentity(cmd *Command, id identity, hasKey bool) *Error {
+	needSession := id == idSession || id == idBound || id == idKeyed
+	needGen := id == idBound || id == idKeyed
 	switch {
 	case needSession && !cmd.HasSession:
 		return invalidField("sessionId", "is required for %s", cmd.Operation)
 	case needGen && !cmd.HasGeneration:
 		return invalidField("generation", "is required for %s", cmd.Operation)
-	case needKey && !hasKey:
+	case id == idKeyed && !hasKey:
 		return invalidField("idempotencyKey", "is required for %s", cmd.Operation)
-	case cmd.HasSession && !allowSession:
-		return invalidField("sessionId", "is not accepted by %s", cmd.Operation)
-	case cmd.HasGeneration && !allowGen:
-		return invalidField("generation", "is not accepted by %s", cmd.Operation)
-	case hasKey && !allowKey:
-		return invalidField("idempotencyKey", "is not accepted by %s", cmd.Operation)
-	case cmd.HasGeneration && !cmd.HasSession:
-		return invalidField("generation", "needs a sessionId")
 	}
 	return nil
 }
 
-// DecodePayload decodes a command payload into v, a pointer to the operation's closed payload
-// type. Unknown, duplicated and case-variant members fail with invalid_field.
+// DecodePayload decodes a command payload into v, a pointer to the operation's payload type.
+// Payloads are forward tolerant, as Pi Daemon's parser is: members the type does not declare
+// are ignored, at every depth, so that a newer minor version can add some. Duplicated and
+// case-variant members, and known members of the wrong type, fail with invalid_field. What must
+// stay closed (the tools policy of open, the tool-adapter descriptor) is a json.RawMessage in
+// the payload type and is decoded on its own, closed.
 func DecodePayload(cmd *Command, v any) *Error {
-	if err := ndjson.Decode(cmd.Payload, v, ndjson.Closed); err != nil {
+	if err := ndjson.Decode(cmd.Payload, v, ndjson.Open); err != nil {
 		e := fieldError(err)
 		if path, ok := e.Details["field"].(string); ok {
 			e.Details["field"] = "payload." + path
@@ -328,22 +337,101 @@ func rawString(raw json.RawMessage) (string, bool) {
 	return s, true
 }
 
-// rawSafeInt reads a JSON integer literal in [0, MaxSafeInteger]; fractions and exponents are
-// refused even when their value is integral.
+// rawSafeInt reads a JSON number whose value is an integer in [0, MaxSafeInteger], in any
+// form JSON allows: "3", "3.0", "3e0", "0.3e1" and "-0" all read as what they are worth, as
+// they do for Pi Daemon's Number.isSafeInteger and for JSON Schema's integer type. The value is
+// exact: a literal beyond 2^53 − 1 is refused even where a float64 would round it into range.
 func rawSafeInt(raw json.RawMessage) (int64, bool) {
-	for _, c := range raw {
-		if c < '0' || c > '9' {
-			return 0, false
+	// The common form: plain digits without a leading zero.
+	if n := len(raw); n > 0 && n <= 16 && (raw[0] != '0' || n == 1) {
+		var v int64
+		plain := true
+		for _, c := range raw {
+			if c < '0' || c > '9' {
+				plain = false
+				break
+			}
+			v = v*10 + int64(c-'0')
+		}
+		if plain {
+			return v, v <= MaxSafeInteger
 		}
 	}
-	if len(raw) == 0 || len(raw) > 16 || (len(raw) > 1 && raw[0] == '0') {
+	return decimalSafeInt(raw)
+}
+
+// decimalSafeInt is rawSafeInt for a number with a sign, a fraction or an exponent. It reads
+// the literal's digits and exponent without building its value, so that a huge exponent costs
+// nothing.
+func decimalSafeInt(raw []byte) (int64, bool) {
+	s := raw
+	neg := len(s) > 0 && s[0] == '-'
+	if neg {
+		s = s[1:]
+	}
+	digitsEnd := func(i int) int {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	i := digitsEnd(0)
+	if i == 0 || (i > 1 && s[0] == '0') { // JSON allows no leading zero
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil || n > MaxSafeInteger {
+	intPart, frac := s[:i], s[i:i]
+	if i < len(s) && s[i] == '.' {
+		j := digitsEnd(i + 1)
+		if j == i+1 {
+			return 0, false
+		}
+		frac, i = s[i+1:j], j
+	}
+	exp := 0
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		eneg := i < len(s) && s[i] == '-'
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := digitsEnd(i)
+		if j == i {
+			return 0, false
+		}
+		for _, c := range s[i:j] {
+			if exp < 1<<20 { // far past any integer this reads; saturate instead of overflowing
+				exp = exp*10 + int(c-'0')
+			}
+		}
+		if eneg {
+			exp = -exp
+		}
+		i = j
+	}
+	if i != len(s) {
 		return 0, false
 	}
-	return n, true
+	// The value is the significant digits times 10^exp: leading zeros say nothing, and each
+	// trailing zero is one more power of ten.
+	digits := strings.TrimLeft(string(intPart)+string(frac), "0")
+	exp -= len(frac)
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	digits = trimmed
+	if digits == "" {
+		return 0, true // zero, -0 included
+	}
+	if neg || exp < 0 || len(digits)+exp > 16 {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	for range exp {
+		v *= 10
+	}
+	return v, v <= MaxSafeInteger
 }
 
 // validIdentifier reports whether s has 1 to max code points and no control characters.

@@ -141,9 +141,8 @@ func TestParseCommandBadVersion(t *testing.T) {
 	long33 := strings.Repeat("1", 16) + "." + strings.Repeat("1", 16)
 	var tests []refusal
 	for _, v := range []string{
-		"1", "1.", ".1", ".", "v1.0", "01.0", "00.1", "1.00", "1.01", "1.0.0", "1..0", " 1.0", "1.0 ",
-		"1.0\n", "", "1,0", "+1.0", "-1.0", "1.-0", "1.1e1", "0x1.0", "١.٠", "1.٠", long33,
-		"1.99999999999999999999", // out of range for an int
+		"1", "1.", ".1", ".", "v1.0", "1.0.0", "1..0", " 1.0", "1.0 ",
+		"1.0\n", "1,0", "+1.0", "-1.0", "1.-0", "1.1e1", "0x1.0", "١.٠", "1.٠",
 	} {
 		tests = append(tests, refusal{
 			name: fmt.Sprintf("string %q", v),
@@ -151,17 +150,19 @@ func TestParseCommandBadVersion(t *testing.T) {
 			code: CodeInvalidProtocolVersion, version: Version1, rid: "r1",
 		})
 	}
-	for _, v := range []string{`1.0`, `1`, `2`, `null`, `true`, `{"major":1}`, `["1.0"]`} {
+	// As in Pi Daemon, a protocolVersion that is not a string of 1 to 32 characters is a bad
+	// member, not a bad version.
+	for _, v := range []string{`""`, `"` + long33 + `"`, `1.0`, `1`, `2`, `null`, `true`, `{"major":1}`, `["1.0"]`} {
 		tests = append(tests, refusal{
 			name: "JSON " + v,
 			line: obj(raw("protocolVersion", v), str("requestId", "r1"), str("operation", OpHandshake), raw("payload", "{}")),
-			code: CodeInvalidProtocolVersion, version: Version1, rid: "r1",
+			code: CodeInvalidField, field: "protocolVersion", version: Version1, rid: "r1",
 		})
 	}
 	tests = append(tests,
 		refusal{name: "missing", line: obj(str("requestId", "r1"), str("operation", OpHandshake), raw("payload", "{}")),
-			code: CodeInvalidProtocolVersion, version: Version1, rid: "r1"},
-		refusal{name: "empty object", line: `{}`, code: CodeInvalidProtocolVersion, version: Version1},
+			code: CodeInvalidField, field: "protocolVersion", version: Version1, rid: "r1"},
+		refusal{name: "empty object", line: `{}`, code: CodeInvalidField, field: "protocolVersion", version: Version1},
 		refusal{name: "bad version and bad requestId", line: obj(str("protocolVersion", "x"), str("requestId", ""), raw("payload", "{}")),
 			code: CodeInvalidProtocolVersion, version: Version1},
 		// The version is checked first: a bad one hides every other problem.
@@ -175,7 +176,8 @@ func TestParseCommandBadVersion(t *testing.T) {
 
 func TestParseCommandIncompatibleMajor(t *testing.T) {
 	long32 := strings.Repeat("1", 16) + "." + strings.Repeat("1", 15) // the longest version there is
-	for _, v := range []string{"3.0", "0.9", "0.0", "10.1", "3.99", long32} {
+	// A major with a leading zero is not "1" or "2", the majors the schemas spell.
+	for _, v := range []string{"3.0", "0.9", "0.0", "10.1", "3.99", long32, "01.0", "02.0", "00.1", "99999999999999999999.0"} {
 		t.Run(v, func(t *testing.T) {
 			tt := refusal{line: command(v, OpHandshake), code: CodeIncompatibleProtocol, version: v, rid: "r1", close: true}
 			checkRefusal(t, tt)
@@ -316,39 +318,41 @@ func TestOperationTables(t *testing.T) {
 type presence int
 
 const (
-	forbidden presence = iota
+	ignored presence = iota
 	optional
 	required
 )
 
 // identityRules are the envelope identity members each operation takes, written from the
 // protocol documentation rather than from operations.go: sessionId, generation, idempotencyKey.
+// A member an operation does not take ("ignored") is accepted and dropped unread, as Pi
+// Daemon's parser drops it.
 var identityRules = map[string][3]presence{
-	"handshake":       {forbidden, forbidden, forbidden},
-	"open":            {required, required, forbidden},
+	"handshake":       {ignored, ignored, ignored},
+	"open":            {required, required, ignored},
 	"wake":            {required, required, required},
 	"steer":           {required, required, required},
 	"followUp":        {required, required, required},
-	"status":          {optional, optional, forbidden},
-	"abort":           {required, required, forbidden},
-	"attach":          {required, required, forbidden},
-	"detach":          {required, required, forbidden},
-	"close":           {required, required, forbidden},
-	"drain":           {forbidden, forbidden, forbidden},
-	"listSessions":    {forbidden, forbidden, forbidden},
-	"describeSession": {required, forbidden, forbidden},
-	"invokeTool":      {required, required, forbidden},
+	"status":          {optional, optional, ignored},
+	"abort":           {required, required, ignored},
+	"attach":          {required, required, ignored},
+	"detach":          {required, required, ignored},
+	"close":           {required, required, ignored},
+	"drain":           {ignored, ignored, ignored},
+	"listSessions":    {ignored, ignored, ignored},
+	"describeSession": {required, ignored, ignored},
+	"invokeTool":      {required, required, ignored},
 
-	"registerAdapter":    {forbidden, forbidden, forbidden},
-	"removeAdapter":      {forbidden, forbidden, forbidden},
-	"listAdapters":       {forbidden, forbidden, forbidden},
-	"adapterLogs":        {forbidden, forbidden, forbidden},
-	"listCapabilities":   {forbidden, forbidden, forbidden},
-	"describeCapability": {forbidden, forbidden, forbidden},
-	"observeCapability":  {forbidden, forbidden, forbidden},
-	"invokeCapability":   {forbidden, forbidden, forbidden},
-	"ticket":             {forbidden, forbidden, forbidden},
-	"reconcile":          {forbidden, forbidden, forbidden},
+	"registerAdapter":    {ignored, ignored, ignored},
+	"removeAdapter":      {ignored, ignored, ignored},
+	"listAdapters":       {ignored, ignored, ignored},
+	"adapterLogs":        {ignored, ignored, ignored},
+	"listCapabilities":   {ignored, ignored, ignored},
+	"describeCapability": {ignored, ignored, ignored},
+	"observeCapability":  {ignored, ignored, ignored},
+	"invokeCapability":   {ignored, ignored, ignored},
+	"ticket":             {ignored, ignored, ignored},
+	"reconcile":          {ignored, ignored, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}
@@ -366,17 +370,19 @@ func TestParseCommandIdentity(t *testing.T) {
 				var extra []string
 				var present [3]bool
 				var offending []string
+				var kept [3]bool
 				for i := range 3 {
 					present[i] = mask&(1<<i) != 0
 					if present[i] {
 						extra = append(extra, values[i])
 					}
-					if (rules[i] == required && !present[i]) || (rules[i] == forbidden && present[i]) {
+					if rules[i] == required && !present[i] {
 						offending = append(offending, identityNames[i])
 					}
+					kept[i] = present[i] && rules[i] != ignored
 				}
-				if present[1] && !present[0] && rules[0] != required { // a generation needs a sessionId
-					offending = append(offending, "generation")
+				if !present[0] && rules[0] == optional { // status without a sessionId asks about the host
+					kept[1] = false
 				}
 				name := fmt.Sprintf("%s/%s/%v", op, version, present)
 				cmd, pe := ParseCommand([]byte(command(version, op, extra...)))
@@ -386,13 +392,13 @@ func TestParseCommandIdentity(t *testing.T) {
 						continue
 					}
 					want := Command{Version: cmd.Version, RequestID: "r1", Operation: op, Payload: cmd.Payload}
-					if present[0] {
+					if kept[0] {
 						want.SessionID, want.HasSession = "sess-1", true
 					}
-					if present[1] {
+					if kept[1] {
 						want.Generation, want.HasGeneration = 7, true
 					}
-					if present[2] {
+					if kept[2] {
 						want.IdempotencyKey = "key-1"
 					}
 					if !reflect.DeepEqual(*cmd, want) {
@@ -424,14 +430,6 @@ func TestParseCommandIdentityNamedCases(t *testing.T) {
 			code: CodeInvalidField, field: "generation", version: "1.0", rid: "r1"},
 		{name: "wake without idempotencyKey", line: command("1.0", OpWake, str("sessionId", "s"), raw("generation", "1")),
 			code: CodeInvalidField, field: "idempotencyKey", version: "1.0", rid: "r1"},
-		{name: "handshake with sessionId", line: command("2.0", OpHandshake, str("sessionId", "s")),
-			code: CodeInvalidField, field: "sessionId", version: "2.0", rid: "r1"},
-		{name: "open with idempotencyKey", line: command("1.0", OpOpen, str("sessionId", "s"), raw("generation", "1"), str("idempotencyKey", "k")),
-			code: CodeInvalidField, field: "idempotencyKey", version: "1.0", rid: "r1"},
-		{name: "status with generation only", line: command("1.0", OpStatus, raw("generation", "1")),
-			code: CodeInvalidField, field: "generation", version: "1.0", rid: "r1"},
-		{name: "describeSession with generation", line: command("2.0", OpDescribeSession, str("sessionId", "s"), raw("generation", "1")),
-			code: CodeInvalidField, field: "generation", version: "2.0", rid: "r1"},
 		// null is a value, not an absent member.
 		{name: "status with null sessionId", line: command("1.0", OpStatus, raw("sessionId", "null")),
 			code: CodeInvalidField, field: "sessionId", version: "1.0", rid: "r1"},
@@ -446,6 +444,28 @@ func TestParseCommandIdentityNamedCases(t *testing.T) {
 	for _, extra := range [][]string{nil, {str("sessionId", "s")}, {str("sessionId", "s"), raw("generation", "0")}} {
 		mustParse(t, command("1.0", OpStatus, extra...))
 	}
+	// Members an operation does not take are dropped unread, whatever they hold, as Pi Daemon
+	// drops them.
+	for _, tt := range []struct {
+		name, line string
+	}{
+		{"handshake with sessionId", command("2.0", OpHandshake, str("sessionId", "s"))},
+		{"handshake with a bad sessionId", command("1.0", OpHandshake, raw("sessionId", "5"))},
+		{"drain with every identity member", command("1.0", OpDrain, str("sessionId", "s"), raw("generation", `"x"`), raw("idempotencyKey", "null"))},
+		{"open with idempotencyKey", command("1.0", OpOpen, str("sessionId", "s"), raw("generation", "1"), str("idempotencyKey", "k"))},
+		{"open with a bad idempotencyKey", command("1.0", OpOpen, str("sessionId", "s"), raw("generation", "1"), raw("idempotencyKey", "{}"))},
+		{"status with generation only", command("1.0", OpStatus, raw("generation", "1"))},
+		{"status with a bad generation only", command("1.0", OpStatus, raw("generation", `"x"`))},
+		{"describeSession with generation", command("2.0", OpDescribeSession, str("sessionId", "s"), raw("generation", "1"))},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := mustParse(t, tt.line)
+			if cmd.IdempotencyKey != "" || (cmd.HasGeneration && cmd.Operation != OpOpen) ||
+				(cmd.HasSession && cmd.Operation != OpOpen && cmd.Operation != OpDescribeSession) {
+				t.Errorf("kept a member the operation does not take: %+v", cmd)
+			}
+		})
+	}
 }
 
 func TestParseCommandGeneration(t *testing.T) {
@@ -454,6 +474,9 @@ func TestParseCommandGeneration(t *testing.T) {
 		"1":                1,
 		"9007199254740991": MaxSafeInteger,
 		" 42 ":             42, // JSON whitespace around the number
+		// Any JSON number worth an integer, as Number.isSafeInteger and JSON Schema read it.
+		"-0": 0, "1.0": 1, "1e3": 1000, "1E3": 1000, "1e0": 1, "1E+2": 100, "0.5e1": 5, "120e-1": 12,
+		"0e999999999": 0, "9007199254740991.000": MaxSafeInteger, "90071992547409910e-1": MaxSafeInteger,
 	}
 	for lit, want := range accepted {
 		t.Run("accept "+lit, func(t *testing.T) {
@@ -464,8 +487,8 @@ func TestParseCommandGeneration(t *testing.T) {
 		})
 	}
 	for _, lit := range []string{
-		"9007199254740992", "9007199254740993", "99999999999999999999", "-1", "-0", "1.0", "0.5",
-		"1e3", "1E3", "1e0", `"1"`, `"01"`, "null", "true", "[1]", "{}",
+		"9007199254740992", "9007199254740993", "99999999999999999999", "-1", "-1e0", "0.5", "1e-1",
+		"9.007199254740992e15", "1e400", "1e999999999999", `"1"`, `"01"`, "null", "true", "[1]", "{}",
 	} {
 		t.Run("refuse "+lit, func(t *testing.T) {
 			checkRefusal(t, refusal{line: command("1.0", OpOpen, str("sessionId", "s"), raw("generation", lit)),

@@ -39,9 +39,10 @@ type ClosePayload struct {
 // Retain reports the effective retainSession.
 func (p ClosePayload) Retain() bool { return p.RetainSession == nil || *p.RetainSession }
 
-// DrainPayload is the payload of drain.
+// DrainPayload is the payload of drain. TimeoutMs stays raw so that it is read as the
+// envelope's generation is: any JSON number whose value is an integer (see rawSafeInt).
 type DrainPayload struct {
-	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+	TimeoutMs json.RawMessage `json:"timeoutMs,omitempty"`
 }
 
 // Validate checks the bounds and returns the effective timeout.
@@ -49,10 +50,11 @@ func (p DrainPayload) Validate() (int64, *Error) {
 	if p.TimeoutMs == nil {
 		return DefaultDrainMs, nil
 	}
-	if *p.TimeoutMs < 0 || *p.TimeoutMs > MaxDrainTimeoutMs {
-		return 0, invalidField("payload.timeoutMs", "must be from 0 to %d", MaxDrainTimeoutMs)
+	ms, ok := rawSafeInt(p.TimeoutMs)
+	if !ok || ms > MaxDrainTimeoutMs {
+		return 0, invalidField("payload.timeoutMs", "must be an integer from 0 to %d", MaxDrainTimeoutMs)
 	}
-	return *p.TimeoutMs, nil
+	return ms, nil
 }
 
 // ListSessionsPayload is the payload of listSessions (2.x): a page of the durable catalog in
@@ -90,14 +92,15 @@ var thinkingLevels = []string{"off", "minimal", "low", "medium", "high", "xhigh"
 // ResourceNone is the only value most resource members may take.
 const ResourceNone = "none"
 
-// OpenPayload is the payload of open.
+// OpenPayload is the payload of open. Resources is optional: without it every resource is
+// "none", as in Pi Daemon.
 type OpenPayload struct {
 	Cwd       string        `json:"cwd"`
 	Name      *string       `json:"name,omitempty"`
 	AgentDir  *string       `json:"agentDir,omitempty"`
 	Session   *OpenSession  `json:"session"`
 	Model     *OpenModel    `json:"model,omitempty"`
-	Resources *OpenResource `json:"resources"`
+	Resources *OpenResource `json:"resources,omitempty"`
 
 	toolDescriptor json.RawMessage // set by Validate when tools grants a host adapter
 }
@@ -107,8 +110,10 @@ const ToolsHostAdapter = "host-adapter"
 
 // ToolsResource is resources.tools when it grants a host tool adapter. The descriptor is
 // validated by the tool-adapter layer, which knows the host incarnation it must be bound to.
+// Mode stays raw: any value but the string "host-adapter" is an unsupported policy, whatever
+// its type.
 type ToolsResource struct {
-	Mode       string          `json:"mode"`
+	Mode       json.RawMessage `json:"mode"`
 	Descriptor json.RawMessage `json:"descriptor"`
 }
 
@@ -116,9 +121,21 @@ type ToolsResource struct {
 // when the open grants no tools. It holds the capability handle: never log or store it.
 func (p *OpenPayload) ToolDescriptor() json.RawMessage { return p.toolDescriptor }
 
-// decodeTools reads resources.tools = {mode:"host-adapter", descriptor}: closed, like the
-// descriptor inside it.
+// decodeTools reads a 2.x resources.tools: "none", or {mode:"host-adapter", descriptor}, closed
+// like the descriptor inside it. Pi Daemon's rules and codes: anything but "none" or an object
+// is invalid_field; an object with a member other than mode and descriptor is
+// invalid_tool_adapter_descriptor; a mode other than "host-adapter" is
+// unsupported_resource_policy.
 func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
+	if raw == nil {
+		return invalidField("payload.resources.tools", "is required")
+	}
+	if s, ok := rawString(raw); ok && s == ResourceNone {
+		return nil
+	}
+	if raw[0] != '{' {
+		return invalidField("payload.resources.tools", "must be %q or an object", ResourceNone)
+	}
 	var t ToolsResource
 	if err := ndjson.Decode(raw, &t, ndjson.Closed); err != nil {
 		e := fieldError(err)
@@ -131,8 +148,8 @@ func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
 		e.Details["field"] = field
 		return e
 	}
-	if t.Mode != ToolsHostAdapter {
-		return Errorf(CodeInvalidToolDescriptor, "resources.tools.mode must be %q", ToolsHostAdapter).
+	if s, ok := rawString(t.Mode); !ok || s != ToolsHostAdapter {
+		return Errorf(CodeUnsupportedResource, "resources.tools.mode must be %q", ToolsHostAdapter).
 			With("field", "payload.resources.tools.mode")
 	}
 	if len(t.Descriptor) == 0 || t.Descriptor[0] != '{' {
@@ -143,11 +160,12 @@ func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
 	return nil
 }
 
-// OpenSession selects how the session's conversation is stored.
+// OpenSession selects how the session's conversation is stored. SessionDir stays raw: a 1.x
+// open ignores it whatever it holds, as the original protocol does.
 type OpenSession struct {
-	Mode       string  `json:"mode"`
-	Path       *string `json:"path,omitempty"`
-	SessionDir *string `json:"sessionDir,omitempty"`
+	Mode       string          `json:"mode"`
+	Path       *string         `json:"path,omitempty"`
+	SessionDir json.RawMessage `json:"sessionDir,omitempty"`
 }
 
 // OpenModel is the model member of open as sent.
@@ -166,6 +184,9 @@ type ModelRef struct {
 
 // OpenResource is the resource policy of open. Every member except tools and systemPrompt must
 // be "none": airlock loads no extensions, skills, prompt templates, themes or context files.
+// systemPrompt is text, in 1.x as in 2.x. The six policy members stay raw so that a value of
+// the wrong type (invalid_field) is told apart from a policy this host does not support
+// (unsupported_resource_policy), as Pi Daemon tells them apart.
 type OpenResource struct {
 	Extensions      json.RawMessage `json:"extensions"`
 	Skills          json.RawMessage `json:"skills"`
@@ -230,8 +251,11 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 	}
 	switch p.Session.Mode {
 	case ModeNew, ModeContinue, ModeMemory:
+		// Pi Daemon reads a path beside these modes only for its bounds, and ignores it.
 		if p.Session.Path != nil {
-			return nil, invalidField("payload.session.path", "is only accepted with mode %q", ModeOpen)
+			if n := utf8.RuneCountInString(*p.Session.Path); n == 0 || n > MaxPathLen {
+				return nil, invalidField("payload.session.path", "must be 1 to %d characters", MaxPathLen)
+			}
 		}
 	case ModeOpen:
 		if p.Session.Path == nil {
@@ -246,24 +270,28 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 	}
 	pol.Mode = p.Session.Mode
 	if p.Session.SessionDir != nil && v.V2() {
-		if e := checkPath("payload.session.sessionDir", *p.Session.SessionDir, true); e != nil {
+		dir, ok := rawString(p.Session.SessionDir)
+		if !ok {
+			return nil, invalidField("payload.session.sessionDir", "must be a string")
+		}
+		if e := checkPath("payload.session.sessionDir", dir, true); e != nil {
 			return nil, e
 		}
-		pol.SessionDir = *p.Session.SessionDir
+		pol.SessionDir = dir
 	}
 	if p.Model != nil {
 		m := ModelRef{Provider: p.Model.Provider, ID: p.Model.ID}
-		if p.Model.ThinkingLevel != nil {
-			m.ThinkingLevel = *p.Model.ThinkingLevel
-			if !contains(thinkingLevels, m.ThinkingLevel) {
-				return nil, invalidField("payload.model.thinkingLevel", "must be one of %s", strings.Join(thinkingLevels, ", "))
-			}
-		}
 		if !validIdentifier(m.Provider, MaxProviderLen) {
 			return nil, invalidField("payload.model.provider", "must be 1 to %d characters without control characters", MaxProviderLen)
 		}
 		if !validIdentifier(m.ID, MaxModelIDLen) {
 			return nil, invalidField("payload.model.id", "must be 1 to %d characters without control characters", MaxModelIDLen)
+		}
+		if p.Model.ThinkingLevel != nil {
+			m.ThinkingLevel = *p.Model.ThinkingLevel
+			if !contains(thinkingLevels, m.ThinkingLevel) {
+				return nil, invalidField("payload.model.thinkingLevel", "must be one of %s", strings.Join(thinkingLevels, ", "))
+			}
 		}
 		pol.Model = &m
 	}
@@ -273,10 +301,20 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 	return pol, nil
 }
 
+// maxResourceNameLen bounds a resource policy string, as Pi Daemon bounds it.
+const maxResourceNameLen = 16
+
 func (p *OpenPayload) validateResources(v Version, pol *Policy) *Error {
+	pol.Tools = ResourceNone
 	r := p.Resources
 	if r == nil {
-		return invalidField("payload.resources", "is required")
+		return nil // absent: every resource "none"
+	}
+	// Version 2 reads tools first, then the rest as version 1 does.
+	if v.V2() {
+		if e := p.decodeTools(r.Tools); e != nil {
+			return e
+		}
 	}
 	members := []struct {
 		name string
@@ -286,35 +324,34 @@ func (p *OpenPayload) validateResources(v Version, pol *Policy) *Error {
 		{"themes", r.Themes}, {"contextFiles", r.ContextFiles}, {"tools", r.Tools},
 	}
 	for _, m := range members {
+		if m.name == "tools" && v.V2() {
+			continue
+		}
+		field := "payload.resources." + m.name
 		if m.raw == nil {
-			return invalidField("payload.resources."+m.name, "is required")
+			return invalidField(field, "is required")
 		}
-		if s, ok := rawString(m.raw); ok && s == ResourceNone {
-			continue
+		s, ok := rawString(m.raw)
+		if !ok {
+			return invalidField(field, "must be a string")
 		}
-		// Version 2 may grant a host tool adapter; everything else stays "none".
-		if m.name == "tools" && v.V2() && len(m.raw) > 0 && m.raw[0] == '{' {
-			if e := p.decodeTools(m.raw); e != nil {
-				return e
-			}
-			continue
+		if n := utf8.RuneCountInString(s); n == 0 || n > maxResourceNameLen {
+			return invalidField(field, "must be 1 to %d characters", maxResourceNameLen)
 		}
-		return unsupportedResource(m.name, v)
+		if s != ResourceNone {
+			return unsupportedResource(m.name, v)
+		}
 	}
-	pol.Tools = ResourceNone
 	if p.toolDescriptor != nil {
 		pol.Tools = ToolsHostAdapter
 	}
 	if r.SystemPrompt != nil {
-		sp := *r.SystemPrompt
-		switch {
-		case !v.V2() && sp != ResourceNone:
-			return unsupportedResource("systemPrompt", v)
-		case v.V2() && (sp == "" || utf8.RuneCountInString(sp) > MaxSystemPromptLen):
-			return invalidField("payload.resources.systemPrompt", "must be 1 to %d characters", MaxSystemPromptLen)
-		case v.V2() && sp != ResourceNone:
-			pol.SystemPrompt = sp
+		// Text in every version, "" and "none" included, as Pi Daemon takes it. An empty
+		// prompt gives the model no system message, as an absent one does.
+		if utf8.RuneCountInString(*r.SystemPrompt) > MaxSystemPromptLen {
+			return invalidField("payload.resources.systemPrompt", "must be at most %d characters", MaxSystemPromptLen)
 		}
+		pol.SystemPrompt = *r.SystemPrompt
 	}
 	return nil
 }

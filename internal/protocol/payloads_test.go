@@ -152,9 +152,9 @@ func TestOpenPayloadValid(t *testing.T) {
 	}{
 		{"minimal v1", "1.0", openBase(), Policy{Cwd: "/work/project", Mode: "new", Tools: "none"}},
 		{"minimal v2", "2.0", openBase(), Policy{Cwd: "/work/project", Mode: "new", Tools: "none"}},
-		{"v1 with every optional member", "1.0", apply(rich, change{"resources.systemPrompt", "none"}), Policy{
+		{"v1 with every optional member", "1.0", apply(rich, change{"resources.systemPrompt", "Be concise."}), Policy{
 			Cwd: "/work/project", Name: "agent-a", AgentDir: "/agents/a", Mode: "open", Path: "/sessions/a/conv.jsonl",
-			Model: &ModelRef{Provider: "anthropic", ID: "claude-x", ThinkingLevel: "high"}, Tools: "none",
+			Model: &ModelRef{Provider: "anthropic", ID: "claude-x", ThinkingLevel: "high"}, SystemPrompt: "Be concise.", Tools: "none",
 		}},
 		{"v2 with every optional member", "2.7", apply(rich, change{"resources.systemPrompt", "Be brief."}), Policy{
 			Cwd: "/work/project", Name: "agent-a", AgentDir: "/agents/a", Mode: "open", Path: "/sessions/a/conv.jsonl",
@@ -175,21 +175,37 @@ func TestOpenPayloadValid(t *testing.T) {
 	}
 }
 
+// TestOpenPayloadResources pins Pi Daemon's resource rules, in 1.x and 2.x: each of the six
+// named members must be the string "none"; another string of 1 to 16 characters is a policy
+// this host does not support (unsupported_resource_policy), anything else a bad member
+// (invalid_field). A 2.x tools member is "none" or an object (TestOpenPayloadToolsGrant).
+// resources itself is optional, and open like the rest of the payload.
 func TestOpenPayloadResources(t *testing.T) {
 	members := []string{"extensions", "skills", "promptTemplates", "themes", "contextFiles", "tools"}
-	values := []any{"all", "", "None", " none", "none ", nil, 0, []any{"none"}, map[string]any{},
+	unsupported := []any{"all", "None", " none", "none ", strings.Repeat("x", 16), "host-adapter"}
+	invalid := []any{"", strings.Repeat("x", 17), nil, 0, true, []any{"none"}, map[string]any{},
 		map[string]any{"mode": "host-adapter", "descriptor": map[string]any{}}}
 	var tests []openCase
 	for _, v := range []string{"1.0", "2.0"} {
 		for _, m := range members {
-			for _, val := range values {
-				if _, isObject := val.(map[string]any); isObject && v == "2.0" && m == "tools" {
+			v2tools := v == "2.0" && m == "tools"
+			for _, val := range unsupported {
+				c := openCase{name: fmt.Sprintf("%s %s=%v", v, m, val), version: v,
+					changes: []change{{"resources." + m, val}},
+					code:    CodeUnsupportedResource, field: "payload.resources." + m}
+				if v2tools {
+					c.code = CodeInvalidField // a 2.x tools string other than "none" is not a policy
+				}
+				tests = append(tests, c)
+			}
+			for _, val := range invalid {
+				if _, isObject := val.(map[string]any); isObject && v2tools {
 					continue // a 2.x tools object is a host adapter grant: TestOpenPayloadToolsGrant
 				}
 				tests = append(tests, openCase{
 					name: fmt.Sprintf("%s %s=%v", v, m, val), version: v,
 					changes: []change{{"resources." + m, val}},
-					code:    CodeUnsupportedResource, field: "payload.resources." + m,
+					code:    CodeInvalidField, field: "payload.resources." + m,
 				})
 			}
 			tests = append(tests, openCase{
@@ -199,14 +215,13 @@ func TestOpenPayloadResources(t *testing.T) {
 			})
 		}
 		tests = append(tests,
-			openCase{name: v + " resources missing", version: v, changes: []change{{"resources", deleteMember{}}},
-				code: CodeInvalidField, field: "payload.resources"},
+			openCase{name: v + " resources missing means none", version: v, changes: []change{{"resources", deleteMember{}}}},
+			openCase{name: v + " unknown resource member ignored", version: v, changes: []change{{"resources.agents", "all"}}},
+			openCase{name: v + " unknown object member ignored", version: v, changes: []change{{"resources.future", map[string]any{"x": 1}}}},
 			openCase{name: v + " resources null", version: v, changes: []change{{"resources", nil}},
 				code: CodeInvalidField, field: "payload.resources", reason: ndjson.ReasonType},
 			openCase{name: v + " resources as a string", version: v, changes: []change{{"resources", "none"}},
 				code: CodeInvalidField, field: "payload.resources", reason: ndjson.ReasonType},
-			openCase{name: v + " unknown resource member", version: v, changes: []change{{"resources.agents", "none"}},
-				code: CodeInvalidField, field: "payload.resources.agents", reason: ndjson.ReasonUnknownField},
 			openCase{name: v + " case variant resource member", version: v, changes: []change{{"resources.Tools", "none"}},
 				code: CodeInvalidField, field: "payload.resources.Tools", reason: ndjson.ReasonCaseVariant},
 		)
@@ -220,28 +235,43 @@ func TestOpenPayloadResources(t *testing.T) {
 	}
 }
 
+// TestOpenPayloadSystemPrompt: systemPrompt is optional text of 0 to 262144 code points, in
+// 1.x as in 2.x, "" and "none" included (Pi Daemon reads it as a plain string).
 func TestOpenPayloadSystemPrompt(t *testing.T) {
 	long := strings.Repeat("x", MaxSystemPromptLen)
-	tests := []struct {
+	var tests []struct {
 		name    string
 		version string
 		value   any
 		code    string
 		reason  string
 		want    string
-	}{
-		{"v1 none", "1.0", "none", "", "", ""},
-		{"v1 text", "1.0", "Be brief.", CodeUnsupportedResource, "", ""},
-		{"v1 empty", "1.0", "", CodeUnsupportedResource, "", ""},
-		{"v1 null", "1.0", nil, CodeInvalidField, ndjson.ReasonType, ""},
-		{"v2 text", "2.0", "Be brief.", "", "", "Be brief."},
-		{"v2 none means no prompt", "2.0", "none", "", "", ""},
-		{"v2 at the limit", "2.0", long, "", "", long},
-		{"v2 at the limit in code points", "2.0", strings.Repeat("é", MaxSystemPromptLen), "", "", strings.Repeat("é", MaxSystemPromptLen)},
-		{"v2 over the limit", "2.0", long + "x", CodeInvalidField, "", ""},
-		{"v2 empty", "2.0", "", CodeInvalidField, "", ""},
-		{"v2 null", "2.0", nil, CodeInvalidField, ndjson.ReasonType, ""},
-		{"v2 number", "2.0", 1, CodeInvalidField, ndjson.ReasonType, ""},
+	}
+	for _, v := range []string{"1.0", "2.0"} {
+		for _, tt := range []struct {
+			name         string
+			value        any
+			code, reason string
+			want         string
+		}{
+			{"text", "Be brief.", "", "", "Be brief."},
+			{"none is text", "none", "", "", "none"},
+			{"empty", "", "", "", ""},
+			{"at the limit", long, "", "", long},
+			{"at the limit in code points", strings.Repeat("é", MaxSystemPromptLen), "", "", strings.Repeat("é", MaxSystemPromptLen)},
+			{"over the limit", long + "x", CodeInvalidField, "", ""},
+			{"null", nil, CodeInvalidField, ndjson.ReasonType, ""},
+			{"number", 1, CodeInvalidField, ndjson.ReasonType, ""},
+		} {
+			tests = append(tests, struct {
+				name    string
+				version string
+				value   any
+				code    string
+				reason  string
+				want    string
+			}{"v" + v[:1] + " " + tt.name, v, tt.value, tt.code, tt.reason, tt.want})
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -256,12 +286,17 @@ func TestOpenPayloadSystemPrompt(t *testing.T) {
 				return
 			}
 			if e == nil || e.Code != tt.code || e.Details["field"] != "payload.resources.systemPrompt" {
-				t.Fatalf("got %v %v, want %s at payload.resources.systemPrompt", e, e.Details, tt.code)
+				t.Fatalf("got %v, want %s at payload.resources.systemPrompt", e, tt.code)
 			}
 			if tt.reason != "" && e.Details["reason"] != tt.reason {
 				t.Errorf("reason %v, want %s", e.Details["reason"], tt.reason)
 			}
 		})
+	}
+	// Without resources, as with resources of "none" and no systemPrompt: no prompt.
+	pol, e := validateOpen(t, "1.0", apply(openBase(), change{"resources", deleteMember{}}))
+	if e != nil || pol.SystemPrompt != "" || pol.Tools != ResourceNone {
+		t.Fatalf("open without resources: %+v, %v", pol, e)
 	}
 }
 
@@ -280,12 +315,16 @@ func TestOpenPayloadSession(t *testing.T) {
 			code: CodeInvalidField, field: "payload.session.path"},
 		{name: "open with an empty path", version: "2.0", changes: session(map[string]any{"mode": "open", "path": ""}),
 			code: CodeInvalidField, field: "payload.session.path"},
-		{name: "new with a path", version: "1.0", changes: session(map[string]any{"mode": "new", "path": "/s/conv.jsonl"}),
+		// Beside another mode a path is ignored once its bounds are checked, as Pi Daemon does.
+		{name: "new with a path", version: "1.0", changes: session(map[string]any{"mode": "new", "path": "/s/conv.jsonl"})},
+		{name: "continue with a relative path", version: "2.0", changes: session(map[string]any{"mode": "continue", "path": "conv.jsonl"})},
+		{name: "memory with a path", version: "1.0", changes: session(map[string]any{"mode": "memory", "path": "/s/conv.jsonl"})},
+		{name: "new with an empty path", version: "1.0", changes: session(map[string]any{"mode": "new", "path": ""}),
 			code: CodeInvalidField, field: "payload.session.path"},
-		{name: "continue with a path", version: "2.0", changes: session(map[string]any{"mode": "continue", "path": "/s/conv.jsonl"}),
+		{name: "new with a path over the limit", version: "1.0", changes: session(map[string]any{"mode": "new", "path": "/" + strings.Repeat("p", MaxPathLen)}),
 			code: CodeInvalidField, field: "payload.session.path"},
-		{name: "memory with a path", version: "1.0", changes: session(map[string]any{"mode": "memory", "path": "/s/conv.jsonl"}),
-			code: CodeInvalidField, field: "payload.session.path"},
+		{name: "new with a path that is not a string", version: "1.0", changes: session(map[string]any{"mode": "new", "path": 1}),
+			code: CodeInvalidField, field: "payload.session.path", reason: ndjson.ReasonType},
 		{name: "mode in upper case", version: "1.0", changes: session(map[string]any{"mode": "NEW"}),
 			code: CodeInvalidField, field: "payload.session.mode"},
 		{name: "unknown mode", version: "1.0", changes: session(map[string]any{"mode": "fork"}),
@@ -298,12 +337,14 @@ func TestOpenPayloadSession(t *testing.T) {
 			code: CodeInvalidField, field: "payload.session"},
 		{name: "session null", version: "1.0", changes: []change{{"session", nil}},
 			code: CodeInvalidField, field: "payload.session", reason: ndjson.ReasonType},
-		{name: "unknown session member", version: "2.0", changes: session(map[string]any{"mode": "new", "sessionFile": "/x"}),
-			code: CodeInvalidField, field: "payload.session.sessionFile", reason: ndjson.ReasonUnknownField},
+		{name: "unknown session member ignored", version: "2.0", changes: session(map[string]any{"mode": "new", "sessionFile": "/x"})},
+		{name: "case variant session member", version: "2.0", changes: session(map[string]any{"mode": "new", "Mode": "new"}),
+			code: CodeInvalidField, field: "payload.session.Mode", reason: ndjson.ReasonCaseVariant},
 		{name: "v1 ignores a relative sessionDir", version: "1.0", changes: session(map[string]any{"mode": "new", "sessionDir": "relative/dir"})},
 		{name: "v1 ignores an empty sessionDir", version: "1.0", changes: session(map[string]any{"mode": "new", "sessionDir": ""})},
-		{name: "v1 still decodes sessionDir strictly", version: "1.0", changes: session(map[string]any{"mode": "new", "sessionDir": 7}),
-			code: CodeInvalidField, field: "payload.session.sessionDir", reason: ndjson.ReasonType},
+		{name: "v1 ignores a sessionDir of any type", version: "1.0", changes: session(map[string]any{"mode": "new", "sessionDir": 7})},
+		{name: "v2 sessionDir that is not a string", version: "2.0", changes: session(map[string]any{"mode": "new", "sessionDir": 7}),
+			code: CodeInvalidField, field: "payload.session.sessionDir"},
 		{name: "v2 sessionDir", version: "2.0", changes: session(map[string]any{"mode": "new", "sessionDir": "/sessions"})},
 		{name: "v2 relative sessionDir", version: "2.0", changes: session(map[string]any{"mode": "new", "sessionDir": "relative/dir"}),
 			code: CodeInvalidField, field: "payload.session.sessionDir"},
@@ -375,8 +416,9 @@ func TestOpenPayloadModelAndName(t *testing.T) {
 			code: CodeInvalidField, field: "payload.model.thinkingLevel", reason: ndjson.ReasonType},
 		{name: "model null", version: "1.0", changes: []change{{"model", nil}},
 			code: CodeInvalidField, field: "payload.model", reason: ndjson.ReasonType},
-		{name: "unknown model member", version: "1.0", changes: model(map[string]any{"provider": "p", "id": "m", "temperature": 1}),
-			code: CodeInvalidField, field: "payload.model.temperature", reason: ndjson.ReasonUnknownField},
+		{name: "unknown model member ignored", version: "1.0", changes: model(map[string]any{"provider": "p", "id": "m", "temperature": 1})},
+		{name: "case variant model member", version: "1.0", changes: model(map[string]any{"provider": "p", "id": "m", "ID": "n"}),
+			code: CodeInvalidField, field: "payload.model.ID", reason: ndjson.ReasonCaseVariant},
 		{name: "name at the limit", version: "1.0", changes: []change{{"name", strings.Repeat("n", 128)}}},
 		{name: "name at the limit in code points", version: "1.0", changes: []change{{"name", strings.Repeat("名", 128)}}},
 		{name: "name over the limit", version: "1.0", changes: []change{{"name", strings.Repeat("n", 129)}},
@@ -397,8 +439,8 @@ func TestOpenPayloadModelAndName(t *testing.T) {
 
 func TestOpenPayloadStrictMembers(t *testing.T) {
 	runOpenCases(t, []openCase{
-		{name: "unknown member", version: "2.0", changes: []change{{"tools", "none"}},
-			code: CodeInvalidField, field: "payload.tools", reason: ndjson.ReasonUnknownField},
+		{name: "unknown member ignored", version: "2.0", changes: []change{{"tools", "all"}}},
+		{name: "unknown object member ignored", version: "1.0", changes: []change{{"future", map[string]any{"a": []any{1}}}}},
 		{name: "case variant", version: "1.0", changes: []change{{"CWD", "/x"}},
 			code: CodeInvalidField, field: "payload.CWD", reason: ndjson.ReasonCaseVariant},
 	})
@@ -446,8 +488,11 @@ func TestPolicyDigest(t *testing.T) {
 		changes []change
 	}{
 		{"v1 sessionDir is ignored", "1.0", []change{{"session.sessionDir", "/s"}}},
-		{"v1 systemPrompt none", "1.0", []change{{"resources.systemPrompt", "none"}}},
-		{"v2 systemPrompt none", "2.0", []change{{"resources.systemPrompt", "none"}}},
+		{"v1 empty systemPrompt", "1.0", []change{{"resources.systemPrompt", ""}}},
+		{"v2 empty systemPrompt", "2.0", []change{{"resources.systemPrompt", ""}}},
+		{"resources absent", "1.0", []change{{"resources", deleteMember{}}}},
+		{"v2 resources absent", "2.0", []change{{"resources", deleteMember{}}}},
+		{"unknown members", "1.0", []change{{"x", 1}, {"session.x", 1}, {"resources.x", 1}}},
 	}
 	base = digest("1.0", mustJSON(t, openBase()))
 	for _, s := range same {
@@ -478,7 +523,12 @@ func TestPolicyDigest(t *testing.T) {
 		{"thinkingLevel", "1.0", []change{{"model", map[string]any{"provider": "p", "id": "m", "thinkingLevel": "low"}}}},
 		{"other thinkingLevel", "1.0", []change{{"model", map[string]any{"provider": "p", "id": "m", "thinkingLevel": "high"}}}},
 		{"v2 systemPrompt", "2.0", []change{{"resources.systemPrompt", "Be brief."}}},
+		{"systemPrompt none, as text", "2.0", []change{{"resources.systemPrompt", "none"}}},
 		{"other v2 systemPrompt", "2.0", []change{{"resources.systemPrompt", "Be terse."}}},
+	}
+	if digest("1.0", mustJSON(t, apply(openBase(), change{"resources.systemPrompt", "Be brief."}))) !=
+		digest("2.0", mustJSON(t, apply(openBase(), change{"resources.systemPrompt", "Be brief."}))) {
+		t.Error("a v1 and a v2 systemPrompt give different policies")
 	}
 	seen := map[string]string{base: "base"}
 	for _, v := range variants {
@@ -511,15 +561,17 @@ func TestDecodePayload(t *testing.T) {
 		reason string
 	}{
 		{"empty payload", &EmptyPayload{}, `{}`, "", ""},
-		{"member in an empty payload", &EmptyPayload{}, `{"xxx":1}`, "payload.xxx", ndjson.ReasonUnknownField},
+		{"member in an empty payload ignored", &EmptyPayload{}, `{"xxx":1}`, "", ""},
+		{"duplicate unknown member", &EmptyPayload{}, `{"xxx":1,"xxx":2}`, "payload.xxx", ndjson.ReasonDuplicateKey},
+		{"duplicate deep in an unknown member", &EmptyPayload{}, `{"x":{"y":[{"z":1,"z":1}]}}`, "payload.x.y[0].z", ndjson.ReasonDuplicateKey},
 		{"close default", &ClosePayload{}, `{}`, "", ""},
 		{"close null", &ClosePayload{}, `{"retainSession":null}`, "payload.retainSession", ndjson.ReasonType},
 		{"close string", &ClosePayload{}, `{"retainSession":"false"}`, "payload.retainSession", ndjson.ReasonType},
 		{"close case variant", &ClosePayload{}, `{"RetainSession":false}`, "payload.RetainSession", ndjson.ReasonCaseVariant},
-		{"drain fraction", &DrainPayload{}, `{"timeoutMs":1.5}`, "payload.timeoutMs", ndjson.ReasonType},
 		{"drain duplicate", &DrainPayload{}, `{"timeoutMs":1,"timeoutMs":2}`, "payload.timeoutMs", ndjson.ReasonDuplicateKey},
-		{"list unknown", &ListSessionsPayload{}, `{"cursor":"c","page":2}`, "payload.page", ndjson.ReasonUnknownField},
-		{"open unknown nested", &OpenPayload{}, `{"cwd":"/","session":{"mode":"new","x":1}}`, "payload.session.x", ndjson.ReasonUnknownField},
+		{"list unknown ignored", &ListSessionsPayload{}, `{"cursor":"c","page":2}`, "", ""},
+		{"open unknown nested ignored", &OpenPayload{}, `{"cwd":"/","session":{"mode":"new","x":1}}`, "", ""},
+		{"open case variant nested", &OpenPayload{}, `{"cwd":"/","session":{"mode":"new","MODE":"new"}}`, "payload.session.MODE", ndjson.ReasonCaseVariant},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -558,18 +610,24 @@ func TestClosePayloadRetain(t *testing.T) {
 }
 
 func TestDrainPayloadValidate(t *testing.T) {
-	ms := func(n int64) *int64 { return &n }
 	for _, tt := range []struct {
-		in   *int64
+		in   string
 		want int64
 		ok   bool
 	}{
-		{nil, DefaultDrainMs, true}, {ms(0), 0, true}, {ms(MaxDrainTimeoutMs), MaxDrainTimeoutMs, true},
-		{ms(MaxDrainTimeoutMs + 1), 0, false}, {ms(-1), 0, false},
+		{"", DefaultDrainMs, true}, {"0", 0, true}, {"86400000", MaxDrainTimeoutMs, true},
+		// Any JSON number worth an integer, as Pi Daemon's Number.isSafeInteger reads it.
+		{"1e3", 1000, true}, {"1000.0", 1000, true}, {"-0", 0, true}, {"8.64e7", MaxDrainTimeoutMs, true},
+		{"86400001", 0, false}, {"-1", 0, false}, {"0.5", 0, false}, {"null", 0, false}, {`"5"`, 0, false},
+		{"true", 0, false}, {"1e400", 0, false},
 	} {
-		got, e := DrainPayload{TimeoutMs: tt.in}.Validate()
+		var raw json.RawMessage
+		if tt.in != "" {
+			raw = json.RawMessage(tt.in)
+		}
+		got, e := DrainPayload{TimeoutMs: raw}.Validate()
 		if tt.ok != (e == nil) || got != tt.want {
-			t.Errorf("Validate(%v) = %d, %v", tt.in, got, e)
+			t.Errorf("Validate(%s) = %d, %v", tt.in, got, e)
 		}
 		if e != nil && e.Details["field"] != "payload.timeoutMs" {
 			t.Errorf("field %v", e.Details)
@@ -602,7 +660,9 @@ func TestListSessionsPayloadValidate(t *testing.T) {
 
 // TestOpenPayloadToolsGrant: in 2.x, resources.tools may be {mode:"host-adapter", descriptor}.
 // The wrapper is closed here; the descriptor itself is validated by the tool-adapter layer,
-// which knows the host incarnation it must be bound to.
+// which knows the host incarnation it must be bound to. The codes are Pi Daemon's: a member
+// other than mode and descriptor is invalid_tool_adapter_descriptor, a mode other than
+// "host-adapter" (of any type, or none) unsupported_resource_policy.
 func TestOpenPayloadToolsGrant(t *testing.T) {
 	descriptor := map[string]any{"adapterId": "fs"}
 	pol, e := validateOpen(t, "2.0", apply(openBase(), change{"resources.tools", map[string]any{"mode": "host-adapter", "descriptor": descriptor}}))
@@ -610,19 +670,26 @@ func TestOpenPayloadToolsGrant(t *testing.T) {
 		t.Fatalf("grant refused: %v %+v", e, pol)
 	}
 	for _, tc := range []struct {
-		name  string
-		tools any
-		field string
+		name        string
+		tools       any
+		code, field string
 	}{
-		{"no mode", map[string]any{"descriptor": descriptor}, "payload.resources.tools.mode"},
-		{"other mode", map[string]any{"mode": "builtin", "descriptor": descriptor}, "payload.resources.tools.mode"},
-		{"descriptor not an object", map[string]any{"mode": "host-adapter", "descriptor": "x"}, "payload.resources.tools.descriptor"},
-		{"no descriptor", map[string]any{"mode": "host-adapter"}, "payload.resources.tools.descriptor"},
-		{"smuggled member", map[string]any{"mode": "host-adapter", "descriptor": descriptor, "token": "t"}, "payload.resources.tools.token"},
+		{"no mode", map[string]any{"descriptor": descriptor}, CodeUnsupportedResource, "payload.resources.tools.mode"},
+		{"other mode", map[string]any{"mode": "builtin", "descriptor": descriptor}, CodeUnsupportedResource, "payload.resources.tools.mode"},
+		{"mode not a string", map[string]any{"mode": 1, "descriptor": descriptor}, CodeUnsupportedResource, "payload.resources.tools.mode"},
+		{"descriptor not an object", map[string]any{"mode": "host-adapter", "descriptor": "x"}, CodeInvalidToolDescriptor, "payload.resources.tools.descriptor"},
+		{"no descriptor", map[string]any{"mode": "host-adapter"}, CodeInvalidToolDescriptor, "payload.resources.tools.descriptor"},
+		{"smuggled member", map[string]any{"mode": "host-adapter", "descriptor": descriptor, "token": "t"}, CodeInvalidToolDescriptor, "payload.resources.tools.token"},
+		{"case variant member", map[string]any{"mode": "host-adapter", "descriptor": descriptor, "Mode": "x"}, CodeInvalidToolDescriptor, "payload.resources.tools.Mode"},
 	} {
 		_, e := validateOpen(t, "2.0", apply(openBase(), change{"resources.tools", tc.tools}))
-		if e == nil || e.Code != CodeInvalidToolDescriptor || e.Details["field"] != tc.field {
-			t.Errorf("%s: %v %v, want %s at %s", tc.name, e, e.Details, CodeInvalidToolDescriptor, tc.field)
+		if e == nil || e.Code != tc.code || e.Details["field"] != tc.field {
+			t.Errorf("%s: %v, want %s at %s", tc.name, e, tc.code, tc.field)
 		}
+	}
+	// In 1.x a tools object is not a string: a bad member, as in Pi Daemon's 1.x parser.
+	_, e = validateOpen(t, "1.0", apply(openBase(), change{"resources.tools", map[string]any{"mode": "host-adapter", "descriptor": descriptor}}))
+	if e == nil || e.Code != CodeInvalidField || e.Details["field"] != "payload.resources.tools" {
+		t.Errorf("1.x tools object: %v", e)
 	}
 }

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"math"
 	"strconv"
 )
 
@@ -26,8 +27,12 @@ type Version struct {
 // V2 reports whether the version is 2.x.
 func (v Version) V2() bool { return v.Major == 2 }
 
-// ParseVersion parses "<major>.<minor>" where both parts are decimal numbers without leading
-// zeros. It does not check that the major is supported.
+// ParseVersion parses "<major>.<minor>": at most 32 characters, both parts ASCII decimal
+// digits. It does not check that the major is supported. As in Pi Daemon, the minor may have
+// leading zeros and any number of digits ("1.00", "2.007"); a minor too large for an int reads
+// as the largest int. A major written with a leading zero ("01.0") or too large for an int has
+// Major -1, so that it is neither 1 nor 2: the versions' JSON Schemas spell the majors "1" and
+// "2" exactly.
 func ParseVersion(s string) (Version, bool) {
 	if len(s) == 0 || len(s) > maxVersionLen {
 		return Version{}, false
@@ -46,13 +51,20 @@ func ParseVersion(s string) (Version, bool) {
 	if dot <= 0 || dot == len(s)-1 {
 		return Version{}, false
 	}
-	if (dot > 1 && s[0] == '0') || (len(s)-dot > 2 && s[dot+1] == '0') {
-		return Version{}, false
+	major, ok := atoiSaturating(s[:dot])
+	if !ok || (dot > 1 && s[0] == '0') {
+		major = -1
 	}
-	major, err1 := strconv.Atoi(s[:dot])
-	minor, err2 := strconv.Atoi(s[dot+1:])
-	if err1 != nil || err2 != nil {
-		return Version{}, false
-	}
+	minor, _ := atoiSaturating(s[dot+1:])
 	return Version{Major: major, Minor: minor, Raw: s}, true
+}
+
+// atoiSaturating reads a string of ASCII digits; past the range of an int it returns the
+// largest int and false.
+func atoiSaturating(digits string) (int, bool) {
+	n, err := strconv.Atoi(digits)
+	if err != nil {
+		return math.MaxInt, false
+	}
+	return n, true
 }

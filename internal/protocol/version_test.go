@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -27,17 +28,20 @@ func TestParseVersion(t *testing.T) {
 		{".", false, 0, 0},
 		{"", false, 0, 0},
 		{"v1.0", false, 0, 0},
-		{"01.0", false, 0, 0},
-		{"1.00", false, 0, 0},
-		{"1.01", false, 0, 0},
+		{"01.0", true, -1, 0}, // a major with a leading zero is neither 1 nor 2
+		{"02.0", true, -1, 0},
+		{"99999999999999999999.0", true, -1, 0},
+		{"1.00", true, 1, 0}, // the minor may have leading zeros, as in Pi Daemon
+		{"1.01", true, 1, 1},
+		{"2.007", true, 2, 7},
 		{"1.0.0", false, 0, 0},
 		{"1..0", false, 0, 0},
 		{"+1.0", false, 0, 0},
 		{"-1.0", false, 0, 0},
 		{" 1.0", false, 0, 0},
 		{"1.0 ", false, 0, 0},
-		{"١.٠", false, 0, 0},                    // Arabic-Indic digits are not ASCII digits
-		{"1.99999999999999999999", false, 0, 0}, // out of range
+		{"١.٠", false, 0, 0},                             // Arabic-Indic digits are not ASCII digits
+		{"1.99999999999999999999", true, 1, math.MaxInt}, // saturates
 	}
 	for _, tt := range tests {
 		v, ok := ParseVersion(tt.in)
