@@ -267,7 +267,8 @@ func TestWalkthrough(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	bin := daemontest.Binary(t, "airlock-fs")
-	for _, args := range [][]string{{}, {"nope"}, {"grant", "--admin-socket", "/tmp/x.sock"}, {"revoke-grant"}, {"grants", "extra"}} {
+	for _, args := range [][]string{{}, {"nope"}, {"grant", "--admin-socket", "/tmp/x.sock"}, {"revoke-grant"}, {"grants", "extra"},
+		{"serve", "--bind-timeout", "0s"}, {"serve", "--max-connections-per-peer", "0"}} {
 		if _, errOut, code := runBin(t, bin, nil, args...); code != 2 || !strings.Contains(errOut, "usage") {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
 		}
