@@ -1705,3 +1705,53 @@ func piCompatCases() []agreementCase {
 	}
 	return cases
 }
+
+// TestServerOutputConnectionAdmission checks the answers of connection admission (issue 16)
+// against the schemas: an idle connection evicted for a new one, a new one refused when every
+// connection is attached, and a connection that never sends a line.
+func TestServerOutputConnectionAdmission(t *testing.T) {
+	v := newValidator(t)
+	limits := daemon.DefaultLimits
+	limits.MaxConnections, limits.MaxConnectionsPerPeer = 2, 2
+	limits.FirstLineTimeout = 300 * time.Millisecond
+	_, socket, cwd, _ := startDaemon(t, limits)
+	checked := 0
+	a := v.dial(t, socket, "a", "2.0", &checked)
+	waitReady(t, a)
+	open := `{"cwd":"` + cwd + `","session":{"mode":"new"},"resources":` + resources("") + `}`
+	a.ok(a.call("open", `"sessionId":"s1","generation":1`, open), "openResult")
+	a.ok(a.call("attach", `"sessionId":"s1","generation":1`, `{}`), "attachResult")
+
+	b := v.dial(t, socket, "b", "1.0", &checked)
+	b.ok(b.call("handshake", "", `{}`), "handshake")
+	c := v.dial(t, socket, "c", "1.0", &checked)
+	e := b.fail(b.next(), "connection_evicted")
+	if det := e["details"].(map[string]any); num(det["maxConnections"]) != 2 || num(det["maxConnectionsPerPeer"]) != 2 {
+		t.Errorf("connection_evicted details: %v", det)
+	}
+	c.ok(c.call("open", `"sessionId":"s2","generation":1`, open), "openResult")
+	c.ok(c.call("attach", `"sessionId":"s2","generation":1`, `{}`), "attachResult")
+
+	d := v.dial(t, socket, "d", "1.0", &checked)
+	e = d.fail(d.next(), "connection_capacity")
+	if det := e["details"].(map[string]any); num(det["maxConnectionsPerPeer"]) != 2 {
+		t.Errorf("connection_capacity details: %v", det)
+	}
+
+	c.c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for num(a.ok(a.call("status", "", `{}`), "hostSnapshot")["connections"]) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the closed connection is still counted")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	idle := v.dial(t, socket, "idle", "1.0", &checked)
+	e = idle.fail(idle.next(), "line_timeout")
+	if det := e["details"].(map[string]any); num(det["timeoutMs"]) != 300 || det["firstLine"] != true {
+		t.Errorf("line_timeout details: %v", det)
+	}
+	if checked < 10 {
+		t.Errorf("only %d lines checked", checked)
+	}
+}

@@ -45,6 +45,8 @@ const (
 
 const usageText = `usage:
   airlock-fs serve [--socket PATH] [--admin-socket PATH] [--log-level L] [--log-format text|json]
+                   [--max-unbound-connections 128 --max-admin-connections 32
+                   --max-connections-per-peer 32 --bind-timeout 5s --admin-line-timeout 10s]
   airlock-fs grant [--admin-socket PATH] --root DIR --host-instance ID --session ID --generation N
                    --operations fs.read,fs.list,… [--max-concurrent 4 --max-queued 16
                    --timeout-ms 30000 --max-request-bytes N --max-response-bytes N
@@ -148,8 +150,17 @@ func serve(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	socket := fs.String("socket", filepath.Join(runtimeDir(), "airlock-fs.sock"), "serving socket `path` (the descriptors' endpoint; at most 100 bytes)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	conns := server.DefaultConnLimits
+	fs.IntVar(&conns.MaxUnbound, "max-unbound-connections", conns.MaxUnbound, "maximum serving connections that have not bound yet (lowered to fit the descriptor limit)")
+	fs.IntVar(&conns.MaxAdmin, "max-admin-connections", conns.MaxAdmin, "maximum admin connections (lowered to fit the descriptor limit)")
+	fs.IntVar(&conns.MaxPerPeer, "max-connections-per-peer", conns.MaxPerPeer, "one client process's share of the unbound and of the admin connections")
+	fs.DurationVar(&conns.BindTimeout, "bind-timeout", conns.BindTimeout, "deadline for a serving connection's bind line, from accept")
+	fs.DurationVar(&conns.AdminLineTimeout, "admin-line-timeout", conns.AdminLineTimeout, "deadline for each admin request line, from accept or the last answer")
 	if err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	if conns.MaxUnbound < 1 || conns.MaxAdmin < 1 || conns.MaxPerPeer < 1 || conns.BindTimeout <= 0 || conns.AdminLineTimeout <= 0 {
+		return usagef("connection limits and timeouts must be positive")
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -173,7 +184,7 @@ func serve(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	if err != nil {
 		return err
 	}
-	s, err := server.Start(server.Config{Socket: sock, AdminSocket: adminSock, Version: version.Version, Logger: log})
+	s, err := server.Start(server.Config{Socket: sock, AdminSocket: adminSock, Version: version.Version, Logger: log, Conns: conns})
 	if err != nil {
 		return &cliError{"serve_failed", err.Error()}
 	}

@@ -30,12 +30,12 @@ type fsProcess struct {
 	exited             chan struct{}
 }
 
-func startFS(t *testing.T) *fsProcess {
+func startFS(t *testing.T, extra ...string) *fsProcess {
 	t.Helper()
 	dir := daemontest.ShortDir(t)
 	p := &fsProcess{bin: daemontest.Binary(t, "airlock-fs"), socket: filepath.Join(dir, "run", "fs.sock"),
 		admin: filepath.Join(dir, "run", "admin.sock"), stderr: &daemontest.SyncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(p.bin, "serve", "--socket", p.socket, "--admin-socket", p.admin, "--log-level", "debug")
+	p.cmd = exec.Command(p.bin, append([]string{"serve", "--socket", p.socket, "--admin-socket", p.admin, "--log-level", "debug"}, extra...)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -267,7 +267,8 @@ func TestWalkthrough(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	bin := daemontest.Binary(t, "airlock-fs")
-	for _, args := range [][]string{{}, {"nope"}, {"grant", "--admin-socket", "/tmp/x.sock"}, {"revoke-grant"}, {"grants", "extra"}} {
+	for _, args := range [][]string{{}, {"nope"}, {"grant", "--admin-socket", "/tmp/x.sock"}, {"revoke-grant"}, {"grants", "extra"},
+		{"serve", "--bind-timeout", "0s"}, {"serve", "--max-connections-per-peer", "0"}} {
 		if _, errOut, code := runBin(t, bin, nil, args...); code != 2 || !strings.Contains(errOut, "usage") {
 			t.Errorf("%v: exit %d %q", args, code, errOut)
 		}

@@ -593,12 +593,44 @@ func TestBinaryConnectionCapacity(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// An idle connection makes room for a new one: it is told why and closed.
 	second := dialRawT(t, d.Socket)
-	resp := second.next()
-	if errCodeOf(resp) != "connection_capacity" {
-		t.Fatalf("second connection got %v", resp)
+	if resp := first.next(); errCodeOf(resp) != "connection_evicted" || resp["error"].(map[string]any)["retryable"] != true {
+		t.Fatalf("idle first connection got %v, want connection_evicted", resp)
 	}
-	second.expectEOF()
+	first.expectEOF()
+	if !admitted(second) {
+		t.Fatal("the connection that evicted the idle one was not admitted")
+	}
+	// An attached connection is never evicted: a third connection is refused instead.
+	for _, c := range []struct{ rid, line string }{
+		{"o", `{"protocolVersion":"1.0","requestId":"o","operation":"open","sessionId":"s","generation":1,"payload":` + mustJSON(t, openPayload(t.TempDir())) + `}`},
+		{"at", `{"protocolVersion":"1.0","requestId":"at","operation":"attach","sessionId":"s","generation":1,"payload":{}}`},
+	} {
+		rid := c.rid
+		second.send(c.line)
+		if resp := second.next(); errCodeOf(resp) != "" || resp["requestId"] != rid {
+			t.Fatalf("%s: %v", rid, resp)
+		}
+	}
+	third := dialRawT(t, d.Socket)
+	resp := third.next()
+	if errCodeOf(resp) != "connection_capacity" {
+		t.Fatalf("third connection got %v", resp)
+	}
+	third.expectEOF()
+	if !admitted(second) {
+		t.Fatal("the attached connection did not survive the refused one")
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // --- raw connection helpers (the in-package ones are not visible to this external package) ---

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/trywrite"
 )
@@ -26,6 +28,11 @@ type conn struct {
 	log    *slog.Logger
 	ctx    context.Context // cancelled when the connection is failing or the server stops
 	cancel context.CancelFunc
+	// slot is the connection's place in the server's pool: held (never evicted) while a
+	// command is in flight or a session is attached. Set before serve starts.
+	slot *ownersock.Slot
+	// lines enforces the first-line and line deadlines on what the reader reads.
+	lines *ownersock.LineDeadline
 
 	handlers sync.WaitGroup // command goroutines
 	writer   sync.WaitGroup
@@ -34,6 +41,7 @@ type conn struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // signals the writer: queue non-empty, finishing or broken
 	inflight map[string]struct{}
+	attached map[string]struct{} // sessions attached on this connection; each holds the slot
 	queue    [][]byte
 	pooled   [][]byte // the pooled buffers of lines in queue: released once they are written
 	queued   int      // bytes queued or being written
@@ -44,12 +52,17 @@ type conn struct {
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
 	ctx, cancel := context.WithCancel(srv.ctx)
-	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{})}
+	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{}),
+		attached: make(map[string]struct{})}
+	c.lines = ownersock.NewLineDeadline(nc, srv.limits.FirstLineTimeout, srv.limits.LineTimeout)
 	// This fails only for a closed connection, and then every later write fails too.
 	_ = c.direct.Init(nc)
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
+
+// firstReadBytes is the size of a connection's first read, which holds a handshake line.
+const firstReadBytes = 512
 
 // serve reads commands until the peer stops sending, a framing error, an incompatible version
 // or server shutdown. Commands still in flight are answered before the connection closes.
@@ -58,22 +71,66 @@ func (c *conn) serve() {
 	go c.writeLoop()
 	defer c.close()
 
-	r := ndjson.NewReader(c.nc, c.srv.limits.MaxLineBytes)
+	// The line reader's buffer (64 KiB) is allocated once the first bytes arrived: a flood of
+	// connections that never send costs a small read each, not the buffer. An error of this
+	// first read is met again by the line reader's.
+	first := make([]byte, firstReadBytes)
+	n, _ := c.lines.Read(first)
+	r := ndjson.NewReader(io.MultiReader(bytes.NewReader(first[:n]), c.lines), c.srv.limits.MaxLineBytes)
 	for {
 		line, err := r.Next()
 		if err != nil {
 			var fe *ndjson.FrameError
-			if errors.As(err, &fe) {
+			var te *ownersock.LineTimeoutError
+			switch {
+			case errors.As(err, &fe):
 				c.refuse(protocol.FrameError(err))
-			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil {
+			case errors.As(err, &te):
+				c.timedOut(te)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && c.ctx.Err() == nil:
 				c.log.Debug("connection read ended", "err", err)
 			}
 			return
 		}
+		c.lines.FirstLineDone()
 		if !c.handle(line) {
 			return
 		}
 	}
+}
+
+// timedOut answers a connection whose first line, or a line it began, did not arrive in time;
+// the connection then closes. The answer is in 1.0, as framing errors are: the line that
+// would carry a version never came.
+func (c *conn) timedOut(te *ownersock.LineTimeoutError) {
+	c.srv.count("connectionsTimedOut")
+	c.srv.pool.Warn("line_timeout", c.slot.PID(), "connection flood: connections closed for not completing a line in time")
+	c.log.Debug("closing connection: line deadline passed", "firstLine", te.FirstLine, "timeout", te.Limit)
+	c.sendError(protocol.Version1, "invalid-"+newID(), protocol.Retryable(protocol.CodeLineTimeout, "%s", te.Error()).
+		With("timeoutMs", te.Limit.Milliseconds()).With("firstLine", te.FirstLine))
+}
+
+// evict closes an idle connection that the pool chose to make room for a new one: it is told
+// why (connection_evicted, in 1.0) and closed. It runs on the accept goroutine and does not
+// block.
+func (c *conn) evict() {
+	c.srv.count("connectionsEvicted")
+	line := c.srv.encodeResponse(&protocol.Response{
+		ProtocolVersion: protocol.Version1,
+		Kind:            protocol.KindResponse,
+		RequestID:       "invalid-" + newID(),
+		HostInstanceID:  c.srv.hostID,
+		Error: protocol.Retryable(protocol.CodeConnectionEvicted, "idle connection closed to admit another; reconnect to continue").
+			With("maxConnections", c.srv.limits.MaxConnections).With("maxConnectionsPerPeer", c.srv.pool.PerPeer()),
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// An idle connection has nothing queued and nobody writing: one attempt that does not
+	// wait, and the descriptor is released at once, whatever a flood's pace.
+	if !c.writing && len(c.queue) == 0 && !c.broken && c.direct.Ready() {
+		c.direct.Write(line)
+	}
+	c.failLocked()
 }
 
 // handle admits one command line. It returns false when the connection must stop reading.
@@ -95,6 +152,11 @@ func (c *conn) handle(line []byte) bool {
 		c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Retryable(protocol.CodeConnectionBusy,
 			"connection has %d requests in flight", c.srv.limits.MaxInFlight).With("maxInFlightRequests", c.srv.limits.MaxInFlight))
 		return true
+	}
+	if !c.slot.Hold() {
+		// The pool evicted the connection as this line arrived: it is closing.
+		c.mu.Unlock()
+		return false
 	}
 	c.inflight[cmd.RequestID] = struct{}{}
 	c.mu.Unlock()
@@ -123,7 +185,29 @@ func (c *conn) handle(line []byte) bool {
 
 // run executes one admitted command and queues its answer.
 func (c *conn) run(cmd *protocol.Command) {
-	c.reply(cmd.RequestID, c.srv.dispatch(c.ctx, c, cmd))
+	resp := c.srv.dispatch(c.ctx, c, cmd)
+	if resp.Error == nil && (cmd.Operation == protocol.OpAttach || cmd.Operation == protocol.OpDetach) {
+		c.noteAttachment(cmd.SessionID, cmd.Operation == protocol.OpAttach)
+	}
+	c.reply(cmd.RequestID, resp)
+}
+
+// noteAttachment keeps the slot held while a session is attached, so that the pool never
+// evicts a connection that waits for events. It runs before the command's own hold ends. A
+// session that closes leaves its attachment counted until the connection ends or detaches: a
+// connection is kept too long rather than evicted under a subscriber.
+func (c *conn) noteAttachment(sessionID string, attach bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, was := c.attached[sessionID]
+	switch {
+	case attach && !was:
+		c.attached[sessionID] = struct{}{}
+		c.slot.Hold()
+	case !attach && was:
+		delete(c.attached, sessionID)
+		c.slot.Unhold()
+	}
 }
 
 // reply sends the answer to the admitted command requestID.
@@ -133,9 +217,15 @@ func (c *conn) reply(requestID string, resp *protocol.Response) {
 	// The id is released in the same critical section that queues the answer, so a client
 	// that reuses an id after reading its answer is never refused as a duplicate.
 	delete(c.inflight, requestID)
-	// With nothing queued and nobody writing, the answer goes out from here: handing it to the
-	// writer goroutine would cost a wake-up on every round trip. Otherwise it queues behind what
-	// is already waiting, so a connection's output keeps the order in which it was produced.
+	c.slot.Unhold()
+	c.sendLocked(line, pooled)
+}
+
+// sendLocked sends one line and unlocks c.mu. With nothing queued and nobody writing, the line
+// goes out from here: handing it to the writer goroutine would cost a wake-up on every round
+// trip. Otherwise it queues behind what is already waiting, so a connection's output keeps the
+// order in which it was produced.
+func (c *conn) sendLocked(line []byte, pooled bool) {
 	if !c.writing && len(c.queue) == 0 && !c.broken && line != nil {
 		c.writing = true
 		c.mu.Unlock()
@@ -308,7 +398,7 @@ func (c *conn) writeLoop() {
 // stop makes serve return: the reader is unblocked and handlers see a cancelled context.
 func (c *conn) stop() {
 	c.cancel()
-	c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.lines.Stop()
 }
 
 // close runs when the reader is done: it waits for the commands in flight, lets the writer

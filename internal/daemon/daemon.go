@@ -121,6 +121,7 @@ func Start(cfg Config) (*Daemon, error) {
 		cancel:   cancel,
 		conns:    make(map[*conn]struct{}),
 		metrics:  make(map[string]uint64),
+		pool:     ownersock.NewPool(cfg.SocketPath, cfg.Limits.MaxConnections, cfg.Limits.MaxConnectionsPerPeer, cfg.Logger),
 	}
 	maxSessions := cfg.MaxSessions
 	if maxSessions <= 0 {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/ownersock"
@@ -18,22 +19,35 @@ import (
 
 // Limits bound what one client can make the server hold.
 type Limits struct {
-	MaxConnections   int // concurrent client connections
-	MaxInFlight      int // commands in flight on one connection
-	MaxLineBytes     int // one inbound line, without its LF
-	MaxEventBytes    int // one outbound event, LF included
-	MaxResponseBytes int // one outbound response, LF included
-	MaxOutboundBytes int // bytes queued for one connection
+	MaxConnections int // concurrent client connections
+	// MaxConnectionsPerPeer bounds the connections of one peer process (SO_PEERCRED pid); it is
+	// capped at MaxConnections.
+	MaxConnectionsPerPeer int
+	MaxInFlight           int // commands in flight on one connection
+	MaxLineBytes          int // one inbound line, without its LF
+	MaxEventBytes         int // one outbound event, LF included
+	MaxResponseBytes      int // one outbound response, LF included
+	MaxOutboundBytes      int // bytes queued for one connection
+	// FirstLineTimeout bounds the wait for a connection's first complete command line, from
+	// accept; LineTimeout bounds any line from its first byte to its LF.
+	FirstLineTimeout time.Duration
+	LineTimeout      time.Duration
 }
 
-// DefaultLimits are the limits of the original protocol implementation.
+// DefaultLimits are the limits of the original protocol implementation, and the flood limits
+// of issue 16: a client writes its command as soon as it connects, and a line of a MiB takes
+// milliseconds over a local socket, so seconds are generous; a quarter of the connections per
+// process leaves room for three others however one behaves.
 var DefaultLimits = Limits{
-	MaxConnections:   64,
-	MaxInFlight:      64,
-	MaxLineBytes:     1 << 20,
-	MaxEventBytes:    1 << 20,
-	MaxResponseBytes: 1 << 20,
-	MaxOutboundBytes: 4 << 20,
+	MaxConnections:        64,
+	MaxConnectionsPerPeer: 16,
+	MaxInFlight:           64,
+	MaxLineBytes:          1 << 20,
+	MaxEventBytes:         1 << 20,
+	MaxResponseBytes:      1 << 20,
+	MaxOutboundBytes:      4 << 20,
+	FirstLineTimeout:      5 * time.Second,
+	LineTimeout:           10 * time.Second,
 }
 
 // minRecordBytes is the smallest response or event limit accepted. It is what the records that
@@ -47,6 +61,10 @@ func (l Limits) Validate() error {
 	switch {
 	case l.MaxConnections < 1:
 		return errors.New("max connections must be at least 1")
+	case l.MaxConnectionsPerPeer < 1:
+		return errors.New("max connections per peer must be at least 1")
+	case l.FirstLineTimeout <= 0 || l.LineTimeout <= 0:
+		return errors.New("the first-line and line timeouts must be positive")
 	case l.MaxInFlight < 1:
 		return errors.New("max in-flight requests per connection must be at least 1")
 	case l.MaxLineBytes < 1024:
@@ -76,6 +94,8 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // accept loop and connections
 
+	pool *ownersock.Pool // admission: the connection limit, the per-peer share, eviction
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 
@@ -98,23 +118,32 @@ func (s *Server) serve(ln *ownersock.Socket) {
 	}
 }
 
-// admit checks a new connection's peer and the connection limit, then serves it.
+// admit checks a new connection's peer, then admits it to the pool and serves it. At capacity
+// the pool makes room by evicting an idle connection (no command in flight, no attachment):
+// one of the same peer when it holds its share, else one of the peer holding the most. When
+// every connection is busy, the new one is refused with connection_capacity.
 func (s *Server) admit(nc *net.UnixConn) {
-	uid, err := ownersock.PeerUID(nc)
-	if err != nil || uid != s.ownerUID {
-		s.log.Warn("refused connection from another user", "peerUid", uid, "err", err)
+	cred, err := ownersock.PeerCred(nc)
+	if err != nil || cred.UID != s.ownerUID {
+		s.log.Warn("refused connection from another user", "peerUid", cred.UID, "err", err)
 		s.count("connectionsRefusedPeer")
 		nc.Close()
 		return
 	}
-	s.mu.Lock()
-	if len(s.conns) >= s.limits.MaxConnections {
-		s.mu.Unlock()
+	c := newConn(s, nc, s.log)
+	slot, evicted, err := s.pool.Admit(cred.PID, c.evict)
+	if err != nil {
+		c.cancel()
 		s.count("connectionsRefusedCapacity")
-		s.refuseCapacity(nc)
+		s.pool.Warn("refused", cred.PID, "connection refused: every connection is busy")
+		s.refuseCapacity(nc, err.(*ownersock.CapacityError))
 		return
 	}
-	c := newConn(s, nc, s.log)
+	if evicted {
+		s.pool.Warn("evicted", cred.PID, "connection flood: idle connections evicted to admit new ones")
+	}
+	c.slot = slot
+	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -122,21 +151,27 @@ func (s *Server) admit(nc *net.UnixConn) {
 	go func() {
 		defer s.wg.Done()
 		c.serve()
+		slot.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
 }
 
-// refuseCapacity tells a client over the connection limit why, then closes.
-func (s *Server) refuseCapacity(nc *net.UnixConn) {
+// refuseCapacity tells a client over the connection limit or its process's share why, then
+// closes.
+func (s *Server) refuseCapacity(nc *net.UnixConn, ce *ownersock.CapacityError) {
+	e := protocol.Retryable(protocol.CodeConnectionCapacity, "the host serves at most %d connections, all busy", s.limits.MaxConnections)
+	if ce.PerPeer {
+		e = protocol.Retryable(protocol.CodeConnectionCapacity, "this process holds %d busy connections, its share", ce.Limit).
+			With("maxConnectionsPerPeer", ce.Limit)
+	}
 	line := s.encodeResponse(&protocol.Response{
 		ProtocolVersion: protocol.Version1,
 		Kind:            protocol.KindResponse,
 		RequestID:       "invalid-" + newID(),
 		HostInstanceID:  s.hostID,
-		Error: protocol.Retryable(protocol.CodeConnectionCapacity, "the host serves at most %d connections", s.limits.MaxConnections).
-			With("maxConnections", s.limits.MaxConnections),
+		Error:           e.With("maxConnections", s.limits.MaxConnections),
 	})
 	nc.SetWriteDeadline(deadlineSoon())
 	nc.Write(line)

@@ -168,6 +168,9 @@ func TestLimitsValidate(t *testing.T) {
 		func(l *Limits) { l.MaxLineBytes = 100 },
 		func(l *Limits) { l.MaxEventBytes = 100 },
 		func(l *Limits) { l.MaxResponseBytes = l.MaxOutboundBytes + 1 },
+		func(l *Limits) { l.MaxConnectionsPerPeer = 0 },
+		func(l *Limits) { l.FirstLineTimeout = 0 },
+		func(l *Limits) { l.LineTimeout = -time.Second },
 	}
 	for i, mutate := range bad {
 		l := DefaultLimits

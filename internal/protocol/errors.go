@@ -22,6 +22,8 @@ const (
 	CodeDuplicateRequestID     = "duplicate_request_id"
 	CodeConnectionBusy         = "connection_busy"
 	CodeConnectionCapacity     = "connection_capacity"
+	CodeConnectionEvicted      = "connection_evicted" // an idle connection closed to admit another
+	CodeLineTimeout            = "line_timeout"       // a first or partial line not completed in time
 	CodeOutboundTooLarge       = "outbound_record_too_large"
 	CodeOutboundNotSerializ    = "outbound_not_serializable"
 	CodeInternal               = "internal_error"

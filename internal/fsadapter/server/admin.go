@@ -26,6 +26,11 @@ const (
 	CodeGrantNotFound  = "grant_not_found" // revoke-grant of an unknown grant id
 	CodeGrantCapacity  = "grant_capacity"  // MaxGrants live grants already
 	CodeServerClosing  = "server_closing"  // the server is shutting down
+	// CodeLineTimeout: no request line within the admin line timeout of connecting or of the
+	// last answer (retryable); the connection is closed.
+	CodeLineTimeout = "line_timeout"
+	// CodeConnectionEvicted: the idle connection was closed to admit another (retryable).
+	CodeConnectionEvicted = "connection_evicted"
 )
 
 // maxAdminLineBytes bounds one admin request line; a grant request is well under 2 KiB.

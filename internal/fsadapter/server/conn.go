@@ -19,6 +19,7 @@ import (
 	"github.com/airlockhq/airlock/internal/expiry"
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/internal/trywrite"
@@ -44,11 +45,8 @@ const (
 	CodeHandleInResult = "handle_in_result"
 )
 
-// Timeouts of a serving connection.
+// Timeouts of a serving connection; the bind deadline is ConnLimits.BindTimeout.
 const (
-	// bindTimeout bounds the wait for the first frame: the daemon writes bind right after
-	// connecting, so a connection silent this long is not a daemon.
-	bindTimeout = 10 * time.Second
 	// writeTimeout bounds one frame write: the daemon reads continuously, so a write blocked
 	// this long means it stopped, and the connection is closed.
 	writeTimeout = 30 * time.Second
@@ -129,16 +127,33 @@ type conn struct {
 	clock  *expiry.Queue[*request] // the queued and active requests
 }
 
-// serveConn handles one accepted serving connection from bind to close.
-func (s *Server) serveConn(nc *net.UnixConn) {
+// serveConn handles one accepted serving connection from bind to close. Until it binds, the
+// connection has a place in the unbound pool, which may evict it to make room; a connection
+// that is evicted or sends no bind line within the bind timeout is closed without a byte
+// written, like a refused bind.
+func (s *Server) serveConn(nc *net.UnixConn, slot *ownersock.Slot) {
 	defer nc.Close()
-	_ = nc.SetReadDeadline(time.Now().Add(bindTimeout))
+	_ = nc.SetReadDeadline(time.Now().Add(s.limits.BindTimeout))
 	br := bufio.NewReaderSize(nc, maxBindBytes)
 	line, err := br.ReadSlice('\n')
+	if err == nil && !slot.Hold() {
+		err = errEvicted
+	}
 	if err != nil {
-		s.log.Info("serving connection closed before bind", "reason", readReason(err))
+		reason := readReason(err)
+		switch {
+		case slot.Evicted():
+			reason = "evicted"
+		case reason == "timeout":
+			reason = "bind_timeout"
+			s.unbound.Warn(reason, slot.PID(), "connection flood: serving connections closed for not binding in time")
+		}
+		s.log.Debug("serving connection closed before bind", "reason", reason)
 		return
 	}
+	// Bound or refused, the connection leaves the unbound pool now: a bound one is counted by
+	// its grant, one per grant.
+	slot.Close()
 	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
 	g, reason := s.bind(line)
 	var c *conn

@@ -19,6 +19,7 @@ func TestCodesDocumented(t *testing.T) {
 		CodeQueueCapacity, CodeIdempotencyConflict, CodeIdempotencyCapacity, CodeRequestTimeout,
 		CodeOperationDenied, CodeInternal, CodeHandleInResult,
 		CodeInvalidRequest, CodeRootInvalid, CodeGrantNotFound, CodeGrantCapacity, CodeServerClosing,
+		CodeLineTimeout, CodeConnectionEvicted,
 	}, fsops.Codes...)
 	for _, c := range codes {
 		if !strings.Contains(string(b), "`"+c+"`") {

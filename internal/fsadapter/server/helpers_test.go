@@ -33,8 +33,13 @@ type fixture struct {
 	handle string // of the last grant
 }
 
-func newFixture(t *testing.T) *fixture {
+// newFixture starts a server; conns, when given, are its connection limits.
+func newFixture(t *testing.T, conns ...ConnLimits) *fixture {
 	t.Helper()
+	var cl ConnLimits
+	if len(conns) > 0 {
+		cl = conns[0]
+	}
 	dir := daemontest.ShortDir(t)
 	root := filepath.Join(dir, "root")
 	if err := os.Mkdir(root, 0o700); err != nil {
@@ -46,6 +51,7 @@ func newFixture(t *testing.T) *fixture {
 		AdminSocket: filepath.Join(dir, "run", "admin.sock"),
 		Version:     "dev",
 		Logger:      slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Conns:       cl,
 	})
 	if err != nil {
 		t.Fatal(err)

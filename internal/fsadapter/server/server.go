@@ -47,6 +47,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -55,15 +56,38 @@ import (
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
-// adminIdleTimeout closes an admin connection that sends nothing for this long; the CLI sends
-// its one request at once.
-const adminIdleTimeout = 30 * time.Second
+// ConnLimits bound the connections that hold no grant, so that one process of the user
+// cannot lock out the daemon's binds or the operator's admin calls (issue 16). Bound serving
+// connections are not counted: there is at most one per grant.
+type ConnLimits struct {
+	// MaxUnbound bounds the serving connections that have not bound yet; past it, and past a
+	// peer's share, the least recently connected unbound connection of the largest peer is
+	// closed to make room.
+	MaxUnbound int
+	// MaxAdmin bounds the admin connections; idle ones make room the same way.
+	MaxAdmin int
+	// MaxPerPeer is one peer process's (SO_PEERCRED pid) share of each of the two.
+	MaxPerPeer int
+	// BindTimeout bounds the wait for the bind line, from accept: the daemon writes it right
+	// after connecting, so a connection silent this long is not a daemon.
+	BindTimeout time.Duration
+	// AdminLineTimeout bounds the wait for each admin request line, from accept or from the
+	// last answer: the CLI sends its one request at once.
+	AdminLineTimeout time.Duration
+}
 
-// maxConns bounds the open connections of both sockets: one per grant, and room for binds and
-// admin requests in progress.
-const maxConns = MaxGrants + 64
+// DefaultConnLimits are the connection limits of a zero Config.Conns member. A daemon opening
+// many sessions at once binds in parallel, so a peer may hold a quarter of the unbound slots.
+var DefaultConnLimits = ConnLimits{
+	MaxUnbound:       128,
+	MaxAdmin:         32,
+	MaxPerPeer:       32,
+	BindTimeout:      5 * time.Second,
+	AdminLineTimeout: 10 * time.Second,
+}
 
 // Config configures a Server.
 type Config struct {
@@ -73,6 +97,8 @@ type Config struct {
 	Version string
 	// Logger receives operator logs: grant ids, roots, sessions, codes; never a handle.
 	Logger *slog.Logger
+	// Conns bounds the connections without a grant; zero members take DefaultConnLimits.
+	Conns ConnLimits
 }
 
 // Server is a running airlock-fs.
@@ -83,6 +109,10 @@ type Server struct {
 	uid     int
 	serving *ownersock.Socket
 	admin   *ownersock.Socket
+	// The pools bound the connections that hold no grant; a bound connection is one per grant.
+	limits  ConnLimits
+	unbound *ownersock.Pool // serving connections until they bind
+	admins  *ownersock.Pool
 	wg      sync.WaitGroup
 
 	// mu guards the fields below.
@@ -109,6 +139,9 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, version: AdapterVersion(cfg.Version), uid: os.Geteuid(),
 		grants: make(map[string]*grant), conns: make(map[net.Conn]struct{})}
+	if err := s.setLimits(cfg.Conns); err != nil {
+		return nil, err
+	}
 	var err error
 	if s.serving, err = ownersock.Listen(cfg.Socket, s.uid); err != nil {
 		return nil, err
@@ -118,10 +151,60 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.wg.Add(2)
-	go s.accept(s.serving, s.serveConn)
-	go s.accept(s.admin, s.adminConn)
-	log.Info("airlock-fs serving", "socket", cfg.Socket, "adminSocket", cfg.AdminSocket, "adapterVersion", s.version)
+	go s.accept(s.serving, s.unbound, s.serveConn, evictUnbound)
+	go s.accept(s.admin, s.admins, s.adminConn, s.evictAdmin)
+	log.Info("airlock-fs serving", "socket", cfg.Socket, "adminSocket", cfg.AdminSocket, "adapterVersion", s.version,
+		"maxUnboundConnections", s.limits.MaxUnbound, "maxAdminConnections", s.limits.MaxAdmin,
+		"maxConnectionsPerPeer", s.limits.MaxPerPeer)
 	return s, nil
+}
+
+// setLimits fills in the connection limits and the pools. The unbound and admin pools are
+// capped well below the descriptor limit, which is first raised to its hard limit: every grant
+// holds its root and its connection, and operations open files, so a flood of connections
+// that hold nothing must never take the descriptors a bind or a read needs.
+func (s *Server) setLimits(l ConnLimits) error {
+	d := DefaultConnLimits
+	l.MaxUnbound = cmp.Or(l.MaxUnbound, d.MaxUnbound)
+	l.MaxAdmin = cmp.Or(l.MaxAdmin, d.MaxAdmin)
+	l.MaxPerPeer = cmp.Or(l.MaxPerPeer, d.MaxPerPeer)
+	l.BindTimeout = cmp.Or(l.BindTimeout, d.BindTimeout)
+	l.AdminLineTimeout = cmp.Or(l.AdminLineTimeout, d.AdminLineTimeout)
+	if l.MaxUnbound < 1 || l.MaxAdmin < 1 || l.MaxPerPeer < 1 || l.BindTimeout < 0 || l.AdminLineTimeout < 0 {
+		return errors.New("connection limits must be positive")
+	}
+	fds := raiseNoFile()
+	budget := fds - 2*MaxGrants - fdReserve
+	unbound, admin := min(l.MaxUnbound, max(16, budget/2)), min(l.MaxAdmin, max(4, budget/8))
+	if unbound < l.MaxUnbound || admin < l.MaxAdmin {
+		s.log.Warn("connection limits lowered to fit the descriptor limit", "nofile", fds,
+			"maxUnboundConnections", unbound, "maxAdminConnections", admin)
+	}
+	l.MaxUnbound, l.MaxAdmin = unbound, admin
+	s.limits = l
+	s.unbound = ownersock.NewPool(s.cfg.Socket, l.MaxUnbound, l.MaxPerPeer, s.log)
+	s.admins = ownersock.NewPool(s.cfg.AdminSocket, l.MaxAdmin, l.MaxPerPeer, s.log)
+	return nil
+}
+
+// fdReserve is the descriptors kept for everything but connections and grant roots: the
+// listeners, files open in operations, the log.
+const fdReserve = 256
+
+// raiseNoFile raises the soft descriptor limit to the hard one and returns the limit in force.
+func raiseNoFile() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 1024
+	}
+	if l.Cur < l.Max {
+		raised := l
+		raised.Cur = raised.Max
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			l = raised
+		}
+	}
+	return int(min(l.Cur, 1<<30))
 }
 
 func validSocketPath(p string) bool {
@@ -136,8 +219,11 @@ func validSocketPath(p string) bool {
 	return true
 }
 
-// accept serves ln until it is closed; each connection runs in its own goroutine.
-func (s *Server) accept(ln *ownersock.Socket, handle func(*net.UnixConn)) {
+// accept serves ln until it is closed; each connection runs in its own goroutine, with its
+// place in pool (see ownersock.Pool). To make room the pool evicts an idle connection with
+// evict, which closes it at once (its descriptor is what a flood must not hold); handle then
+// learns it from its slot.
+func (s *Server) accept(ln *ownersock.Socket, pool *ownersock.Pool, handle func(*net.UnixConn, *ownersock.Slot), evict func(*net.UnixConn)) {
 	defer s.wg.Done()
 	for {
 		nc, err := ln.AcceptUnix()
@@ -149,14 +235,25 @@ func (s *Server) accept(ln *ownersock.Socket, handle func(*net.UnixConn)) {
 			}
 			return
 		}
-		if uid, err := ownersock.PeerUID(nc); err != nil || uid != s.uid {
-			s.log.Warn("connection from another user refused", "peerUid", uid)
+		cred, err := ownersock.PeerCred(nc)
+		if err != nil || cred.UID != s.uid {
+			s.log.Warn("connection from another user refused", "peerUid", cred.UID)
 			nc.Close()
 			continue
 		}
+		slot, evicted, err := pool.Admit(cred.PID, func() { evict(nc) })
+		if err != nil {
+			pool.Warn("refused", cred.PID, "connection refused: every connection is busy")
+			nc.Close()
+			continue
+		}
+		if evicted {
+			pool.Warn("evicted", cred.PID, "connection flood: idle connections evicted to admit new ones")
+		}
 		s.mu.Lock()
-		if s.closed || len(s.conns) >= maxConns {
+		if s.closed {
 			s.mu.Unlock()
+			slot.Close()
 			nc.Close()
 			continue
 		}
@@ -165,7 +262,8 @@ func (s *Server) accept(ln *ownersock.Socket, handle func(*net.UnixConn)) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			handle(nc)
+			handle(nc, slot)
+			slot.Close()
 			s.mu.Lock()
 			delete(s.conns, nc)
 			s.mu.Unlock()
@@ -213,36 +311,80 @@ func (s *Server) endGrant(g *grant) {
 	}
 }
 
-// adminConn serves admin requests, one response line per request line.
-func (s *Server) adminConn(nc *net.UnixConn) {
+// adminConn serves admin requests, one response line per request line. Each request must
+// arrive within AdminLineTimeout of connecting or of the last answer; a connection that is
+// late, or that the pool evicts while it waits, is told why (line_timeout,
+// connection_evicted) and closed.
+func (s *Server) adminConn(nc *net.UnixConn, slot *ownersock.Slot) {
 	defer nc.Close()
-	rd := ndjson.NewReader(nc, maxAdminLineBytes)
+	lines := ownersock.NewLineDeadline(nc, s.limits.AdminLineTimeout, s.limits.AdminLineTimeout)
+	rd := ndjson.NewReader(lines, maxAdminLineBytes)
 	for {
-		_ = nc.SetReadDeadline(time.Now().Add(adminIdleTimeout))
 		line, err := rd.Next()
 		var resp AdminResponse
-		if err != nil {
-			var fe *ndjson.FrameError
-			if !errors.As(err, &fe) {
-				return
-			}
+		last := false
+		var fe *ndjson.FrameError
+		var te *ownersock.LineTimeoutError
+		switch {
+		case err == nil && !slot.Hold(), err != nil && slot.Evicted():
+			return // evictAdmin told the client and closed the connection
+		case errors.As(err, &te):
+			s.admins.Warn("line_timeout", slot.PID(), "connection flood: admin connections closed for not sending a request in time")
+			resp.Error = protocol.Retryable(CodeLineTimeout, "%s", te.Error()).With("timeoutMs", te.Limit.Milliseconds())
+			last = true
+		case errors.As(err, &fe):
 			resp.Error = protocol.Errorf(CodeInvalidRequest, "request line refused (%s)", fe.Code)
-		} else if req, e := DecodeAdminRequest(line); e != nil {
-			resp.Error = e
-		} else {
-			resp.Data, resp.Error = s.handleAdmin(req)
+		case err != nil:
+			return
+		default:
+			if req, e := DecodeAdminRequest(line); e != nil {
+				resp.Error = e
+			} else {
+				resp.Data, resp.Error = s.handleAdmin(req)
+			}
 		}
 		resp.OK = resp.Error == nil
 		b, merr := ndjson.Marshal(&resp)
 		if merr != nil {
 			b, _ = ndjson.Marshal(&AdminResponse{Error: protocol.Errorf("internal_error", "response is not serializable")})
 		}
-		_ = nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		if _, err := nc.Write(b); err != nil {
+		timeout := writeTimeout
+		if last {
+			timeout = time.Second // a refused connection is told at once or not at all
+		}
+		_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+		_, werr := nc.Write(b)
+		if werr != nil || last {
 			return
+		}
+		// The next deadline starts before the slot is idle again: an eviction from then on
+		// is not undone by it.
+		lines.Restart()
+		if err == nil {
+			slot.Unhold()
 		}
 	}
 }
+
+// evictAdmin tells an idle admin connection that it makes room for another, and closes it.
+// It runs on the accept goroutine, so the answer gets one write attempt that does not wait;
+// the connection is idle, so nothing else is writing to it.
+func (s *Server) evictAdmin(nc *net.UnixConn) {
+	b, err := ndjson.Marshal(&AdminResponse{Error: protocol.Retryable(CodeConnectionEvicted,
+		"idle admin connection closed to admit another; reconnect to continue").
+		With("maxAdminConnections", s.limits.MaxAdmin).With("maxConnectionsPerPeer", s.admins.PerPeer())})
+	if w, werr := trywrite.New(nc); err == nil && werr == nil {
+		_, _ = w.Write(b)
+	}
+	_ = nc.Close()
+}
+
+// evictUnbound closes an unbound serving connection to make room for another; before bind
+// nothing is written.
+func evictUnbound(nc *net.UnixConn) { _ = nc.Close() }
+
+// errEvicted marks a bind line read by a connection the pool had just evicted.
+var errEvicted = errors.New("connection evicted")
 
 func (s *Server) handleAdmin(r *AdminRequest) (any, *protocol.Error) {
 	switch r.Op {
