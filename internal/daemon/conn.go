@@ -28,6 +28,7 @@ type conn struct {
 	cancel context.CancelFunc
 
 	handlers sync.WaitGroup // command goroutines
+	tools    toolCalls      // invokeTool calls in flight, for abortTool
 	writer   sync.WaitGroup
 
 	// mu guards the fields below.

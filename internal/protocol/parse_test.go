@@ -292,7 +292,7 @@ func TestOperationTables(t *testing.T) {
 	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
 		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
-		"ticket", "reconcile")
+		"ticket", "reconcile", "abortTool")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -349,6 +349,7 @@ var identityRules = map[string][3]presence{
 	"invokeCapability":   {forbidden, forbidden, forbidden},
 	"ticket":             {forbidden, forbidden, forbidden},
 	"reconcile":          {forbidden, forbidden, forbidden},
+	"abortTool":          {forbidden, forbidden, forbidden},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}
