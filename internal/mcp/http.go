@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -15,6 +16,10 @@ import (
 // MaxHTTPBodyBytes bounds one HTTP request body: the largest tool call (an fs.write of 4 MiB
 // of content, which JSON escaping can double) with room for the envelope.
 const MaxHTTPBodyBytes = 9 << 20
+
+// httpSessionIdle closes an MCP session over HTTP that has seen no request for this long, so
+// that clients that vanish without a DELETE do not hold sessions forever.
+const httpSessionIdle = 30 * time.Minute
 
 // NewToken returns a fresh bearer token: 26 characters of crypto/rand base32 (130 bits).
 func NewToken() string { return rand.Text() }
@@ -40,6 +45,7 @@ type HTTPConfig struct {
 func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 	inner := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return b.srv }, &sdk.StreamableHTTPOptions{
 		MaxRequestBodyBytes: MaxHTTPBodyBytes,
+		SessionTimeout:      httpSessionIdle,
 		Logger:              b.log,
 	})
 	want := []byte("Bearer " + cfg.Token)
