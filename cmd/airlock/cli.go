@@ -63,6 +63,8 @@ func commandTable() []command {
 		{"cap invoke", "--id ID --action A [--args JSON] [--json]", "invoke an action; args are checked against its declared input", (*app).capInvoke},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
+		{"mcp", "--session S --generation N [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",
+			"serve the session's granted tools and the named capabilities as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
 		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
 		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
 		{"help", "", "print this help", (*app).help},

@@ -35,6 +35,7 @@ type conn struct {
 	lines *ownersock.LineDeadline
 
 	handlers sync.WaitGroup // command goroutines
+	tools    toolCalls      // invokeTool calls in flight, for abortTool
 	writer   sync.WaitGroup
 
 	// mu guards the fields below.

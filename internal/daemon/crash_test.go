@@ -289,6 +289,23 @@ func TestBinaryQuarantineKeepsHostReady(t *testing.T) {
 	if code := probe(t, d2); code != 0 {
 		t.Fatalf("probe with quarantine only: exit %d", code)
 	}
+	// A wake or a tool call on a quarantined generation answers its recovery code, not
+	// session_not_found.
+	quarantined := func(r *client.Response, want string) {
+		t.Helper()
+		if r.OK || r.Error.Code != want || !r.Error.Retryable || r.Error.Details["sessionId"] != r.SessionID ||
+			r.Error.Details["generation"] != float64(1) {
+			t.Fatalf("want %s with the session and generation: %+v", want, r.Error)
+		}
+	}
+	quarantined(wake(t, c2, "paid", 1, "k2", "hello again", true), "credentials_required")
+	quarantined(call(t, c2, client.Command{Operation: "invokeTool", SessionID: "tooled", Generation: gen(1),
+		Payload: map[string]any{"toolCallId": "c", "operation": "fs.stat", "arguments": map[string]any{"path": "."}}}), "tool_adapter_reprovision_required")
+	quarantined(wake(t, c2, "tooled", 1, "k3", "hello", true), "tool_adapter_reprovision_required")
+	if got := code(call(t, c2, client.Command{Operation: "invokeTool", SessionID: "tooled", Generation: gen(2),
+		Payload: map[string]any{"toolCallId": "c", "operation": "fs.stat", "arguments": map[string]any{"path": "."}}})); got != "session_not_found" {
+		t.Fatalf("tool call on another generation of a quarantined session: %s", got)
+	}
 	if got := code(call(t, c2, client.Command{Operation: "open", SessionID: "paid", Generation: gen(1), Payload: paid})); got != "credentials_required" {
 		t.Fatalf("reopen without the key: %s", got)
 	}

@@ -92,7 +92,15 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		return s.sessions.Open(ctx, req)
 
 	case protocol.OpInvokeTool:
+		if c != nil {
+			var done func()
+			ctx, done = c.tools.track(ctx, cmd.RequestID)
+			defer done()
+		}
 		return s.invokeTool(ctx, cmd)
+
+	case protocol.OpAbortTool:
+		return c.abortTool(cmd)
 
 	case protocol.OpStatus:
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"sync"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -55,7 +56,9 @@ func (c *conn) startTool(cmd *protocol.Command) {
 		c.endTool(cmd, nil, err)
 		return
 	}
-	tc.Start(c.ctx, p.Operation, key, p.Arguments, func(data json.RawMessage, e *protocol.Error) {
+	ctx, done := c.tools.track(c.ctx, cmd.RequestID)
+	tc.Start(ctx, p.Operation, key, p.Arguments, func(data json.RawMessage, e *protocol.Error) {
+		done()
 		if e != nil {
 			c.endTool(cmd, nil, e)
 			return
@@ -70,4 +73,57 @@ func (c *conn) startTool(cmd *protocol.Command) {
 func (c *conn) endTool(cmd *protocol.Command, data any, err error) {
 	defer c.handlers.Done()
 	c.reply(cmd.RequestID, c.srv.respond(cmd, data, err))
+}
+
+// toolCalls are a connection's invokeTool calls in flight, each with the cancel function of its
+// adapter request, so that abortTool can end exactly one of them. Request ids are unique among
+// a connection's commands in flight, and a call leaves the table before its answer releases its
+// id, so an id names at most one call here.
+type toolCalls struct {
+	mu    sync.Mutex
+	calls map[string]context.CancelFunc
+}
+
+// track registers the call requestID and returns its context, a child of parent, and the
+// function to call once the call has ended (before its answer is queued).
+func (t *toolCalls) track(parent context.Context, requestID string) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	t.mu.Lock()
+	if t.calls == nil {
+		t.calls = make(map[string]context.CancelFunc)
+	}
+	t.calls[requestID] = cancel
+	t.mu.Unlock()
+	return ctx, func() {
+		t.mu.Lock()
+		delete(t.calls, requestID)
+		t.mu.Unlock()
+		cancel()
+	}
+}
+
+// abort cancels the call requestID and reports whether it was in flight. The call is answered
+// adapter_request_aborted by the adapter connection, which sends the adapter its abort frame.
+func (t *toolCalls) abort(requestID string) bool {
+	t.mu.Lock()
+	cancel := t.calls[requestID]
+	delete(t.calls, requestID)
+	t.mu.Unlock()
+	if cancel == nil {
+		return false
+	}
+	cancel()
+	return true
+}
+
+// abortTool runs abortTool: it aborts an invokeTool in flight on the same connection.
+func (c *conn) abortTool(cmd *protocol.Command) (any, error) {
+	var p protocol.AbortToolPayload
+	if e := protocol.DecodePayload(cmd, &p); e != nil {
+		return nil, e
+	}
+	if e := p.Validate(); e != nil {
+		return nil, e
+	}
+	return &protocol.AbortResult{Aborted: c.tools.abort(p.RequestID)}, nil
 }

@@ -72,3 +72,19 @@ func plainRawString(raw json.RawMessage) (string, bool) {
 type CompactToolResult struct {
 	ToolResult
 }
+
+// AbortToolPayload is the payload of abortTool (2.x): the requestId of an invokeTool command in
+// flight on the same connection. Its adapter request is aborted (the adapter gets a targeted
+// abort frame) and the invokeTool is answered adapter_request_aborted, retryable.
+type AbortToolPayload struct {
+	RequestID string `json:"requestId"`
+}
+
+// Validate checks requestId against the envelope's requestId rules: an id no command can have
+// is a bad field, not a call that is not in flight.
+func (p *AbortToolPayload) Validate() *Error {
+	if !validIdentifier(p.RequestID, MaxRequestIDLen) {
+		return invalidField("payload.requestId", "must be a string of 1 to %d characters without control characters", MaxRequestIDLen)
+	}
+	return nil
+}

@@ -16,6 +16,7 @@ const (
 	OpListSessions    = "listSessions"
 	OpDescribeSession = "describeSession"
 	OpInvokeTool      = "invokeTool"
+	OpAbortTool       = "abortTool"
 
 	// Capability adapters (2.x).
 	OpRegisterAdapter    = "registerAdapter"
@@ -61,6 +62,7 @@ var operations = map[string]opSpec{
 	OpListSessions:    {2, idNone},
 	OpDescribeSession: {2, idSession},
 	OpInvokeTool:      {2, idBound},
+	OpAbortTool:       {2, idNone},
 
 	OpRegisterAdapter:    {2, idNone},
 	OpRemoveAdapter:      {2, idNone},
@@ -85,7 +87,7 @@ var v2Operations = []string{
 	OpListSessions, OpDescribeSession, OpInvokeTool,
 	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs,
 	OpListCapabilities, OpDescribeCapability, OpObserveCapability, OpInvokeCapability,
-	OpTicket, OpReconcile,
+	OpTicket, OpReconcile, OpAbortTool,
 }
 
 // Operations lists the operations of a protocol major version, in handshake order.

@@ -294,7 +294,7 @@ func TestOperationTables(t *testing.T) {
 	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
 		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
-		"ticket", "reconcile")
+		"ticket", "reconcile", "abortTool")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -353,6 +353,7 @@ var identityRules = map[string][3]presence{
 	"invokeCapability":   {ignored, ignored, ignored},
 	"ticket":             {ignored, ignored, ignored},
 	"reconcile":          {ignored, ignored, ignored},
+	"abortTool":          {ignored, ignored, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

@@ -346,6 +346,25 @@ func (m *Manager) addQuarantine(id string, generation int64, code string) {
 	m.recovery.QuarantinedSessions = q
 }
 
+// usableLocked is residentLocked (with the generation checked) for the commands that use a
+// generation's authority, wake and invokeTool: a generation that is dormant because a restart
+// quarantined it answers its recovery code (tool_adapter_reprovision_required or
+// credentials_required, retryable, with the session and generation in details) rather than
+// session_not_found, so that a person sees what to do. m.mu must be held.
+func (m *Manager) usableLocked(id string, generation int64) (*runtime, *protocol.Error) {
+	rt, e := m.residentLocked(id, generation, true)
+	if rt != nil || e.Code != protocol.CodeSessionNotFound {
+		return rt, e
+	}
+	for _, q := range m.recovery.QuarantinedSessions {
+		if q.SessionID == id && q.Generation == generation {
+			return nil, protocol.Retryable(q.Code, "session generation is quarantined since a restart: reopen it with the same generation and policy").
+				With("sessionId", id).With("generation", generation).With("recoveryState", q.State)
+		}
+	}
+	return nil, e
+}
+
 // clearQuarantineLocked drops a session from the quarantine list. m.mu must be held.
 func (m *Manager) clearQuarantineLocked(id string) {
 	q := m.recovery.QuarantinedSessions[:0]

@@ -1020,7 +1020,7 @@ func (m *Manager) revoke(rt *runtime) {
 func (m *Manager) Tool(id string, generation int64) (*tooladapter.Conn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	rt, e := m.residentLocked(id, generation, true)
+	rt, e := m.usableLocked(id, generation)
 	if e != nil {
 		return nil, e
 	}

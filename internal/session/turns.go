@@ -90,7 +90,7 @@ func (m *Manager) Wake(ctx context.Context, req WakeRequest) (any, error) {
 		m.mu.Unlock()
 		return nil, e
 	}
-	rt, e := m.residentLocked(req.SessionID, req.Generation, true)
+	rt, e := m.usableLocked(req.SessionID, req.Generation)
 	if e != nil {
 		m.mu.Unlock()
 		return nil, e

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// HTTP server bounds of airlock mcp --http. A client's headers arrive at once; a tools/call
+// may hold its response stream open as long as the adapter's deadline (at most 120 s), so
+// there is no write timeout, and an idle keep-alive connection is dropped after a minute.
+const (
+	mcpReadHeaderTimeout = 10 * time.Second
+	mcpIdleTimeout       = time.Minute
+	mcpMaxHeaderBytes    = 64 << 10
+	mcpShutdownTimeout   = 5 * time.Second
+)
+
+// mcpServe runs the MCP bridge of one session generation:
+// airlock mcp --session S --generation N [--caps ID,ID…] [--http ADDR [--listen]].
+// On stdio the MCP session ends when the client closes stdin. Over HTTP the server runs until
+// interrupted; the bearer token is printed once, on stderr.
+func (a *app) mcpServe(ctx context.Context, args []string) int {
+	o, fs := a.newCommand("mcp")
+	session := fs.String("session", "", "session id (required)")
+	gen := generationFlag(fs)
+	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
+	httpAddr := fs.String("http", "", "serve Streamable HTTP on `host:port` instead of stdio (loopback only without --listen)")
+	listen := fs.Bool("listen", false, "with --http: allow an address that is not loopback")
+	poll := fs.Duration("poll", mcp.DefaultPollInterval, "how often to check the grant and the capabilities for changes")
+	logLevel := fs.String("log-level", "warn", "stderr log level: debug, info, warn or error")
+	if _, code, done := a.parse(o, fs, args); done {
+		return code
+	}
+	if *session == "" {
+		return a.failUsage(o, usageErrorf("--session is required"))
+	}
+	if err := checkGeneration(fs, *gen); err != nil {
+		return a.failUsage(o, err)
+	}
+	if *poll < 100*time.Millisecond {
+		return a.failUsage(o, usageErrorf("--poll must be at least 100ms"))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return a.failUsage(o, usageErrorf("--log-level: %v", err))
+	}
+	var capIDs []string
+	for c := range strings.SplitSeq(*caps, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			if (&protocol.CapabilityPayload{CapabilityID: c}).Validate() != nil {
+				return a.failUsage(o, usageErrorf("--caps: %q is not a capability id", c))
+			}
+			capIDs = append(capIDs, c)
+		}
+	}
+	if *listen && *httpAddr == "" {
+		return a.failUsage(o, usageErrorf("--listen needs --http"))
+	}
+	if *httpAddr != "" && !*listen && !mcp.IsLoopback(*httpAddr) {
+		return a.failUsage(o, usageErrorf("--http %s is not a loopback address; add --listen to serve it anyway", *httpAddr))
+	}
+
+	log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	sctx, cancel := context.WithTimeout(ctx, callTimeout)
+	b, err := mcp.New(sctx, mcp.Config{Socket: a.socket, SessionID: *session, Generation: *gen, Capabilities: capIDs,
+		PollInterval: *poll, Logger: log})
+	cancel()
+	if err != nil {
+		return o.fail(mcpError(err))
+	}
+	defer b.Close()
+
+	if *httpAddr == "" {
+		t := &sdk.IOTransport{Reader: io.NopCloser(a.stdin), Writer: nopWriteCloser{a.stdout}}
+		if err := b.Serve(ctx, t); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+			return o.fail(err)
+		}
+		return exitOK
+	}
+
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return o.fail(transportErrorf(exitUnavailable, "cannot listen on %s: %v", *httpAddr, err))
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	token := mcp.NewToken()
+	srv := &http.Server{
+		Handler:           b.HTTPHandler(mcp.HTTPConfig{Token: token, Port: port}),
+		ReadHeaderTimeout: mcpReadHeaderTimeout,
+		IdleTimeout:       mcpIdleTimeout,
+		MaxHeaderBytes:    mcpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s/mcp\n", clean(*session), *gen, ln.Addr())
+	fmt.Fprintf(a.stderr, "airlock mcp: bearer token (shown once): %s\n", token)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return o.fail(transportErrorf(exitUnavailable, "http server: %v", err))
+	case <-ctx.Done():
+	}
+	shctx, cancel := context.WithTimeout(context.Background(), mcpShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shctx); err != nil {
+		srv.Close()
+	}
+	<-served
+	return exitOK
+}
+
+// mcpError gives a bridge that could not reach the daemon the CLI's unreachable exit.
+func mcpError(err error) error {
+	var pe *protocol.Error
+	if errors.As(err, &pe) && pe.Code == mcp.CodeDaemonUnreachable {
+		return transportErrorf(exitUnavailable, "%s", pe.Message)
+	}
+	return err
+}
+
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -1,0 +1,431 @@
+// Package mcp is airlock's MCP bridge: an MCP server, built on the official Go SDK, whose tools
+// are exactly what one session generation was granted (its fs.* operations) and the
+// capabilities an operator names, and which calls them through airlockd's owner socket like
+// any other client. It holds no capability handle and no key: the daemon checks every call
+// against the session's grant and walks its paths, and the adapter confines it again.
+//
+// A Bridge serves any number of MCP sessions (one on stdio, many over Streamable HTTP, see
+// HTTPHandler) with one daemon connection. It polls the daemon for the session's grant and the
+// capabilities' availability and changes its tool list when they change, which the SDK
+// announces with notifications/tools/list_changed.
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/version"
+)
+
+// DefaultPollInterval is how often a Bridge asks the daemon whether the session's grant or a
+// capability's availability changed. Two small requests every two seconds cost the daemon
+// nothing measurable, and a client learns of a removed adapter within that time.
+const DefaultPollInterval = 2 * time.Second
+
+// refreshTimeout bounds one poll: the daemon answers describeSession and listCapabilities from
+// memory, so a poll that takes this long means a wedged daemon, and the next one retries.
+const refreshTimeout = 10 * time.Second
+
+// abortTimeout bounds the abortTool sent for a cancelled call. It is sent on a detached
+// context because the call's own context is already done.
+const abortTimeout = 5 * time.Second
+
+// maxInFlight bounds the daemon calls one Bridge has in flight, below the daemon's default
+// per-connection limit (64) so that polls and aborts always find room; further calls wait.
+const maxInFlight = 48
+
+// Config configures a Bridge.
+type Config struct {
+	// Socket is airlockd's owner socket.
+	Socket string
+	// SessionID and Generation name the session generation whose grant the tools are.
+	SessionID  string
+	Generation int64
+	// Capabilities are the capability ids whose observe and actions become tools.
+	Capabilities []string
+	// PollInterval is DefaultPollInterval when zero.
+	PollInterval time.Duration
+	// Logger receives the bridge's own log lines (never arguments or results); nil discards.
+	Logger *slog.Logger
+}
+
+// Bridge is the MCP server of one session generation. Its methods are safe for concurrent use.
+type Bridge struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *sdk.Server
+	keys   *keyTable
+	prefix string // of daemon request ids
+	seq    atomic.Uint64
+	slots  chan struct{}
+
+	dmu sync.Mutex
+	dc  *client.Client // the daemon connection; redialled when it ends
+
+	mu     sync.Mutex // guards the fields below and serializes refreshes
+	specs  map[string]toolSpec
+	descs  map[string]capadapter.Descriptor // by capability id, of the last listing
+	closed bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup // the poller and detached capability calls
+}
+
+// New connects to the daemon, reads the session's grant and the named capabilities, and returns
+// a Bridge with those tools, polling for changes until Close. It fails when the daemon is
+// unreachable, when the session is unknown or its current generation is not cfg.Generation,
+// and when a named capability is served by no adapter: each a mistake of the command line.
+func New(ctx context.Context, cfg Config) (*Bridge, error) {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Bridge{
+		cfg:    cfg,
+		log:    log,
+		keys:   newKeyTable(),
+		prefix: "mcp-" + rand.Text()[:12] + "-",
+		slots:  make(chan struct{}, maxInFlight),
+		specs:  map[string]toolSpec{},
+		descs:  map[string]capadapter.Descriptor{},
+		stop:   make(chan struct{}),
+	}
+	b.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, &sdk.ServerOptions{
+		Instructions: fmt.Sprintf("Tools of airlock session %q generation %d: the filesystem operations it was granted "+
+			"(paths relative to the granted directory) and the capabilities its operator named. Errors carry airlock's "+
+			"machine code in structuredContent.error.code.", cfg.SessionID, cfg.Generation),
+		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		Logger:       log,
+	})
+	if err := b.startup(ctx); err != nil {
+		b.closeDaemon()
+		return nil, err
+	}
+	b.wg.Go(b.poll)
+	return b, nil
+}
+
+// startup is the first refresh, stricter than the later ones.
+func (b *Bridge) startup(ctx context.Context) error {
+	var d protocol.SessionDescription
+	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpDescribeSession, SessionID: b.cfg.SessionID}, &d); err != nil {
+		return fmt.Errorf("mcp: session %q: %w", b.cfg.SessionID, err)
+	}
+	if g := d.Record.Generation; g != b.cfg.Generation {
+		code := protocol.CodeSessionNotFound
+		if g > b.cfg.Generation {
+			code = protocol.CodeStaleGeneration
+		}
+		return &protocol.Error{Code: code, Message: fmt.Sprintf("session %q is at generation %d, not %d", b.cfg.SessionID, g, b.cfg.Generation),
+			Details: map[string]any{"sessionId": b.cfg.SessionID, "currentGeneration": g, "receivedGeneration": b.cfg.Generation}}
+	}
+	if len(b.cfg.Capabilities) > 0 {
+		var list struct {
+			Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+		}
+		if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListCapabilities}, &list); err != nil {
+			return fmt.Errorf("mcp: listCapabilities: %w", err)
+		}
+		for _, id := range b.cfg.Capabilities {
+			if !slices.ContainsFunc(list.Capabilities, func(c capadapter.CapabilitySummary) bool { return c.CapabilityID == id }) {
+				return fmt.Errorf("mcp: capability %q: %w", id, &protocol.Error{Code: capadapter.CodeUnknownCapability, Message: "no registered adapter serves it"})
+			}
+		}
+	}
+	return b.refresh(ctx)
+}
+
+// Server returns the MCP server, to run on a transport (Serve) or behind HTTPHandler.
+func (b *Bridge) Server() *sdk.Server { return b.srv }
+
+// Serve runs one MCP session on t until the client disconnects or ctx ends.
+func (b *Bridge) Serve(ctx context.Context, t sdk.Transport) error {
+	return b.srv.Run(ctx, t)
+}
+
+// Close stops polling, waits for the capability calls still running (each bounded by the
+// daemon's own deadlines) and closes the daemon connection. It is idempotent.
+func (b *Bridge) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	close(b.stop)
+	b.mu.Unlock()
+	b.wg.Wait()
+	b.closeDaemon()
+	return nil
+}
+
+func (b *Bridge) closeDaemon() {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	if b.dc != nil {
+		b.dc.Close()
+		b.dc = nil
+	}
+}
+
+// daemon returns the daemon connection, dialling a new one when the last one ended (a
+// restarted daemon, or one that closed a connection it could not write to).
+func (b *Bridge) daemon(ctx context.Context) (*client.Client, error) {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	if b.dc != nil {
+		select {
+		case <-b.dc.Done():
+			b.dc.Close()
+			b.dc = nil
+		default:
+			return b.dc, nil
+		}
+	}
+	dc, err := client.Dial(ctx, b.cfg.Socket)
+	if err != nil {
+		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "cannot reach airlockd at " + b.cfg.Socket, Retryable: true}
+	}
+	b.dc = dc
+	return dc, nil
+}
+
+// CodeDaemonUnreachable is the code of a tool call the bridge could not deliver: the daemon's
+// socket refused the connection, or the connection ended before the answer.
+const CodeDaemonUnreachable = "daemon_unreachable"
+
+// daemonCall runs one command and decodes its data into v (when not nil). A refusal is the
+// daemon's *protocol.Error; a transport failure is daemon_unreachable.
+func (b *Bridge) daemonCall(ctx context.Context, cmd client.Command, v any) error {
+	resp, err := b.send(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return resp.Err()
+	}
+	return resp.Decode(v)
+}
+
+// send takes an in-flight slot and sends cmd. Context errors come back as they are, so that a
+// caller can tell a cancellation from a failure.
+func (b *Bridge) send(ctx context.Context, cmd client.Command) (*client.Response, error) {
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-b.slots }()
+	dc, err := b.daemon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cmd.RequestID == "" {
+		cmd.RequestID = b.requestID()
+	}
+	resp, err := dc.Call(ctx, cmd)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "the connection to airlockd ended before its answer", Retryable: true}
+	}
+	return resp, nil
+}
+
+func (b *Bridge) requestID() string {
+	return b.prefix + strconv.FormatUint(b.seq.Add(1), 10)
+}
+
+// poll refreshes the tool list every PollInterval until Close.
+func (b *Bridge) poll() {
+	t := time.NewTicker(b.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+		if err := b.refresh(ctx); err != nil {
+			b.log.Debug("tool list refresh failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Refresh reads the session's grant and the capabilities' availability once and changes the
+// tool list to match (the poller does this every PollInterval). A failure to reach the daemon
+// changes nothing.
+func (b *Bridge) Refresh(ctx context.Context) error { return b.refresh(ctx) }
+
+func (b *Bridge) refresh(ctx context.Context) error {
+	want := map[string]toolSpec{}
+	var d protocol.SessionDescription
+	switch err := b.daemonCall(ctx, client.Command{Operation: protocol.OpDescribeSession, SessionID: b.cfg.SessionID}, &d); {
+	case err == nil:
+		for _, s := range grantedTools(&d.Record, b.cfg.Generation) {
+			want[s.tool.Name] = s
+		}
+	case codeOf(err) != protocol.CodeSessionNotFound:
+		return err // a deleted session has no tools; anything else keeps them
+	}
+	if len(b.cfg.Capabilities) > 0 {
+		caps, err := b.capabilityTools(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range caps {
+			want[s.tool.Name] = s
+		}
+	}
+	b.apply(want)
+	return nil
+}
+
+// grantedTools are the fs tools of generation gen's grant, as the session's durable record
+// holds it: none when the record is of another generation, or when the generation was closed
+// (dormant and not quarantined). A generation a restart quarantined keeps its tools, whose
+// calls answer the recovery code, because reopening it with the same grant restores them.
+func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
+	if rec.Generation != gen || len(rec.Policy.ToolAdapter) == 0 {
+		return nil
+	}
+	if rec.Residency != protocol.Resident && rec.Recovery == nil {
+		return nil
+	}
+	var sum tooladapter.Summary
+	if json.Unmarshal(rec.Policy.ToolAdapter, &sum) != nil {
+		return nil
+	}
+	limits, _ := json.Marshal(sum.Limits)
+	var out []toolSpec
+	for _, op := range sum.Operations {
+		if t := fsTool(op, sum.Limits); t != nil {
+			out = append(out, toolSpec{tool: t, kind: kindFS, operation: op, fingerprint: "fs\x00" + op + "\x00" + string(limits)})
+		}
+	}
+	return out
+}
+
+// capabilityTools lists the named capabilities that an adapter serves and that are available,
+// describing those it has not described yet (or whose summary changed).
+func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
+	var list struct {
+		Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+	}
+	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListCapabilities}, &list); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	known := make(map[string]capadapter.Descriptor, len(b.descs))
+	for k, v := range b.descs {
+		known[k] = v
+	}
+	b.mu.Unlock()
+	bases := capabilityBases(b.cfg.Capabilities)
+	descs := map[string]capadapter.Descriptor{}
+	var out []toolSpec
+	for _, id := range b.cfg.Capabilities {
+		i := slices.IndexFunc(list.Capabilities, func(c capadapter.CapabilitySummary) bool { return c.CapabilityID == id })
+		if i < 0 || !list.Capabilities[i].Available {
+			continue
+		}
+		sum := list.Capabilities[i]
+		d, ok := known[id]
+		if !ok || !sameSummary(d, sum) {
+			var desc struct {
+				Descriptor capadapter.Descriptor `json:"descriptor"`
+			}
+			err := b.daemonCall(ctx, client.Command{Operation: protocol.OpDescribeCapability, Payload: protocol.CapabilityPayload{CapabilityID: id}}, &desc)
+			if err != nil {
+				if codeOf(err) == CodeDaemonUnreachable {
+					return nil, err
+				}
+				continue // removed or gone between the two calls: no tools this time
+			}
+			d = desc.Descriptor
+		}
+		descs[id] = d
+		out = append(out, capabilityTools(d, bases[id])...)
+	}
+	b.mu.Lock()
+	b.descs = descs
+	b.mu.Unlock()
+	return out, nil
+}
+
+func sameSummary(d capadapter.Descriptor, s capadapter.CapabilitySummary) bool {
+	if d.Title != s.Title || d.Version != s.Version || d.Observe != s.Observe || len(d.Actions) != len(s.Actions) {
+		return false
+	}
+	for i, a := range d.Actions {
+		if a.Name != s.Actions[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// apply changes the server's tools to want: removed and changed tools go, new and changed
+// tools come. The SDK sends one notifications/tools/list_changed for changes made together.
+func (b *Bridge) apply(want map[string]toolSpec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	var gone []string
+	for _, name := range sortedNames(b.specs) {
+		if w, ok := want[name]; !ok || w.fingerprint != b.specs[name].fingerprint {
+			gone = append(gone, name)
+			delete(b.specs, name)
+		}
+	}
+	if len(gone) > 0 {
+		b.srv.RemoveTools(gone...)
+		b.log.Info("tools removed", "tools", gone)
+	}
+	var added []string
+	for _, name := range sortedNames(want) {
+		if _, ok := b.specs[name]; ok {
+			continue
+		}
+		s := want[name]
+		b.specs[name] = s
+		b.srv.AddTool(s.tool, b.handler(s))
+		added = append(added, name)
+	}
+	if len(added) > 0 {
+		b.log.Info("tools added", "tools", added)
+	}
+}
+
+// Tools returns the names of the tools listed now, sorted.
+func (b *Bridge) Tools() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return sortedNames(b.specs)
+}
+
+// errClosed answers calls that arrive after Close.
+var errClosed = errors.New("mcp: bridge closed")

@@ -1,0 +1,340 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// checkOutput validates a result's structuredContent against the tool's outputSchema.
+func checkOutput(t *testing.T, tool *sdk.Tool, r *sdk.CallToolResult) {
+	t.Helper()
+	sb, _ := json.Marshal(tool.OutputSchema)
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(sb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AddResource("out.json", doc)
+	sch, err := c.Compile("out.json")
+	if err != nil {
+		t.Fatalf("%s: output schema: %v", tool.Name, err)
+	}
+	vb, _ := json.Marshal(r.StructuredContent)
+	v, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(vb)))
+	if err := sch.Validate(v); err != nil {
+		t.Fatalf("%s: structuredContent %s does not match its outputSchema: %v", tool.Name, vb, err)
+	}
+}
+
+// TestToolsAreTheGrant lists and calls every tool of a session granted five of the six fs
+// operations by a real airlock-fs, and the go-lamp example's capability: the list is exactly
+// the grant, every tool works and its result matches its output schema, and the operation
+// that was not granted is neither listed nor callable by name.
+func TestToolsAreTheGrant(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello from the grant root\n"), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.list,fs.stat,fs.read,fs.search,fs.write"))
+	e.registerLamp(t)
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"desk_lamp"}})
+
+	tools := cn.tools(t)
+	var names []string
+	for n := range tools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	want := []string{"desk_lamp_observe", "desk_lamp_set_brightness", "desk_lamp_set_power", "fs_list", "fs_read", "fs_search", "fs_stat", "fs_write"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("tools/list = %v, want %v", names, want)
+	}
+	if _, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_edit", Arguments: map[string]any{"path": "notes.txt"}}); err == nil {
+		t.Fatal("an ungranted operation was callable by name")
+	}
+	// The daemon refuses it too, whoever asks.
+	r := call(t, e.c, client.Command{Operation: "invokeTool", SessionID: "agent", Generation: gen(1),
+		Payload: map[string]any{"toolCallId": "x", "operation": "fs.edit", "arguments": map[string]any{"path": "notes.txt", "edits": []any{}}}})
+	if r.OK || r.Error.Code != "adapter_operation_denied" {
+		t.Fatalf("daemon: fs.edit on a session without it: %+v", r.Error)
+	}
+
+	ok := func(name string, args any) *sdk.CallToolResult {
+		t.Helper()
+		r := cn.call(t, name, args)
+		if r.IsError {
+			t.Fatalf("%s: %s", name, text(r))
+		}
+		checkOutput(t, tools[name], r)
+		return r
+	}
+	if r := ok("fs_read", map[string]any{"path": "notes.txt"}); text(r) != "hello from the grant root\n" || structured(t, r)["eof"] != true {
+		t.Fatalf("fs_read: %q %v", text(r), r.StructuredContent)
+	}
+	if s := structured(t, ok("fs_stat", map[string]any{"path": "notes.txt"})); s["type"] != "file" || s["size"] != 26.0 {
+		t.Fatalf("fs_stat: %v", s)
+	}
+	if s := structured(t, ok("fs_write", map[string]any{"path": "new.txt", "content": "made by mcp\n", "create": true})); s["created"] != true {
+		t.Fatalf("fs_write: %v", s)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.root, "new.txt")); string(b) != "made by mcp\n" {
+		t.Fatalf("new.txt holds %q", b)
+	}
+	if l := structured(t, ok("fs_list", map[string]any{"path": "."})); len(l["entries"].([]any)) != 2 {
+		t.Fatalf("fs_list: %v", l)
+	}
+	params := &sdk.CallToolParams{Name: "fs_search", Arguments: map[string]any{"path": ".", "query": "grant"}}
+	params.SetProgressToken("search-1")
+	sr, err := cn.cs.CallTool(context.Background(), params)
+	if err != nil || sr.IsError {
+		t.Fatalf("fs_search: %v %v", err, sr)
+	}
+	checkOutput(t, tools["fs_search"], sr)
+	if m := structured(t, sr)["matches"].([]any); len(m) != 1 {
+		t.Fatalf("fs_search: %v", m)
+	}
+	waitFor(t, "two progress notifications", func() bool {
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		return len(cn.prog) == 2
+	})
+	cn.mu.Lock()
+	if p := cn.prog; p[0].ProgressToken != "search-1" || p[0].Progress != 0 || p[1].Progress != 1 || p[1].Message != "1 matches" {
+		t.Fatalf("progress: %+v %+v", p[0], p[1])
+	}
+	cn.mu.Unlock()
+
+	if s := structured(t, ok("desk_lamp_set_power", map[string]any{"on": true})); s["on"] != true {
+		t.Fatalf("set_power: %v", s)
+	}
+	ok("desk_lamp_set_brightness", map[string]any{"level": 30})
+	if s := structured(t, ok("desk_lamp_observe", nil)); s["on"] != true || s["brightness"] != 30.0 {
+		t.Fatalf("observe: %v", s)
+	}
+	// Arguments the action does not declare are the adapter runtime's invalid_args, as a
+	// tool result; arguments that are not an object are a protocol error.
+	if c := errorCode(t, cn.call(t, "desk_lamp_set_power", map[string]any{"on": "yes"})); c != "invalid_args" {
+		t.Fatalf("set_power with a string: %s", c)
+	}
+	if _, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_stat", Arguments: []int{1}}); err == nil {
+		t.Fatal("array arguments were not a protocol error")
+	}
+	if c := errorCode(t, cn.call(t, "fs_stat", map[string]any{"path": "missing.txt"})); c == "" {
+		t.Fatal("stat of a missing file succeeded")
+	}
+}
+
+// TestTraversalRefusedByBothLayers sends escapes through the MCP tool. The daemon refuses
+// the lexical ones and a symbolic link beneath the session's cwd; a session deliberately
+// opened with a cwd other than the grant root, where the daemon's walk meets a real directory
+// and airlock-fs's a symbolic link out of the root, shows that airlock-fs refuses on its own.
+func TestTraversalRefusedByBothLayers(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	outside := filepath.Join(filepath.Dir(e.root), "outside")
+	os.Mkdir(outside, 0o700)
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("SECRET"), 0o600)
+	os.Symlink(outside, filepath.Join(e.root, "esc"))
+	os.WriteFile(filepath.Join(e.root, "ok.txt"), []byte("fine"), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.list"))
+
+	decoy := filepath.Join(filepath.Dir(e.root), "decoy")
+	os.MkdirAll(filepath.Join(decoy, "esc"), 0o700)
+	os.WriteFile(filepath.Join(decoy, "esc", "secret"), []byte("decoy"), 0o600)
+	e.open(t, "skewed", decoy, fsp.grant(t, e.host, e.root, "skewed", 1, "fs.read"))
+
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	for _, c := range []struct{ path, code string }{
+		{"../outside/secret", "invalid_tool_adapter_path"},
+		{"/etc/passwd", "invalid_tool_adapter_path"},
+		{"ok.txt/../../outside/secret", "invalid_tool_adapter_path"},
+		{"esc/secret", "adapter_path_symlink"},
+	} {
+		r := cn.call(t, "fs_read", map[string]any{"path": c.path})
+		if got := errorCode(t, r); got != c.code || strings.Contains(text(r), "SECRET") {
+			t.Errorf("fs_read %s: %s %q, want %s", c.path, got, text(r), c.code)
+		}
+		if errorDetails(r)["origin"] == "adapter" {
+			t.Errorf("fs_read %s reached the adapter", c.path)
+		}
+	}
+	skewed := e.connect(t, mcp.Config{SessionID: "skewed", Generation: 1})
+	r := skewed.call(t, "fs_read", map[string]any{"path": "esc/secret"})
+	if !r.IsError || strings.Contains(text(r), "SECRET") || errorDetails(r)["origin"] != "adapter" {
+		t.Fatalf("airlock-fs did not refuse the link out of its root: %q %v", text(r), r.StructuredContent)
+	}
+}
+
+// TestCancelAbortsTheAdapterCall holds an fs.write in a scripted adapter and cancels the MCP
+// call: the adapter receives the abort frame of exactly that request. The retry of the same
+// call carries the same idempotency key, so the adapter can answer it without writing again.
+func TestCancelAbortsTheAdapterCall(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.write"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+
+	args := map[string]any{"path": "f.txt", "content": "x", "create": true}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cn.cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_write", Arguments: args})
+		errc <- err
+	}()
+	waitFor(t, "the invoke", func() bool { return len(a.framesOf("invoke")) == 1 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	waitFor(t, "the abort", func() bool { return len(a.framesOf("abort")) == 1 })
+	inv, ab := a.framesOf("invoke")[0], a.framesOf("abort")[0]
+	if ab["targetRequestId"] != inv["requestId"] {
+		t.Fatalf("abort targets %v, the invoke was %v", ab["targetRequestId"], inv["requestId"])
+	}
+
+	// The retry: same tool, same arguments (in another member order), same key.
+	retry := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		r, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_write",
+			Arguments: json.RawMessage(`{"create":true,"content":"x","path":"f.txt"}`)})
+		if err != nil {
+			t.Error(err)
+		}
+		retry <- r
+	}()
+	waitFor(t, "the retried invoke", func() bool { return len(a.framesOf("invoke")) == 2 })
+	if k := a.framesOf("invoke")[1]["idempotencyKey"]; k != inv["idempotencyKey"] {
+		t.Fatalf("the retry's key %v differs from the first call's %v", k, inv["idempotencyKey"])
+	}
+	a.unblock()
+	if r := <-retry; r == nil || r.IsError {
+		t.Fatalf("retry: %v", r)
+	}
+	// That outcome was definite: the same call again is a new call, with a new key.
+	cn.call(t, "fs_write", args)
+	if inv := a.framesOf("invoke"); len(inv) != 3 || inv[2]["idempotencyKey"] == inv[0]["idempotencyKey"] {
+		t.Fatalf("a repeated call after a definite outcome reused the key: %v", inv)
+	}
+}
+
+// TestRetriedWriteDoesNotWriteTwice uses a client-named call (_meta idempotency key) with a
+// real airlock-fs: the second delivery of the same call, even from another MCP session, is
+// answered from the adapter's memory and does not touch the file, which someone else changed
+// in between; a call without a name repeated after its outcome is a new write.
+func TestRetriedWriteDoesNotWriteTwice(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.write"))
+	file := filepath.Join(e.root, "w.txt")
+	named := func(cn *conn) *sdk.CallToolResult {
+		p := &sdk.CallToolParams{Name: "fs_write", Arguments: map[string]any{"path": "w.txt", "content": "from the agent", "create": true, "overwrite": true},
+			Meta: sdk.Meta{mcp.MetaIdempotencyKey: "write-w-1"}}
+		r, err := cn.cs.CallTool(context.Background(), p)
+		if err != nil || r.IsError {
+			t.Fatalf("named write: %v %v", err, r)
+		}
+		return r
+	}
+	first := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	r1 := named(first)
+	os.WriteFile(file, []byte("changed by a person"), 0o600)
+	second := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	r2 := named(second)
+	if b, _ := os.ReadFile(file); string(b) != "changed by a person" {
+		t.Fatalf("the retried write wrote again: %q", b)
+	}
+	if text(r1) != text(r2) {
+		t.Fatalf("the retry's outcome %q differs from the first %q", text(r2), text(r1))
+	}
+	plain := map[string]any{"path": "w.txt", "content": "again", "overwrite": true}
+	first.call(t, "fs_write", plain)
+	os.WriteFile(file, []byte("changed again"), 0o600)
+	first.call(t, "fs_write", plain)
+	if b, _ := os.ReadFile(file); string(b) != "again" {
+		t.Fatalf("a deliberate repeat did not write: %q", b)
+	}
+}
+
+// TestRemovedAdapterToolsDisappear removes the lamp adapter: its tools leave the list, and
+// the client is told with notifications/tools/list_changed; registering it again brings them
+// back, announced the same way. The poller does this by itself.
+func TestRemovedAdapterToolsDisappear(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat"))
+	e.registerLamp(t)
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"desk_lamp"}, PollInterval: 100 * time.Millisecond})
+	if n := len(cn.tools(t)); n != 4 {
+		t.Fatalf("%d tools", n)
+	}
+	if r := call(t, e.c, client.Command{Operation: "removeAdapter", Payload: map[string]any{"name": "lamp"}}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	<-cn.notes
+	if tl := cn.tools(t); len(tl) != 1 || tl["fs_stat"] == nil {
+		t.Fatalf("after removeAdapter: %v", tl)
+	}
+	if _, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "desk_lamp_observe"}); err == nil {
+		t.Fatal("a removed adapter's tool was still callable")
+	}
+	e.registerLamp(t)
+	<-cn.notes
+	if n := len(cn.tools(t)); n != 4 {
+		t.Fatalf("after registering again: %d tools", n)
+	}
+
+	// Closing the session takes its grant away.
+	if r := call(t, e.c, client.Command{Operation: "close", SessionID: "agent", Generation: gen(1), Payload: map[string]any{}}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	<-cn.notes
+	if tl := cn.tools(t); tl["fs_stat"] != nil || len(tl) != 3 {
+		t.Fatalf("after close: %v", tl)
+	}
+}
+
+// TestStartupRefusals: a bridge does not start for a session that does not exist, another
+// generation, or a capability no adapter serves.
+func TestStartupRefusals(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat"))
+	for _, c := range []struct {
+		cfg  mcp.Config
+		code string
+	}{
+		{mcp.Config{SessionID: "nobody", Generation: 1}, "session_not_found"},
+		{mcp.Config{SessionID: "agent", Generation: 2}, "session_not_found"},
+		{mcp.Config{SessionID: "agent", Generation: 0}, "stale_generation"},
+		{mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"no_such"}}, "unknown_capability"},
+		{mcp.Config{Socket: "/nonexistent/d.sock", SessionID: "agent", Generation: 1}, mcp.CodeDaemonUnreachable},
+	} {
+		cfg := c.cfg
+		if cfg.Socket == "" {
+			cfg.Socket = e.d.Socket
+		}
+		b, err := mcp.New(context.Background(), cfg)
+		if err == nil {
+			b.Close()
+			t.Errorf("%+v started", c.cfg)
+			continue
+		}
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != c.code {
+			t.Errorf("%+v: %v, want %s", c.cfg, err, c.code)
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// MetaIdempotencyKey is the _meta member of a tools/call by which a client names the call
+// itself: calls of the same tool with the same key are one call, across MCP sessions and
+// bridge processes, whatever their arguments (see keyTable).
+const MetaIdempotencyKey = "io.airlock/idempotencyKey"
+
+// maxExplicitKeyLen bounds MetaIdempotencyKey's value, in bytes.
+const maxExplicitKeyLen = 256
+
+// handler returns the SDK handler of one tool.
+func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		args, err := objectArguments(req.Params.Arguments)
+		if err != nil {
+			return nil, err
+		}
+		explicit, err := explicitKey(req.Params.Meta)
+		if err != nil {
+			return nil, err
+		}
+		sessionID := ""
+		if req.Session != nil {
+			sessionID = req.Session.ID()
+		}
+		fp := callFingerprint(sessionID, s.tool.Name, args, explicit)
+		switch s.kind {
+		case kindFS:
+			return b.callFS(ctx, req, s, fp, args)
+		case kindObserve:
+			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
+				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, "")
+		default:
+			return b.callAction(ctx, s, fp, args)
+		}
+	}
+}
+
+// objectArguments returns a call's arguments as compact JSON: absent arguments are {}; anything
+// but one JSON object is the only malformed request a tool answers with a protocol error
+// (invalid params), since no tool result could name its field.
+func objectArguments(raw json.RawMessage) (json.RawMessage, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return json.RawMessage(`{}`), nil
+	}
+	if t[0] != '{' || ndjson.Valid(t) != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tool arguments must be a JSON object without duplicate keys"}
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, t); err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "tool arguments must be a JSON object"}
+	}
+	return buf.Bytes(), nil
+}
+
+// explicitKey reads MetaIdempotencyKey: absent, or a string of 1 to maxExplicitKeyLen bytes.
+func explicitKey(meta sdk.Meta) (string, error) {
+	v, ok := meta[MetaIdempotencyKey]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok || s == "" || len(s) > maxExplicitKeyLen {
+		return "", &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+			Message: fmt.Sprintf("_meta[%q] must be a string of 1 to %d bytes", MetaIdempotencyKey, maxExplicitKeyLen)}
+	}
+	return s, nil
+}
+
+// callFS runs one fs tool call through invokeTool. The call is tracked in the key table from
+// before it is sent until its outcome is known; a cancelled call is aborted in the daemon
+// (abortTool), which aborts the adapter request, and its key stays open for a retry.
+func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
+	e := b.keys.acquire(fp)
+	definite := false
+	defer func() { b.keys.release(fp, e, definite) }()
+
+	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
+	progress.send(0, "searching")
+	rid := b.requestID()
+	resp, err := b.send(ctx, client.Command{
+		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
+		Payload: protocol.InvokeToolPayload{ToolCallID: e.key, Operation: s.operation, Arguments: args},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			b.abort(rid)
+			return nil, ctx.Err()
+		}
+		return errorResult(protocol.AsError(err)), nil
+	}
+	if perr := resp.Err(); perr != nil {
+		pe := protocol.AsError(perr)
+		definite = pe.Details["indeterminate"] != true
+		return errorResult(pe), nil
+	}
+	var res protocol.ToolResult
+	if err := json.Unmarshal(resp.Data, &res); err != nil {
+		return errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"}), nil
+	}
+	definite = true
+	out := &sdk.CallToolResult{StructuredContent: res.Data}
+	text := string(res.Data)
+	switch s.operation {
+	case tooladapter.OpRead:
+		var r struct {
+			Content string `json:"content"`
+		}
+		if json.Unmarshal(res.Data, &r) == nil {
+			text = r.Content
+		}
+	case tooladapter.OpSearch:
+		var r struct {
+			Matches   []json.RawMessage `json:"matches"`
+			Truncated bool              `json:"truncated"`
+		}
+		if json.Unmarshal(res.Data, &r) == nil {
+			msg := strconv.Itoa(len(r.Matches)) + " matches"
+			if r.Truncated {
+				msg += ", truncated"
+			}
+			progress.send(1, msg)
+		}
+	}
+	out.Content = []sdk.Content{&sdk.TextContent{Text: text}}
+	return out, nil
+}
+
+// abort sends abortTool for the daemon request rid, on a detached context: the call's own
+// context is done. The daemon answers the aborted invokeTool adapter_request_aborted, which
+// nobody reads any more.
+func (b *Bridge) abort(rid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	defer cancel()
+	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpAbortTool, Payload: protocol.AbortToolPayload{RequestID: rid}}, nil); err != nil {
+		b.log.Debug("abortTool failed", "requestId", rid, "err", err)
+	}
+}
+
+// callCapability runs observeCapability or invokeCapability and renders its result.
+func (b *Bridge) callCapability(ctx context.Context, cmd client.Command, _ string) (*sdk.CallToolResult, error) {
+	resp, err := b.send(ctx, cmd)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return errorResult(protocol.AsError(err)), nil
+	}
+	return capabilityResult(resp), nil
+}
+
+func capabilityResult(resp *client.Response) *sdk.CallToolResult {
+	if perr := resp.Err(); perr != nil {
+		return errorResult(protocol.AsError(perr))
+	}
+	var res struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(resp.Data, &res) != nil || len(res.Result) == 0 || res.Result[0] != '{' {
+		return errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's capability result is not readable"})
+	}
+	return &sdk.CallToolResult{StructuredContent: res.Result, Content: []sdk.Content{&sdk.TextContent{Text: string(res.Result)}}}
+}
+
+// callAction runs one capability action. invokeCapability has no idempotency key, so the
+// bridge itself makes a retry safe: the action runs on a detached context owned by the
+// Bridge, at most once per key, and a retry with an open key (a call whose client gave up, or
+// one still running) gets that run's outcome instead of running it again.
+func (b *Bridge) callAction(ctx context.Context, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
+	e := b.keys.acquire(fp)
+	first := b.keys.startRun(e)
+	if first {
+		cmd := client.Command{Operation: protocol.OpInvokeCapability,
+			Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}}
+		b.mu.Lock()
+		closed := b.closed
+		if !closed {
+			b.wg.Add(1)
+		}
+		b.mu.Unlock()
+		if closed {
+			b.keys.finishRun(e, errorResult(&protocol.Error{Code: CodeDaemonUnreachable, Message: errClosed.Error(), Retryable: true}))
+		} else {
+			go func() {
+				defer b.wg.Done()
+				// The daemon bounds an action by the adapter's deadline; this bounds a wedged
+				// daemon.
+				rctx, cancel := context.WithTimeout(context.Background(), actionTimeout)
+				defer cancel()
+				resp, err := b.send(rctx, cmd)
+				var res *sdk.CallToolResult
+				if err != nil {
+					res = errorResult(protocol.AsError(err))
+					if rctx.Err() != nil {
+						res = errorResult(&protocol.Error{Code: CodeDaemonUnreachable, Message: "airlockd did not answer the action in time", Retryable: true})
+					}
+				} else {
+					res = capabilityResult(resp)
+				}
+				b.keys.finishRun(e, res)
+			}()
+		}
+	}
+	select {
+	case <-e.done:
+		b.keys.release(fp, e, true)
+		return e.res, nil
+	case <-ctx.Done():
+		b.keys.release(fp, e, false)
+		return nil, ctx.Err()
+	}
+}
+
+// errorResult renders an airlock error as a tool result: isError, a text line with the code
+// and the message, and structuredContent {"error": {code, message, retryable, details?}}.
+func errorResult(e *protocol.Error) *sdk.CallToolResult {
+	body := struct {
+		Error *protocol.Error `json:"error"`
+	}{e}
+	raw, err := json.Marshal(body)
+	if err != nil {
+		raw = []byte(`{"error":{"code":"internal_error","message":"internal error","retryable":false}}`)
+	}
+	text := "airlock: " + e.Code + ": " + e.Message
+	if e.Retryable {
+		text += " (retryable)"
+	}
+	return &sdk.CallToolResult{IsError: true, StructuredContent: json.RawMessage(raw), Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+}
+
+// codeOf returns the airlock code of err, or "".
+func codeOf(err error) string {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// progress sends notifications/progress for one call when the client asked for them with a
+// progressToken and the tool reports progress; otherwise it does nothing.
+type progress struct {
+	ctx   context.Context
+	ss    *sdk.ServerSession
+	token any
+}
+
+func newProgress(ctx context.Context, req *sdk.CallToolRequest, reports bool) *progress {
+	p := &progress{ctx: ctx}
+	if reports && req.Session != nil {
+		p.ss, p.token = req.Session, req.Params.GetProgressToken()
+	}
+	return p
+}
+
+// send reports done of 1 with a message. A failed notification is not the call's failure.
+func (p *progress) send(done float64, msg string) {
+	if p.ss == nil || p.token == nil {
+		return
+	}
+	p.ss.NotifyProgress(p.ctx, &sdk.ProgressNotificationParams{ProgressToken: p.token, Progress: done, Total: 1, Message: msg})
+}

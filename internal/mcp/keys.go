@@ -1,0 +1,180 @@
+package mcp
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// What a retried tools/call is, and how it keeps its key.
+//
+// MCP has no idempotency key, and a request id may not be reused within a session, so a retry
+// is a new request: the same tool with the same arguments, sent again by a client (or the agent
+// behind it) that never learnt the first one's outcome, because it cancelled it, timed it out,
+// lost the connection, or was told the outcome is indeterminate. The bridge therefore keys a
+// call by its fingerprint: the MCP session, the tool and the canonical form of its arguments.
+//
+//   - A call whose outcome is definite (a result, or an error the daemon marks as not
+//     indeterminate) retires its key: the next identical call is a new call with a new key,
+//     as a person who writes a file twice on purpose expects.
+//   - A call that ends without a definite outcome (cancelled, or indeterminate) leaves its key
+//     open for keyTTL: the next identical call reuses it, so the adapter answers it from its
+//     idempotency memory (airlock-fs replays a finished write's outcome, joins a running one,
+//     and runs again only what failed retryably) and the write happens at most once.
+//   - Identical calls in flight together share one key.
+//
+// A client that knows better names the call itself with _meta["io.airlock/idempotencyKey"]:
+// then the key derives from the session generation, the tool and that name alone, and holds
+// across MCP sessions and bridge processes (for capability actions, within one bridge process).
+//
+// Keys are toolCallIds of invokeTool: "mcp-" and 43 characters of base64url SHA-256.
+const (
+	// keyTTL bounds how long an open key waits for a retry: the default idempotency memory
+	// of airlock-fs (idempotencyTtlMs) is one hour.
+	keyTTL = time.Hour
+	// maxKeys bounds the table. Past it, the open keys closest to expiry are forgotten first
+	// (a later retry of one of them then runs as a new call); keys in use are never dropped.
+	maxKeys = 4096
+	// actionTimeout bounds one capability action on the bridge's detached context.
+	actionTimeout = 2 * time.Minute
+)
+
+// keyEntry is one key: the calls using it now, whether it is open for a retry, and for a
+// capability action its single run.
+type keyEntry struct {
+	key     string
+	users   int
+	open    bool
+	expires time.Time
+
+	running bool
+	done    chan struct{} // closed when the run's res is set
+	res     *sdk.CallToolResult
+}
+
+// keyTable maps call fingerprints to keys. Safe for concurrent use.
+type keyTable struct {
+	nonce string // per process: two bridges never mint the same key for different calls
+	now   func() time.Time
+
+	mu   sync.Mutex
+	seq  uint64
+	byFP map[string]*keyEntry
+}
+
+func newKeyTable() *keyTable {
+	return &keyTable{nonce: rand.Text(), now: time.Now, byFP: map[string]*keyEntry{}}
+}
+
+// callFingerprint is the identity of a call. explicit, when set, replaces the session and the
+// arguments: the client named the call.
+func callFingerprint(sessionID, tool string, args json.RawMessage, explicit string) string {
+	if explicit != "" {
+		return "explicit\x00" + tool + "\x00" + explicit
+	}
+	return "call\x00" + sessionID + "\x00" + tool + "\x00" + string(canonicalJSON(args))
+}
+
+// canonicalJSON re-encodes a JSON value with object members sorted and numbers as written, so
+// that two spellings of the same arguments are one call. Input that does not decode is
+// returned as it is.
+func canonicalJSON(raw json.RawMessage) []byte {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
+		return raw
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return b
+}
+
+// acquire returns the key of fp: the open or in-use one, or a new one.
+func (t *keyTable) acquire(fp string) *keyEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	if e := t.byFP[fp]; e != nil && (e.users > 0 || (e.open && now.Before(e.expires))) {
+		e.users++
+		return e
+	}
+	if len(t.byFP) >= maxKeys {
+		t.evictLocked(now)
+	}
+	t.seq++
+	sum := sha256.Sum256([]byte(t.nonce + "\x00" + strconv.FormatUint(t.seq, 10) + "\x00" + fp))
+	if len(fp) > 9 && fp[:9] == "explicit\x00" {
+		// An explicit key is the same in every process.
+		sum = sha256.Sum256([]byte(fp))
+	}
+	e := &keyEntry{key: "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:]), users: 1}
+	t.byFP[fp] = e
+	return e
+}
+
+// release ends one call's use of e. definite retires the key once nobody uses it; otherwise
+// it stays open for a retry until keyTTL.
+func (t *keyTable) release(fp string, e *keyEntry, definite bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e.users--
+	if definite {
+		e.open = false
+	} else {
+		e.open, e.expires = true, t.now().Add(keyTTL)
+	}
+	if e.users == 0 && !e.open && t.byFP[fp] == e {
+		delete(t.byFP, fp)
+	}
+}
+
+// startRun reports whether the caller is the one to run e's action (no run started yet, or the
+// last one's outcome was delivered and a new run is due).
+func (t *keyTable) startRun(e *keyEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.running || e.done != nil {
+		return false
+	}
+	e.running, e.done = true, make(chan struct{})
+	return true
+}
+
+// finishRun records e's action outcome and wakes its waiters.
+func (t *keyTable) finishRun(e *keyEntry, res *sdk.CallToolResult) {
+	t.mu.Lock()
+	e.res, e.running = res, false
+	t.mu.Unlock()
+	close(e.done)
+}
+
+// evictLocked forgets the unused entries closest to expiry: all expired ones, and at least one.
+func (t *keyTable) evictLocked(now time.Time) {
+	var oldest string
+	var oldestAt time.Time
+	for fp, e := range t.byFP {
+		if e.users > 0 {
+			continue
+		}
+		if !now.Before(e.expires) {
+			delete(t.byFP, fp)
+			continue
+		}
+		if oldest == "" || e.expires.Before(oldestAt) {
+			oldest, oldestAt = fp, e.expires
+		}
+	}
+	if len(t.byFP) >= maxKeys && oldest != "" {
+		delete(t.byFP, oldest)
+	}
+}

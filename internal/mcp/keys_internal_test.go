@@ -1,0 +1,126 @@
+package mcp
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// TestKeyTable pins what a retry is: an identical call after an indefinite outcome reuses the
+// key until keyTTL; after a definite one, or from another MCP session, it gets a new key;
+// calls in flight together share one; an explicit key is the same in every process.
+func TestKeyTable(t *testing.T) {
+	kt := newKeyTable()
+	now := time.Unix(1000, 0)
+	kt.now = func() time.Time { return now }
+	fp := callFingerprint("s1", "fs_write", json.RawMessage(`{"b":1,"a":"x"}`), "")
+	if fp != callFingerprint("s1", "fs_write", json.RawMessage(`{"a":"x","b":1}`), "") {
+		t.Fatal("member order changed the fingerprint")
+	}
+	if fp == callFingerprint("s2", "fs_write", json.RawMessage(`{"a":"x","b":1}`), "") {
+		t.Fatal("another MCP session has the same fingerprint")
+	}
+	if callFingerprint("s1", "fs_write", json.RawMessage(`{"b":1.0,"a":"x"}`), "") == fp {
+		t.Fatal("1.0 and 1 are different arguments to the adapter, but one fingerprint")
+	}
+
+	a := kt.acquire(fp)
+	b := kt.acquire(fp)
+	if a != b {
+		t.Fatal("calls in flight together got different keys")
+	}
+	kt.release(fp, a, false) // cancelled
+	kt.release(fp, b, false)
+	c := kt.acquire(fp)
+	if c.key != a.key {
+		t.Fatal("a retry after a cancelled call got a new key")
+	}
+	kt.release(fp, c, true)
+	d := kt.acquire(fp)
+	if d.key == a.key {
+		t.Fatal("a call after a definite outcome reused the key")
+	}
+	kt.release(fp, d, false)
+	now = now.Add(keyTTL)
+	if e := kt.acquire(fp); e.key == d.key {
+		t.Fatal("an expired open key was reused")
+	}
+
+	x := callFingerprint("s1", "fs_write", json.RawMessage(`{}`), "k-1")
+	if x != callFingerprint("s9", "fs_write", json.RawMessage(`{"other":1}`), "k-1") {
+		t.Fatal("an explicit key depends on the session or the arguments")
+	}
+	if newKeyTable().acquire(x).key != kt.acquire(x).key {
+		t.Fatal("an explicit key differs between processes")
+	}
+}
+
+func TestKeyTableBound(t *testing.T) {
+	kt := newKeyTable()
+	for i := range maxKeys + 10 {
+		fp := callFingerprint("", "t", json.RawMessage(`{"i":`+json.Number(itoa(i)).String()+`}`), "")
+		kt.release(fp, kt.acquire(fp), false)
+	}
+	if n := len(kt.byFP); n > maxKeys {
+		t.Fatalf("%d keys held, bound %d", n, maxKeys)
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+func TestCapabilityBases(t *testing.T) {
+	got := capabilityBases([]string{"desk_lamp", "a.b", "a_b", "x:y", "fs"})
+	if got["desk_lamp"] != "desk_lamp" || got["x:y"] != "x_y" {
+		t.Fatalf("plain ids: %v", got)
+	}
+	if got["a.b"] == got["a_b"] || len(got["a.b"]) != len("a_b_")+8 || len(got["fs"]) != len("fs_")+8 {
+		t.Fatalf("colliding ids: %v", got)
+	}
+}
+
+func TestObjectArguments(t *testing.T) {
+	for _, c := range []struct {
+		in, out string
+		ok      bool
+	}{
+		{"", "{}", true}, {"null", "{}", true}, {` { "a" : 1 } `, `{"a":1}`, true},
+		{"[]", "", false}, {`"s"`, "", false}, {`{"a":1,"a":2}`, "", false}, {`{"a":`, "", false}, {"1", "", false},
+	} {
+		got, err := objectArguments(json.RawMessage(c.in))
+		if (err == nil) != c.ok || (c.ok && string(got) != c.out) {
+			t.Errorf("objectArguments(%q) = %s, %v", c.in, got, err)
+		}
+	}
+}
+
+// FuzzArguments holds the arguments parser and the fingerprint's canonical form to their
+// properties: accepted arguments are one compact JSON object; the canonical form is valid
+// JSON, idempotent, and the same for any member order.
+func FuzzArguments(f *testing.F) {
+	for _, s := range []string{`{}`, `{"path":"a","content":"x"}`, `{"b":[1,2,{"c":null}],"a":1e3}`, `[]`, `{"a":1,"a":1}`, "{\"\\u00e9\":\"\\ud800\"}", ` null `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args, err := objectArguments(in)
+		if err != nil {
+			return
+		}
+		if !json.Valid(args) || args[0] != '{' {
+			t.Fatalf("accepted %q as %q", in, args)
+		}
+		c := canonicalJSON(args)
+		if !json.Valid(c) {
+			t.Fatalf("canonical form of %q is not JSON: %q", args, c)
+		}
+		if string(canonicalJSON(c)) != string(c) {
+			t.Fatalf("canonical form not idempotent: %q", c)
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(args, &m) == nil {
+			re, _ := json.Marshal(m) // members sorted
+			if string(canonicalJSON(re)) != string(c) {
+				t.Fatalf("member order changed the canonical form: %q vs %q", canonicalJSON(re), c)
+			}
+		}
+	})
+}

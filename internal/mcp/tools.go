@@ -1,0 +1,241 @@
+package mcp
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// toolKind says which daemon operation a tool calls.
+type toolKind int
+
+const (
+	kindFS      toolKind = iota // invokeTool of a granted fs.* operation
+	kindObserve                 // observeCapability
+	kindAction                  // invokeCapability of one action
+)
+
+// toolSpec is one MCP tool and what it calls. Two specs with the same fingerprint are the
+// same tool: a refresh that finds the same fingerprints changes nothing and notifies nobody.
+type toolSpec struct {
+	tool         *sdk.Tool
+	kind         toolKind
+	operation    string // fs.*: the granted operation
+	capabilityID string // observe and actions
+	action       string // actions
+	fingerprint  string
+}
+
+// schema is a JSON Schema under construction.
+type schema = map[string]any
+
+func closedObject(required []string, props schema) schema {
+	if required == nil {
+		required = []string{}
+	}
+	return schema{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+}
+
+// fsToolName is the MCP name of an fs operation: "fs.read" becomes "fs_read". MCP allows dots
+// in tool names, but many clients hand tool names to model APIs that allow only
+// [A-Za-z0-9_-], and the session's own turns offer the same names.
+func fsToolName(op string) string { return strings.ReplaceAll(op, ".", "_") }
+
+var (
+	pathProp = schema{
+		"type":        "string",
+		"description": `A path relative to the granted directory: "." is the directory itself; no leading "/", no "." or ".." segments, no "//".`,
+		"minLength":   1,
+		"maxLength":   4096,
+	}
+	digestProp = schema{
+		"type":        "string",
+		"description": "Only change the file if the SHA-256 of its current content is this (lowercase hex, as fs_write and fs_edit return it); the call fails digest_mismatch otherwise.",
+		"pattern":     "^[a-f0-9]{64}$",
+	}
+	sizeProp       = schema{"type": "integer", "minimum": 0, "maximum": 1<<53 - 1}
+	modifiedAtProp = schema{"type": "string", "description": "UTC RFC 3339 time.",
+		"pattern": `^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$`}
+	entryTypeProp = schema{"enum": []any{"file", "directory"}}
+	digestOut     = schema{"type": "string", "description": "Lowercase hex SHA-256 of the file's content after the call.", "pattern": "^[a-f0-9]{64}$"}
+)
+
+func intProp(desc string, lo, hi int64) schema {
+	return schema{"type": "integer", "description": desc, "minimum": lo, "maximum": hi}
+}
+
+// fsTool returns the MCP tool of a granted fs operation: its name, a description, and the
+// input and output schemas of the tool-adapter protocol's payload and result for it, with the
+// bounds the grant's limits put on content. Unknown operations have no tool.
+func fsTool(op string, l tooladapter.Limits) *sdk.Tool {
+	// Content sent must fit one request frame, and content asked for one response frame; a
+	// little room is left for the frame around it.
+	maxContent := min(int64(tooladapter.MaxContentBytes), max(l.MaxRequestBytes-1024, 1))
+	maxRead := min(int64(tooladapter.MaxContentBytes), max(l.MaxResponseBytes-1024, 1))
+	readOnly := &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)}
+	var (
+		desc    string
+		in, out schema
+		ann     = readOnly
+	)
+	switch op {
+	case tooladapter.OpList:
+		desc = "List the entries (files and directories only) of a directory in the granted directory."
+		in = closedObject([]string{"path"}, schema{
+			"path":       pathProp,
+			"maxEntries": intProp("At most this many entries.", 1, tooladapter.MaxListEntries),
+		})
+		out = closedObject([]string{"entries", "truncated"}, schema{
+			"entries": schema{"type": "array", "items": closedObject([]string{"name", "type"}, schema{
+				"name": schema{"type": "string"}, "type": entryTypeProp, "size": sizeProp, "modifiedAt": modifiedAtProp,
+			})},
+			"truncated": schema{"type": "boolean"},
+		})
+	case tooladapter.OpStat:
+		desc = "Describe one file or directory in the granted directory: type, size and modification time."
+		in = closedObject([]string{"path"}, schema{"path": pathProp})
+		out = closedObject([]string{"type", "size"}, schema{"type": entryTypeProp, "size": sizeProp, "modifiedAt": modifiedAtProp})
+	case tooladapter.OpRead:
+		desc = "Read a UTF-8 text file in the granted directory, or a byte range of it (cut back to a character boundary)."
+		in = closedObject([]string{"path"}, schema{
+			"path":     pathProp,
+			"offset":   intProp("Byte offset to start at.", 0, 1<<53-1),
+			"maxBytes": intProp("At most this many bytes.", 1, maxRead),
+		})
+		out = closedObject([]string{"content", "bytesRead", "eof"}, schema{
+			"content":   schema{"type": "string"},
+			"bytesRead": schema{"type": "integer", "minimum": 0},
+			"eof":       schema{"type": "boolean"},
+		})
+	case tooladapter.OpSearch:
+		desc = "Search the files under a directory of the granted directory for a literal string; returns matching lines."
+		in = closedObject([]string{"path", "query"}, schema{
+			"path":       pathProp,
+			"query":      schema{"type": "string", "minLength": 1, "maxLength": tooladapter.MaxQueryLen},
+			"maxResults": intProp("At most this many matches.", 1, tooladapter.MaxSearchResults),
+		})
+		out = closedObject([]string{"matches", "truncated"}, schema{
+			"matches": schema{"type": "array", "items": closedObject([]string{"path", "line", "column", "text"}, schema{
+				"path": schema{"type": "string"}, "line": schema{"type": "integer", "minimum": 1},
+				"column": schema{"type": "integer", "minimum": 1}, "text": schema{"type": "string"},
+			})},
+			"truncated": schema{"type": "boolean"},
+		})
+	case tooladapter.OpWrite:
+		desc = "Write a whole UTF-8 text file in the granted directory. create allows creating it, overwrite replacing it."
+		in = closedObject([]string{"path", "content"}, schema{
+			"path":           pathProp,
+			"content":        schema{"type": "string", "maxLength": maxContent},
+			"create":         schema{"type": "boolean", "description": "Allow creating the file."},
+			"overwrite":      schema{"type": "boolean", "description": "Allow replacing an existing file."},
+			"expectedDigest": digestProp,
+		})
+		out = closedObject([]string{"created", "bytesWritten", "digest"}, schema{
+			"created": schema{"type": "boolean"}, "bytesWritten": schema{"type": "integer", "minimum": 0}, "digest": digestOut,
+		})
+		ann = &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: false, OpenWorldHint: new(false)}
+	case tooladapter.OpEdit:
+		desc = "Replace exact text in a file of the granted directory; each oldText must occur exactly once."
+		in = closedObject([]string{"path", "edits"}, schema{
+			"path": pathProp,
+			"edits": schema{
+				"type": "array", "minItems": 1, "maxItems": tooladapter.MaxEdits,
+				"items": closedObject([]string{"oldText", "newText"}, schema{
+					"oldText": schema{"type": "string", "minLength": 1, "maxLength": maxContent},
+					"newText": schema{"type": "string", "maxLength": maxContent},
+				}),
+			},
+			"expectedDigest": digestProp,
+		})
+		out = closedObject([]string{"replacements", "digest"}, schema{
+			"replacements": schema{"type": "integer", "minimum": 0}, "digest": digestOut,
+		})
+		ann = &sdk.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: false, OpenWorldHint: new(false)}
+	default:
+		return nil
+	}
+	return &sdk.Tool{Name: fsToolName(op), Title: op, Description: desc, InputSchema: in, OutputSchema: out, Annotations: ann}
+}
+
+// capabilityResultSchema is the output schema of every capability tool: an adapter's bounded
+// semantic result, always an object (a bare value comes wrapped as {"state"} or {"value"}).
+var capabilityResultSchema = schema{"type": "object", "description": "The capability's bounded semantic result."}
+
+// capabilityTools returns the tools of one capability descriptor: observe (when it has one) and
+// one tool per action, each input the action's closed object of primitives. base is the tool
+// name prefix chosen for the capability id (see capabilityBases).
+func capabilityTools(d capadapter.Descriptor, base string) []toolSpec {
+	var out []toolSpec
+	fp := func(parts ...string) string { return strings.Join(parts, "\x00") }
+	canon, _ := json.Marshal(d) // a validated descriptor always encodes
+	if d.Observe {
+		t := &sdk.Tool{
+			Name:         base + "_observe",
+			Title:        "Observe " + d.Title,
+			Description:  fmt.Sprintf("Observe %s (capability %s, version %s): its current state.", d.Title, d.CapabilityID, d.Version),
+			InputSchema:  closedObject(nil, schema{}),
+			OutputSchema: capabilityResultSchema,
+			Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(true)},
+		}
+		out = append(out, toolSpec{tool: t, kind: kindObserve, capabilityID: d.CapabilityID, fingerprint: fp("observe", t.Name, string(canon))})
+	}
+	for _, a := range d.Actions {
+		props := schema{}
+		for name, typ := range a.Input.Properties {
+			props[name] = schema{"type": typ}
+		}
+		t := &sdk.Tool{
+			Name:         base + "_" + a.Name,
+			Title:        a.Title + " (" + d.Title + ")",
+			Description:  fmt.Sprintf("%s: action %s of %s (capability %s, version %s).", a.Title, a.Name, d.Title, d.CapabilityID, d.Version),
+			InputSchema:  closedObject(append([]string(nil), a.Input.Required...), props),
+			OutputSchema: capabilityResultSchema,
+			Annotations:  &sdk.ToolAnnotations{DestructiveHint: new(true), OpenWorldHint: new(true)},
+		}
+		out = append(out, toolSpec{tool: t, kind: kindAction, capabilityID: d.CapabilityID, action: a.Name, fingerprint: fp("action", t.Name, string(canon))})
+	}
+	return out
+}
+
+// capabilityBases maps each capability id to the prefix of its tool names. A capability id may
+// hold '.' and ':' (^[a-z0-9][a-z0-9._:-]{0,63}$); both become '_'. When two ids of the set
+// map to the same prefix, or a prefix would meet an fs tool's name, every one involved gets
+// "_" and 8 hex digits of the SHA-256 of its id appended, so that the names stay stable and
+// distinct whatever else is listed.
+func capabilityBases(ids []string) map[string]string {
+	plain := func(id string) string {
+		return strings.NewReplacer(".", "_", ":", "_").Replace(id)
+	}
+	count := map[string]int{}
+	for _, id := range ids {
+		count[plain(id)]++
+	}
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		b := plain(id)
+		if count[b] > 1 || b == "fs" {
+			sum := sha256.Sum256([]byte(id))
+			b += "_" + hex.EncodeToString(sum[:4])
+		}
+		out[id] = b
+	}
+	return out
+}
+
+// sortedNames returns the tool names of specs, sorted.
+func sortedNames(specs map[string]toolSpec) []string {
+	names := make([]string, 0, len(specs))
+	for n := range specs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
