@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 	"github.com/airlockhq/airlock/internal/transcript"
 	"github.com/airlockhq/airlock/internal/turn"
 )
@@ -49,7 +50,7 @@ type Config struct {
 	Now            func() time.Time
 	EncodeEvent    EventEncoder
 	// Tools holds the host tool-adapter connections; nil gives a private registry.
-	Tools *tooladapter.Registry
+	Tools *toolclient.Registry
 
 	// Providers are the model backends opens may name, by provider name.
 	Providers map[string]Provider
@@ -122,8 +123,8 @@ type runtime struct {
 	sequence   uint64
 	lastUsed   time.Time
 	subs       map[Subscriber]struct{}
-	tools      *tooladapter.Conn // the bound host tool adapter, if the policy grants one
-	revoked    bool              // tools was revoked (drain); the generation keeps no capability
+	tools      *toolclient.Conn // the bound host tool adapter, if the policy grants one
+	revoked    bool             // tools was revoked (drain); the generation keeps no capability
 
 	// Agent turns. spec is nil when the generation was opened without a model; conv is nil
 	// for a memory session. history is touched only by the session's worker.
@@ -168,7 +169,7 @@ func New(cfg Config) *Manager {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Tools == nil {
-		cfg.Tools = tooladapter.NewRegistry()
+		cfg.Tools = toolclient.NewRegistry()
 	}
 	if cfg.SessionsDir == "" && cfg.Store != nil {
 		cfg.SessionsDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "sessions")
@@ -399,7 +400,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	if err != nil {
 		return nil, openError(err)
 	}
-	var conn *tooladapter.Conn
+	var conn *toolclient.Conn
 	if req.Tools != nil {
 		c, e := m.bind(ctx, req)
 		if e != nil {
@@ -489,7 +490,7 @@ func (m *Manager) residentRuntime(id string, generation int64, version string, p
 }
 
 // turnSpec fixes what every turn of a generation runs with; nil without a model.
-func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *tooladapter.Conn) *turn.Spec {
+func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *toolclient.Conn) *turn.Spec {
 	if c == nil || policy.Model == nil {
 		return nil
 	}
@@ -963,12 +964,12 @@ func (m *Manager) Shutdown() {
 }
 
 // bind connects and binds the host tool adapter an open grants, beneath the canonical cwd.
-func (m *Manager) bind(ctx context.Context, req OpenRequest) (*tooladapter.Conn, *protocol.Error) {
+func (m *Manager) bind(ctx context.Context, req OpenRequest) (*toolclient.Conn, *protocol.Error) {
 	root, e := tooladapter.CanonicalRoot(req.Policy.Cwd)
 	if e != nil {
 		return nil, e
 	}
-	return m.cfg.Tools.Open(ctx, req.Tools, tooladapter.Options{Root: root, Logger: m.log})
+	return m.cfg.Tools.Open(ctx, req.Tools, toolclient.Options{Root: root, Logger: m.log})
 }
 
 // rebind replaces the failed adapter connection of a resident generation, for an open of the
@@ -1017,7 +1018,7 @@ func (m *Manager) revoke(rt *runtime) {
 }
 
 // Tool returns the adapter connection of exactly this resident generation.
-func (m *Manager) Tool(id string, generation int64) (*tooladapter.Conn, error) {
+func (m *Manager) Tool(id string, generation int64) (*toolclient.Conn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rt, e := m.residentLocked(id, generation, true)

@@ -142,8 +142,9 @@ var kindMembers = map[Kind]struct{ required, optional member }{
 	KindRevoked: {},
 }
 
-// validWireID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._:-]*$ with 1 to max bytes.
-func validWireID(s string, max int) bool {
+// ValidWireID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._:-]*$ with 1 to max bytes: the
+// grammar of requestId, targetRequestId and idempotencyKey.
+func ValidWireID(s string, max int) bool {
 	return validToken(s, max, "._:-")
 }
 
@@ -164,10 +165,18 @@ func frameError(field, format string, args ...any) *protocol.Error {
 // the expected one, is the receiver's business.
 func DecodeFrame(line []byte) (*Frame, *protocol.Error) { return decodeFrame(line, false, nil) }
 
+// DecodeBoundFrame is DecodeFrame for a connection bound to the identity bound, which has been
+// checked already: a frame that carries exactly it skips the identity's format checks, which
+// bound passed. The frame's Payload and Data are slices of line instead of a copy, valid only
+// as long as line is: a connection that reads a result of several MiB into its line buffer
+// hands the data on without copying it once more. Whether the frame's identity is bound is
+// still the caller's check.
+func DecodeBoundFrame(line []byte, bound Identity) (*Frame, *protocol.Error) {
+	return decodeFrame(line, true, &bound)
+}
+
 // decodeFrame is DecodeFrame; with alias set, the frame's Payload and Data are slices of line
-// instead of a copy, valid only as long as line is (see Conn.inbound). bound, when not nil, is
-// an identity already checked (a connection's, at bind): a frame that carries exactly it skips
-// the identity's format checks, which bound passed.
+// (see DecodeBoundFrame). bound, when not nil, is an identity already checked.
 func decodeFrame(line []byte, alias bool, bound *Identity) (*Frame, *protocol.Error) {
 	// The frame and every stage of its decoding share one allocation.
 	d := &struct {
@@ -194,7 +203,7 @@ func decodeFrame(line []byte, alias bool, bound *Identity) (*Frame, *protocol.Er
 		return nil, e
 	}
 	if f.Data != nil {
-		// Callers may copy the data into their own output as it stands (see Conn.Invoke).
+		// Callers may copy the data into their own output as it stands (see toolclient.Conn.Invoke).
 		f.Data = compactWalked(f.Data)
 	}
 	return f, nil
@@ -504,10 +513,10 @@ func (f *Frame) check(walked, identityChecked bool) *protocol.Error {
 			return frameError(e.Details[DetailField].(string), "frame limits are invalid")
 		}
 	case KindInvoke, KindResult:
-		if !validWireID(f.RequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.RequestID, MaxRequestIDLen) {
 			return frameError("requestId", "requestId must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxRequestIDLen)
 		}
-		if !validWireID(f.IdempotencyKey, MaxIdempotencyKeyLen) {
+		if !ValidWireID(f.IdempotencyKey, MaxIdempotencyKeyLen) {
 			return frameError("idempotencyKey", "idempotencyKey must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxIdempotencyKeyLen)
 		}
 		if !knownOperation(f.Operation) {
@@ -532,10 +541,10 @@ func (f *Frame) check(walked, identityChecked bool) *protocol.Error {
 			}
 		}
 	case KindAbort, KindAborted:
-		if !validWireID(f.RequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.RequestID, MaxRequestIDLen) {
 			return frameError("requestId", "requestId is invalid")
 		}
-		if !validWireID(f.TargetRequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.TargetRequestID, MaxRequestIDLen) {
 			return frameError("targetRequestId", "targetRequestId is invalid")
 		}
 		if f.Kind == KindAborted && f.Aborted && f.Error != nil {
@@ -641,11 +650,11 @@ func marshalFrame(f *Frame) ([]byte, error) {
 	return ndjson.Marshal(&w)
 }
 
-// invokeEncoder encodes the invoke frames of one binding. Every member before requestId is the
+// InvokeEncoder encodes the invoke frames of one binding. Every member before requestId is the
 // binding's identity, so that part is encoded once; the rest is appended by hand. The output is
 // byte for byte marshalFrame's (TestInvokeEncoder), which it falls back to for any value that
 // would need escaping.
-type invokeEncoder struct {
+type InvokeEncoder struct {
 	id     Identity
 	prefix []byte // the frame up to the comma before requestId
 }
@@ -654,27 +663,28 @@ type invokeEncoder struct {
 // operation are empty and whose payload is nil.
 const invokeTail = `,"requestId":"","idempotencyKey":"","operation":""}` + "\n"
 
-func newInvokeEncoder(id Identity) *invokeEncoder {
-	e := &invokeEncoder{id: id}
+// NewInvokeEncoder returns the invoke encoder of the binding whose frames carry id.
+func NewInvokeEncoder(id Identity) *InvokeEncoder {
+	e := &InvokeEncoder{id: id}
 	if b, err := marshalFrame(&Frame{Kind: KindInvoke, Identity: id}); err == nil && bytes.HasSuffix(b, []byte(invokeTail)) {
 		e.prefix = b[:len(b)-len(invokeTail)]
 	}
 	return e
 }
 
-// encode returns the invoke frame line, LF included.
-func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
+// Encode returns the invoke frame line, LF included. It does not validate the members.
+func (e *InvokeEncoder) Encode(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
 	return e.encodePayload(requestID, key, op, payload, false)
 }
 
-// encodeWalked is encode for a payload the strict decoder has walked whole (ValidatePayload
+// EncodeWalked is Encode for a payload the strict decoder has walked whole (ValidatePayload
 // does), which is known to be one well-formed value: its whitespace is found with the cheap
 // scan of compactWalked instead of a second walk.
-func (e *invokeEncoder) encodeWalked(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
+func (e *InvokeEncoder) EncodeWalked(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
 	return e.encodePayload(requestID, key, op, payload, true)
 }
 
-func (e *invokeEncoder) encodePayload(requestID, key, op string, payload json.RawMessage, walked bool) ([]byte, error) {
+func (e *InvokeEncoder) encodePayload(requestID, key, op string, payload json.RawMessage, walked bool) ([]byte, error) {
 	if e.prefix == nil || payload == nil || !plainJSON(requestID) || !plainJSON(key) || !plainJSON(op) {
 		return marshalFrame(&Frame{Kind: KindInvoke, Identity: e.id, RequestID: requestID, IdempotencyKey: key, Operation: op, Payload: payload})
 	}
@@ -711,15 +721,16 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// bindFrame is the normalized bind frame of a descriptor.
-func (d *Descriptor) bindFrame() *Frame {
+// BindFrame is the normalized bind frame of a descriptor: the only frame that carries the
+// capability handle.
+func (d *Descriptor) BindFrame() *Frame {
 	l := d.Limits
-	return &Frame{Kind: KindBind, Identity: d.identity(), CapabilityHandle: d.Binding.CapabilityHandle,
+	return &Frame{Kind: KindBind, Identity: d.Identity(), CapabilityHandle: d.Binding.CapabilityHandle,
 		Operations: d.Operations, Limits: &l}
 }
 
-// boundFrame is the bound frame a conforming adapter answers bind with.
-func (d *Descriptor) boundFrame() *Frame {
+// BoundFrame is the bound frame a conforming adapter answers bind with.
+func (d *Descriptor) BoundFrame() *Frame {
 	l := d.Limits
-	return &Frame{Kind: KindBound, Identity: d.identity(), Operations: d.Operations, Limits: &l}
+	return &Frame{Kind: KindBound, Identity: d.Identity(), Operations: d.Operations, Limits: &l}
 }

@@ -1,4 +1,4 @@
-package tooladapter
+package toolclient
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"maps"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlockhq/airlock/internal/expiry"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
@@ -48,8 +48,8 @@ var dial = func(ctx context.Context, path string) (net.Conn, error) {
 
 // Options configure Connect.
 type Options struct {
-	// Root is the canonical session cwd (see CanonicalRoot). When set, Invoke lstat-walks every
-	// payload path beneath it before admission (see ResolveUnder); when empty, only the path
+	// Root is the canonical session cwd (see tooladapter.CanonicalRoot). When set, Invoke lstat-walks every
+	// payload path beneath it before admission (see tooladapter.ResolveUnder); when empty, only the path
 	// syntax is checked.
 	Root string
 	// Logger receives content-free diagnostics: codes and counts, never a path, payload or
@@ -109,16 +109,15 @@ type call struct {
 // the writer goroutine: the rest of a partly written frame first, then control frames, then
 // invokes.
 type Conn struct {
-	d       *Descriptor
-	id      Identity
-	invokes *invokeEncoder
+	d       *tooladapter.Descriptor
+	id      tooladapter.Identity
+	invokes *tooladapter.InvokeEncoder
 	opts    Options
 	log     *slog.Logger
 	nc      net.Conn
 	direct  trywrite.Writer // for non-blocking direct writes; not Ready when nc has no descriptor
 	rd      *ndjson.Reader
-	secret  []byte
-	rare    int // rarestByte(secret)
+	screen  tooladapter.Screen // searches every inbound line for the handle
 	timeout time.Duration
 	maxReq  int
 
@@ -157,8 +156,8 @@ type Conn struct {
 // (retryable); adapter_connection_failed and adapter_connection_closed (retryable);
 // adapter_secret_reflected, adapter_protocol_invalid, tool_adapter_identity_mismatch,
 // tool_adapter_binding_mismatch and tool_adapter_contract_mismatch for a misbehaving adapter.
-func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol.Error) {
-	if e := CheckEndpoint(d.Endpoint.Path); e != nil {
+func Connect(ctx context.Context, d *tooladapter.Descriptor, opts Options) (*Conn, *protocol.Error) {
+	if e := tooladapter.CheckEndpoint(d.Endpoint.Path); e != nil {
 		return nil, e
 	}
 	timeout := time.Duration(d.Limits.RequestTimeoutMs) * time.Millisecond
@@ -169,22 +168,21 @@ func Connect(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
-			return nil, protocol.Retryable(CodeConnectionFailed, "connecting to the tool adapter was cancelled")
+			return nil, protocol.Retryable(tooladapter.CodeConnectionFailed, "connecting to the tool adapter was cancelled")
 		case dctx.Err() != nil || isTimeout(err):
-			return nil, protocol.Retryable(CodeConnectTimeout, "tool adapter did not accept the connection within %d ms", d.Limits.RequestTimeoutMs)
+			return nil, protocol.Retryable(tooladapter.CodeConnectTimeout, "tool adapter did not accept the connection within %d ms", d.Limits.RequestTimeoutMs)
 		}
 		// The dial error names the socket path; it is deliberately dropped.
-		return nil, protocol.Retryable(CodeConnectionFailed, "cannot connect to the tool adapter")
+		return nil, protocol.Retryable(tooladapter.CodeConnectionFailed, "cannot connect to the tool adapter")
 	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Conn{
-		d: d, id: d.identity(), invokes: newInvokeEncoder(d.identity()), opts: opts, log: log, nc: nc,
+		d: d, id: d.Identity(), invokes: tooladapter.NewInvokeEncoder(d.Identity()), opts: opts, log: log, nc: nc,
 		rd:          ndjson.NewReader(nc, int(d.Limits.MaxResponseBytes)-1),
-		secret:      []byte(d.Binding.CapabilityHandle.v),
-		rare:        rarestByte([]byte(d.Binding.CapabilityHandle.v)),
+		screen:      d.Binding.CapabilityHandle.Screen(),
 		timeout:     timeout,
 		maxReq:      int(d.Limits.MaxRequestBytes),
 		writerDone:  make(chan struct{}),
@@ -215,21 +213,21 @@ func (c *Conn) bind(ctx context.Context, deadline time.Time) *protocol.Error {
 	stop := context.AfterFunc(ctx, func() { _ = c.nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	_ = c.nc.SetDeadline(deadline)
-	frame, err := marshalFrame(c.d.bindFrame())
-	if err != nil {
-		return protocol.Errorf(CodeRequestInvalid, "bind frame is not serializable")
+	frame, fe := tooladapter.EncodeFrame(c.d.BindFrame(), 0)
+	if fe != nil {
+		return protocol.Errorf(tooladapter.CodeRequestInvalid, "bind frame is not serializable")
 	}
 	timedOut := func() *protocol.Error {
 		if ctx.Err() != nil {
-			return protocol.Retryable(CodeConnectionFailed, "binding the tool adapter was cancelled")
+			return protocol.Retryable(tooladapter.CodeConnectionFailed, "binding the tool adapter was cancelled")
 		}
-		return protocol.Retryable(CodeBindTimeout, "tool adapter did not answer bind within %d ms", c.d.Limits.RequestTimeoutMs)
+		return protocol.Retryable(tooladapter.CodeBindTimeout, "tool adapter did not answer bind within %d ms", c.d.Limits.RequestTimeoutMs)
 	}
 	if _, err := c.nc.Write(frame); err != nil {
 		if isTimeout(err) {
 			return timedOut()
 		}
-		return protocol.Retryable(CodeConnectionFailed, "cannot write to the tool adapter")
+		return protocol.Retryable(tooladapter.CodeConnectionFailed, "cannot write to the tool adapter")
 	}
 	line, err := c.rd.Next()
 	if err != nil {
@@ -242,14 +240,14 @@ func (c *Conn) bind(ctx context.Context, deadline time.Time) *protocol.Error {
 	if e != nil {
 		return e
 	}
-	if f.Kind != KindBound {
-		return protocol.Errorf(CodeProtocolInvalid, "tool adapter sent %s before bound", f.Kind)
+	if f.Kind != tooladapter.KindBound {
+		return protocol.Errorf(tooladapter.CodeProtocolInvalid, "tool adapter sent %s before bound", f.Kind)
 	}
 	if !slices.Equal(f.Operations, c.d.Operations) {
-		return fieldError(CodeContractMismatch, "operations", "bound does not echo the granted operations in order")
+		return fieldError(tooladapter.CodeContractMismatch, "operations", "bound does not echo the granted operations in order")
 	}
 	if *f.Limits != c.d.Limits {
-		return fieldError(CodeContractMismatch, "limits", "bound does not echo the descriptor limits")
+		return fieldError(tooladapter.CodeContractMismatch, "limits", "bound does not echo the descriptor limits")
 	}
 	_ = c.nc.SetDeadline(time.Time{})
 	return nil
@@ -265,11 +263,11 @@ func (c *Conn) readError(err error) *protocol.Error {
 	var fe *ndjson.FrameError
 	switch {
 	case errors.As(err, &fe):
-		return protocol.Retryable(CodeProtocolInvalid, "tool adapter sent an unframeable line (%s)", fe.Code).With(DetailReason, fe.Code)
+		return protocol.Retryable(tooladapter.CodeProtocolInvalid, "tool adapter sent an unframeable line (%s)", fe.Code).With(tooladapter.DetailReason, fe.Code)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return protocol.Retryable(CodeConnectionClosed, "tool adapter closed the connection")
+		return protocol.Retryable(tooladapter.CodeConnectionClosed, "tool adapter closed the connection")
 	}
-	return protocol.Retryable(CodeConnectionFailed, "tool adapter connection failed")
+	return protocol.Retryable(tooladapter.CodeConnectionFailed, "tool adapter connection failed")
 }
 
 // inbound checks one line from the adapter: the handle must not appear in it (checked on the
@@ -279,79 +277,28 @@ func (c *Conn) readError(err error) *protocol.Error {
 // The frame's Data is a slice of line, not a copy: line is the reader's buffer, valid until the
 // next read, and a result's done runs on the reader before that (see Start), so the up to
 // several MiB of a result are not copied once more on their way to the caller.
-func (c *Conn) inbound(line []byte) (*Frame, *protocol.Error) {
-	if reflectsHandleAt(line, c.secret, c.rare) {
-		return nil, protocol.Retryable(CodeSecretReflected, "tool adapter reflected the capability handle")
+func (c *Conn) inbound(line []byte) (*tooladapter.Frame, *protocol.Error) {
+	if c.screen.Reflected(line) {
+		return nil, protocol.Retryable(tooladapter.CodeSecretReflected, "tool adapter reflected the capability handle")
 	}
-	f, e := decodeFrame(line, true, &c.id)
+	f, e := tooladapter.DecodeBoundFrame(line, c.id)
 	if e != nil {
 		e.Retryable = true
 		return nil, e
 	}
 	switch {
 	case f.AdapterID != c.id.AdapterID:
-		return nil, fieldError(CodeIdentityMismatch, "adapterId", "frame is from another adapter")
+		return nil, fieldError(tooladapter.CodeIdentityMismatch, "adapterId", "frame is from another adapter")
 	case f.AdapterVersion != c.id.AdapterVersion:
-		return nil, fieldError(CodeIdentityMismatch, "adapterVersion", "frame is from another adapter version")
+		return nil, fieldError(tooladapter.CodeIdentityMismatch, "adapterVersion", "frame is from another adapter version")
 	case f.HostInstanceID != c.id.HostInstanceID:
-		return nil, fieldError(CodeBindingMismatch, "hostInstanceId", "frame is bound to another host instance")
+		return nil, fieldError(tooladapter.CodeBindingMismatch, "hostInstanceId", "frame is bound to another host instance")
 	case f.SessionID != c.id.SessionID:
-		return nil, fieldError(CodeBindingMismatch, "sessionId", "frame is bound to another session")
+		return nil, fieldError(tooladapter.CodeBindingMismatch, "sessionId", "frame is bound to another session")
 	case f.Generation != c.id.Generation:
-		return nil, fieldError(CodeBindingMismatch, "generation", "frame is bound to another generation")
+		return nil, fieldError(tooladapter.CodeBindingMismatch, "generation", "frame is bound to another generation")
 	}
 	return f, nil
-}
-
-// reflectsHandle reports whether the JSON text line holds secret, a base64url handle, in any
-// key or string once its escapes are resolved: "\u0063ap…" spells the same handle as "cap…".
-//
-// Only a \u escape can stand for a base64url character; every other escape (\" \\ \/ \b \f
-// \n \r \t) stands for one that is not. So in a line without "\u" every handle a string
-// spells is there byte for byte, and the literal search finds it; with one, each string
-// holding a \u escape is decoded and searched. That is exactly as strong as decoding the whole
-// line and searching every string (TestReflectsHandleMatchesExhaustive,
-// FuzzReflectsHandle), without decoding a large result, which nearly always has no \u.
-func reflectsHandle(line, secret []byte) bool { return reflectsHandleAt(line, secret, -1) }
-
-// reflectsHandleAt is reflectsHandle with rare, when not negative, the index of the rarest
-// byte of secret (see containsSecret).
-func reflectsHandleAt(line, secret []byte, rare int) bool {
-	if containsSecret(line, secret, rare) {
-		return true
-	}
-	if !bytes.Contains(line, []byte(`\u`)) {
-		return false
-	}
-	for i := 0; i < len(line); i++ {
-		if line[i] != '"' {
-			continue
-		}
-		// A string runs to the first quote not escaped by a backslash.
-		end, hasU := -1, false
-		for j := i + 1; j < len(line); j++ {
-			if c := line[j]; c == '"' {
-				end = j
-				break
-			} else if c == '\\' {
-				if j+1 < len(line) && line[j+1] == 'u' {
-					hasU = true
-				}
-				j++
-			}
-		}
-		if end < 0 {
-			return false // unterminated: not JSON, and refused as such
-		}
-		if hasU {
-			var s string
-			if json.Unmarshal(line[i:end+1], &s) == nil && strings.Contains(s, string(secret)) {
-				return true
-			}
-		}
-		i = end
-	}
-	return false
 }
 
 func (c *Conn) readLoop() {
@@ -362,7 +309,7 @@ func (c *Conn) readLoop() {
 		if err != nil {
 			e = c.readError(err)
 		} else {
-			var f *Frame
+			var f *tooladapter.Frame
 			if f, e = c.inbound(line); e == nil {
 				c.mu.Lock()
 				e = c.dispatch(f)
@@ -379,33 +326,33 @@ func (c *Conn) readLoop() {
 }
 
 // dispatch handles one valid inbound frame of this binding. c.mu is held.
-func (c *Conn) dispatch(f *Frame) *protocol.Error {
+func (c *Conn) dispatch(f *tooladapter.Frame) *protocol.Error {
 	if c.state != stateOpen {
 		return nil // pending work has already ended; only the checks in inbound still apply
 	}
 	now := time.Now()
 	switch f.Kind {
-	case KindRevoked:
+	case tooladapter.KindRevoked:
 		return nil
-	case KindBound:
-		return protocol.Retryable(CodeProtocolInvalid, "tool adapter sent a second bound")
-	case KindBind, KindInvoke, KindAbort, KindRevoke:
-		return protocol.Retryable(CodeProtocolInvalid, "tool adapter sent a daemon-only %s frame", f.Kind)
-	case KindAborted:
+	case tooladapter.KindBound:
+		return protocol.Retryable(tooladapter.CodeProtocolInvalid, "tool adapter sent a second bound")
+	case tooladapter.KindBind, tooladapter.KindInvoke, tooladapter.KindAbort, tooladapter.KindRevoke:
+		return protocol.Retryable(tooladapter.CodeProtocolInvalid, "tool adapter sent a daemon-only %s frame", f.Kind)
+	case tooladapter.KindAborted:
 		if !c.aborts.ack(f.TargetRequestID, f.RequestID, now) {
-			return protocol.Retryable(CodeResponseMismatch, "aborted does not match an abort in flight")
+			return protocol.Retryable(tooladapter.CodeResponseMismatch, "aborted does not match an abort in flight")
 		}
 		return nil
-	case KindResult:
+	case tooladapter.KindResult:
 		cl := c.active[f.RequestID]
 		if cl == nil || !cl.written {
 			if c.aborts.result(f.RequestID, f.IdempotencyKey, f.Operation, now) {
 				return nil // late result of an aborted request: dropped
 			}
-			return protocol.Retryable(CodeResponseMismatch, "result does not match a request in flight")
+			return protocol.Retryable(tooladapter.CodeResponseMismatch, "result does not match a request in flight")
 		}
 		if cl.key != f.IdempotencyKey || cl.op != f.Operation {
-			return protocol.Retryable(CodeResponseMismatch, "result does not match its request's idempotency key or operation")
+			return protocol.Retryable(tooladapter.CodeResponseMismatch, "result does not match its request's idempotency key or operation")
 		}
 		if f.OK {
 			c.finish(cl, now, f.Data, nil, outCompleted, true)
@@ -414,15 +361,15 @@ func (c *Conn) dispatch(f *Frame) *protocol.Error {
 		c.finish(cl, now, nil, adapterError(f.Error), outFailed, true)
 		return nil
 	}
-	return protocol.Retryable(CodeProtocolInvalid, "unexpected frame")
+	return protocol.Retryable(tooladapter.CodeProtocolInvalid, "unexpected frame")
 }
 
 // adapterError turns an adapter's error body into the caller's error: the code passes if it is
 // a well-formed code, the message never does.
-func adapterError(b *ErrorBody) *protocol.Error {
+func adapterError(b *tooladapter.ErrorBody) *protocol.Error {
 	code := b.Code
-	if !validAdapterCode(code) {
-		code = CodeAdapterError
+	if !tooladapter.ValidAdapterCode(code) {
+		code = tooladapter.CodeAdapterError
 	}
 	return (&protocol.Error{Code: code, Message: "host tool adapter request failed", Retryable: b.Retryable}).
 		With(detailOrigin, originAdapter)
@@ -486,7 +433,7 @@ func (c *Conn) write(batch net.Buffers) bool {
 	defer c.unlock()
 	c.writing = false
 	if err != nil {
-		c.fail(protocol.Retryable(CodeConnectionFailed, "cannot write to the tool adapter"))
+		c.fail(protocol.Retryable(tooladapter.CodeConnectionFailed, "cannot write to the tool adapter"))
 		return false
 	}
 	return true
@@ -504,7 +451,7 @@ func (c *Conn) writeDirect(cl *call) {
 	c.writing = false
 	switch {
 	case err != nil:
-		c.fail(protocol.Retryable(CodeConnectionFailed, "cannot write to the tool adapter"))
+		c.fail(protocol.Retryable(tooladapter.CodeConnectionFailed, "cannot write to the tool adapter"))
 		return
 	case n == 0:
 		if cl.state == callActive {
@@ -695,8 +642,8 @@ func (c *Conn) Start(ctx context.Context, op, key string, payload json.RawMessag
 // of a request says whether the adapter may have acted on it.
 func determinate(e *protocol.Error) *protocol.Error {
 	if e != nil {
-		if _, ok := e.Details[DetailIndeterminate]; !ok {
-			e = e.With(DetailIndeterminate, false)
+		if _, ok := e.Details[tooladapter.DetailIndeterminate]; !ok {
+			e = e.With(tooladapter.DetailIndeterminate, false)
 		}
 	}
 	return e
@@ -708,30 +655,30 @@ func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMess
 		return nil, e
 	}
 	if ctx.Err() != nil {
-		return nil, protocol.Retryable(CodeRequestAborted, "tool adapter request was aborted before admission")
+		return nil, protocol.Retryable(tooladapter.CodeRequestAborted, "tool adapter request was aborted before admission")
 	}
 	if !c.d.Grants(op) {
-		return nil, protocol.Errorf(CodeOperationDenied, "operation is not granted to this session").With(DetailField, "operation")
+		return nil, protocol.Errorf(tooladapter.CodeOperationDenied, "operation is not granted to this session").With(tooladapter.DetailField, "operation")
 	}
-	if !validWireID(key, MaxIdempotencyKeyLen) {
-		return nil, fieldError(CodeRequestInvalid, "idempotencyKey", "idempotencyKey must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxIdempotencyKeyLen)
+	if !tooladapter.ValidWireID(key, tooladapter.MaxIdempotencyKeyLen) {
+		return nil, fieldError(tooladapter.CodeRequestInvalid, "idempotencyKey", "idempotencyKey must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", tooladapter.MaxIdempotencyKeyLen)
 	}
-	p, e := payloadPath(op, payload)
+	p, e := tooladapter.PayloadPath(op, payload)
 	if e != nil {
 		return nil, e
 	}
 	if c.opts.Root != "" {
-		if e := ResolveUnder(c.opts.Root, p, op == OpWrite); e != nil {
+		if e := tooladapter.ResolveUnder(c.opts.Root, p, op == tooladapter.OpWrite); e != nil {
 			return nil, e
 		}
 	}
 	id := newRequestID()
-	frame, err := c.invokes.encodeWalked(id, key, op, payload) // payloadPath walked it
+	frame, err := c.invokes.EncodeWalked(id, key, op, payload) // PayloadPath walked it
 	if err != nil {
-		return nil, protocol.Errorf(CodeRequestInvalid, "invoke frame is not serializable")
+		return nil, protocol.Errorf(tooladapter.CodeRequestInvalid, "invoke frame is not serializable")
 	}
 	if len(frame) > c.maxReq {
-		return nil, protocol.Errorf(CodeRequestTooLarge, "invoke frame of %d bytes exceeds maxRequestBytes %d", len(frame), c.maxReq)
+		return nil, protocol.Errorf(tooladapter.CodeRequestTooLarge, "invoke frame of %d bytes exceeds maxRequestBytes %d", len(frame), c.maxReq)
 	}
 	return &call{id: id, key: key, op: op, frame: frame}, nil
 }
@@ -742,7 +689,7 @@ func (c *Conn) closedError() *protocol.Error {
 	if c.state == stateOpen {
 		return nil
 	}
-	e := protocol.Errorf(CodeSessionClosed, "tool adapter session is closed")
+	e := protocol.Errorf(tooladapter.CodeSessionClosed, "tool adapter session is closed")
 	if c.failure != nil {
 		e = e.With(detailCause, c.failure.Code)
 	}
@@ -757,27 +704,27 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != stateOpen {
-		e := protocol.Errorf(CodeSessionClosed, "tool adapter session is closed")
+		e := protocol.Errorf(tooladapter.CodeSessionClosed, "tool adapter session is closed")
 		if c.failure != nil {
 			e = e.With(detailCause, c.failure.Code)
 		}
 		return false, e
 	}
 	if c.keys[cl.key] {
-		return false, protocol.Retryable(CodeRequestInvalid, "a request with this idempotency key is already in flight").
-			With(DetailField, "idempotencyKey").With(DetailReason, "duplicate_idempotency_key")
+		return false, protocol.Retryable(tooladapter.CodeRequestInvalid, "a request with this idempotency key is already in flight").
+			With(tooladapter.DetailField, "idempotencyKey").With(tooladapter.DetailReason, "duplicate_idempotency_key")
 	}
 	l := c.d.Limits
 	if int64(len(c.active)) >= l.MaxConcurrentRequests && int64(len(c.queue)) >= l.MaxQueuedRequests {
 		c.tel.rejected(cl.op)
-		return false, protocol.Retryable(CodeQueueCapacity, "tool adapter request queue is full").
-			With(DetailRetryAfterMs, RetryAfter(l.RequestTimeoutMs))
+		return false, protocol.Retryable(tooladapter.CodeQueueCapacity, "tool adapter request queue is full").
+			With(tooladapter.DetailRetryAfterMs, RetryAfter(l.RequestTimeoutMs))
 	}
 	now := time.Now()
 	cl.admitted = now
 	c.clock.Push(&cl.live, cl, now)
 	if ctx.Done() != nil {
-		cl.stopCtx = context.AfterFunc(ctx, func() { c.expire(cl, CodeRequestAborted) })
+		cl.stopCtx = context.AfterFunc(ctx, func() { c.expire(cl, tooladapter.CodeRequestAborted) })
 	}
 	c.keys[cl.key] = true
 	c.tel.accepted(cl.op)
@@ -812,7 +759,7 @@ func (c *Conn) expireLocked(cl *call, code string, now time.Time) {
 		return
 	}
 	out, msg := outTimedOut, "tool adapter request timed out"
-	if code == CodeRequestAborted {
+	if code == tooladapter.CodeRequestAborted {
 		out, msg = outCancelled, "tool adapter request was aborted"
 	}
 	if cl.state == callQueued || !cl.written {
@@ -821,11 +768,11 @@ func (c *Conn) expireLocked(cl *call, code string, now time.Time) {
 	}
 	abortID := newRequestID()
 	if !c.aborts.add(cl.id, abortEntry{abortID: abortID, key: cl.key, op: cl.op}, now) {
-		c.fail(protocol.Retryable(CodeAbortCapacity, "tool adapter abort memory is full"))
+		c.fail(protocol.Retryable(tooladapter.CodeAbortCapacity, "tool adapter abort memory is full"))
 		return
 	}
-	frame, err := marshalFrame(&Frame{Kind: KindAbort, Identity: c.id, RequestID: abortID, TargetRequestID: cl.id})
-	if err == nil {
+	frame, fe := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindAbort, Identity: c.id, RequestID: abortID, TargetRequestID: cl.id}, 0)
+	if fe == nil {
 		c.control = append(c.control, frame)
 		c.cond.Signal()
 	}
@@ -838,7 +785,7 @@ func (c *Conn) tick() {
 	c.mu.Lock()
 	defer c.unlock()
 	now := time.Now()
-	c.clock.Expire(now, func(cl *call) { c.expireLocked(cl, CodeRequestTimeout, now) })
+	c.clock.Expire(now, func(cl *call) { c.expireLocked(cl, tooladapter.CodeRequestTimeout, now) })
 }
 
 // Close revokes the capability: pending requests fail adapter_session_closed (indeterminate if
@@ -853,9 +800,9 @@ func (c *Conn) Close() {
 		wait := false
 		if c.state == stateOpen {
 			c.state = stateClosing
-			c.failPending(CodeSessionClosed, "tool adapter session is closed", false)
+			c.failPending(tooladapter.CodeSessionClosed, "tool adapter session is closed", false)
 			c.clock.Stop() // no call is live any more
-			if frame, err := marshalFrame(&Frame{Kind: KindRevoke, Identity: c.id}); err == nil {
+			if frame, fe := tooladapter.EncodeFrame(&tooladapter.Frame{Kind: tooladapter.KindRevoke, Identity: c.id}, 0); fe == nil {
 				c.control = append(c.control, frame)
 				c.revoke = true
 				wait = true
@@ -900,10 +847,10 @@ func (c *Conn) Telemetry() QueueSnapshot {
 }
 
 // Summary returns the secret-free policy summary of the bound descriptor.
-func (c *Conn) Summary() Summary { return c.d.Summary() }
+func (c *Conn) Summary() tooladapter.Summary { return c.d.Summary() }
 
 // Incarnation returns the host, session and generation this connection is bound to.
-func (c *Conn) Incarnation() Binding { return c.d.Incarnation() }
+func (c *Conn) Incarnation() tooladapter.Binding { return c.d.Incarnation() }
 
 // IdempotencyKey returns the idempotency key of one tool call:
 // "tool-" + hex(sha256(operation + "\x00" + toolCallID)). A retry of the same call gets the

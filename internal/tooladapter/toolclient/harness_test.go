@@ -1,4 +1,4 @@
-package tooladapter
+package toolclient
 
 import (
 	"bytes"
@@ -17,7 +17,11 @@ import (
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
+
+// The descriptor fixtures are the wire package's (tooladapter's fixtures_test.go), so that both
+// packages' tests speak of one binding.
 
 // testHandle is the capability handle of every test descriptor; tests scan errors and logs for it.
 const testHandle = "cap_TEST-handle_0123456789abcdefghijklmnopqrstuvwxyz"
@@ -65,7 +69,7 @@ func descriptorMap(sock string) map[string]any {
 	}
 }
 
-var testBinding = Binding{HostInstanceID: "host-019f", SessionID: "agent-a", Generation: 2}
+var testBinding = tooladapter.Binding{HostInstanceID: "host-019f", SessionID: "agent-a", Generation: 2}
 
 func mustJSON(t testing.TB, v any) json.RawMessage {
 	t.Helper()
@@ -76,11 +80,11 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 	return b
 }
 
-func mustDescriptor(t testing.TB, m map[string]any) *Descriptor {
+func mustDescriptor(t testing.TB, m map[string]any) *tooladapter.Descriptor {
 	t.Helper()
 	b := m["binding"].(map[string]any)
-	want := Binding{HostInstanceID: b["hostInstanceId"].(string), SessionID: b["sessionId"].(string), Generation: int64(b["generation"].(int))}
-	d, e := ParseDescriptor(mustJSON(t, m), want)
+	want := tooladapter.Binding{HostInstanceID: b["hostInstanceId"].(string), SessionID: b["sessionId"].(string), Generation: int64(b["generation"].(int))}
+	d, e := tooladapter.ParseDescriptor(mustJSON(t, m), want)
 	if e != nil {
 		t.Fatalf("ParseDescriptor: %v", e)
 	}
@@ -89,7 +93,7 @@ func mustDescriptor(t testing.TB, m map[string]any) *Descriptor {
 
 // hook scripts the adapter: it sees every frame the daemon sends on one connection. Returning
 // without sending anything leaves the frame unanswered.
-type hook func(ac *adapterConn, f *Frame)
+type hook func(ac *adapterConn, f *tooladapter.Frame)
 
 // adapter is a scripted tool adapter on a real Unix socket.
 type adapter struct {
@@ -111,9 +115,9 @@ type adapterConn struct {
 	wmu sync.Mutex
 
 	mu     sync.Mutex
-	frames []*Frame
-	bind   *Frame
-	seen   chan *Frame // every frame, for tests that wait on one
+	frames []*tooladapter.Frame
+	bind   *tooladapter.Frame
+	seen   chan *tooladapter.Frame // every frame, for tests that wait on one
 	closed chan struct{}
 }
 
@@ -145,7 +149,7 @@ func (a *adapter) serve() {
 		if err != nil {
 			return
 		}
-		ac := &adapterConn{a: a, nc: nc, seen: make(chan *Frame, 1024), closed: make(chan struct{})}
+		ac := &adapterConn{a: a, nc: nc, seen: make(chan *tooladapter.Frame, 1024), closed: make(chan struct{})}
 		a.mu.Lock()
 		a.conns = append(a.conns, ac)
 		a.mu.Unlock()
@@ -177,17 +181,17 @@ func (ac *adapterConn) read() {
 		if err != nil {
 			return
 		}
-		f, e := DecodeFrame(line)
+		f, e := tooladapter.DecodeFrame(line)
 		if e != nil {
 			ac.a.t.Errorf("adapter: daemon sent an invalid frame: %v: %s", e, line)
 			return
 		}
-		if f.Kind != KindBind && bytes.Contains(line, []byte(testHandle)) {
+		if f.Kind != tooladapter.KindBind && bytes.Contains(line, []byte(testHandle)) {
 			ac.a.t.Errorf("adapter: daemon sent the handle in a %s frame", f.Kind)
 		}
 		ac.mu.Lock()
 		ac.frames = append(ac.frames, f)
-		if f.Kind == KindBind {
+		if f.Kind == tooladapter.KindBind {
 			ac.bind = f
 		}
 		ac.mu.Unlock()
@@ -206,8 +210,18 @@ func (ac *adapterConn) send(line string) {
 	_, _ = ac.nc.Write([]byte(line + "\n"))
 }
 
+// marshalFrame encodes f as the adapter's side sends it: validated, as a conforming adapter's
+// frames are. Tests that send a malformed frame write its line with send.
+func marshalFrame(f *tooladapter.Frame) ([]byte, error) {
+	b, e := tooladapter.EncodeFrame(f, 0)
+	if e != nil {
+		return nil, e
+	}
+	return b, nil
+}
+
 // sendFrame encodes f and writes it.
-func (ac *adapterConn) sendFrame(f *Frame) {
+func (ac *adapterConn) sendFrame(f *tooladapter.Frame) {
 	b, err := marshalFrame(f)
 	if err != nil {
 		ac.a.t.Errorf("adapter: %v", err)
@@ -219,10 +233,10 @@ func (ac *adapterConn) sendFrame(f *Frame) {
 }
 
 // received returns the frames of a kind received so far.
-func (ac *adapterConn) received(k Kind) []*Frame {
+func (ac *adapterConn) received(k tooladapter.Kind) []*tooladapter.Frame {
 	ac.mu.Lock()
 	defer ac.mu.Unlock()
-	var out []*Frame
+	var out []*tooladapter.Frame
 	for _, f := range ac.frames {
 		if f.Kind == k {
 			out = append(out, f)
@@ -232,7 +246,7 @@ func (ac *adapterConn) received(k Kind) []*Frame {
 }
 
 // waitFor blocks until a frame of kind k arrives and returns it.
-func (ac *adapterConn) waitFor(t testing.TB, k Kind) *Frame {
+func (ac *adapterConn) waitFor(t testing.TB, k tooladapter.Kind) *tooladapter.Frame {
 	t.Helper()
 	timer := time.NewTimer(testTimeout)
 	defer timer.Stop()
@@ -275,59 +289,59 @@ func (a *adapter) next(t testing.TB) *adapterConn {
 }
 
 // reply builds a frame of kind k answering f with f's identity.
-func reply(f *Frame, k Kind) *Frame {
-	return &Frame{Kind: k, Identity: f.Identity, RequestID: f.RequestID, IdempotencyKey: f.IdempotencyKey, Operation: f.Operation}
+func reply(f *tooladapter.Frame, k tooladapter.Kind) *tooladapter.Frame {
+	return &tooladapter.Frame{Kind: k, Identity: f.Identity, RequestID: f.RequestID, IdempotencyKey: f.IdempotencyKey, Operation: f.Operation}
 }
 
-func boundFor(f *Frame) *Frame {
-	return &Frame{Kind: KindBound, Identity: f.Identity, Operations: f.Operations, Limits: f.Limits}
+func boundFor(f *tooladapter.Frame) *tooladapter.Frame {
+	return &tooladapter.Frame{Kind: tooladapter.KindBound, Identity: f.Identity, Operations: f.Operations, Limits: f.Limits}
 }
 
 // resultData returns valid data for op; the fs.stat size carries n so callers can correlate.
 func resultData(op string, n int) json.RawMessage {
 	digest := strings.Repeat("ab", 32)
 	switch op {
-	case OpList:
+	case tooladapter.OpList:
 		return json.RawMessage(`{"entries":[{"name":"a.txt","type":"file","size":1}],"truncated":false}`)
-	case OpStat:
+	case tooladapter.OpStat:
 		return json.RawMessage(fmt.Sprintf(`{"type":"file","size":%d,"modifiedAt":"2026-01-02T03:04:05Z"}`, n))
-	case OpRead:
+	case tooladapter.OpRead:
 		return json.RawMessage(`{"content":"hello","bytesRead":5,"eof":true}`)
-	case OpSearch:
+	case tooladapter.OpSearch:
 		return json.RawMessage(`{"matches":[{"path":"src/a.go","line":1,"column":2,"text":"x"}],"truncated":false}`)
-	case OpWrite:
+	case tooladapter.OpWrite:
 		return json.RawMessage(`{"created":true,"bytesWritten":5,"digest":"` + digest + `"}`)
-	case OpEdit:
+	case tooladapter.OpEdit:
 		return json.RawMessage(`{"replacements":1,"digest":"` + digest + `"}`)
 	}
 	return nil
 }
 
 // ok answers an invoke successfully.
-func ok(f *Frame, data json.RawMessage) *Frame {
-	r := reply(f, KindResult)
+func ok(f *tooladapter.Frame, data json.RawMessage) *tooladapter.Frame {
+	r := reply(f, tooladapter.KindResult)
 	r.OK, r.Data = true, data
 	return r
 }
 
 // answerAll binds and answers every invoke at once; fs.stat of "n<k>" reports size k.
-func answerAll(ac *adapterConn, f *Frame) {
+func answerAll(ac *adapterConn, f *tooladapter.Frame) {
 	switch f.Kind {
-	case KindBind:
+	case tooladapter.KindBind:
 		ac.sendFrame(boundFor(f))
-	case KindInvoke:
+	case tooladapter.KindInvoke:
 		ac.sendFrame(ok(f, resultData(f.Operation, sizeOf(f))))
 	}
 }
 
 // bindOnly binds and leaves every invoke unanswered.
-func bindOnly(ac *adapterConn, f *Frame) {
-	if f.Kind == KindBind {
+func bindOnly(ac *adapterConn, f *tooladapter.Frame) {
+	if f.Kind == tooladapter.KindBind {
 		ac.sendFrame(boundFor(f))
 	}
 }
 
-func sizeOf(f *Frame) int {
+func sizeOf(f *tooladapter.Frame) int {
 	var p struct {
 		Path string `json:"path"`
 	}
@@ -369,7 +383,7 @@ func wantCode(t testing.TB, e *protocol.Error, code string) {
 
 func wantIndeterminate(t testing.TB, e *protocol.Error, want bool) {
 	t.Helper()
-	if got, _ := e.Details[DetailIndeterminate].(bool); got != want {
+	if got, _ := e.Details[tooladapter.DetailIndeterminate].(bool); got != want {
 		t.Fatalf("%s: indeterminate = %v, want %v", e.Code, got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package tooladapter
+package toolclient
 
 import "time"
 

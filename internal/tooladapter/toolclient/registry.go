@@ -1,4 +1,4 @@
-package tooladapter
+package toolclient
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // Registry holds a host's live adapter connections, at most one per (host, session,
@@ -22,23 +23,23 @@ func NewRegistry() *Registry {
 	return &Registry{conns: make(map[string]*Conn), pending: make(map[string]bool)}
 }
 
-func registryKey(b Binding) string {
+func registryKey(b tooladapter.Binding) string {
 	return b.HostInstanceID + "\x00" + b.SessionID + "\x00" + strconv.FormatInt(b.Generation, 10)
 }
 
 // Open connects and binds d and registers the connection. A live or connecting connection for
 // the same binding is adapter_session_conflict; a failed one is replaced. After Close, Open is
 // adapter_registry_closed.
-func (r *Registry) Open(ctx context.Context, d *Descriptor, opts Options) (*Conn, *protocol.Error) {
+func (r *Registry) Open(ctx context.Context, d *tooladapter.Descriptor, opts Options) (*Conn, *protocol.Error) {
 	key := registryKey(d.Incarnation())
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		return nil, protocol.Errorf(CodeRegistryClosed, "tool adapter registry is closed")
+		return nil, protocol.Errorf(tooladapter.CodeRegistryClosed, "tool adapter registry is closed")
 	}
 	if old := r.conns[key]; r.pending[key] || (old != nil && old.Err() == nil) {
 		r.mu.Unlock()
-		return nil, protocol.Errorf(CodeSessionConflict, "a tool adapter is already bound to this session generation")
+		return nil, protocol.Errorf(tooladapter.CodeSessionConflict, "a tool adapter is already bound to this session generation")
 	}
 	r.pending[key] = true
 	old := r.conns[key]
@@ -53,7 +54,7 @@ func (r *Registry) Open(ctx context.Context, d *Descriptor, opts Options) (*Conn
 	r.mu.Lock()
 	delete(r.pending, key)
 	if e == nil && r.closed {
-		e = protocol.Errorf(CodeRegistryClosed, "tool adapter registry is closed")
+		e = protocol.Errorf(tooladapter.CodeRegistryClosed, "tool adapter registry is closed")
 	} else if e == nil {
 		r.conns[key] = c
 		r.mu.Unlock()
@@ -69,7 +70,7 @@ func (r *Registry) Open(ctx context.Context, d *Descriptor, opts Options) (*Conn
 // Get returns the connection registered for b, or nil. A connection that has failed stays
 // registered until it is revoked or replaced, so that its telemetry stays visible and Invoke
 // reports adapter_session_closed with the failure in details.cause.
-func (r *Registry) Get(b Binding) *Conn {
+func (r *Registry) Get(b tooladapter.Binding) *Conn {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.conns[registryKey(b)]
@@ -77,7 +78,7 @@ func (r *Registry) Get(b Binding) *Conn {
 
 // Revoke closes and forgets the connection for b, if any (session close, generation
 // replacement, eviction).
-func (r *Registry) Revoke(b Binding) {
+func (r *Registry) Revoke(b tooladapter.Binding) {
 	key := registryKey(b)
 	r.mu.Lock()
 	c := r.conns[key]

@@ -1,4 +1,4 @@
-package tooladapter
+package toolclient
 
 import (
 	"bufio"
@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 	"net"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func percentile(d []time.Duration, p float64) float64 {
 // fastAdapter is a minimal adapter for benchmarks: it binds, then answers every invoke at
 // once with a fixed fs.stat result, pulling the ids out of the frame with a cheap scan, so that
 // the benchmark measures the client rather than the test harness's strict decoding.
-func fastAdapter(b *testing.B, d *Descriptor) {
+func fastAdapter(b *testing.B, d *tooladapter.Descriptor) {
 	ln, err := net.Listen("unix", d.Endpoint.Path)
 	if err != nil {
 		b.Fatal(err)
@@ -81,8 +82,8 @@ func fastAdapter(b *testing.B, d *Descriptor) {
 	if err := os.Chmod(d.Endpoint.Path, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	bound, _ := marshalFrame(d.boundFrame())
-	id, _ := json.Marshal(d.identity())
+	bound, _ := marshalFrame(d.BoundFrame())
+	id, _ := json.Marshal(d.Identity())
 	prefix := `{"protocolVersion":"1.0","kind":"result",` + string(id[1:len(id)-1])
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -155,7 +156,7 @@ func jsonMember(line []byte, key string) []byte {
 // their ratio), and the throughput of 64 concurrent callers on one connection.
 func BenchmarkInvoke(b *testing.B) {
 	m := descriptorMap(filepath.Join(shortRoot(b), "fast.sock"))
-	lim := limits(m)
+	lim := m["limits"].(map[string]any)
 	lim["maxConcurrentRequests"], lim["maxQueuedRequests"] = 64, 256
 	d := mustDescriptor(b, m)
 	fastAdapter(b, d)
@@ -165,7 +166,7 @@ func BenchmarkInvoke(b *testing.B) {
 	}
 	b.Cleanup(c.Close)
 	payload := statReq(1)
-	key := IdempotencyKey(OpStat, "bench")
+	key := IdempotencyKey(tooladapter.OpStat, "bench")
 	ctx := context.Background()
 
 	b.Run("roundtrip", func(b *testing.B) {
@@ -176,13 +177,13 @@ func BenchmarkInvoke(b *testing.B) {
 		}
 		defer nc.Close()
 		br := bufio.NewReader(nc)
-		frame, _ := marshalFrame(&Frame{Kind: KindInvoke, Identity: c.id, RequestID: newRequestID(), IdempotencyKey: key, Operation: OpStat, Payload: payload})
+		frame, _ := marshalFrame(&tooladapter.Frame{Kind: tooladapter.KindInvoke, Identity: c.id, RequestID: newRequestID(), IdempotencyKey: key, Operation: tooladapter.OpStat, Payload: payload})
 		inv := make([]time.Duration, 0, b.N)
 		ech := make([]time.Duration, 0, b.N)
 		b.ResetTimer()
 		for b.Loop() {
 			t0 := time.Now()
-			if _, e := c.Invoke(ctx, OpStat, key, payload); e != nil {
+			if _, e := c.Invoke(ctx, tooladapter.OpStat, key, payload); e != nil {
 				b.Fatal(e)
 			}
 			t1 := time.Now()
@@ -225,9 +226,9 @@ func BenchmarkInvoke(b *testing.B) {
 			start := time.Now()
 			for w := range callers {
 				wg.Go(func() {
-					k := IdempotencyKey(OpStat, fmt.Sprint("bench-", w))
+					k := IdempotencyKey(tooladapter.OpStat, fmt.Sprint("bench-", w))
 					for take() {
-						if _, e := c.Invoke(ctx, OpStat, k, payload); e != nil {
+						if _, e := c.Invoke(ctx, tooladapter.OpStat, k, payload); e != nil {
 							b.Error(e)
 							return
 						}

@@ -1,7 +1,8 @@
-package tooladapter
+package toolclient
 
 import (
 	"encoding/json"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,18 +13,18 @@ func TestAbortMemory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAbortMemory(2, time.Second)
 		now := func() time.Time { return time.Now() }
-		if !a.add("r1", abortEntry{abortID: "a1", key: "k1", op: OpRead}, now()) ||
-			!a.add("r2", abortEntry{abortID: "a2", key: "k2", op: OpStat}, now()) {
+		if !a.add("r1", abortEntry{abortID: "a1", key: "k1", op: tooladapter.OpRead}, now()) ||
+			!a.add("r2", abortEntry{abortID: "a2", key: "k2", op: tooladapter.OpStat}, now()) {
 			t.Fatal("add under capacity failed")
 		}
-		if a.add("r3", abortEntry{abortID: "a3", key: "k3", op: OpStat}, now()) {
+		if a.add("r3", abortEntry{abortID: "a3", key: "k3", op: tooladapter.OpStat}, now()) {
 			t.Fatal("add over capacity succeeded")
 		}
 		// Late answers must match key and operation, and count once.
-		if a.result("r1", "k2", OpRead, now()) || a.result("r1", "k1", OpStat, now()) || a.result("nope", "k1", OpRead, now()) {
+		if a.result("r1", "k2", tooladapter.OpRead, now()) || a.result("r1", "k1", tooladapter.OpStat, now()) || a.result("nope", "k1", tooladapter.OpRead, now()) {
 			t.Fatal("mismatched late result accepted")
 		}
-		if !a.result("r1", "k1", OpRead, now()) || a.result("r1", "k1", OpRead, now()) {
+		if !a.result("r1", "k1", tooladapter.OpRead, now()) || a.result("r1", "k1", tooladapter.OpRead, now()) {
 			t.Fatal("late result not accepted exactly once")
 		}
 		// Acknowledgements must name the abort's own id, once; then the entry is settled.
@@ -34,14 +35,14 @@ func TestAbortMemory(t *testing.T) {
 			t.Fatalf("settled entry kept: %d entries", a.len())
 		}
 		time.Sleep(999 * time.Millisecond)
-		if !a.add("r3", abortEntry{abortID: "a3", key: "k3", op: OpStat}, now()) {
+		if !a.add("r3", abortEntry{abortID: "a3", key: "k3", op: tooladapter.OpStat}, now()) {
 			t.Fatal("add with a free slot failed")
 		}
 		if a.add("r4", abortEntry{}, now()) {
 			t.Fatal("r2 expired early")
 		}
 		time.Sleep(time.Millisecond) // r2 is exactly one second old now
-		if a.result("r2", "k2", OpStat, now()) {
+		if a.result("r2", "k2", tooladapter.OpStat, now()) {
 			t.Fatal("expired entry answered")
 		}
 		if !a.add("r4", abortEntry{abortID: "a4"}, now()) {
@@ -52,24 +53,24 @@ func TestAbortMemory(t *testing.T) {
 
 func TestTelemetryTiming(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tel := newTelemetry(Limits{MaxConcurrentRequests: 1, MaxQueuedRequests: 1}, []string{OpRead, OpStat})
+		tel := newTelemetry(tooladapter.Limits{MaxConcurrentRequests: 1, MaxQueuedRequests: 1}, []string{tooladapter.OpRead, tooladapter.OpStat})
 		start := time.Now()
-		tel.accepted(OpRead)
-		tel.occupancy(time.Now(), map[string]int{OpRead: 1}, nil, 1, 0)
-		tel.activated(OpRead, 0)
-		tel.accepted(OpStat)
-		tel.occupancy(time.Now(), map[string]int{OpRead: 1}, map[string]int{OpStat: 1}, 1, 1)
-		tel.rejected(OpStat)
+		tel.accepted(tooladapter.OpRead)
+		tel.occupancy(time.Now(), map[string]int{tooladapter.OpRead: 1}, nil, 1, 0)
+		tel.activated(tooladapter.OpRead, 0)
+		tel.accepted(tooladapter.OpStat)
+		tel.occupancy(time.Now(), map[string]int{tooladapter.OpRead: 1}, map[string]int{tooladapter.OpStat: 1}, 1, 1)
+		tel.rejected(tooladapter.OpStat)
 		time.Sleep(250 * time.Millisecond)
 		mid := tel.snapshot(time.Now())
 		if !mid.Saturation.Active || mid.Saturation.Count != 1 || mid.Saturation.TotalMs != 250 || mid.Saturation.LongestMs != 250 {
 			t.Fatalf("running saturation = %+v", mid.Saturation)
 		}
-		tel.ended(OpRead, outCompleted, time.Since(start), true)
-		tel.activated(OpStat, 250*time.Millisecond)
-		tel.occupancy(time.Now(), map[string]int{OpStat: 1}, nil, 1, 0)
+		tel.ended(tooladapter.OpRead, outCompleted, time.Since(start), true)
+		tel.activated(tooladapter.OpStat, 250*time.Millisecond)
+		tel.occupancy(time.Now(), map[string]int{tooladapter.OpStat: 1}, nil, 1, 0)
 		time.Sleep(100 * time.Millisecond)
-		tel.ended(OpStat, outTimedOut, 350*time.Millisecond, false)
+		tel.ended(tooladapter.OpStat, outTimedOut, 350*time.Millisecond, false)
 		tel.occupancy(time.Now(), nil, nil, 0, 0)
 		s := tel.snapshot(time.Now())
 		want := Saturation{Active: false, Count: 1, TotalMs: 250, LongestMs: 250}
@@ -79,7 +80,7 @@ func TestTelemetryTiming(t *testing.T) {
 		if s.HighWater != (QueueCounts{1, 1}) || s.Occupancy != (QueueCounts{}) {
 			t.Fatalf("counts = %+v %+v", s.HighWater, s.Occupancy)
 		}
-		if s.AcceptedRequests != 2 || s.CompletedRequests != 1 || s.TimedOutRequests != 1 || s.RejectedRequests != 1 || s.LastRejectionReason != CodeQueueCapacity {
+		if s.AcceptedRequests != 2 || s.CompletedRequests != 1 || s.TimedOutRequests != 1 || s.RejectedRequests != 1 || s.LastRejectionReason != tooladapter.CodeQueueCapacity {
 			t.Fatalf("counters = %+v", s)
 		}
 		read, stat := s.Operations[0], s.Operations[1]
@@ -116,8 +117,8 @@ func TestRetryAfter(t *testing.T) {
 // TestTelemetryShape pins the wire names of the queue telemetry (facts §5.6), which the status
 // schema repeats.
 func TestTelemetryShape(t *testing.T) {
-	tel := newTelemetry(Limits{MaxConcurrentRequests: 4, MaxQueuedRequests: 16}, []string{OpRead})
-	tel.rejected(OpRead)
+	tel := newTelemetry(tooladapter.Limits{MaxConcurrentRequests: 4, MaxQueuedRequests: 16}, []string{tooladapter.OpRead})
+	tel.rejected(tooladapter.OpRead)
 	b, err := json.Marshal(tel.snapshot(time.Now()))
 	if err != nil {
 		t.Fatal(err)

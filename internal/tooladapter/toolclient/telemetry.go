@@ -1,6 +1,7 @@
-package tooladapter
+package toolclient
 
 import (
+	"github.com/airlockhq/airlock/internal/tooladapter"
 	"math"
 	"time"
 )
@@ -105,7 +106,7 @@ type telemetry struct {
 	satCur   bool
 }
 
-func newTelemetry(l Limits, ops []string) *telemetry {
+func newTelemetry(l tooladapter.Limits, ops []string) *telemetry {
 	t := &telemetry{ops: make(map[string]*OperationSnapshot, len(ops))}
 	t.snap.Capacity = QueueCapacity{l.MaxConcurrentRequests, l.MaxQueuedRequests}
 	t.snap.Operations = make([]OperationSnapshot, len(ops))
@@ -118,7 +119,7 @@ func newTelemetry(l Limits, ops []string) *telemetry {
 
 func (t *telemetry) rejected(op string) {
 	t.snap.RejectedRequests++
-	t.snap.LastRejectionReason = CodeQueueCapacity
+	t.snap.LastRejectionReason = tooladapter.CodeQueueCapacity
 	if o := t.ops[op]; o != nil {
 		o.RejectedRequests++
 	}
