@@ -7,6 +7,11 @@
 // goroutine while the adapter works; Conn.Close revokes. Registry keeps one Conn per (host,
 // session, generation). Telemetry reports content-free queue counts and timings.
 //
+// The files: conn.go the connection and its lifecycle (connect, bind, close), read.go what
+// arrives from the adapter, write.go what goes to it, invoke.go admission and the ends of a
+// request, abort.go the memory of aborted requests, registry.go the live connections,
+// telemetry.go the queue telemetry.
+//
 // # Secrets
 //
 // The handle travels only in the bind frame. Every inbound line is searched for it before it
