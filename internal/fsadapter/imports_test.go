@@ -17,6 +17,8 @@ func clientCode(pkg string) string {
 	switch {
 	case strings.HasPrefix(pkg, module+"/internal/tooladapter/"):
 		return "the daemon's side of the tool-adapter protocol (the wire is internal/tooladapter itself)"
+	case strings.HasPrefix(pkg, module+"/internal/capadapter/"):
+		return "the runtime of capability adapters"
 	case pkg == module+"/internal/client", pkg == module+"/internal/daemon", pkg == module+"/internal/session":
 		return "the daemon and its clients"
 	case strings.Contains(path.Base(pkg), "client"):
@@ -50,7 +52,7 @@ func TestServerImportsNoClient(t *testing.T) {
 	if !seen {
 		t.Errorf("the adapter server does not import the wire, internal/tooladapter: is the list right?\n%s", out)
 	}
-	for _, pkg := range []string{module + "/internal/tooladapter/toolclient", module + "/internal/client", module + "/internal/capadapter/capclient"} {
+	for _, pkg := range []string{module + "/internal/tooladapter/toolclient", module + "/internal/client", module + "/internal/capadapter/capclient", module + "/internal/daemon"} {
 		if clientCode(pkg) == "" {
 			t.Errorf("clientCode(%s) does not refuse it", pkg)
 		}

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 // Registration bounds.
@@ -33,7 +35,9 @@ type Registration struct {
 	Args    []string `json:"args"`
 }
 
-func invalidRegistration(detail string) *Error { return newError(CodeInvalidRegistration, detail) }
+func invalidRegistration(detail string) *capadapter.Error {
+	return newError(capadapter.CodeInvalidRegistration, detail)
+}
 
 // NormalizeRegistration checks r against the registration bounds and resolves its command:
 // an absolute path must name an executable regular file; a bare name is looked up in this

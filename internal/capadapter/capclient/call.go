@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 // maxQueuedCalls bounds the calls admitted to one child behind the one in flight. A queued call
@@ -34,33 +36,33 @@ type call struct {
 	frame   []byte
 	screen  bool // a result must pass screenResult (observe and invoke)
 	ctx     context.Context
-	done    func(Response, *Error)
+	done    func(capadapter.Response, *capadapter.Error)
 	stopCtx func() bool // unregisters the cancellation by ctx
 
 	state    callState
 	deadline time.Time
-	resp     Response
-	err      *Error
+	resp     capadapter.Response
+	err      *capadapter.Error
 	next     *call // in Client's list of ended calls
 }
 
 // Call sends one request and returns the adapter's response: a result, or an error code of
-// the closed set (which leaves the child running). Any other outcome is an *Error and the
+// the closed set (which leaves the child running). Any other outcome is an *capadapter.Error and the
 // child has been killed. Calls to one child run one at a time, in the order they were made.
 // The call's deadline, which starts when its request is written, is the Client's call timeout
 // or ctx's, whichever comes first; a missed deadline is timeout, a cancelled ctx unavailable,
 // and both kill the child, since its late answer could otherwise pair with the next request.
 // A call cancelled while it still waits for its turn fails without harm to the child.
-func (c *Client) Call(ctx context.Context, req Request) (Response, error) {
+func (c *Client) Call(ctx context.Context, req capadapter.Request) (capadapter.Response, error) {
 	type outcome struct {
-		resp Response
-		err  *Error
+		resp capadapter.Response
+		err  *capadapter.Error
 	}
 	ch := make(chan outcome, 1)
-	c.start(ctx, req, false, func(resp Response, e *Error) { ch <- outcome{resp, e} })
+	c.start(ctx, req, false, func(resp capadapter.Response, e *capadapter.Error) { ch <- outcome{resp, e} })
 	o := <-ch
 	if o.err != nil {
-		return Response{}, o.err
+		return capadapter.Response{}, o.err
 	}
 	return o.resp, nil
 }
@@ -90,21 +92,21 @@ func (c *Client) Invoke(ctx context.Context, id, action string, args json.RawMes
 // StartObserve writes the request itself when no other call is in flight, with one
 // non-blocking write; it never waits for the pipe.
 func (c *Client) StartObserve(ctx context.Context, id string, done func(json.RawMessage, error)) {
-	c.startResult(ctx, Request{Method: MethodObserve, CapabilityID: id}, done)
+	c.startResult(ctx, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}, done)
 }
 
 // StartInvoke is Invoke without the wait, as StartObserve is Observe without it.
 func (c *Client) StartInvoke(ctx context.Context, id, action string, args json.RawMessage, done func(json.RawMessage, error)) {
-	c.startResult(ctx, Request{Method: MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
+	c.startResult(ctx, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
 }
 
-func (c *Client) startResult(ctx context.Context, req Request, done func(json.RawMessage, error)) {
-	c.start(ctx, req, true, func(resp Response, e *Error) { // the reader has screened a result
+func (c *Client) startResult(ctx context.Context, req capadapter.Request, done func(json.RawMessage, error)) {
+	c.start(ctx, req, true, func(resp capadapter.Response, e *capadapter.Error) { // the reader has screened a result
 		switch {
 		case e != nil:
 			done(nil, e)
 		case resp.ErrorCode != "":
-			done(nil, &Error{Code: resp.ErrorCode, FromAdapter: true, Detail: req.Method + " failed"})
+			done(nil, &capadapter.Error{Code: resp.ErrorCode, FromAdapter: true, Detail: req.Method + " failed"})
 		default:
 			// The frame was this call's own copy (see answer), so the result needs no copy.
 			done(resp.Result, nil)
@@ -127,15 +129,15 @@ func await(start func(done func(json.RawMessage, error))) (json.RawMessage, erro
 // start admits one request, or refuses it by running done at once. An admitted call becomes
 // active at once when no other is, and its request is written from here; otherwise it queues,
 // and the goroutine that ends the call ahead of it writes it.
-func (c *Client) start(ctx context.Context, req Request, screen bool, done func(Response, *Error)) {
+func (c *Client) start(ctx context.Context, req capadapter.Request, screen bool, done func(capadapter.Response, *capadapter.Error)) {
 	if ctx.Err() != nil {
-		done(Response{}, ctxError(ctx))
+		done(capadapter.Response{}, ctxError(ctx))
 		return
 	}
 	id := strconv.FormatUint(c.seq.Add(1), 10)
-	frame, err := encodeRequest(req, id)
+	frame, err := capadapter.EncodeRequest(req, id)
 	if err != nil {
-		done(Response{}, asError(err, CodeInvalidRequest))
+		done(capadapter.Response{}, asError(err, capadapter.CodeInvalidRequest))
 		return
 	}
 	cl := &call{id: id, frame: frame, screen: screen, ctx: ctx, done: done}
@@ -143,12 +145,12 @@ func (c *Client) start(ctx context.Context, req Request, screen bool, done func(
 	if c.failure != nil || c.stopping {
 		e := c.deadErrorLocked()
 		c.mu.Unlock()
-		done(Response{}, e)
+		done(capadapter.Response{}, e)
 		return
 	}
 	if c.active != nil && len(c.queue) >= maxQueuedCalls {
 		c.mu.Unlock()
-		done(Response{}, newError(CodeUnavailable, "the adapter already has "+strconv.Itoa(maxQueuedCalls)+" calls waiting"))
+		done(capadapter.Response{}, newError(capadapter.CodeUnavailable, "the adapter already has "+strconv.Itoa(maxQueuedCalls)+" calls waiting"))
 		return
 	}
 	if ctx.Done() != nil {
@@ -211,7 +213,7 @@ func (c *Client) release(frame []byte) {
 
 // endLocked ends cl with resp or e; its done runs at the next release. The caller has taken cl
 // off active or the queue. c.mu is held.
-func (c *Client) endLocked(cl *call, resp Response, e *Error) {
+func (c *Client) endLocked(cl *call, resp capadapter.Response, e *capadapter.Error) {
 	if cl.state == callDone {
 		return
 	}
@@ -227,16 +229,16 @@ func (c *Client) endLocked(cl *call, resp Response, e *Error) {
 
 // endAllLocked ends the active call with e and every queued call as the child's death
 // requires. c.mu is held.
-func (c *Client) endAllLocked(e *Error) {
+func (c *Client) endAllLocked(e *capadapter.Error) {
 	if cl := c.active; cl != nil {
 		c.active = nil
 		c.pending = nil
 		c.timer.Stop()
 		c.timerSet = false
-		c.endLocked(cl, Response{}, e)
+		c.endLocked(cl, capadapter.Response{}, e)
 	}
 	for _, cl := range c.queue {
-		c.endLocked(cl, Response{}, c.deadErrorLocked())
+		c.endLocked(cl, capadapter.Response{}, c.deadErrorLocked())
 	}
 	clear(c.queue)
 	c.queue = c.queue[:0]
@@ -274,7 +276,7 @@ func (c *Client) write(frame []byte, mayBlock bool) {
 		}
 		c.mu.Lock()
 		if err != nil {
-			c.failLocked(newError(CodeUnavailable, "writing the request to the adapter failed"))
+			c.failLocked(newError(capadapter.CodeUnavailable, "writing the request to the adapter failed"))
 		}
 		frame, c.pending = c.pending, nil
 		if frame == nil {
@@ -308,7 +310,7 @@ func (c *Client) expire() {
 		if time.Now().Before(cl.deadline) {
 			c.armLocked(cl.deadline)
 		} else {
-			c.failLocked(newError(CodeTimeout, "the adapter did not answer before the deadline"))
+			c.failLocked(newError(capadapter.CodeTimeout, "the adapter did not answer before the deadline"))
 		}
 	}
 	c.release(nil)
@@ -321,30 +323,30 @@ func (c *Client) cancelCall(cl *call) {
 	switch cl.state {
 	case callQueued:
 		c.queue = slices.DeleteFunc(c.queue, func(x *call) bool { return x == cl })
-		c.endLocked(cl, Response{}, ctxError(cl.ctx))
+		c.endLocked(cl, capadapter.Response{}, ctxError(cl.ctx))
 	case callActive:
 		c.failLocked(ctxError(cl.ctx))
 	}
 	c.release(nil)
 }
 
-func ctxError(ctx context.Context) *Error {
+func ctxError(ctx context.Context) *capadapter.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return newError(CodeTimeout, "the adapter did not answer before the deadline")
+		return newError(capadapter.CodeTimeout, "the adapter did not answer before the deadline")
 	}
-	return newError(CodeUnavailable, "the call was cancelled")
+	return newError(capadapter.CodeUnavailable, "the call was cancelled")
 }
 
-func (c *Client) deadErrorLocked() *Error {
+func (c *Client) deadErrorLocked() *capadapter.Error {
 	if c.failure != nil {
-		return newError(CodeUnavailable, "the adapter process is gone (it failed with "+c.failure.Code+")")
+		return newError(capadapter.CodeUnavailable, "the adapter process is gone (it failed with "+c.failure.Code+")")
 	}
-	return newError(CodeUnavailable, "the adapter process is stopping")
+	return newError(capadapter.CodeUnavailable, "the adapter process is stopping")
 }
 
 // fail records e as the failure, unless one is recorded, kills the process group and ends
 // the calls (see failLocked).
-func (c *Client) fail(e *Error) {
+func (c *Client) fail(e *capadapter.Error) {
 	c.mu.Lock()
 	c.failLocked(e)
 	c.release(nil)
@@ -353,7 +355,7 @@ func (c *Client) fail(e *Error) {
 // failLocked records e as the failure, unless one is recorded, kills the process group, closes
 // stdin, and ends the active call with e and the queued ones with unavailable; their done
 // functions run at the next release. c.mu is held.
-func (c *Client) failLocked(e *Error) {
+func (c *Client) failLocked(e *capadapter.Error) {
 	if c.failure == nil {
 		c.failure = e
 	}
@@ -367,13 +369,13 @@ func (c *Client) failLocked(e *Error) {
 // the child.
 func (c *Client) readStdout() {
 	defer close(c.stdoutDone)
-	fr := newFrameReader(c.stdout)
+	fr := capadapter.NewFrameReader(c.stdout)
 	for {
-		line, err := fr.next()
+		line, err := fr.Next()
 		if err != nil {
-			e := asError(err, CodeUnavailable)
+			e := asError(err, capadapter.CodeUnavailable)
 			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
-				e = newError(CodeUnavailable, "the adapter closed its stdout")
+				e = newError(capadapter.CodeUnavailable, "the adapter closed its stdout")
 			}
 			c.mu.Lock()
 			if !c.stopping || c.active != nil {
@@ -387,7 +389,7 @@ func (c *Client) readStdout() {
 		cl := c.active
 		if cl == nil {
 			if c.failure == nil {
-				c.failLocked(newError(CodeMalformedResponse, "the adapter sent a frame no request was waiting for"))
+				c.failLocked(newError(capadapter.CodeMalformedResponse, "the adapter sent a frame no request was waiting for"))
 			}
 			c.release(nil)
 			continue
@@ -402,9 +404,9 @@ func (c *Client) readStdout() {
 // checked, so that no later request is written before the child is known to be sound. A frame
 // that fails either check kills the child before the call learns why.
 func (c *Client) answer(cl *call, frame []byte) {
-	resp, err := DecodeResponse(frame, cl.id)
+	resp, err := capadapter.DecodeResponse(frame, cl.id)
 	if err == nil && cl.screen && resp.ErrorCode == "" {
-		err = screenResult(resp.Result, false) // DecodeResponse has checked the JSON whole
+		err = capadapter.ScreenResult(resp.Result, false) // capadapter.DecodeResponse has checked the JSON whole
 	}
 	c.mu.Lock()
 	if c.active != cl { // the deadline, ctx or a failure ended it meanwhile
@@ -412,7 +414,7 @@ func (c *Client) answer(cl *call, frame []byte) {
 		return
 	}
 	if err != nil {
-		c.failLocked(asError(err, CodeMalformedResponse))
+		c.failLocked(asError(err, capadapter.CodeMalformedResponse))
 		c.release(nil)
 		return
 	}

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 // Restart policy defaults.
@@ -102,11 +104,11 @@ func (b *backoff) reset() { b.attempt = 0 }
 // instance is one running adapter child as the supervisor sees it; *Client is the real one.
 type instance interface {
 	PID() int
-	Descriptors() []Descriptor
+	Descriptors() []capadapter.Descriptor
 	canonical() [][]byte
 	Done() <-chan struct{}
 	Failure() error
-	startResult(ctx context.Context, req Request, done func(json.RawMessage, error)) // see Client.StartObserve
+	startResult(ctx context.Context, req capadapter.Request, done func(json.RawMessage, error)) // see Client.StartObserve
 	Close(ctx context.Context) error
 }
 
@@ -141,7 +143,7 @@ type AdapterStatus struct {
 type adapter struct {
 	reg    Registration
 	log    *logRing
-	descs  []Descriptor
+	descs  []capadapter.Descriptor
 	canon  [][]byte
 	ctx    context.Context // cancelled to stop the monitor
 	cancel context.CancelFunc
@@ -230,22 +232,22 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 	s.mu.Unlock()
 	switch {
 	case closed:
-		return Registration{}, newError(CodeUnavailable, "the supervisor is closed")
+		return Registration{}, newError(capadapter.CodeUnavailable, "the supervisor is closed")
 	case full:
-		return Registration{}, newError(CodeTooManyAdapters, fmt.Sprintf("the supervisor already runs %d adapters", MaxAdapters))
+		return Registration{}, newError(capadapter.CodeTooManyAdapters, fmt.Sprintf("the supervisor already runs %d adapters", MaxAdapters))
 	}
 
 	log := newLogRing()
 	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	inst, err := s.spawn(sctx, norm, log)
 	cancel()
-	var descs []Descriptor
+	var descs []capadapter.Descriptor
 	if err == nil {
 		descs = inst.Descriptors()
 		s.mu.Lock()
 		for _, d := range descs {
 			if owner := s.owners[d.CapabilityID]; owner != nil && owner.reg.Name != norm.Name {
-				err = newError(CodeCapabilityConflict, fmt.Sprintf("capability %q belongs to adapter %q", d.CapabilityID, owner.reg.Name))
+				err = newError(capadapter.CodeCapabilityConflict, fmt.Sprintf("capability %q belongs to adapter %q", d.CapabilityID, owner.reg.Name))
 				break
 			}
 		}
@@ -276,7 +278,7 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 		a.descs, a.canon = descs, inst.canonical()
 		a.state, a.inst, a.pid = StateReady, inst, inst.PID()
 	} else {
-		a.lastFailure = CodeOf(err)
+		a.lastFailure = capadapter.CodeOf(err)
 		log.note("start failed (" + a.lastFailure + "); retrying with backoff")
 	}
 	s.mu.Lock()
@@ -312,7 +314,7 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	a := s.adapters[name]
 	if a == nil {
 		s.mu.Unlock()
-		return newError(CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
+		return newError(capadapter.CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
 	}
 	delete(s.adapters, name)
 	for _, d := range a.descs {
@@ -330,7 +332,7 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 // unavailable. The daemon calls it at shutdown; registrations stay persisted by the caller.
 // ctx bounds the graceful part of each stop (see Client.Close); a child still not reaped when
 // its stop gives up (one stuck in the kernel even after SIGKILL) makes Close return a timeout
-// *Error naming the adapters concerned, after every stop has ended.
+// *capadapter.Error naming the adapters concerned, after every stop has ended.
 func (s *Supervisor) Close(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -359,7 +361,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		return nil
 	}
 	sort.Strings(unreaped)
-	return newError(CodeTimeout, fmt.Sprintf("the children of adapters %q were not reaped in time", unreaped))
+	return newError(capadapter.CodeTimeout, fmt.Sprintf("the children of adapters %q were not reaped in time", unreaped))
 }
 
 // stopAdapter stops a's monitor, then stops and reaps its child. It reports whether the
@@ -400,9 +402,9 @@ func (s *Supervisor) monitor(a *adapter, inst instance) {
 			case <-a.ctx.Done():
 				return
 			}
-			code := CodeOf(inst.Failure())
+			code := capadapter.CodeOf(inst.Failure())
 			if code == "" {
-				code = CodeUnavailable
+				code = capadapter.CodeUnavailable
 			}
 			if time.Since(started) >= s.opts.HealthyAfter {
 				bo.reset()
@@ -446,15 +448,15 @@ func (s *Supervisor) monitor(a *adapter, inst instance) {
 				return
 			}
 			s.mu.Lock()
-			a.lastFailure, a.state = CodeOf(err), StateBackoff
+			a.lastFailure, a.state = capadapter.CodeOf(err), StateBackoff
 			s.mu.Unlock()
-			a.log.note("restart failed (" + CodeOf(err) + ")")
+			a.log.note("restart failed (" + capadapter.CodeOf(err) + ")")
 		}
 	}
 }
 
 // errStopped tells monitor that its adapter was stopped while a child started.
-var errStopped = newError(CodeUnavailable, "the adapter was stopped")
+var errStopped = newError(capadapter.CodeUnavailable, "the adapter was stopped")
 
 // adopt installs a restarted child as a's serving instance. Its descriptors must be exactly
 // those a registered with; a restored registration that never started adopts them, if no
@@ -470,7 +472,7 @@ func (s *Supervisor) adopt(a *adapter, next instance) error {
 		descs := next.Descriptors()
 		for _, d := range descs {
 			if owner := s.owners[d.CapabilityID]; owner != nil && owner != a {
-				return newError(CodeCapabilityConflict, fmt.Sprintf("capability %q belongs to adapter %q", d.CapabilityID, owner.reg.Name))
+				return newError(capadapter.CodeCapabilityConflict, fmt.Sprintf("capability %q belongs to adapter %q", d.CapabilityID, owner.reg.Name))
 			}
 		}
 		a.descs, a.canon = descs, canon
@@ -478,7 +480,7 @@ func (s *Supervisor) adopt(a *adapter, next instance) error {
 			s.owners[d.CapabilityID] = a
 		}
 	} else if !sameCanon(canon, a.canon) {
-		return newError(CodeDescriptorChanged, "the restarted adapter lists other descriptors than it registered with")
+		return newError(capadapter.CodeDescriptorChanged, "the restarted adapter lists other descriptors than it registered with")
 	}
 	a.inst, a.pid, a.state = next, next.PID(), StateReady
 	return nil
@@ -496,15 +498,15 @@ func sameCanon(a, b [][]byte) bool {
 
 // lookup returns the adapter owning capability id, its descriptor and its serving child (nil
 // while not ready).
-func (s *Supervisor) lookup(id string) (*adapter, Descriptor, instance, error) {
+func (s *Supervisor) lookup(id string) (*adapter, capadapter.Descriptor, instance, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, Descriptor{}, nil, newError(CodeUnavailable, "the supervisor is closed")
+		return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnavailable, "the supervisor is closed")
 	}
 	a := s.owners[id]
 	if a == nil {
-		return nil, Descriptor{}, nil, newError(CodeUnknownCapability, "no adapter serves this capability")
+		return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnknownCapability, "no adapter serves this capability")
 	}
 	for _, d := range a.descs {
 		if d.CapabilityID == id {
@@ -515,11 +517,11 @@ func (s *Supervisor) lookup(id string) (*adapter, Descriptor, instance, error) {
 			return a, d, inst, nil
 		}
 	}
-	return nil, Descriptor{}, nil, newError(CodeUnknownCapability, "no adapter serves this capability")
+	return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnknownCapability, "no adapter serves this capability")
 }
 
-func unavailableAdapter(a *adapter) *Error {
-	return newError(CodeUnavailable, fmt.Sprintf("adapter %q is not ready", a.reg.Name))
+func unavailableAdapter(a *adapter) *capadapter.Error {
+	return newError(capadapter.CodeUnavailable, fmt.Sprintf("adapter %q is not ready", a.reg.Name))
 }
 
 // List returns every capability in capability id order, with whether its adapter is ready.
@@ -545,7 +547,7 @@ func (s *Supervisor) List() []CapabilitySummary {
 
 // Describe returns the validated descriptor of capability id, whether or not its adapter is
 // ready (List tells which); unknown_capability when no adapter serves it.
-func (s *Supervisor) Describe(id string) (Descriptor, error) {
+func (s *Supervisor) Describe(id string) (capadapter.Descriptor, error) {
 	_, d, _, err := s.lookup(id)
 	return d, err
 }
@@ -567,17 +569,17 @@ func (s *Supervisor) StartObserve(ctx context.Context, id string, done func(json
 	case err != nil:
 		done(nil, err)
 	case !d.Observe:
-		done(nil, newError(CodeUnsupportedMethod, "this capability does not observe"))
+		done(nil, newError(capadapter.CodeUnsupportedMethod, "this capability does not observe"))
 	case inst == nil:
 		done(nil, unavailableAdapter(a))
 	default:
-		inst.startResult(ctx, Request{Method: MethodObserve, CapabilityID: id}, done)
+		inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}, done)
 	}
 }
 
 // Invoke runs action on capability id with args. Before the child is called, the action must
 // be declared (else unsupported_action) and args must satisfy its input (else too_large or
-// invalid_args, see ValidateArgs).
+// invalid_args, see capadapter.ValidateArgs).
 func (s *Supervisor) Invoke(ctx context.Context, id, action string, args json.RawMessage) (json.RawMessage, error) {
 	return await(func(done func(json.RawMessage, error)) { s.StartInvoke(ctx, id, action, args, done) })
 }
@@ -591,10 +593,10 @@ func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args js
 	}
 	act, ok := d.Action(action)
 	if !ok {
-		done(nil, newError(CodeUnsupportedAction, "the capability declares no such action"))
+		done(nil, newError(capadapter.CodeUnsupportedAction, "the capability declares no such action"))
 		return
 	}
-	if err := ValidateArgs(act.Input, args); err != nil {
+	if err := capadapter.ValidateArgs(act.Input, args); err != nil {
 		done(nil, err)
 		return
 	}
@@ -602,7 +604,7 @@ func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args js
 		done(nil, unavailableAdapter(a))
 		return
 	}
-	inst.startResult(ctx, Request{Method: MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
+	inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
 }
 
 // Status returns every registration's state in name order.
@@ -646,7 +648,7 @@ func (s *Supervisor) Logs(name string) ([]string, error) {
 	}
 	s.mu.Unlock()
 	if ring == nil {
-		return nil, newError(CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
+		return nil, newError(capadapter.CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
 	}
 	return ring.snapshot(), nil
 }

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
@@ -82,17 +83,17 @@ func TestStartObserveTimeoutKillsChild(t *testing.T) {
 	ctx := context.Background()
 	c.StartObserve(ctx, "test_light", col.done())
 	c.StartInvoke(ctx, "test_light", "turn_on", json.RawMessage(`{"on":true}`), col.done())
-	wantCode(t, col.next().err, CodeTimeout)
-	wantCode(t, col.next().err, CodeUnavailable)
+	wantCode(t, col.next().err, capadapter.CodeTimeout)
+	wantCode(t, col.next().err, capadapter.CodeUnavailable)
 	waitDone(t, c)
-	wantCode(t, c.Failure(), CodeTimeout)
+	wantCode(t, c.Failure(), capadapter.CodeTimeout)
 	if !reaped(c.PID()) {
 		t.Fatalf("pid %d not reaped", c.PID())
 	}
 	c.StartObserve(ctx, "test_light", col.done()) // refused at once: done has run
 	select {
 	case o := <-col.ch:
-		wantCode(t, o.err, CodeUnavailable)
+		wantCode(t, o.err, capadapter.CodeUnavailable)
 	default:
 		t.Fatal("a call to a dead child was not refused at once")
 	}
@@ -114,7 +115,7 @@ func TestDeadlineOfALaterCall(t *testing.T) {
 	time.Sleep(timeout / 2)
 	start := time.Now()
 	c.StartObserve(ctx, "test_light", col.done())
-	wantCode(t, col.next().err, CodeTimeout)
+	wantCode(t, col.next().err, capadapter.CodeTimeout)
 	if waited := time.Since(start); waited < timeout-20*time.Millisecond {
 		t.Fatalf("the observe timed out after %v, before its own deadline", waited)
 	}
@@ -127,7 +128,7 @@ func TestStartObserveScreensResult(t *testing.T) {
 	c := startHelper(t, "url-result", ClientOptions{})
 	col := newCollector(t)
 	c.StartObserve(context.Background(), "test_light", col.done())
-	wantCode(t, col.next().err, CodeMalformedResponse)
+	wantCode(t, col.next().err, capadapter.CodeMalformedResponse)
 	waitDone(t, c)
 }
 
@@ -140,8 +141,8 @@ func TestStartObserveEndsOnClose(t *testing.T) {
 	c.StartObserve(context.Background(), "test_light", col.done())
 	start := time.Now()
 	c.Close(context.Background())
-	wantCode(t, col.next().err, CodeUnavailable)
-	wantCode(t, col.next().err, CodeUnavailable)
+	wantCode(t, col.next().err, capadapter.CodeUnavailable)
+	wantCode(t, col.next().err, capadapter.CodeUnavailable)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("Close with a pending call took %v", d)
 	}
@@ -159,14 +160,14 @@ func TestStartObserveCancel(t *testing.T) {
 	c.StartObserve(active, "test_light", col.done())
 	c.StartObserve(queued, "test_light", col.done())
 	cancelQueued()
-	wantCode(t, col.next().err, CodeUnavailable)
+	wantCode(t, col.next().err, capadapter.CodeUnavailable)
 	if c.Failure() != nil {
 		t.Fatalf("cancelling a queued call failed the child: %v", c.Failure())
 	}
 	cancelActive()
-	wantCode(t, col.next().err, CodeUnavailable)
+	wantCode(t, col.next().err, capadapter.CodeUnavailable)
 	waitDone(t, c)
-	wantCode(t, c.Failure(), CodeUnavailable)
+	wantCode(t, c.Failure(), capadapter.CodeUnavailable)
 }
 
 // The queue behind the active call is bounded: a call past it is refused at once.
@@ -186,7 +187,7 @@ func TestStartObserveQueueBound(t *testing.T) {
 	c.StartObserve(ctx, "test_light", col.done())
 	select {
 	case o := <-col.ch:
-		wantCode(t, o.err, CodeUnavailable)
+		wantCode(t, o.err, capadapter.CodeUnavailable)
 	default:
 		t.Fatal("a call past the queue bound was not refused at once")
 	}
@@ -195,7 +196,7 @@ func TestStartObserveQueueBound(t *testing.T) {
 	}
 	c.Close(ctx)
 	for range maxQueuedCalls + 1 {
-		wantCode(t, col.next().err, CodeUnavailable)
+		wantCode(t, col.next().err, capadapter.CodeUnavailable)
 	}
 }
 
@@ -263,7 +264,7 @@ func TestWriteFinishesOffTheCaller(t *testing.T) {
 	c.write(frame, false)
 	c.mu.Lock()
 	c.exited = true // no signal: there is no process group
-	c.failLocked(newError(CodeTimeout, "scripted"))
+	c.failLocked(newError(capadapter.CodeTimeout, "scripted"))
 	c.release(nil)
 	c.writers.Wait()
 	w.Close()

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
@@ -119,13 +121,13 @@ type Client struct {
 	pending  []byte  // the active call's frame, left for the owner of the write side
 	ended    *call   // calls that ended and whose done has not run yet, oldest first
 	lastEnd  *call
-	failure  *Error // why the child is dead or dying; nil while healthy
-	exited   bool   // the group was killed after the leader exited: never signal again
-	stopping bool   // Close began: EOF is expected, not a failure
+	failure  *capadapter.Error // why the child is dead or dying; nil while healthy
+	exited   bool              // the group was killed after the leader exited: never signal again
+	stopping bool              // Close began: EOF is expected, not a failure
 	stdinOff bool
 	state    *os.ProcessState
 
-	descs []Descriptor
+	descs []capadapter.Descriptor
 	canon [][]byte
 }
 
@@ -154,7 +156,7 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	errR, errW, err3 := pipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
 		closeAll()
-		return nil, newError(CodeUnavailable, "the adapter's pipes could not be created")
+		return nil, newError(capadapter.CodeUnavailable, "the adapter's pipes could not be created")
 	}
 	cmd := &exec.Cmd{
 		Path:        command,
@@ -167,7 +169,7 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		closeAll()
-		return nil, newError(CodeUnavailable, "adapter command could not be started")
+		return nil, newError(capadapter.CodeUnavailable, "adapter command could not be started")
 	}
 	// The child holds its ends now; closing ours makes EOF reach the readers when it exits.
 	inR.Close()
@@ -215,40 +217,40 @@ func Start(ctx context.Context, command string, args []string, opts ClientOption
 }
 
 // Handshake runs list and the describes (see Start) and records the descriptors.
-func (c *Client) Handshake(ctx context.Context) ([]Descriptor, error) {
+func (c *Client) Handshake(ctx context.Context) ([]capadapter.Descriptor, error) {
 	descs, canon, err := c.handshake(ctx)
 	if err != nil {
-		c.fail(asError(err, CodeUnavailable))
+		c.fail(asError(err, capadapter.CodeUnavailable))
 		return nil, err
 	}
 	c.mu.Lock()
 	c.descs, c.canon = descs, canon
 	c.mu.Unlock()
-	return append([]Descriptor(nil), descs...), nil
+	return append([]capadapter.Descriptor(nil), descs...), nil
 }
 
-func (c *Client) handshake(ctx context.Context) ([]Descriptor, [][]byte, error) {
-	resp, err := c.Call(ctx, Request{Method: MethodList})
+func (c *Client) handshake(ctx context.Context) ([]capadapter.Descriptor, [][]byte, error) {
+	resp, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodList})
 	if err != nil {
 		return nil, nil, err
 	}
 	if resp.ErrorCode != "" {
-		return nil, nil, &Error{Code: resp.ErrorCode, FromAdapter: true, Detail: "list failed"}
+		return nil, nil, &capadapter.Error{Code: resp.ErrorCode, FromAdapter: true, Detail: "list failed"}
 	}
-	if unsafePayload(resp.Result) {
+	if capadapter.UnsafePayload(resp.Result) {
 		return nil, nil, invalidDescriptor("list result carries a URL or a sensitive key")
 	}
 	var items []json.RawMessage
 	if err := jsonArray(resp.Result, &items); err != nil {
 		return nil, nil, invalidDescriptor("list result is not an array")
 	}
-	if len(items) == 0 || len(items) > MaxCapabilities {
-		return nil, nil, newError(CodeCapabilityCount, "an adapter must list 1 to 8 capabilities")
+	if len(items) == 0 || len(items) > capadapter.MaxCapabilities {
+		return nil, nil, newError(capadapter.CodeCapabilityCount, "an adapter must list 1 to 8 capabilities")
 	}
-	descs := make([]Descriptor, 0, len(items))
+	descs := make([]capadapter.Descriptor, 0, len(items))
 	canon := make([][]byte, 0, len(items))
 	for _, item := range items {
-		d, cb, err := ParseDescriptor(item)
+		d, cb, err := capadapter.ParseDescriptor(item)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -261,14 +263,14 @@ func (c *Client) handshake(ctx context.Context) ([]Descriptor, [][]byte, error) 
 		canon = append(canon, cb)
 	}
 	for i, d := range descs {
-		resp, err := c.Call(ctx, Request{Method: MethodDescribe, CapabilityID: d.CapabilityID})
+		resp, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID})
 		if err != nil {
 			return nil, nil, err
 		}
 		if resp.ErrorCode != "" {
-			return nil, nil, &Error{Code: resp.ErrorCode, FromAdapter: true, Detail: "describe failed"}
+			return nil, nil, &capadapter.Error{Code: resp.ErrorCode, FromAdapter: true, Detail: "describe failed"}
 		}
-		_, cb, err := ParseDescriptor(resp.Result)
+		_, cb, err := capadapter.ParseDescriptor(resp.Result)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -281,7 +283,7 @@ func (c *Client) handshake(ctx context.Context) ([]Descriptor, [][]byte, error) 
 
 // jsonArray decodes a strict JSON array of raw values.
 func jsonArray(data []byte, items *[]json.RawMessage) error {
-	if err := validStrict(data); err != nil {
+	if err := ndjson.Valid(data); err != nil {
 		return err
 	}
 	data = bytes.TrimSpace(data)
@@ -292,10 +294,10 @@ func jsonArray(data []byte, items *[]json.RawMessage) error {
 }
 
 // Descriptors returns the descriptors the handshake accepted.
-func (c *Client) Descriptors() []Descriptor {
+func (c *Client) Descriptors() []capadapter.Descriptor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]Descriptor(nil), c.descs...)
+	return append([]capadapter.Descriptor(nil), c.descs...)
 }
 
 func (c *Client) canonical() [][]byte {
@@ -340,9 +342,9 @@ func (c *Client) closeStdinLocked() {
 	}
 }
 
-// asError returns err's *Error, or a new one with code.
-func asError(err error, code string) *Error {
-	var e *Error
+// asError returns err's *capadapter.Error, or a new one with code.
+func asError(err error, code string) *capadapter.Error {
+	var e *capadapter.Error
 	if errors.As(err, &e) {
 		return e
 	}
@@ -385,11 +387,11 @@ func (c *Client) wait() {
 	c.mu.Lock()
 	c.state = c.cmd.ProcessState
 	if c.failure == nil && !c.stopping {
-		c.failure = newError(CodeUnavailable, "the adapter exited")
+		c.failure = newError(capadapter.CodeUnavailable, "the adapter exited")
 	}
 	c.closeStdinLocked()
 	// The reader ended every call when stdout ended; this only makes sure of it.
-	c.endAllLocked(newError(CodeUnavailable, "the adapter exited"))
+	c.endAllLocked(newError(capadapter.CodeUnavailable, "the adapter exited"))
 	c.release(nil)
 	c.writers.Wait() // unblocked: stdin is closed
 	c.log.note("pid " + strconv.Itoa(c.pid) + " " + c.cmd.ProcessState.String())

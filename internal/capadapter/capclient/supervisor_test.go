@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 func newSupervisor(t *testing.T, opts Options) *Supervisor {
@@ -79,23 +81,23 @@ func TestSupervisorOperations(t *testing.T) {
 	}
 	// Local refusals, before the child is called.
 	_, err = s.Observe(ctx, "nope")
-	wantCode(t, err, CodeUnknownCapability)
+	wantCode(t, err, capadapter.CodeUnknownCapability)
 	_, err = s.Describe("nope")
-	wantCode(t, err, CodeUnknownCapability)
+	wantCode(t, err, capadapter.CodeUnknownCapability)
 	_, err = s.Invoke(ctx, "nope", "flip", nil)
-	wantCode(t, err, CodeUnknownCapability)
+	wantCode(t, err, capadapter.CodeUnknownCapability)
 	_, err = s.Observe(ctx, "test_switch")
-	wantCode(t, err, CodeUnsupportedMethod)
+	wantCode(t, err, capadapter.CodeUnsupportedMethod)
 	_, err = s.Invoke(ctx, "test_light", "explode", json.RawMessage(`{}`))
-	wantCode(t, err, CodeUnsupportedAction)
+	wantCode(t, err, capadapter.CodeUnsupportedAction)
 	for _, args := range []string{`{}`, `null`, `[]`, `{"on":"yes"}`, `{"on":true,"extra":1}`, ``} {
 		_, err = s.Invoke(ctx, "test_light", "turn_on", json.RawMessage(args))
-		if e := wantCode(t, err, CodeInvalidArgs); e.FromAdapter {
+		if e := wantCode(t, err, capadapter.CodeInvalidArgs); e.FromAdapter {
 			t.Fatalf("args %s reached the adapter", args)
 		}
 	}
 	_, err = s.Invoke(ctx, "test_light", "turn_on", json.RawMessage(`{"on":true,"pad":"`+strings.Repeat("x", 2000)+`"}`))
-	wantCode(t, err, CodeTooLarge)
+	wantCode(t, err, capadapter.CodeTooLarge)
 	if statusOf(t, s, "light").PID != st.PID {
 		t.Fatal("local refusals disturbed the child")
 	}
@@ -109,11 +111,11 @@ func TestSupervisorOperations(t *testing.T) {
 	if len(s.List()) != 0 || len(s.Status()) != 0 {
 		t.Fatalf("after Remove: %+v %+v", s.List(), s.Status())
 	}
-	wantCode(t, s.Remove(ctx, "light"), CodeUnknownAdapter)
+	wantCode(t, s.Remove(ctx, "light"), capadapter.CodeUnknownAdapter)
 	_, err = s.Logs("light")
-	wantCode(t, err, CodeUnknownAdapter)
+	wantCode(t, err, capadapter.CodeUnknownAdapter)
 	_, err = s.Observe(ctx, "test_light")
-	wantCode(t, err, CodeUnknownCapability)
+	wantCode(t, err, capadapter.CodeUnknownCapability)
 }
 
 func TestSupervisorConflictAndReplacement(t *testing.T) {
@@ -127,7 +129,7 @@ func TestSupervisorConflictAndReplacement(t *testing.T) {
 	}
 	// Another adapter listing a's ids is refused and its child reaped.
 	_, err := s.Register(ctx, helperRegistration(t, "c", "normal"))
-	wantCode(t, err, CodeCapabilityConflict)
+	wantCode(t, err, capadapter.CodeCapabilityConflict)
 	if len(s.Status()) != 2 {
 		t.Fatalf("refused registration installed: %+v", s.Status())
 	}
@@ -149,12 +151,12 @@ func TestSupervisorConflictAndReplacement(t *testing.T) {
 	}
 	// A replacement may keep its ids; a failed replacement leaves the old one serving.
 	_, err = s.Register(ctx, helperRegistration(t, "a", "zero"))
-	wantCode(t, err, CodeCapabilityCount)
+	wantCode(t, err, capadapter.CodeCapabilityCount)
 	if statusOf(t, s, "a").PID != st.PID {
 		t.Fatal("failed replacement disturbed the registered child")
 	}
 	// A refused registration's stderr stays readable for its operator.
-	if _, err := s.Register(ctx, helperRegistration(t, "d", "exit-list")); CodeOf(err) != CodeUnavailable {
+	if _, err := s.Register(ctx, helperRegistration(t, "d", "exit-list")); capadapter.CodeOf(err) != capadapter.CodeUnavailable {
 		t.Fatalf("exit-list registration: %v", err)
 	}
 	if logs, err := s.Logs("d"); err != nil || len(logs) == 0 {
@@ -168,14 +170,14 @@ func TestSupervisorRestartsCrashedAdapter(t *testing.T) {
 	register(t, s, helperRegistration(t, "crashy", "crash-observe"))
 	first := statusOf(t, s, "crashy").PID
 	_, err := s.Observe(context.Background(), "test_light")
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 	eventually(t, 10*time.Second, "crashed child not reaped", func() bool { return reaped(first) })
 	eventually(t, 20*time.Second, "adapter not restarted", func() bool {
 		st := statusOf(t, s, "crashy")
 		return st.State == StateReady && st.Restarts >= 1 && st.PID != first
 	})
 	st := statusOf(t, s, "crashy")
-	if st.LastFailure != CodeUnavailable {
+	if st.LastFailure != capadapter.CodeUnavailable {
 		t.Fatalf("status after restart = %+v", st)
 	}
 	if res, err := s.Invoke(context.Background(), "test_light", "turn_on", json.RawMessage(`{"on":true}`)); err != nil {
@@ -230,9 +232,9 @@ func TestSupervisorCloseReapsEverything(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "grandchild survived Close", func() bool { return gone(o.Grandchild) })
 	_, err = s.Observe(context.Background(), "test_light")
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 	_, err = s.Register(context.Background(), helperRegistration(t, "a", "normal"))
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 }
 
 func TestNewRefusesOutOfBoundsOptions(t *testing.T) {

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 func TestClientValidOperationsOnOneLongLivedChild(t *testing.T) {
@@ -39,15 +41,15 @@ func TestClientValidOperationsOnOneLongLivedChild(t *testing.T) {
 	}
 	// The adapter's own unsupported_action leaves the child running.
 	_, err = c.Invoke(ctx, "test_light", "explode", json.RawMessage(`{}`))
-	if e := wantCode(t, err, CodeUnsupportedAction); !e.FromAdapter {
+	if e := wantCode(t, err, capadapter.CodeUnsupportedAction); !e.FromAdapter {
 		t.Fatalf("%v not marked as reported by the adapter", err)
 	}
 	if c.Failure() != nil {
 		t.Fatalf("child failed after an error response: %v", c.Failure())
 	}
 	// Wrong protocolVersion on a request: the adapter refuses it, the runtime stays up.
-	resp, err := c.Call(ctx, Request{ProtocolVersion: 2, Method: MethodList})
-	if err != nil || resp.ErrorCode != CodeInvalidRequest {
+	resp, err := c.Call(ctx, capadapter.Request{ProtocolVersion: 2, Method: capadapter.MethodList})
+	if err != nil || resp.ErrorCode != capadapter.CodeInvalidRequest {
 		t.Fatalf("wrong-version request: %+v, %v", resp, err)
 	}
 	pid := c.PID()
@@ -57,7 +59,7 @@ func TestClientValidOperationsOnOneLongLivedChild(t *testing.T) {
 	if !reaped(pid) {
 		t.Fatalf("pid %d not reaped after Close", pid)
 	}
-	if _, err := c.Observe(ctx, "test_light"); !errorsIsCode(err, CodeUnavailable) {
+	if _, err := c.Observe(ctx, "test_light"); !errorsIsCode(err, capadapter.CodeUnavailable) {
 		t.Fatalf("observe after Close: %v", err)
 	}
 	if logs := c.Logs(); len(logs) == 0 || !strings.Contains(logs[0], "started pid") {
@@ -65,7 +67,7 @@ func TestClientValidOperationsOnOneLongLivedChild(t *testing.T) {
 	}
 }
 
-func errorsIsCode(err error, code string) bool { return CodeOf(err) == code }
+func errorsIsCode(err error, code string) bool { return capadapter.CodeOf(err) == code }
 
 // Every code of the closed set an adapter may answer with passes through as the adapter's,
 // without killing the child.
@@ -73,7 +75,8 @@ func TestClientAdapterErrorCodesPassThrough(t *testing.T) {
 	noLeaks(t)
 	c := startHelper(t, "normal", ClientOptions{})
 	ctx := context.Background()
-	for code := range protocolCodes {
+	for _, code := range []string{capadapter.CodeInvalidRequest, capadapter.CodeUnsupportedMethod, capadapter.CodeUnknownCapability,
+		capadapter.CodeUnsupportedAction, capadapter.CodeInvalidArgs, capadapter.CodeUnavailable, capadapter.CodeTooLarge, capadapter.CodeInternal} {
 		_, err := c.Invoke(ctx, "test_light", "fail_with", json.RawMessage(`{"code":"`+code+`"}`))
 		if e := wantCode(t, err, code); !e.FromAdapter {
 			t.Errorf("%s: not FromAdapter", code)
@@ -84,9 +87,9 @@ func TestClientAdapterErrorCodesPassThrough(t *testing.T) {
 	}
 	// A code outside the closed set is a malformed response: the child is killed.
 	_, err := c.Invoke(ctx, "test_light", "fail_with", json.RawMessage(`{"code":"bogus"}`))
-	wantCode(t, err, CodeMalformedResponse)
+	wantCode(t, err, capadapter.CodeMalformedResponse)
 	waitDone(t, c)
-	wantCode(t, c.Failure(), CodeMalformedResponse)
+	wantCode(t, c.Failure(), capadapter.CodeMalformedResponse)
 }
 
 func TestClientEnvironmentIsAllowlisted(t *testing.T) {
@@ -123,16 +126,16 @@ func TestClientHandshakeRejects(t *testing.T) {
 		failure    string // the child's recorded failure, when it differs from code
 		timeout    time.Duration
 	}{
-		{mode: "zero", code: CodeCapabilityCount},
-		{mode: "many", code: CodeCapabilityCount},
-		{mode: "malformed", code: CodeMalformedResponse},
-		{mode: "oversized", code: CodeTooLarge},
-		{mode: "wrong-version", code: CodeMalformedResponse},
-		{mode: "wrong-id", code: CodeMalformedResponse},
-		{mode: "exit-list", code: CodeUnavailable},
-		{mode: "sensitive", code: CodeInvalidDescriptor},
-		{mode: "describe-differs", code: CodeInvalidDescriptor},
-		{mode: "hang", code: CodeTimeout, timeout: 300 * time.Millisecond},
+		{mode: "zero", code: capadapter.CodeCapabilityCount},
+		{mode: "many", code: capadapter.CodeCapabilityCount},
+		{mode: "malformed", code: capadapter.CodeMalformedResponse},
+		{mode: "oversized", code: capadapter.CodeTooLarge},
+		{mode: "wrong-version", code: capadapter.CodeMalformedResponse},
+		{mode: "wrong-id", code: capadapter.CodeMalformedResponse},
+		{mode: "exit-list", code: capadapter.CodeUnavailable},
+		{mode: "sensitive", code: capadapter.CodeInvalidDescriptor},
+		{mode: "describe-differs", code: capadapter.CodeInvalidDescriptor},
+		{mode: "hang", code: capadapter.CodeTimeout, timeout: 300 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -177,11 +180,11 @@ func TestClientDuplicateResponseKillsChild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testStartTimeout)
 	defer cancel()
 	_, err = c.Handshake(ctx)
-	if code := CodeOf(err); code != CodeMalformedResponse && code != CodeUnavailable {
+	if code := capadapter.CodeOf(err); code != capadapter.CodeMalformedResponse && code != capadapter.CodeUnavailable {
 		t.Fatalf("handshake = %v", err)
 	}
 	waitDone(t, c)
-	wantCode(t, c.Failure(), CodeMalformedResponse)
+	wantCode(t, c.Failure(), capadapter.CodeMalformedResponse)
 
 	// After startup: the first observe succeeds, its duplicate kills the child, and the next
 	// call cannot be answered by the stale frame.
@@ -190,9 +193,9 @@ func TestClientDuplicateResponseKillsChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDone(t, c2)
-	wantCode(t, c2.Failure(), CodeMalformedResponse)
+	wantCode(t, c2.Failure(), capadapter.CodeMalformedResponse)
 	_, err = c2.Observe(context.Background(), "test_light")
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 }
 
 // Failed calls after a good startup: each kills the process group and reaps the child.
@@ -201,10 +204,10 @@ func TestClientCallFailuresKillChild(t *testing.T) {
 	cases := []struct {
 		mode, code string
 	}{
-		{"hang-observe", CodeTimeout},
-		{"crash-observe", CodeUnavailable},
-		{"url-result", CodeMalformedResponse},
-		{"big-result", CodeTooLarge},
+		{"hang-observe", capadapter.CodeTimeout},
+		{"crash-observe", capadapter.CodeUnavailable},
+		{"url-result", capadapter.CodeMalformedResponse},
+		{"big-result", capadapter.CodeTooLarge},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -220,7 +223,7 @@ func TestClientCallFailuresKillChild(t *testing.T) {
 				t.Errorf("pid %d not reaped", c.PID())
 			}
 			_, err = c.Observe(context.Background(), "test_light")
-			wantCode(t, err, CodeUnavailable)
+			wantCode(t, err, capadapter.CodeUnavailable)
 		})
 	}
 }
@@ -234,7 +237,7 @@ func TestClientCallerCancellationKillsChild(t *testing.T) {
 		cancel()
 	}()
 	_, err := c.Observe(ctx, "test_light")
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 	waitDone(t, c)
 }
 
@@ -260,7 +263,7 @@ func TestProcessGroupKillReapsGrandchild(t *testing.T) {
 				// An invoke with an undeclared action is not checked by the Client; the helper
 				// answers, so fail the child through a malformed code instead.
 				_, err := c.Invoke(context.Background(), "test_light", "fail_with", json.RawMessage(`{"code":"bogus"}`))
-				wantCode(t, err, CodeMalformedResponse)
+				wantCode(t, err, capadapter.CodeMalformedResponse)
 			}
 			waitDone(t, c)
 			eventually(t, 5*time.Second, "grandchild survived the group kill", func() bool { return gone(o.Grandchild) })
@@ -327,7 +330,7 @@ func TestStderrFloodIsBoundedAndDoesNotBlock(t *testing.T) {
 func TestSpawnRefusesBadCommand(t *testing.T) {
 	noLeaks(t)
 	_, err := Spawn("/nonexistent/adapter", nil, ClientOptions{})
-	wantCode(t, err, CodeUnavailable)
+	wantCode(t, err, capadapter.CodeUnavailable)
 	reg := helperRegistration(t, "h", "normal")
 	for _, d := range []time.Duration{time.Millisecond, time.Hour} {
 		if _, err := Spawn(reg.Command, reg.Args, ClientOptions{CallTimeout: d}); err == nil {

@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 // testOpts are client options for tests: the default call timeout, a start that tolerates a
@@ -101,16 +103,16 @@ func reaped(pid int) bool {
 	return st == ""
 }
 
-func wantCode(t testing.TB, err error, code string) *Error {
+func wantCode(t testing.TB, err error, code string) *capadapter.Error {
 	t.Helper()
-	var e *Error
+	var e *capadapter.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("error %v (%T) is not an *Error, want %s", err, err, code)
 	}
 	if e.Code != code {
 		t.Fatalf("code = %s (%v), want %s", e.Code, err, code)
 	}
-	if !errors.Is(err, &Error{Code: code}) {
+	if !errors.Is(err, &capadapter.Error{Code: code}) {
 		t.Fatalf("errors.Is by code failed for %v", err)
 	}
 	return e

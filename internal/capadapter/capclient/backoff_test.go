@@ -1,4 +1,4 @@
-package capadapter
+package capclient
 
 import (
 	"context"
@@ -9,13 +9,15 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
 // fakeInst is an adapter child without a process, for timing tests under synctest (whose
 // fake clock cannot govern real children).
 type fakeInst struct {
 	pid   int
-	descs []Descriptor
+	descs []capadapter.Descriptor
 	canon [][]byte
 	done  chan struct{}
 	once  sync.Once
@@ -24,17 +26,17 @@ type fakeInst struct {
 	stuck bool // Close does not reap it: Done never closes
 }
 
-func (f *fakeInst) PID() int                  { return f.pid }
-func (f *fakeInst) Descriptors() []Descriptor { return f.descs }
-func (f *fakeInst) canonical() [][]byte       { return f.canon }
-func (f *fakeInst) Done() <-chan struct{}     { return f.done }
+func (f *fakeInst) PID() int                             { return f.pid }
+func (f *fakeInst) Descriptors() []capadapter.Descriptor { return f.descs }
+func (f *fakeInst) canonical() [][]byte                  { return f.canon }
+func (f *fakeInst) Done() <-chan struct{}                { return f.done }
 func (f *fakeInst) Failure() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.fail
 }
-func (f *fakeInst) startResult(_ context.Context, req Request, done func(json.RawMessage, error)) {
-	if req.Method == MethodObserve {
+func (f *fakeInst) startResult(_ context.Context, req capadapter.Request, done func(json.RawMessage, error)) {
+	if req.Method == capadapter.MethodObserve {
 		done(json.RawMessage(`{"fake":true}`), nil)
 		return
 	}
@@ -45,7 +47,7 @@ func (f *fakeInst) Close(context.Context) error {
 	stuck := f.stuck
 	f.mu.Unlock()
 	if stuck {
-		return newError(CodeUnavailable, "scripted: not reaped")
+		return newError(capadapter.CodeUnavailable, "scripted: not reaped")
 	}
 	f.once.Do(func() { close(f.done) })
 	return nil
@@ -72,16 +74,16 @@ func (fs *fakeSpawner) spawn(_ context.Context, reg Registration, _ *logRing) (i
 	fs.times = append(fs.times, time.Now())
 	if fs.failNext > 0 {
 		fs.failNext--
-		return nil, newError(CodeTimeout, "scripted start failure")
+		return nil, newError(capadapter.CodeTimeout, "scripted start failure")
 	}
 	id := reg.Args[len(reg.Args)-1]
 	v := fs.version
 	if v == "" {
 		v = "1"
 	}
-	d := Descriptor{CapabilityID: id, Title: "Fake", Version: v, Observe: true, Actions: []Action{}}
-	canon, _ := canonicalDescriptor(d)
-	f := &fakeInst{pid: 1000 + len(fs.insts), descs: []Descriptor{d}, canon: [][]byte{canon}, done: make(chan struct{})}
+	d := capadapter.Descriptor{CapabilityID: id, Title: "Fake", Version: v, Observe: true, Actions: []capadapter.Action{}}
+	canon, _ := json.Marshal(&d) // as ParseDescriptor canonicalizes
+	f := &fakeInst{pid: 1000 + len(fs.insts), descs: []capadapter.Descriptor{d}, canon: [][]byte{canon}, done: make(chan struct{})}
 	fs.insts = append(fs.insts, f)
 	return f, nil
 }
@@ -158,17 +160,17 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 
 		// Crash: backoff, unavailable, then a restart exactly BackoffMin later.
 		crashAt := time.Now()
-		fs.last().crash(CodeMalformedResponse)
+		fs.last().crash(capadapter.CodeMalformedResponse)
 		synctest.Wait()
 		st := s.Status()[0]
-		if st.State != StateBackoff || st.LastFailure != CodeMalformedResponse || st.PID != 0 {
+		if st.State != StateBackoff || st.LastFailure != capadapter.CodeMalformedResponse || st.PID != 0 {
 			t.Fatalf("after crash: %+v", st)
 		}
 		if s.List()[0].Available {
 			t.Fatal("capability available during backoff")
 		}
 		_, err := s.Observe(context.Background(), "cap_a")
-		wantCode(t, err, CodeUnavailable)
+		wantCode(t, err, capadapter.CodeUnavailable)
 		time.Sleep(DefaultBackoffMin)
 		synctest.Wait()
 		if st := s.Status()[0]; st.State != StateReady || st.Restarts != 1 || st.PID != 1001 {
@@ -185,7 +187,7 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 		fs.mu.Lock()
 		fs.failNext = 2
 		fs.mu.Unlock()
-		fs.last().crash(CodeUnavailable)
+		fs.last().crash(capadapter.CodeUnavailable)
 		time.Sleep(4 * time.Second)
 		synctest.Wait()
 		equal(fs.gaps(1), ms(500, 1000, 2000))
@@ -197,7 +199,7 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 		time.Sleep(DefaultHealthyAfter)
 		n := len(fs.times)
 		crashAt = time.Now()
-		fs.last().crash(CodeUnavailable)
+		fs.last().crash(capadapter.CodeUnavailable)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if got := fs.times[n].Sub(crashAt); got != DefaultBackoffMin {
@@ -214,7 +216,7 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 		fs.failNext = 1000
 		fs.mu.Unlock()
 		crashAt = time.Now()
-		fs.last().crash(CodeUnavailable)
+		fs.last().crash(capadapter.CodeUnavailable)
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
 		if got := fs.times[n].Sub(crashAt); got != 500*time.Millisecond {
@@ -222,7 +224,7 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 		}
 		equal(fs.gaps(n), ms(1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000))
 		st = s.Status()[0]
-		if st.State != StateFailed || st.LastFailure != CodeTimeout {
+		if st.State != StateFailed || st.LastFailure != capadapter.CodeTimeout {
 			t.Fatalf("after crash loop: %+v", st)
 		}
 		if err := s.Remove(context.Background(), "fake"); err != nil {
@@ -241,11 +243,11 @@ func TestSupervisorRestartWithChangedDescriptors(t *testing.T) {
 		fs.mu.Lock()
 		fs.version = "2"
 		fs.mu.Unlock()
-		fs.last().crash(CodeUnavailable)
+		fs.last().crash(capadapter.CodeUnavailable)
 		time.Sleep(DefaultBackoffMin)
 		synctest.Wait()
 		st := s.Status()[0]
-		if st.State != StateBackoff || st.LastFailure != CodeDescriptorChanged {
+		if st.State != StateBackoff || st.LastFailure != capadapter.CodeDescriptorChanged {
 			t.Fatalf("status = %+v", st)
 		}
 		// Re-registering accepts the new descriptors.
@@ -268,7 +270,7 @@ func TestSupervisorTooManyAdapters(t *testing.T) {
 			}
 		}
 		_, err := s.Register(context.Background(), helperRegistration(t, "one-more", "unused", "cap_x"))
-		wantCode(t, err, CodeTooManyAdapters)
+		wantCode(t, err, capadapter.CodeTooManyAdapters)
 		// Replacing an existing registration is still allowed.
 		if _, err := s.Register(context.Background(), helperRegistration(t, "a0", "unused", "cap_0")); err != nil {
 			t.Fatal(err)
@@ -292,11 +294,11 @@ func TestSupervisorRestoreRetriesInBackground(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := s.Status()[1]
-		if st.Name != "late" || st.State != StateBackoff || st.LastFailure != CodeTimeout || len(st.Capabilities) != 0 {
+		if st.Name != "late" || st.State != StateBackoff || st.LastFailure != capadapter.CodeTimeout || len(st.Capabilities) != 0 {
 			t.Fatalf("restored status = %+v", st)
 		}
 		_, err := s.Observe(context.Background(), "cap_b")
-		wantCode(t, err, CodeUnknownCapability)
+		wantCode(t, err, capadapter.CodeUnknownCapability)
 		time.Sleep(DefaultBackoffMin)
 		synctest.Wait()
 		if st := s.Status()[1]; st.State != StateReady || len(st.Capabilities) != 1 {
@@ -310,7 +312,7 @@ func TestSupervisorRestoreRetriesInBackground(t *testing.T) {
 		if _, err := s.Restore(context.Background(), helperRegistration(t, "dup", "unused", "cap_a")); err != nil {
 			t.Fatal(err)
 		}
-		if st := s.Status()[0]; st.Name != "dup" || st.LastFailure != CodeCapabilityConflict {
+		if st := s.Status()[0]; st.Name != "dup" || st.LastFailure != capadapter.CodeCapabilityConflict {
 			t.Fatalf("conflicting restore = %+v", st)
 		}
 		if err := s.Remove(context.Background(), "first"); err != nil {
@@ -323,7 +325,7 @@ func TestSupervisorRestoreRetriesInBackground(t *testing.T) {
 		}
 		// Restore still refuses what can never work.
 		_, err = s.Restore(context.Background(), Registration{Name: "bad", Command: "./relative"})
-		wantCode(t, err, CodeInvalidRegistration)
+		wantCode(t, err, capadapter.CodeInvalidRegistration)
 	})
 }
 
@@ -343,7 +345,7 @@ func TestSupervisorCloseReportsUnreapedChild(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		err := s.Close(ctx)
-		e := wantCode(t, err, CodeTimeout)
+		e := wantCode(t, err, capadapter.CodeTimeout)
 		if !strings.Contains(e.Detail, `"b"`) || strings.Contains(e.Detail, `"a"`) || strings.Contains(e.Detail, `"c"`) {
 			t.Fatalf("Close = %v, want only adapter b named", err)
 		}
