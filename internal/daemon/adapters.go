@@ -8,7 +8,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
-	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -128,28 +127,6 @@ type CapabilityResult struct {
 	CapabilityID string          `json:"capabilityId"`
 	Action       string          `json:"action,omitempty"`
 	Result       json.RawMessage `json:"result"`
-}
-
-// AppendJSON appends r encoded byte for byte as encoding/json (without HTML escaping) encodes
-// it, or reports false when Result is not one JSON value, for encoding/json to refuse; an
-// observation or action is answered without reflection (TestCapabilityResultAppendJSON).
-func (r *CapabilityResult) AppendJSON(b []byte) ([]byte, bool) {
-	b = append(b, `{"capabilityId":`...)
-	b = ndjson.AppendString(b, r.CapabilityID)
-	if r.Action != "" {
-		b = append(b, `,"action":`...)
-		b = ndjson.AppendString(b, r.Action)
-	}
-	b = append(b, `,"result":`...)
-	if r.Result == nil {
-		b = append(b, "null"...)
-	} else {
-		var err error
-		if b, err = ndjson.AppendCompact(b, r.Result); err != nil {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
 }
 
 func wrapResult(raw json.RawMessage, key string) json.RawMessage {
