@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // toolDefs are the definitions of tool-adapter.schema.json that tests address one by one.
@@ -858,7 +859,7 @@ func TestToolAdapterServerOutput(t *testing.T) {
 	if len(aborts) != 1 || aborts[0] != slowID {
 		t.Errorf("abort frames %v, want exactly one for %s", aborts, slowID)
 	}
-	if k := tooladapter.IdempotencyKey("fs.stat", "call-retry"); len(keys) != 2 || keys[1] != k {
+	if k := toolclient.IdempotencyKey("fs.stat", "call-retry"); len(keys) != 2 || keys[1] != k {
 		t.Errorf("fs.stat keys %v, want the retry's %s", keys, k)
 	}
 

@@ -54,7 +54,7 @@ const (
 //     interleaved call by call with a two-hop bare Unix-socket round trip (client → relay →
 //     a server that answers every line with airlockd's own answer to the same call, so that
 //     both carry the same bytes); p50 and p99 of both, their ratio, and calls per second at
-//     1 and 64 concurrent clients for both (20000 calls each).
+//     1, 16 and 64 concurrent clients for both (20000 calls each).
 //   - read4MiB: a whole 4 MiB text file by fs.read (paged by offset until eof, each answer's
 //     content unescaped by the client and checked) interleaved with `cat FILE` run by
 //     os/exec, its stdout read through a pipe into io.Discard (so cat's figure includes its
@@ -253,7 +253,7 @@ func (e *benchEnv) invokeLine(op, args string) []byte {
 }
 
 // latency interleaves op through airlockd with the two-hop baseline and with airlock-fs alone,
-// then measures the throughput of airlockd and of the baseline at 1 and 64 clients.
+// then measures the throughput of airlockd and of the baseline at 1, 16 and 64 clients.
 func (e *benchEnv) latency(b *testing.B, op, args string) {
 	dc := dialLine(b, e.daemon, 1<<20)
 	defer dc.close()
@@ -282,7 +282,7 @@ func (e *benchEnv) latency(b *testing.B, op, args string) {
 	b.ReportMetric(float64(d99.Nanoseconds()), "p99-ns")
 	b.ReportMetric(float64(d50)/float64(e50), "ratio-p50")
 	b.ReportMetric(float64(d99)/float64(e99), "ratio-p99")
-	for _, clients := range []int{1, 64} {
+	for _, clients := range []int{1, 16, 64} {
 		et := e.throughput(b, e.relay, clients, op, args)
 		dt := e.throughput(b, e.daemon, clients, op, args)
 		b.ReportMetric(et, fmt.Sprintf("twohop-calls/s-%dc", clients))

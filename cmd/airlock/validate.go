@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/validate"
 )
@@ -46,7 +46,7 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is the report {probes, pass, passed, failed, skipped}")
 	action := fs.String("action", "", "a declared `action` to invoke with --args as the known-valid invoke (skipped without it)")
 	argsJSON := fs.String("args", "", "the `JSON` object of the known-valid invoke (default {})")
-	timeout := fs.Duration("timeout", capadapter.DefaultCallTimeout, "the deadline of each call, within [100ms, 30s]")
+	timeout := fs.Duration("timeout", capclient.DefaultCallTimeout, "the deadline of each call, within [100ms, 30s]")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
@@ -104,7 +104,7 @@ func resolveCommand(command string) (string, error) {
 		}
 		return abs, nil
 	}
-	reg, err := capadapter.NormalizeRegistration(capadapter.Registration{Name: "validate", Command: command})
+	reg, err := capclient.NormalizeRegistration(capclient.Registration{Name: "validate", Command: command})
 	if err != nil {
 		return "", usageErrorf("command %q not found in PATH", command)
 	}

@@ -336,12 +336,12 @@ const (
 // is only an early reject), nesting at most 4 deep, arrays and objects of at most 32 entries,
 // keys of at most 64 characters that are not sensitive names, finite numbers. Results are
 // semantic data: anything else fails closed.
-func checkResult(raw json.RawMessage) error { return screenResult(raw, true) }
+func checkResult(raw json.RawMessage) error { return ScreenResult(raw, true) }
 
-// screenResult is checkResult. With strict false it skips the strict-JSON check, for a result
+// ScreenResult is checkResult. With strict false it skips the strict-JSON check, for a result
 // that DecodeResponse took from a frame it has just checked whole: syntax, and duplicate keys
 // at every depth. Every other screen still applies.
-func screenResult(raw json.RawMessage, strict bool) error {
+func ScreenResult(raw json.RawMessage, strict bool) error {
 	if len(raw) > MaxResultBytes {
 		return newError(CodeTooLarge, "result exceeds 4096 bytes")
 	}

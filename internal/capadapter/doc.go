@@ -1,7 +1,11 @@
-// Package capadapter runs local capability adapters: external processes that speak the adapter
-// protocol v1 (NDJSON on stdio) and project bounded semantic capabilities. The runtime knows
+// Package capadapter is the wire of local capability adapters: the adapter protocol v1 (NDJSON
+// on stdio) that external adapter processes speak to project bounded semantic capabilities,
+// their descriptors, argument and result screens, and error codes. The runtime knows
 // capabilities, not integrations: vendor protocols, endpoints and credentials stay inside the
 // adapter, and nothing here parses them.
+//
+// This package is what may travel: a descriptor validated here means the same on every host.
+// Running adapters (one child, and the supervisor of many) is package capclient beside it.
 //
 // # Protocol v1
 //
@@ -21,28 +25,6 @@
 // and the sensitive-name and URL screens. Every screen and grammar applies to decoded text,
 // what a client sees: a raw-byte scan is only an early reject, since a JSON escape (\u003a,
 // \/) hides text from it. An adapter lists 1 to MaxCapabilities (8).
-//
-// # Children
-//
-// A Client is one child: started without a shell, with only the environment variables in
-// envAllowlist (PATH, HOME, USER, LOGNAME, TMPDIR, LANG, LC_ALL, LC_CTYPE, TZ), in its own
-// process group, its stderr kept in a bounded ring for the operator (Logs) and never
-// projected. Startup is list, then describe of each listed id (byte-identical after canonical
-// encoding), within the start deadline. Any malformed, oversized, late, duplicate, wrong-id or
-// wrong-version response, EOF or timeout fails the call and SIGKILLs the whole process group,
-// which is then reaped, so a stale response can never pair with a later request. A graceful
-// stop closes stdin, waits, SIGTERMs the group, waits, SIGKILLs it, each wait bounded.
-//
-// # Supervisor
-//
-// A Supervisor runs many registrations (name, command, args), each up to 8 capabilities, with
-// capability ids unique across it. Register starts and validates the adapter before it
-// returns, so the caller persists only what works; a replaced registration's child is reaped
-// before Register returns. A child that dies is restarted with exponential backoff
-// (DefaultBackoffMin doubling to DefaultBackoffMax, reset after DefaultHealthyAfter) while its
-// capabilities report unavailable; Status shows state, pid, restarts and the last failure.
-// Invoke checks the action and its args against the descriptor before the child is called,
-// and results pass semantic screens (checkResult) before they are returned.
 //
 // Errors are *Error values with stable codes (errors.Is compares codes); WireCode maps local
 // codes such as timeout onto the closed protocol set for projection.

@@ -1,15 +1,9 @@
 package capadapter
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 )
-
-// The URL and sensitive-text screens apply to the text a client sees, after JSON decoding:
-// an escape (\u00XX, \/, a surrogate pair, mixed case) must not hide a URL or a sensitive
-// key:value pair from them.
 
 func TestParseDescriptorScreensDecodedText(t *testing.T) {
 	desc := func(id, title string) string {
@@ -118,59 +112,4 @@ func TestValidateArgsScreensDecodedText(t *testing.T) {
 			t.Errorf("ValidateArgs(%s) = %v, want ok", a, err)
 		}
 	}
-}
-
-// End to end: an adapter that escapes its way past a byte screen is refused at the handshake
-// or killed at the result, exactly as if it had written the text plainly.
-func TestClientRefusesEscapedUnsafeText(t *testing.T) {
-	noLeaks(t)
-	for _, mode := range []string{"escaped-id", "escaped-title"} {
-		t.Run(mode, func(t *testing.T) {
-			reg := helperRegistration(t, "h", mode)
-			c, err := Spawn(reg.Command, reg.Args, ClientOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), testStartTimeout)
-			defer cancel()
-			_, err = c.Handshake(ctx)
-			wantCode(t, err, CodeInvalidDescriptor)
-			waitDone(t, c)
-			c.Close(context.Background())
-		})
-	}
-	for _, mode := range []string{"escaped-url-result", "escaped-secret-result"} {
-		t.Run(mode, func(t *testing.T) {
-			c := startHelper(t, mode, ClientOptions{})
-			_, err := c.Observe(context.Background(), "test_light")
-			wantCode(t, err, CodeMalformedResponse)
-			waitDone(t, c)
-		})
-	}
-}
-
-// escapedResponse is the raw response frame of the escaped-* helper modes, or "".
-func escapedResponse(mode, method, id string) string {
-	frame := func(result string) string {
-		return fmt.Sprintf(`{"protocolVersion":1,"id":%q,"result":%s}`+"\n", id, result)
-	}
-	switch {
-	case mode == "escaped-id" && (method == "list" || method == "describe"):
-		d := `{"capabilityId":"my.url\u003a1","title":"X","version":"1","observe":true,"actions":[]}`
-		if method == "list" {
-			d = "[" + d + "]"
-		}
-		return frame(d)
-	case mode == "escaped-title" && (method == "list" || method == "describe"):
-		d := `{"capabilityId":"x","title":"Token\u003a x","version":"1","observe":true,"actions":[]}`
-		if method == "list" {
-			d = "[" + d + "]"
-		}
-		return frame(d)
-	case mode == "escaped-url-result" && method == "observe":
-		return frame(`{"note":"https:\/\/evil.example/x"}`)
-	case mode == "escaped-secret-result" && method == "observe":
-		return frame(`{"note":"password\u003d hunter2"}`)
-	}
-	return ""
 }

@@ -138,3 +138,7 @@ var sensitiveFirst = func() uint32 {
 	}
 	return m
 }()
+
+// UnsafePayload reports whether b carries a URL or sensitive key:value text (the raw-byte
+// screen every payload passes before it is decoded; see unsafePayload).
+func UnsafePayload(b []byte) bool { return unsafePayload(b) }

@@ -56,11 +56,11 @@ type Request struct {
 	Args            json.RawMessage
 }
 
-// encodeRequest returns the frame of r with id, LF included, or too_large when it would
+// EncodeRequest returns the frame of r with id, LF included, or too_large when it would
 // exceed MaxFrameBytes. The frame is what ndjson.Marshal makes of the request struct; plain
 // strings (printable ASCII without quote or backslash, which every validated id, method and
 // action is) are appended directly, anything else goes through encoding/json.
-func encodeRequest(r Request, id string) ([]byte, error) {
+func EncodeRequest(r Request, id string) ([]byte, error) {
 	w := request{ProtocolVersion: r.ProtocolVersion, ID: id, Method: r.Method, CapabilityID: r.CapabilityID}
 	if w.ProtocolVersion == 0 {
 		w.ProtocolVersion = ProtocolVersion
@@ -192,16 +192,17 @@ func quotedEqual(raw []byte, s string) bool {
 		!bytes.ContainsAny(raw[1:len(raw)-1], "\\\"")
 }
 
-// frameReader reads LF-terminated frames of at most MaxFrameBytes bytes, LF included. Unlike
+// FrameReader reads LF-terminated frames of at most MaxFrameBytes bytes, LF included. Unlike
 // ndjson.Reader it skips nothing: an empty line is a malformed frame, as the protocol has no
 // blank lines, and the bound counts the LF exactly as the protocol states it.
-type frameReader struct {
+type FrameReader struct {
 	br  *bufio.Reader
 	buf []byte
 }
 
-func newFrameReader(r io.Reader) *frameReader {
-	return &frameReader{br: bufio.NewReaderSize(r, 4096)}
+// NewFrameReader returns a FrameReader of r.
+func NewFrameReader(r io.Reader) *FrameReader {
+	return &FrameReader{br: bufio.NewReaderSize(r, 4096)}
 }
 
 // errFrameTooLarge and errFrameTruncated are the frame-level failures next reports; io.EOF
@@ -212,9 +213,9 @@ var (
 	errFrameEmpty     = newError(CodeMalformedResponse, "empty response frame")
 )
 
-// next returns the next frame without its LF; the slice is valid until the next call. After
+// Next returns the next frame without its LF; the slice is valid until the next call. After
 // an error the stream is out of sync and the child must be discarded.
-func (fr *frameReader) next() ([]byte, error) {
+func (fr *FrameReader) Next() ([]byte, error) {
 	fr.buf = fr.buf[:0]
 	for {
 		chunk, err := fr.br.ReadSlice('\n')

@@ -2,6 +2,7 @@ package capadapter
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestEncodeRequestKeySets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := encodeRequest(tc.req, "7")
+			got, err := EncodeRequest(tc.req, "7")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,9 +37,9 @@ func TestEncodeRequestKeySets(t *testing.T) {
 			}
 		})
 	}
-	_, err := encodeRequest(Request{Method: MethodInvoke, Args: json.RawMessage(`{`)}, "1")
+	_, err := EncodeRequest(Request{Method: MethodInvoke, Args: json.RawMessage(`{`)}, "1")
 	wantCode(t, err, CodeInvalidArgs)
-	_, err = encodeRequest(Request{Method: MethodObserve, CapabilityID: strings.Repeat("a", MaxFrameBytes)}, "1")
+	_, err = EncodeRequest(Request{Method: MethodObserve, CapabilityID: strings.Repeat("a", MaxFrameBytes)}, "1")
 	wantCode(t, err, CodeTooLarge)
 }
 
@@ -115,9 +116,9 @@ func TestFrameReaderBounds(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, r := range []io.Reader{strings.NewReader(tc.input), iotest.OneByteReader(strings.NewReader(tc.input))} {
-				fr := newFrameReader(r)
+				fr := NewFrameReader(r)
 				for i, want := range tc.want {
-					line, err := fr.next()
+					line, err := fr.Next()
 					last := i == len(tc.want)-1
 					switch {
 					case !last:
@@ -163,7 +164,7 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 		{ProtocolVersion: -3, Method: "bogus method", CapabilityID: "~ !#"},
 	}
 	for _, r := range reqs {
-		got, err := encodeRequest(r, "18446744073709551615")
+		got, err := EncodeRequest(r, "18446744073709551615")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +184,24 @@ func TestEncodeRequestMatchesMarshal(t *testing.T) {
 		}
 	}
 	// Strings that need escaping take the encoding/json path.
-	got, err := encodeRequest(Request{Method: MethodDescribe, CapabilityID: "q\"\\\u2028é"}, "1")
+	got, err := EncodeRequest(Request{Method: MethodDescribe, CapabilityID: "q\"\\\u2028é"}, "1")
 	if err != nil || string(got) != `{"protocolVersion":1,"id":"1","method":"describe","capabilityId":"q\"\\\u2028é"}`+"\n" {
 		t.Fatalf("escaped frame = %s, %v", got, err)
 	}
+}
+
+// wantCode fails the test unless err is an *Error with code, found by errors.Is as well.
+func wantCode(t testing.TB, err error, code string) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not an *Error, want %s", err, err, code)
+	}
+	if e.Code != code {
+		t.Fatalf("code = %s (%v), want %s", e.Code, err, code)
+	}
+	if !errors.Is(err, &Error{Code: code}) {
+		t.Fatalf("errors.Is by code failed for %v", err)
+	}
+	return e
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
-	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -16,7 +16,7 @@ import (
 // registration is persisted only after its adapter started and passed validation, and a
 // restart restores every persisted registration.
 type adapterHost struct {
-	sup   *capadapter.Supervisor
+	sup   *capclient.Supervisor
 	store *store.Store
 
 	// mu serializes register and remove with their persistence, so the store and the
@@ -35,7 +35,7 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 		return 0, err
 	}
 	for _, r := range regs {
-		if _, err := a.sup.Restore(ctx, capadapter.Registration(r)); err != nil {
+		if _, err := a.sup.Restore(ctx, capclient.Registration(r)); err != nil {
 			log.Error("capability adapter registration not restored", "adapter", r.Name, "code", capadapter.CodeOf(err), "err", err)
 			continue
 		}
@@ -46,13 +46,13 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 
 // RegisterResult is the data of registerAdapter.
 type RegisterResult struct {
-	Adapter capadapter.AdapterStatus `json:"adapter"`
+	Adapter capclient.AdapterStatus `json:"adapter"`
 }
 
 func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterPayload) (*RegisterResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	reg, err := a.sup.Register(ctx, capadapter.Registration{Name: p.Name, Command: p.Command, Args: p.Args})
+	reg, err := a.sup.Register(ctx, capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args})
 	if err != nil {
 		return nil, adapterError(err, false)
 	}
@@ -89,18 +89,18 @@ func (a *adapterHost) remove(ctx context.Context, name string) (*RemoveResult, e
 	return &RemoveResult{Removed: true}, nil
 }
 
-func (a *adapterHost) status(name string) (capadapter.AdapterStatus, bool) {
+func (a *adapterHost) status(name string) (capclient.AdapterStatus, bool) {
 	for _, st := range a.sup.Status() {
 		if st.Name == name {
 			return st, true
 		}
 	}
-	return capadapter.AdapterStatus{}, false
+	return capclient.AdapterStatus{}, false
 }
 
 // AdapterList is the data of listAdapters.
 type AdapterList struct {
-	Adapters []capadapter.AdapterStatus `json:"adapters"`
+	Adapters []capclient.AdapterStatus `json:"adapters"`
 }
 
 // AdapterLogs is the data of adapterLogs: the adapter's kept stderr lines, for the operator
@@ -112,7 +112,7 @@ type AdapterLogs struct {
 
 // CapabilityList is the data of listCapabilities.
 type CapabilityList struct {
-	Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+	Capabilities []capclient.CapabilitySummary `json:"capabilities"`
 }
 
 // CapabilityDescription is the data of describeCapability.
@@ -127,28 +127,6 @@ type CapabilityResult struct {
 	CapabilityID string          `json:"capabilityId"`
 	Action       string          `json:"action,omitempty"`
 	Result       json.RawMessage `json:"result"`
-}
-
-// AppendJSON appends r encoded byte for byte as encoding/json (without HTML escaping) encodes
-// it, or reports false when Result is not one JSON value, for encoding/json to refuse; an
-// observation or action is answered without reflection (TestCapabilityResultAppendJSON).
-func (r *CapabilityResult) AppendJSON(b []byte) ([]byte, bool) {
-	b = append(b, `{"capabilityId":`...)
-	b = ndjson.AppendString(b, r.CapabilityID)
-	if r.Action != "" {
-		b = append(b, `,"action":`...)
-		b = ndjson.AppendString(b, r.Action)
-	}
-	b = append(b, `,"result":`...)
-	if r.Result == nil {
-		b = append(b, "null"...)
-	} else {
-		var err error
-		if b, err = ndjson.AppendCompact(b, r.Result); err != nil {
-			return b, false
-		}
-	}
-	return append(b, '}'), true
 }
 
 func wrapResult(raw json.RawMessage, key string) json.RawMessage {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/protocol"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
@@ -45,7 +46,7 @@ func TestCapabilityCallsWaitWithoutTheConnection(t *testing.T) {
 	}
 
 	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
-		Adapters: capadapter.Options{CallTimeout: capadapter.MaxCallTimeout}})
+		Adapters: capclient.Options{CallTimeout: capclient.MaxCallTimeout}})
 	if err != nil {
 		t.Fatal(err)
 	}

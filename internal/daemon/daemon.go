@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
@@ -33,7 +33,7 @@ type Config struct {
 	// to prove that other users are refused.
 	peerUID *int
 	// Adapters tunes the capability-adapter supervisor; the zero value uses its defaults.
-	Adapters capadapter.Options
+	Adapters capclient.Options
 
 	// Providers are the model backends sessions may use, by name; their keys stay in memory.
 	Providers map[string]session.Provider
@@ -95,7 +95,7 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	sup, err := capadapter.New(cfg.Adapters)
+	sup, err := capclient.New(cfg.Adapters)
 	if err != nil {
 		st.Close()
 		return nil, err

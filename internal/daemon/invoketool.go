@@ -6,12 +6,12 @@ import (
 	"sync"
 
 	"github.com/airlockhq/airlock/internal/protocol"
-	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
 // session generation, the payload and the idempotency key of the call.
-func (s *Server) toolCall(cmd *protocol.Command) (*tooladapter.Conn, *protocol.InvokeToolPayload, string, error) {
+func (s *Server) toolCall(cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, string, error) {
 	p, e := protocol.DecodeInvokeToolPayload(cmd)
 	if e != nil {
 		return nil, nil, "", e
@@ -23,7 +23,7 @@ func (s *Server) toolCall(cmd *protocol.Command) (*tooladapter.Conn, *protocol.I
 	if err != nil {
 		return nil, nil, "", err
 	}
-	return tc, p, tooladapter.IdempotencyKey(p.Operation, p.ToolCallID), nil
+	return tc, p, toolclient.IdempotencyKey(p.Operation, p.ToolCallID), nil
 }
 
 // invokeTool runs invokeTool and waits for the adapter's answer.
@@ -65,7 +65,7 @@ func (c *conn) startTool(cmd *protocol.Command) {
 		}
 		// The connection returns data that DecodeFrame walked and compacted. It is a slice
 		// of the connection's read buffer, valid only until this function returns
-		// (tooladapter.Conn.Start): endTool copies it into the answer before that.
+		// (toolclient.Conn.Start): endTool copies it into the answer before that.
 		c.endTool(cmd, &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil)
 	})
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
-	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // startModel starts a scripted model server for one test.
@@ -159,7 +159,7 @@ func TestBinaryWakeRunsToolsThroughTheAdapter(t *testing.T) {
 		}
 	}
 	adapter.mu.Unlock()
-	wantKey := tooladapter.IdempotencyKey("fs.read", protocol.TicketID("agent", "k1")+"\x001\x00call_0")
+	wantKey := toolclient.IdempotencyKey("fs.read", protocol.TicketID("agent", "k1")+"\x001\x00call_0")
 	if len(invokes) != 1 || invokes[0]["operation"] != "fs.read" || invokes[0]["idempotencyKey"] != wantKey {
 		t.Fatalf("adapter invokes: %v", invokes)
 	}

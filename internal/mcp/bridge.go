@@ -26,6 +26,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -139,13 +140,13 @@ func (b *Bridge) startup(ctx context.Context) error {
 	}
 	if len(b.cfg.Capabilities) > 0 {
 		var list struct {
-			Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+			Capabilities []capclient.CapabilitySummary `json:"capabilities"`
 		}
 		if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListCapabilities}, &list); err != nil {
 			return fmt.Errorf("mcp: listCapabilities: %w", err)
 		}
 		for _, id := range b.cfg.Capabilities {
-			if !slices.ContainsFunc(list.Capabilities, func(c capadapter.CapabilitySummary) bool { return c.CapabilityID == id }) {
+			if !slices.ContainsFunc(list.Capabilities, func(c capclient.CapabilitySummary) bool { return c.CapabilityID == id }) {
 				return fmt.Errorf("mcp: capability %q: %w", id, &protocol.Error{Code: capadapter.CodeUnknownCapability, Message: "no registered adapter serves it"})
 			}
 		}
@@ -331,7 +332,7 @@ func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
 // describing those it has not described yet (or whose summary changed).
 func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
 	var list struct {
-		Capabilities []capadapter.CapabilitySummary `json:"capabilities"`
+		Capabilities []capclient.CapabilitySummary `json:"capabilities"`
 	}
 	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListCapabilities}, &list); err != nil {
 		return nil, err
@@ -346,7 +347,7 @@ func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
 	descs := map[string]capadapter.Descriptor{}
 	var out []toolSpec
 	for _, id := range b.cfg.Capabilities {
-		i := slices.IndexFunc(list.Capabilities, func(c capadapter.CapabilitySummary) bool { return c.CapabilityID == id })
+		i := slices.IndexFunc(list.Capabilities, func(c capclient.CapabilitySummary) bool { return c.CapabilityID == id })
 		if i < 0 || !list.Capabilities[i].Available {
 			continue
 		}
@@ -374,7 +375,7 @@ func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
 	return out, nil
 }
 
-func sameSummary(d capadapter.Descriptor, s capadapter.CapabilitySummary) bool {
+func sameSummary(d capadapter.Descriptor, s capclient.CapabilitySummary) bool {
 	if d.Title != s.Title || d.Version != s.Version || d.Observe != s.Observe || len(d.Actions) != len(s.Actions) {
 		return false
 	}

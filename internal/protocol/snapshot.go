@@ -26,8 +26,6 @@ const (
 )
 
 // SessionSnapshot is the state of a resident session generation.
-// appendjson.go encodes it by hand; TestAppendJSONMatchesEncodingJSON keeps the two equal, so a
-// new field needs a line there too.
 type SessionSnapshot struct {
 	SessionID       string    `json:"sessionId"`
 	Generation      int64     `json:"generation"`
@@ -103,8 +101,6 @@ type MemoryStats struct {
 }
 
 // HostSnapshot is the owner-socket host status.
-// appendjson.go encodes it by hand; TestAppendJSONMatchesEncodingJSON keeps the two equal, so a
-// new field needs a line there too.
 type HostSnapshot struct {
 	HostInstanceID  string            `json:"hostInstanceId"`
 	Ready           bool              `json:"ready"`

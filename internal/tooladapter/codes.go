@@ -46,9 +46,6 @@ const (
 	DetailRetryAfterMs           = "retryAfterMs"
 	DetailField                  = "field"
 	DetailReason                 = "reason"
-	detailOrigin                 = "origin"
-	detailCause                  = "cause"
-	originAdapter                = "adapter"
 	redacted                     = "[redacted]"
 	maxSafeInteger         int64 = 1<<53 - 1
 )
@@ -58,6 +55,3 @@ const (
 func fieldError(code, field, format string, args ...any) *protocol.Error {
 	return protocol.Errorf(code, format, args...).With(DetailField, field)
 }
-
-// indeterminate marks e as the failure of a request the adapter may already have executed.
-func indeterminate(e *protocol.Error) *protocol.Error { return e.With(DetailIndeterminate, true) }

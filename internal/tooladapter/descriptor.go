@@ -172,8 +172,8 @@ func (d *Descriptor) Grants(op string) bool {
 	return false
 }
 
-// identity returns the wire identity every frame of this binding carries.
-func (d *Descriptor) identity() Identity {
+// Identity returns the wire identity every frame of this binding carries.
+func (d *Descriptor) Identity() Identity {
 	return Identity{
 		AdapterID:      d.AdapterID,
 		AdapterVersion: d.AdapterVersion,
@@ -490,11 +490,11 @@ func validSocketPath(p string) bool {
 // checkSelfContained serializes the normalized bind and bound frames this descriptor implies and
 // refuses limits too small to carry them: a legal descriptor can always complete its handshake.
 func (d *Descriptor) checkSelfContained() *protocol.Error {
-	bind, err := marshalFrame(d.bindFrame())
+	bind, err := marshalFrame(d.BindFrame())
 	if err != nil || int64(len(bind)) > d.Limits.MaxRequestBytes {
 		return fieldError(CodeInvalidLimit, "limits.maxRequestBytes", "maxRequestBytes cannot hold this descriptor's bind frame")
 	}
-	bound, err := marshalFrame(d.boundFrame())
+	bound, err := marshalFrame(d.BoundFrame())
 	if err != nil || int64(len(bound)) > d.Limits.MaxResponseBytes {
 		return fieldError(CodeInvalidLimit, "limits.maxResponseBytes", "maxResponseBytes cannot hold this descriptor's bound frame")
 	}

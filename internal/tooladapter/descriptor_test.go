@@ -211,8 +211,8 @@ func TestSelfContainment(t *testing.T) {
 	if e != nil {
 		t.Fatalf("maximum ASCII ids: %v", e)
 	}
-	bind, _ := marshalFrame(d.bindFrame())
-	bound, _ := marshalFrame(d.boundFrame())
+	bind, _ := marshalFrame(d.BindFrame())
+	bound, _ := marshalFrame(d.BoundFrame())
 	t.Logf("bind %d bytes, bound %d bytes", len(bind), len(bound))
 
 	// Find the session id for which bind fits with the shortest handle but not the longest:
@@ -233,7 +233,7 @@ func TestSelfContainment(t *testing.T) {
 			secretFree(t, "error", errorTexts(eLong), testSock)
 			// The rule is exact: bind plus LF is what counts.
 			dShort, _ := ParseDescriptor(mustJSON(t, mShort), want)
-			b, _ := marshalFrame(dShort.bindFrame())
+			b, _ := marshalFrame(dShort.BindFrame())
 			if len(b) > 2048 || len(b)+480 <= 2048 {
 				t.Fatalf("bind with the short handle is %d bytes", len(b))
 			}
@@ -284,12 +284,12 @@ func TestHandleRedaction(t *testing.T) {
 		t.Fatal("no redaction marker in the log")
 	}
 	// The encoder, and only it, reads the value.
-	b, _ := marshalFrame(d.bindFrame())
+	b, _ := marshalFrame(d.BindFrame())
 	if !strings.Contains(string(b), `"capabilityHandle":"`+testHandle+`"`) {
 		t.Fatalf("bind frame lacks the handle: %s", b)
 	}
 	for _, k := range []Kind{KindBound, KindInvoke, KindResult, KindAbort, KindAborted, KindRevoke, KindRevoked} {
-		f := d.bindFrame()
+		f := d.BindFrame()
 		f.Kind = k
 		b, _ := marshalFrame(f)
 		if strings.Contains(string(b), testHandle) {

@@ -1,7 +1,9 @@
 package tooladapter
 
+// This file owns the frame model and its decoding: the kinds, Identity, Frame and its member
+// rules, DecodeFrame and DecodeBoundFrame, and the checks every frame passes.
+
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -142,8 +144,9 @@ var kindMembers = map[Kind]struct{ required, optional member }{
 	KindRevoked: {},
 }
 
-// validWireID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._:-]*$ with 1 to max bytes.
-func validWireID(s string, max int) bool {
+// ValidWireID reports whether s matches ^[A-Za-z0-9][A-Za-z0-9._:-]*$ with 1 to max bytes: the
+// grammar of requestId, targetRequestId and idempotencyKey.
+func ValidWireID(s string, max int) bool {
 	return validToken(s, max, "._:-")
 }
 
@@ -164,10 +167,18 @@ func frameError(field, format string, args ...any) *protocol.Error {
 // the expected one, is the receiver's business.
 func DecodeFrame(line []byte) (*Frame, *protocol.Error) { return decodeFrame(line, false, nil) }
 
+// DecodeBoundFrame is DecodeFrame for a connection bound to the identity bound, which has been
+// checked already: a frame that carries exactly it skips the identity's format checks, which
+// bound passed. The frame's Payload and Data are slices of line instead of a copy, valid only
+// as long as line is: a connection that reads a result of several MiB into its line buffer
+// hands the data on without copying it once more. Whether the frame's identity is bound is
+// still the caller's check.
+func DecodeBoundFrame(line []byte, bound Identity) (*Frame, *protocol.Error) {
+	return decodeFrame(line, true, &bound)
+}
+
 // decodeFrame is DecodeFrame; with alias set, the frame's Payload and Data are slices of line
-// instead of a copy, valid only as long as line is (see Conn.inbound). bound, when not nil, is
-// an identity already checked (a connection's, at bind): a frame that carries exactly it skips
-// the identity's format checks, which bound passed.
+// (see DecodeBoundFrame). bound, when not nil, is an identity already checked.
 func decodeFrame(line []byte, alias bool, bound *Identity) (*Frame, *protocol.Error) {
 	// The frame and every stage of its decoding share one allocation.
 	d := &struct {
@@ -194,7 +205,7 @@ func decodeFrame(line []byte, alias bool, bound *Identity) (*Frame, *protocol.Er
 		return nil, e
 	}
 	if f.Data != nil {
-		// Callers may copy the data into their own output as it stands (see Conn.Invoke).
+		// Callers may copy the data into their own output as it stands (see toolclient.Conn.Invoke).
 		f.Data = compactWalked(f.Data)
 	}
 	return f, nil
@@ -504,10 +515,10 @@ func (f *Frame) check(walked, identityChecked bool) *protocol.Error {
 			return frameError(e.Details[DetailField].(string), "frame limits are invalid")
 		}
 	case KindInvoke, KindResult:
-		if !validWireID(f.RequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.RequestID, MaxRequestIDLen) {
 			return frameError("requestId", "requestId must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxRequestIDLen)
 		}
-		if !validWireID(f.IdempotencyKey, MaxIdempotencyKeyLen) {
+		if !ValidWireID(f.IdempotencyKey, MaxIdempotencyKeyLen) {
 			return frameError("idempotencyKey", "idempotencyKey must be 1 to %d characters of [A-Za-z0-9._:-] starting with a letter or digit", MaxIdempotencyKeyLen)
 		}
 		if !knownOperation(f.Operation) {
@@ -532,10 +543,10 @@ func (f *Frame) check(walked, identityChecked bool) *protocol.Error {
 			}
 		}
 	case KindAbort, KindAborted:
-		if !validWireID(f.RequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.RequestID, MaxRequestIDLen) {
 			return frameError("requestId", "requestId is invalid")
 		}
-		if !validWireID(f.TargetRequestID, MaxRequestIDLen) {
+		if !ValidWireID(f.TargetRequestID, MaxRequestIDLen) {
 			return frameError("targetRequestId", "targetRequestId is invalid")
 		}
 		if f.Kind == KindAborted && f.Aborted && f.Error != nil {
@@ -566,160 +577,4 @@ func (f *Frame) checkIdentity() *protocol.Error {
 
 func validAdapterIdentity(id, version string) bool {
 	return checkAdapterID(id, "") == nil && checkAdapterVersion(version, "") == nil
-}
-
-// EncodeFrame validates f and serializes it as one line, LF included. A line longer than
-// maxBytes (when maxBytes > 0) is refused with adapter_request_too_large.
-func EncodeFrame(f *Frame, maxBytes int) ([]byte, *protocol.Error) {
-	if e := f.validate(); e != nil {
-		return nil, protocol.Errorf(CodeRequestInvalid, "frame is invalid").With(DetailField, e.Details[DetailField])
-	}
-	b, err := marshalFrame(f)
-	if err != nil {
-		return nil, protocol.Errorf(CodeRequestInvalid, "frame is not serializable")
-	}
-	if maxBytes > 0 && len(b) > maxBytes {
-		return nil, protocol.Errorf(CodeRequestTooLarge, "frame of %d bytes exceeds the limit of %d", len(b), maxBytes)
-	}
-	return b, nil
-}
-
-// marshalFrame serializes f without validating it. It is the only reader of the handle's value
-// outside the reflection check.
-func marshalFrame(f *Frame) ([]byte, error) {
-	pv, kind := ProtocolVersion, string(f.Kind)
-	id := f.Identity
-	w := wireFrame{
-		ProtocolVersion: &pv, Kind: &kind,
-		AdapterID: &id.AdapterID, AdapterVersion: &id.AdapterVersion,
-		HostInstanceID: &id.HostInstanceID, SessionID: &id.SessionID, Generation: &id.Generation,
-	}
-	spec := kindMembers[f.Kind]
-	has := func(m member) bool { return (spec.required|spec.optional)&m != 0 }
-	if has(mHandle) {
-		w.CapabilityHandle = &f.CapabilityHandle.v
-	}
-	if has(mOps) {
-		ops := f.Operations
-		w.Operations = &ops
-	}
-	if has(mLimits) && f.Limits != nil {
-		l := *f.Limits
-		w.Limits = &rawLimits{&l.MaxRequestBytes, &l.MaxResponseBytes, &l.MaxConcurrentRequests,
-			&l.MaxQueuedRequests, &l.RequestTimeoutMs, &l.MaxIdempotencyKeys, &l.IdempotencyTtlMs}
-	}
-	if has(mReq) {
-		w.RequestID = &f.RequestID
-	}
-	if has(mTarget) {
-		w.TargetRequestID = &f.TargetRequestID
-	}
-	if has(mKey) {
-		w.IdempotencyKey = &f.IdempotencyKey
-	}
-	if has(mOp) {
-		w.Operation = &f.Operation
-	}
-	if has(mPayload) {
-		w.Payload = f.Payload
-	}
-	switch f.Kind {
-	case KindResult:
-		ok := f.OK
-		w.OK = &ok
-		if ok {
-			w.Data = f.Data
-		}
-	case KindAborted:
-		ab := f.Aborted
-		w.Aborted = &ab
-	}
-	if has(mError) && f.Error != nil && !(f.Kind == KindResult && f.OK) {
-		eb := *f.Error
-		w.Error = &rawErrorBody{&eb.Code, &eb.Message, &eb.Retryable}
-	}
-	return ndjson.Marshal(&w)
-}
-
-// invokeEncoder encodes the invoke frames of one binding. Every member before requestId is the
-// binding's identity, so that part is encoded once; the rest is appended by hand. The output is
-// byte for byte marshalFrame's (TestInvokeEncoder), which it falls back to for any value that
-// would need escaping.
-type invokeEncoder struct {
-	id     Identity
-	prefix []byte // the frame up to the comma before requestId
-}
-
-// invokeTail is how marshalFrame ends an invoke frame whose requestId, idempotencyKey and
-// operation are empty and whose payload is nil.
-const invokeTail = `,"requestId":"","idempotencyKey":"","operation":""}` + "\n"
-
-func newInvokeEncoder(id Identity) *invokeEncoder {
-	e := &invokeEncoder{id: id}
-	if b, err := marshalFrame(&Frame{Kind: KindInvoke, Identity: id}); err == nil && bytes.HasSuffix(b, []byte(invokeTail)) {
-		e.prefix = b[:len(b)-len(invokeTail)]
-	}
-	return e
-}
-
-// encode returns the invoke frame line, LF included.
-func (e *invokeEncoder) encode(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
-	return e.encodePayload(requestID, key, op, payload, false)
-}
-
-// encodeWalked is encode for a payload the strict decoder has walked whole (ValidatePayload
-// does), which is known to be one well-formed value: its whitespace is found with the cheap
-// scan of compactWalked instead of a second walk.
-func (e *invokeEncoder) encodeWalked(requestID, key, op string, payload json.RawMessage) ([]byte, error) {
-	return e.encodePayload(requestID, key, op, payload, true)
-}
-
-func (e *invokeEncoder) encodePayload(requestID, key, op string, payload json.RawMessage, walked bool) ([]byte, error) {
-	if e.prefix == nil || payload == nil || !plainJSON(requestID) || !plainJSON(key) || !plainJSON(op) {
-		return marshalFrame(&Frame{Kind: KindInvoke, Identity: e.id, RequestID: requestID, IdempotencyKey: key, Operation: op, Payload: payload})
-	}
-	b := make([]byte, 0, len(e.prefix)+len(requestID)+len(key)+len(op)+len(payload)+64)
-	b = append(b, e.prefix...)
-	b = append(b, `,"requestId":"`...)
-	b = append(b, requestID...)
-	b = append(b, `","idempotencyKey":"`...)
-	b = append(b, key...)
-	b = append(b, `","operation":"`...)
-	b = append(b, op...)
-	b = append(b, `","payload":`...)
-	// encoding/json writes a json.RawMessage compacted, and without HTML escaping (as
-	// ndjson.Marshal sets it) exactly as json.Compact does, which ndjson.AppendCompact does.
-	if walked {
-		b = append(b, compactWalked(payload)...)
-	} else {
-		var err error
-		if b, err = ndjson.AppendCompact(b, payload); err != nil {
-			return nil, err
-		}
-	}
-	return append(b, '}', '\n'), nil
-}
-
-// plainJSON reports whether encoding/json writes s between quotes as it is: printable ASCII
-// without quote or backslash.
-func plainJSON(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// bindFrame is the normalized bind frame of a descriptor.
-func (d *Descriptor) bindFrame() *Frame {
-	l := d.Limits
-	return &Frame{Kind: KindBind, Identity: d.identity(), CapabilityHandle: d.Binding.CapabilityHandle,
-		Operations: d.Operations, Limits: &l}
-}
-
-// boundFrame is the bound frame a conforming adapter answers bind with.
-func (d *Descriptor) boundFrame() *Frame {
-	l := d.Limits
-	return &Frame{Kind: KindBound, Identity: d.identity(), Operations: d.Operations, Limits: &l}
 }

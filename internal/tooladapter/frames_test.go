@@ -279,20 +279,20 @@ func TestInvokeEncoder(t *testing.T) {
 		{AdapterID: "a", AdapterVersion: "0.0.1-rc.1+b", HostInstanceID: `host "quoted" <&> é`, SessionID: "s\u2028\\", Generation: 9007199254740991}}
 	payloads := []string{`{"path":"."}`, "{ \"path\" : \"a b\",\n\t\"offset\": 3 }", `{"path":"<&>","query":"\u00e9 \" \\"}`, `{}`}
 	for _, id := range identities {
-		enc := newInvokeEncoder(id)
+		enc := NewInvokeEncoder(id)
 		if enc.prefix == nil {
 			t.Fatalf("%+v: no prefix", id)
 		}
 		for _, p := range payloads {
 			for _, rid := range []string{"8c4b0e5e-1d1a-4a53-9a36-0c6d3f1d2b7a", `r"1`} {
 				want, werr := marshalFrame(&Frame{Kind: KindInvoke, Identity: id, RequestID: rid, IdempotencyKey: "tool-abc", Operation: OpStat, Payload: json.RawMessage(p)})
-				got, gerr := enc.encode(rid, "tool-abc", OpStat, json.RawMessage(p))
+				got, gerr := enc.Encode(rid, "tool-abc", OpStat, json.RawMessage(p))
 				if string(got) != string(want) || (gerr == nil) != (werr == nil) {
 					t.Errorf("encode(%q, %q):\n got %s (%v)\nwant %s (%v)", rid, p, got, gerr, want, werr)
 				}
 			}
 		}
-		if _, err := enc.encode("r", "k", OpStat, json.RawMessage(`{"path":`)); err == nil {
+		if _, err := enc.Encode("r", "k", OpStat, json.RawMessage(`{"path":`)); err == nil {
 			t.Error("malformed payload encoded")
 		}
 	}

@@ -101,8 +101,8 @@ func FuzzParseDescriptor(f *testing.F) {
 		if d.Incarnation() != want {
 			t.Fatalf("accepted for %+v, bound to %+v", want, d.Incarnation())
 		}
-		bind, _ := marshalFrame(d.bindFrame())
-		bound, _ := marshalFrame(d.boundFrame())
+		bind, _ := marshalFrame(d.BindFrame())
+		bound, _ := marshalFrame(d.BoundFrame())
 		if int64(len(bind)) > d.Limits.MaxRequestBytes || int64(len(bound)) > d.Limits.MaxResponseBytes {
 			t.Fatal("accepted limits cannot hold the handshake")
 		}

@@ -3,6 +3,7 @@ package tooladapter
 import (
 	"bytes"
 	"crypto/subtle"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -132,4 +133,71 @@ func rarestByte(s []byte) int {
 		}
 	}
 	return best
+}
+
+// Screen searches the lines an adapter sends for one handle. A connection builds it once, at
+// bind, and runs it over every inbound line before anything parses the line.
+type Screen struct {
+	secret []byte
+	rare   int // rarestByte(secret)
+}
+
+// Screen returns the screen for h.
+func (h Handle) Screen() Screen {
+	return Screen{secret: []byte(h.v), rare: rarestByte([]byte(h.v))}
+}
+
+// Reflected reports whether the JSON text line holds the handle, in any key or string once its
+// escapes are resolved (see reflectsHandle).
+func (s Screen) Reflected(line []byte) bool { return reflectsHandleAt(line, s.secret, s.rare) }
+
+// reflectsHandle reports whether the JSON text line holds secret, a base64url handle, in any
+// key or string once its escapes are resolved: "\u0063ap…" spells the same handle as "cap…".
+//
+// Only a \u escape can stand for a base64url character; every other escape (\" \\ \/ \b \f
+// \n \r \t) stands for one that is not. So in a line without "\u" every handle a string
+// spells is there byte for byte, and the literal search finds it; with one, each string
+// holding a \u escape is decoded and searched. That is exactly as strong as decoding the whole
+// line and searching every string (TestReflectsHandleMatchesExhaustive,
+// FuzzReflectsHandle), without decoding a large result, which nearly always has no \u.
+func reflectsHandle(line, secret []byte) bool { return reflectsHandleAt(line, secret, -1) }
+
+// reflectsHandleAt is reflectsHandle with rare, when not negative, the index of the rarest
+// byte of secret (see containsSecret).
+func reflectsHandleAt(line, secret []byte, rare int) bool {
+	if containsSecret(line, secret, rare) {
+		return true
+	}
+	if !bytes.Contains(line, []byte(`\u`)) {
+		return false
+	}
+	for i := 0; i < len(line); i++ {
+		if line[i] != '"' {
+			continue
+		}
+		// A string runs to the first quote not escaped by a backslash.
+		end, hasU := -1, false
+		for j := i + 1; j < len(line); j++ {
+			if c := line[j]; c == '"' {
+				end = j
+				break
+			} else if c == '\\' {
+				if j+1 < len(line) && line[j+1] == 'u' {
+					hasU = true
+				}
+				j++
+			}
+		}
+		if end < 0 {
+			return false // unterminated: not JSON, and refused as such
+		}
+		if hasU {
+			var s string
+			if json.Unmarshal(line[i:end+1], &s) == nil && strings.Contains(s, string(secret)) {
+				return true
+			}
+		}
+		i = end
+	}
+	return false
 }

@@ -23,8 +23,8 @@ func validToken(s string, max int, extra string) bool {
 	return true
 }
 
-// validAdapterCode reports whether s matches ^[a-z][a-z0-9_]{0,127}$.
-func validAdapterCode(s string) bool {
+// ValidAdapterCode reports whether s, an adapter's error code, matches ^[a-z][a-z0-9_]{0,127}$.
+func ValidAdapterCode(s string) bool {
 	if len(s) == 0 || len(s) > MaxErrorCodeLen || s[0] < 'a' || s[0] > 'z' {
 		return false
 	}

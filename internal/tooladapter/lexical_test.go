@@ -16,14 +16,14 @@ func FuzzLexical(f *testing.F) {
 	code := regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`)
 	digest := regexp.MustCompile(`^[a-f0-9]{64}$`)
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := validWireID(s, 1<<20), wire.MatchString(s); got != want {
-			t.Fatalf("validWireID(%q) = %v", s, got)
+		if got, want := ValidWireID(s, 1<<20), wire.MatchString(s); got != want {
+			t.Fatalf("ValidWireID(%q) = %v", s, got)
 		}
 		if got, want := validToken(s, 1<<20, "._-"), adapterID.MatchString(s); got != want {
 			t.Fatalf("adapter id %q = %v", s, got)
 		}
-		if got, want := validAdapterCode(s), code.MatchString(s); got != want {
-			t.Fatalf("validAdapterCode(%q) = %v", s, got)
+		if got, want := ValidAdapterCode(s), code.MatchString(s); got != want {
+			t.Fatalf("ValidAdapterCode(%q) = %v", s, got)
 		}
 		if got, want := validDigest(s), digest.MatchString(s); got != want {
 			t.Fatalf("validDigest(%q) = %v", s, got)

@@ -253,12 +253,13 @@ func decodeShape(code, what string, raw json.RawMessage, v any) *protocol.Error 
 // breaks the relative-path rules is invalid_tool_adapter_path; anything else is
 // adapter_request_invalid. It does not look at the filesystem: see ResolveUnder.
 func ValidatePayload(op string, raw json.RawMessage) *protocol.Error {
-	_, e := payloadPath(op, raw)
+	_, e := PayloadPath(op, raw)
 	return e
 }
 
-// payloadPath validates a payload and returns its path member.
-func payloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
+// PayloadPath validates a payload as ValidatePayload does and returns its path member, for a
+// caller that confines the path before it sends the payload.
+func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 	c := &shapeCheck{code: CodeRequestInvalid}
 	var p *string
 	var e *protocol.Error

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // Defaults of Spec.
@@ -43,7 +44,7 @@ type Completer interface {
 	Complete(ctx context.Context, req model.Request, onDelta func(model.Delta)) (model.Response, error)
 }
 
-// Invoker calls one granted tool operation; *tooladapter.Conn is the real one.
+// Invoker calls one granted tool operation; *toolclient.Conn is the real one.
 type Invoker interface {
 	Invoke(ctx context.Context, op, key string, args json.RawMessage) (json.RawMessage, *protocol.Error)
 }
@@ -304,7 +305,7 @@ func callTool(ctx context.Context, spec *Spec, scope string, tc model.ToolCall, 
 	case !isObject(args):
 		fail = protocol.Errorf(tooladapter.CodeRequestInvalid, "the arguments are not a JSON object")
 	default:
-		data, e := spec.Tools.Invoke(ctx, op, tooladapter.IdempotencyKey(op, scope+"\x00"+tc.ID), args)
+		data, e := spec.Tools.Invoke(ctx, op, toolclient.IdempotencyKey(op, scope+"\x00"+tc.ID), args)
 		if e != nil {
 			fail = e
 		} else {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // script is a model double: it answers each call with the next response and records what it
@@ -119,7 +120,7 @@ func TestToolFailuresAreOutputNotTurnFailures(t *testing.T) {
 	if e != nil || res.Text != "done" || res.ToolCalls != 4 || res.ModelCalls != 2 {
 		t.Fatalf("run: %v %+v", e, res)
 	}
-	if len(tl.calls) != 2 || tl.keys[0] != tooladapter.IdempotencyKey("fs.read", "scope\x001\x00a") {
+	if len(tl.calls) != 2 || tl.keys[0] != toolclient.IdempotencyKey("fs.read", "scope\x001\x00a") {
 		t.Fatalf("adapter calls %v %v", tl.calls, tl.keys)
 	}
 	outs := s.recorded[2:6] // user, assistant, then four tool messages

@@ -1,6 +1,6 @@
 // Package validate is the conformance harness behind `airlock validate capability`: it runs
 // a capability adapter under test through the probes of protocol v1, and runs built-in
-// misbehaving adapters to show that the runtime (capadapter.Client) rejects each fault.
+// misbehaving adapters to show that the runtime (capclient.Client) rejects each fault.
 //
 // The harness is stricter than the original validator: besides list, describe, observe and a
 // known-valid invoke it checks unsupported_action, unknown_capability, invalid_args generated
@@ -25,7 +25,7 @@
 //
 // Every failure names the request the harness sent (requestText), arguments included.
 //
-// Probes talk to the adapter through capadapter.Client, the runtime's own client, so an
+// Probes talk to the adapter through capclient.Client, the runtime's own client, so an
 // adapter that passes is one the runtime accepts; where the harness needs the raw result (the
 // screens), it checks it itself and also asks the runtime.
 package validate
@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 )
 
 // Probe names, in report order.
@@ -83,8 +84,8 @@ type Config struct {
 	// skipped. ActionArgs defaults to {}.
 	Action     string
 	ActionArgs json.RawMessage
-	// Timeout is the deadline of each call; zero means capadapter.DefaultCallTimeout. It must
-	// lie within [capadapter.MinCallTimeout, capadapter.MaxCallTimeout].
+	// Timeout is the deadline of each call; zero means capclient.DefaultCallTimeout. It must
+	// lie within [capclient.MinCallTimeout, capclient.MaxCallTimeout].
 	Timeout time.Duration
 	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
 	// FaultModes and RunFaultAdapter); nil skips the fault probes.
@@ -96,8 +97,8 @@ func (c Config) Check() error {
 	if c.Command == "" {
 		return errors.New("no adapter command")
 	}
-	if c.Timeout != 0 && (c.Timeout < capadapter.MinCallTimeout || c.Timeout > capadapter.MaxCallTimeout) {
-		return fmt.Errorf("timeout %v outside [%v, %v]", c.Timeout, capadapter.MinCallTimeout, capadapter.MaxCallTimeout)
+	if c.Timeout != 0 && (c.Timeout < capclient.MinCallTimeout || c.Timeout > capclient.MaxCallTimeout) {
+		return fmt.Errorf("timeout %v outside [%v, %v]", c.Timeout, capclient.MinCallTimeout, capclient.MaxCallTimeout)
 	}
 	if c.Action == "" && len(c.ActionArgs) > 0 {
 		return errors.New("args given without an action")
@@ -158,7 +159,7 @@ func RunCapability(ctx context.Context, cfg Config) Report {
 		return rep
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = capadapter.DefaultCallTimeout
+		cfg.Timeout = capclient.DefaultCallTimeout
 	}
 	if len(bytes.TrimSpace(cfg.ActionArgs)) == 0 {
 		cfg.ActionArgs = json.RawMessage("{}")
@@ -173,7 +174,7 @@ func RunCapability(ctx context.Context, cfg Config) Report {
 }
 
 // onSpawn, when set (by tests), sees every child the harness and the fault probes start.
-var onSpawn func(*capadapter.Client)
+var onSpawn func(*capclient.Client)
 
 // harness is the state of one run against the adapter under test.
 type harness struct {
@@ -181,8 +182,8 @@ type harness struct {
 	cfg Config
 	rep *Report
 
-	child    *capadapter.Client   // the current child, replaced when a probe kills it
-	children []*capadapter.Client // every child started, all closed at the end
+	child    *capclient.Client   // the current child, replaced when a probe kills it
+	children []*capclient.Client // every child started, all closed at the end
 
 	descs []capadapter.Descriptor
 	canon [][]byte
@@ -247,8 +248,8 @@ func (h *harness) result(name string, problems []string, note string) {
 }
 
 // spawn starts a fresh child of the adapter under test.
-func (h *harness) spawn() (*capadapter.Client, error) {
-	c, err := capadapter.Spawn(h.cfg.Command, h.cfg.Args, capadapter.ClientOptions{CallTimeout: h.cfg.Timeout})
+func (h *harness) spawn() (*capclient.Client, error) {
+	c, err := capclient.Spawn(h.cfg.Command, h.cfg.Args, capclient.ClientOptions{CallTimeout: h.cfg.Timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +262,7 @@ func (h *harness) spawn() (*capadapter.Client, error) {
 
 // live returns a healthy child: the current one, or a fresh one that has answered list (as the
 // runtime starts every child) when a probe killed the last.
-func (h *harness) live() (*capadapter.Client, error) {
+func (h *harness) live() (*capclient.Client, error) {
 	if h.child != nil && h.child.Failure() == nil {
 		return h.child, nil
 	}
@@ -304,7 +305,7 @@ func requestText(req capadapter.Request) string {
 }
 
 // call makes one call and records how it went, for the deadline and bounds probes.
-func (h *harness) call(c *capadapter.Client, label string, req capadapter.Request) (capadapter.Response, error) {
+func (h *harness) call(c *capclient.Client, label string, req capadapter.Request) (capadapter.Response, error) {
 	start := time.Now()
 	resp, err := c.Call(h.ctx, req)
 	h.calls = append(h.calls, callRecord{label: label, took: time.Since(start), code: capadapter.CodeOf(err)})

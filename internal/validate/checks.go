@@ -15,7 +15,7 @@ import (
 
 // The screens of protocol v1, applied to decoded text (what a client sees): the harness's own
 // copy, so that a FAIL can say what was found and where. The observe probe also asks the
-// runtime (capadapter.Client.Observe), so the harness is never laxer than the runtime.
+// runtime (capclient.Client.Observe), so the harness is never laxer than the runtime.
 var (
 	// sensitiveName: no action, property or result key may look like an endpoint, a
 	// credential or transport detail.

@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // The built-in misbehaving adapters. Each fault probe starts one and passes when the runtime
-// rejects it: capadapter.Client fails the call with the expected code and the child is killed
+// rejects it: capclient.Client fails the call with the expected code and the child is killed
 // and reaped, its process group gone.
 const (
 	FaultMalformed = "malformed" // answers list with a line that is not JSON
@@ -111,22 +112,22 @@ type faultProbe struct {
 	want string
 	// run makes the calls against a spawned child; nil means Start (the handshake) is the
 	// call that must fail.
-	run func(ctx context.Context, c *capadapter.Client) error
+	run func(ctx context.Context, c *capclient.Client) error
 }
 
 func runFaultProbes(ctx context.Context, fault func(mode string) (string, []string), rep *Report) {
-	list := func(ctx context.Context, c *capadapter.Client) error {
+	list := func(ctx context.Context, c *capclient.Client) error {
 		_, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodList})
 		return err
 	}
-	listThenObserve := func(ctx context.Context, c *capadapter.Client) error {
+	listThenObserve := func(ctx context.Context, c *capclient.Client) error {
 		if _, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodList}); err != nil {
 			return errors.New("the list before the fault failed: " + describeErr(err))
 		}
 		_, err := c.Observe(ctx, "fault_probe")
 		return err
 	}
-	listTwice := func(ctx context.Context, c *capadapter.Client) error {
+	listTwice := func(ctx context.Context, c *capclient.Client) error {
 		if _, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodList}); err != nil {
 			return errors.New("the first list failed: " + describeErr(err))
 		}
@@ -157,7 +158,7 @@ func runFaultProbes(ctx context.Context, fault func(mode string) (string, []stri
 func runFaultProbe(ctx context.Context, fault func(mode string) (string, []string), fp faultProbe) Probe {
 	p := Probe{Name: "fault." + fp.mode}
 	command, args := fault(fp.mode)
-	c, err := capadapter.Spawn(command, args, capadapter.ClientOptions{CallTimeout: faultTimeout})
+	c, err := capclient.Spawn(command, args, capclient.ClientOptions{CallTimeout: faultTimeout})
 	if err != nil {
 		p.Detail = "the fault adapter did not start: " + describeErr(err)
 		return p

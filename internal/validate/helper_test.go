@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 )
 
 // The test binary re-executes itself as an adapter, with the mode in argv: adapters get an
@@ -65,8 +65,8 @@ func faultConfig(t testing.TB) func(string) (string, []string) {
 // reaped and its process group is gone.
 func trackChildren(t *testing.T) {
 	var mu sync.Mutex
-	var children []*capadapter.Client
-	onSpawn = func(c *capadapter.Client) {
+	var children []*capclient.Client
+	onSpawn = func(c *capclient.Client) {
 		mu.Lock()
 		children = append(children, c)
 		mu.Unlock()

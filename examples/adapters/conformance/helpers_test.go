@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/validate"
 )
 
@@ -107,11 +107,11 @@ func conform(t *testing.T, cfg validate.Config) validate.Report {
 
 // startAdapter starts the adapter through the runtime's own client (the startup handshake
 // included) and stops it when the test ends.
-func startAdapter(t *testing.T, command string, args ...string) *capadapter.Client {
+func startAdapter(t *testing.T, command string, args ...string) *capclient.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := capadapter.Start(ctx, command, args, capadapter.ClientOptions{})
+	c, err := capclient.Start(ctx, command, args, capclient.ClientOptions{})
 	if err != nil {
 		t.Fatalf("start %s: %v", command, err)
 	}
@@ -138,7 +138,7 @@ func callCtx(t *testing.T) context.Context {
 }
 
 // observe observes id and decodes the result into v.
-func observe(t *testing.T, c *capadapter.Client, id string, v any) []byte {
+func observe(t *testing.T, c *capclient.Client, id string, v any) []byte {
 	t.Helper()
 	raw, err := c.Observe(callCtx(t), id)
 	if err != nil {
@@ -149,7 +149,7 @@ func observe(t *testing.T, c *capadapter.Client, id string, v any) []byte {
 }
 
 // invoke invokes id.action with args and decodes the result into v.
-func invoke(t *testing.T, c *capadapter.Client, id, action, args string, v any) []byte {
+func invoke(t *testing.T, c *capclient.Client, id, action, args string, v any) []byte {
 	t.Helper()
 	raw, err := c.Invoke(callCtx(t), id, action, json.RawMessage(args))
 	if err != nil {
@@ -169,7 +169,7 @@ func decode(t *testing.T, raw []byte, v any) {
 }
 
 // descriptorsJSON is the encoding of everything the adapter projected at startup.
-func descriptorsJSON(t *testing.T, c *capadapter.Client) []byte {
+func descriptorsJSON(t *testing.T, c *capclient.Client) []byte {
 	t.Helper()
 	b, err := json.Marshal(c.Descriptors())
 	if err != nil {

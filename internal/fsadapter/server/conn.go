@@ -9,7 +9,6 @@ import (
 	"errors"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -385,9 +384,6 @@ func invokeWithoutPayload(line []byte) *tooladapter.Frame {
 
 // decodeArgs decodes an invoke payload into its fsops payload type, strictly.
 func decodeArgs(op string, raw json.RawMessage) (any, *protocol.Error) {
-	if v := decodeArgsFast(op, raw); v != nil {
-		return v, nil
-	}
 	var v any
 	switch op {
 	case tooladapter.OpList:
@@ -416,96 +412,12 @@ func decodeArgs(op string, raw json.RawMessage) (any, *protocol.Error) {
 	return v, nil
 }
 
-// decodeArgsFast decodes the payloads of fs.stat and fs.read, the most frequent calls, in one
-// strict walk over a raw mirror instead of a walk and encoding/json's reflective pass. It
-// returns nil, and decodeArgs decodes in full, for anything it does not settle: a missing path,
-// a member of another type, a string with escapes. What it returns is what the full decoding
-// returns (FuzzDecodeArgs).
-func decodeArgsFast(op string, raw json.RawMessage) any {
-	switch op {
-	case tooladapter.OpStat:
-		var r struct {
-			Path json.RawMessage `json:"path"`
-		}
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
-			return nil
-		}
-		if path, ok := plainString(r.Path); ok {
-			return &fsops.StatPayload{Path: path}
-		}
-	case tooladapter.OpRead:
-		var r struct {
-			Path     json.RawMessage `json:"path"`
-			Offset   json.RawMessage `json:"offset"`
-			MaxBytes json.RawMessage `json:"maxBytes"`
-		}
-		if ndjson.Decode(raw, &r, ndjson.Closed) != nil {
-			return nil
-		}
-		path, ok := plainString(r.Path)
-		offset, okOffset := optionalInt64(r.Offset)
-		maxBytes, okMax := optionalInt64(r.MaxBytes)
-		if ok && okOffset && okMax {
-			return &fsops.ReadPayload{Path: path, Offset: offset, MaxBytes: maxBytes}
-		}
-	}
-	return nil
-}
-
-// plainString returns the value of a JSON string without escapes whose text is valid UTF-8.
-func plainString(raw json.RawMessage) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' {
-		return "", false
-	}
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') >= 0 || !utf8.Valid(inner) {
-		return "", false
-	}
-	return string(inner), true
-}
-
-// optionalInt64 decodes an optional int64 member as encoding/json does: absent is nil, and a
-// number is what strconv.ParseInt makes of it.
-func optionalInt64(raw json.RawMessage) (*int64, bool) {
-	if raw == nil {
-		return nil, true
-	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return nil, false
-	}
-	return &n, true
-}
-
 // fingerprint identifies the semantic request: the operation and the payload re-encoded from
-// its typed form, so that member order and spacing do not matter. The payloads of fs.stat and
-// fs.read, the most frequent, are encoded by hand as encoding/json writes them without HTML
-// escaping; a fingerprint is only ever compared with another of this process.
-func fingerprint(op string, args any) [32]byte { return sha256.Sum256(fingerprintText(op, args)) }
-
-// fingerprintText is the text fingerprint hashes: op, a NUL, and the payload's encoding.
-func fingerprintText(op string, args any) []byte {
-	b := make([]byte, 0, 128)
-	b = append(b, op...)
-	b = append(b, 0)
-	switch a := args.(type) {
-	case *fsops.StatPayload:
-		b = ndjson.AppendString(append(b, `{"path":`...), a.Path)
-		b = append(b, '}')
-	case *fsops.ReadPayload:
-		b = ndjson.AppendString(append(b, `{"path":`...), a.Path)
-		if a.Offset != nil {
-			b = strconv.AppendInt(append(b, `,"offset":`...), *a.Offset, 10)
-		}
-		if a.MaxBytes != nil {
-			b = strconv.AppendInt(append(b, `,"maxBytes":`...), *a.MaxBytes, 10)
-		}
-		b = append(b, '}')
-	default:
-		enc, _ := json.Marshal(args) // plain structs of strings, numbers and bools
-		b = append(b, enc...)
-	}
-	return b
+// its typed form, so that member order and spacing do not matter. A fingerprint is only ever
+// compared with another of this process.
+func fingerprint(op string, args any) [32]byte {
+	enc, _ := json.Marshal(args) // plain structs of strings, numbers and bools
+	return sha256.Sum256(append(append([]byte(op), 0), enc...))
 }
 
 func errBody(e *protocol.Error) *tooladapter.ErrorBody {
@@ -724,8 +636,6 @@ func (c *conn) execute(r *request) outcome {
 	switch v := v.(type) {
 	case *fsops.ReadResult:
 		frame = appendRead(frame, v)
-	case *fsops.StatResult:
-		frame = appendStat(frame, v)
 	default:
 		buf := bytes.NewBuffer(frame)
 		enc := json.NewEncoder(buf)

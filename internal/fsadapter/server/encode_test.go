@@ -40,17 +40,6 @@ func TestEncodeReadMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-// TestEncodeStatMatchesEncodingJSON checks appendStat against encoding/json, as
-// TestEncodeReadMatchesEncodingJSON does appendRead.
-func TestEncodeStatMatchesEncodingJSON(t *testing.T) {
-	for _, r := range []fsops.StatResult{{Type: fsops.TypeFile, Size: 12345, ModifiedAt: "2026-12-02T17:36:12.123456789Z"},
-		{Type: fsops.TypeDirectory}, {Type: "a\"b\\\x01é\u2028", Size: -1, ModifiedAt: "\xff"}, {Size: 1 << 62, ModifiedAt: "x"}} {
-		if got, want := appendStat([]byte("prefix"), &r), append([]byte("prefix"), encodeJSON(t, &r)...); !bytes.Equal(got, want) {
-			t.Fatalf("%+v:\ngot  %s\nwant %s", r, got, want)
-		}
-	}
-}
-
 // encodeJSON encodes v as execute encodes results without a fast path: HTML escaping off, no
 // newline.
 func encodeJSON(t *testing.T, v any) []byte {
@@ -61,20 +50,6 @@ func encodeJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
-}
-
-// TestFingerprintText checks the hand encoding of fs.stat and fs.read payloads in fingerprints
-// against encoding/json (HTML escaping off).
-func TestFingerprintText(t *testing.T) {
-	n := func(v int64) *int64 { return &v }
-	for _, args := range []any{&fsops.StatPayload{Path: "a/b.txt"}, &fsops.StatPayload{Path: "q\"\\<é\u2028"},
-		&fsops.ReadPayload{Path: "x"}, &fsops.ReadPayload{Path: "x", Offset: n(0)}, &fsops.ReadPayload{Path: "x", MaxBytes: n(-7)},
-		&fsops.ReadPayload{Path: "&y", Offset: n(1 << 40), MaxBytes: n(4096)}} {
-		want := append([]byte("fs.op\x00"), encodeJSON(t, args)...)
-		if got := fingerprintText("fs.op", args); !bytes.Equal(got, want) {
-			t.Fatalf("%+v:\ngot  %q\nwant %q", args, got, want)
-		}
-	}
 }
 
 func BenchmarkEncodeRead4MiB(b *testing.B) {

@@ -5,9 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
-	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // FuzzDecodeAdminRequest checks the admin request decoder's properties: an accepted request has
@@ -60,57 +57,4 @@ func FuzzDecodeAdminRequest(f *testing.F) {
 			t.Fatalf("round trip: %v %+v %+v", e, r, r2)
 		}
 	})
-}
-
-var decodeArgsSeeds = []string{
-	`{"path":"a/b/stat.txt"}`, `{"path":"read4k.txt","offset":0,"maxBytes":4096}`, ` { "path" : "x" , "offset" : -0 } `,
-	`{"path":"a\u0041"}`, `{"path":"a","path":"b"}`, `{"Path":"a"}`, `{"path":null}`, `{"path":"a","offset":1.0}`,
-	`{"path":"a","maxBytes":1e3}`, `{"path":"a","offset":null}`, `{"path":"a","bogus":1}`, `{}`, `[]`,
-	`{"path":"a","offset":9223372036854775808}`, "{\"path\":\"bad\xff\"}",
-}
-
-// FuzzDecodeArgs: the one-walk decoding of stat and read payloads returns what the full decoding
-// returns, and nothing for a payload the full decoding refuses.
-func FuzzDecodeArgs(f *testing.F) {
-	for _, s := range decodeArgsSeeds {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		for _, c := range []struct {
-			op   string
-			want any
-		}{{"fs.stat", &fsops.StatPayload{}}, {"fs.read", &fsops.ReadPayload{}}} {
-			got := decodeArgsFast(c.op, raw)
-			if got == nil {
-				continue
-			}
-			if err := ndjson.Decode(raw, c.want, ndjson.Closed); err != nil {
-				t.Fatalf("%s %q: fast decoding accepts what the full one refuses: %v", c.op, raw, err)
-			}
-			if !reflect.DeepEqual(got, c.want) {
-				t.Fatalf("%s %q: fast %+v, full %+v", c.op, raw, got, c.want)
-			}
-		}
-	})
-}
-
-func TestDecodeArgsFast(t *testing.T) {
-	for _, s := range decodeArgsSeeds {
-		t.Run("", func(t *testing.T) {
-			for _, op := range []string{"fs.stat", "fs.read"} {
-				got := decodeArgsFast(op, []byte(s))
-				var want any = &fsops.StatPayload{}
-				if op == "fs.read" {
-					want = &fsops.ReadPayload{}
-				}
-				err := ndjson.Decode([]byte(s), want, ndjson.Closed)
-				if got != nil && (err != nil || !reflect.DeepEqual(got, want)) {
-					t.Fatalf("%s %q: fast %+v, full %+v (%v)", op, s, got, want, err)
-				}
-			}
-		})
-	}
-	if decodeArgsFast("fs.stat", []byte(`{"path":"a/b"}`)) == nil || decodeArgsFast("fs.read", []byte(`{"path":"a","maxBytes":5}`)) == nil {
-		t.Fatal("the usual payloads take the slow path")
-	}
 }

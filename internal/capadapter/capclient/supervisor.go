@@ -1,0 +1,537 @@
+package capclient
+
+// This file owns the Supervisor: its registrations and their capabilities, Register, Restore,
+// Remove and Close, and the calls it routes to the child that owns a capability.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+)
+
+// Restart policy defaults.
+const (
+	// DefaultBackoffMin is the first restart delay after a crash: long enough that a crash
+	// loop costs little, short enough that a one-off crash is barely noticed.
+	DefaultBackoffMin = 250 * time.Millisecond
+	// DefaultBackoffMax caps the doubling delay, so a recovered dependency (a device back on
+	// the network) is picked up within half a minute.
+	DefaultBackoffMax = 30 * time.Second
+	// DefaultHealthyAfter is how long a child must run before a crash no longer counts
+	// against it: the next delay starts from DefaultBackoffMin again.
+	DefaultHealthyAfter = time.Minute
+	// DefaultMaxRestartFailures is how many consecutive unhealthy starts (failed handshakes or
+	// crashes before DefaultHealthyAfter) the supervisor tries before it marks the adapter
+	// failed and stops restarting it: with the default delays, about five minutes.
+	DefaultMaxRestartFailures = 16
+)
+
+// State is an adapter's lifecycle state.
+type State string
+
+const (
+	StateStarting State = "starting" // a child is being started and validated
+	StateReady    State = "ready"    // a validated child serves the capabilities
+	StateBackoff  State = "backoff"  // the child died; a restart is scheduled
+	StateStopped  State = "stopped"  // removed or the supervisor closed
+	StateFailed   State = "failed"   // restarts gave up; register again to retry
+)
+
+// Options tune a Supervisor. The zero value uses the defaults.
+type Options struct {
+	// CallTimeout is the deadline of each observe or invoke; StartTimeout bounds each start
+	// (the handshake). Zero means the default; both must lie within [MinCallTimeout,
+	// MaxCallTimeout].
+	CallTimeout  time.Duration
+	StartTimeout time.Duration
+	// BackoffMin, BackoffMax, HealthyAfter and MaxRestartFailures shape restarts after a
+	// crash; zero means the default. BackoffMin must lie within [1 ms, 1 min] and BackoffMax
+	// within [BackoffMin, 10 min].
+	BackoffMin         time.Duration
+	BackoffMax         time.Duration
+	HealthyAfter       time.Duration
+	MaxRestartFailures int
+}
+
+func (o Options) withDefaults() (Options, error) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.CallTimeout, DefaultCallTimeout)
+	def(&o.StartTimeout, DefaultStartTimeout)
+	def(&o.BackoffMin, DefaultBackoffMin)
+	def(&o.BackoffMax, DefaultBackoffMax)
+	def(&o.HealthyAfter, DefaultHealthyAfter)
+	if o.MaxRestartFailures == 0 {
+		o.MaxRestartFailures = DefaultMaxRestartFailures
+	}
+	switch {
+	case o.CallTimeout < MinCallTimeout || o.CallTimeout > MaxCallTimeout,
+		o.StartTimeout < MinCallTimeout || o.StartTimeout > MaxCallTimeout:
+		return o, fmt.Errorf("capadapter: call and start timeouts must lie within [%v, %v]", MinCallTimeout, MaxCallTimeout)
+	case o.BackoffMin < time.Millisecond || o.BackoffMin > time.Minute,
+		o.BackoffMax < o.BackoffMin || o.BackoffMax > 10*time.Minute:
+		return o, fmt.Errorf("capadapter: backoff must satisfy 1ms ≤ min ≤ 1m and min ≤ max ≤ 10m")
+	case o.HealthyAfter < 0 || o.MaxRestartFailures < 0:
+		return o, fmt.Errorf("capadapter: negative restart policy")
+	}
+	return o, nil
+}
+
+// instance is one running adapter child as the supervisor sees it; *Client is the real one.
+type instance interface {
+	PID() int
+	Descriptors() []capadapter.Descriptor
+	canonical() [][]byte
+	Done() <-chan struct{}
+	Failure() error
+	startResult(ctx context.Context, req capadapter.Request, done func(json.RawMessage, error)) // see Client.StartObserve
+	Close(ctx context.Context) error
+}
+
+// spawnFunc starts and validates one child within ctx.
+type spawnFunc func(ctx context.Context, reg Registration, log *logRing) (instance, error)
+
+// CapabilitySummary is one capability as List shows it.
+type CapabilitySummary struct {
+	CapabilityID string   `json:"capabilityId"`
+	Title        string   `json:"title"`
+	Version      string   `json:"version"`
+	Observe      bool     `json:"observe"`
+	Actions      []string `json:"actions"`
+	Adapter      string   `json:"adapter"`
+	Available    bool     `json:"available"`
+}
+
+// AdapterStatus is one registration's state, for the operator.
+type AdapterStatus struct {
+	Name         string   `json:"name"`
+	Command      string   `json:"command"`
+	Args         []string `json:"args"`
+	State        State    `json:"state"`
+	PID          int      `json:"pid,omitempty"`
+	Restarts     int      `json:"restarts"`
+	LastFailure  string   `json:"lastFailure,omitempty"`
+	Capabilities []string `json:"capabilities"`
+}
+
+// adapter is one registration. Its descriptors are fixed when it registers; the fields after
+// mu-guarded are guarded by Supervisor.mu.
+type adapter struct {
+	reg    Registration
+	log    *logRing
+	descs  []capadapter.Descriptor
+	canon  [][]byte
+	ctx    context.Context // cancelled to stop the monitor
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the monitor returns
+
+	// mu-guarded
+	state       State
+	inst        instance // the serving child while ready
+	pid         int
+	restarts    int
+	lastFailure string
+}
+
+// Supervisor runs many adapters, each under a registration name, and routes capability
+// operations to them by capability id. Capability ids are unique across the Supervisor.
+// All methods are safe for concurrent use.
+//
+// Lifecycle: Register starts and validates a child before it returns; a child that dies is
+// restarted with exponential backoff while its capabilities report unavailable; Remove and
+// Close stop children and reap them. Register, Remove and Close are serialized.
+type Supervisor struct {
+	opts  Options
+	spawn spawnFunc
+
+	life sync.Mutex // serializes Register, Remove and Close
+
+	mu         sync.Mutex
+	adapters   map[string]*adapter
+	owners     map[string]*adapter // capability id → its adapter
+	failedLogs map[string]*logRing // stderr of the last failed registration per unregistered name
+	closed     bool
+}
+
+// New returns a Supervisor with no adapters.
+func New(opts Options) (*Supervisor, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Supervisor{
+		opts:       opts,
+		adapters:   map[string]*adapter{},
+		owners:     map[string]*adapter{},
+		failedLogs: map[string]*logRing{},
+	}
+	s.spawn = s.startChild
+	return s, nil
+}
+
+func (s *Supervisor) startChild(ctx context.Context, reg Registration, log *logRing) (instance, error) {
+	c, err := Start(ctx, reg.Command, reg.Args, ClientOptions{CallTimeout: s.opts.CallTimeout, log: log})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Register validates reg (see NormalizeRegistration), starts its adapter and validates it
+// (the handshake, within the start timeout and ctx), checks that no other registration owns
+// its capability ids, and only then installs it, replacing any registration of the same
+// name: the old child is stopped and reaped before Register returns. It returns the
+// normalized registration, which is what the caller should persist, and only after success.
+// A failed Register changes nothing; the stderr of its child stays readable through Logs.
+func (s *Supervisor) Register(ctx context.Context, reg Registration) (Registration, error) {
+	return s.register(ctx, reg, false)
+}
+
+// Restore installs a registration persisted earlier, at daemon startup. It is Register,
+// except that a failure to start (or a capability conflict) does not refuse the
+// registration: it is installed in state backoff and restarted like a crashed adapter,
+// adopting its descriptors at its first successful start. Restore fails only for an invalid
+// registration, a closed or full supervisor.
+func (s *Supervisor) Restore(ctx context.Context, reg Registration) (Registration, error) {
+	return s.register(ctx, reg, true)
+}
+
+func (s *Supervisor) register(ctx context.Context, reg Registration, restore bool) (Registration, error) {
+	norm, err := NormalizeRegistration(reg)
+	if err != nil {
+		return Registration{}, err
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.mu.Lock()
+	closed, full := s.closed, s.adapters[norm.Name] == nil && len(s.adapters) >= MaxAdapters
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return Registration{}, newError(capadapter.CodeUnavailable, "the supervisor is closed")
+	case full:
+		return Registration{}, newError(capadapter.CodeTooManyAdapters, fmt.Sprintf("the supervisor already runs %d adapters", MaxAdapters))
+	}
+
+	log := newLogRing()
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	inst, err := s.spawn(sctx, norm, log)
+	cancel()
+	var descs []capadapter.Descriptor
+	if err == nil {
+		descs = inst.Descriptors()
+		s.mu.Lock()
+		for _, d := range descs {
+			if owner := s.owners[d.CapabilityID]; owner != nil && owner.reg.Name != norm.Name {
+				err = newError(capadapter.CodeCapabilityConflict, fmt.Sprintf("capability %q belongs to adapter %q", d.CapabilityID, owner.reg.Name))
+				break
+			}
+		}
+		s.mu.Unlock()
+		if err != nil {
+			_ = inst.Close(context.WithoutCancel(ctx))
+			inst, descs = nil, nil
+		}
+	}
+	if err != nil && !restore {
+		s.mu.Lock()
+		if s.adapters[norm.Name] == nil {
+			if len(s.failedLogs) >= MaxAdapters { // keep the bound: forget an older failure
+				for k := range s.failedLogs {
+					delete(s.failedLogs, k)
+					break
+				}
+			}
+			s.failedLogs[norm.Name] = log
+		}
+		s.mu.Unlock()
+		return Registration{}, err
+	}
+
+	actx, acancel := context.WithCancel(context.Background())
+	a := &adapter{reg: norm, log: log, ctx: actx, cancel: acancel, done: make(chan struct{}), state: StateBackoff}
+	if inst != nil {
+		a.descs, a.canon = descs, inst.canonical()
+		a.state, a.inst, a.pid = StateReady, inst, inst.PID()
+	} else {
+		a.lastFailure = capadapter.CodeOf(err)
+		log.note("start failed (" + a.lastFailure + "); retrying with backoff")
+	}
+	s.mu.Lock()
+	old := s.adapters[norm.Name]
+	if old != nil {
+		for _, d := range old.descs {
+			if s.owners[d.CapabilityID] == old {
+				delete(s.owners, d.CapabilityID)
+			}
+		}
+		old.cancel()
+	}
+	for _, d := range descs {
+		s.owners[d.CapabilityID] = a
+	}
+	s.adapters[norm.Name] = a
+	delete(s.failedLogs, norm.Name)
+	s.mu.Unlock()
+
+	go s.monitor(a, inst)
+	if old != nil {
+		s.stopAdapter(context.WithoutCancel(ctx), old)
+	}
+	return norm, nil
+}
+
+// Remove stops the adapter registered as name and reaps its child. ctx bounds the graceful
+// part of the stop; the child is killed when it ends.
+func (s *Supervisor) Remove(ctx context.Context, name string) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.mu.Lock()
+	a := s.adapters[name]
+	if a == nil {
+		s.mu.Unlock()
+		return newError(capadapter.CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
+	}
+	delete(s.adapters, name)
+	for _, d := range a.descs {
+		if s.owners[d.CapabilityID] == a {
+			delete(s.owners, d.CapabilityID)
+		}
+	}
+	a.cancel() // under mu: a monitor that is adopting a child sees it
+	s.mu.Unlock()
+	s.stopAdapter(ctx, a)
+	return nil
+}
+
+// Close stops every adapter, concurrently, and reaps every child; later operations fail with
+// unavailable. The daemon calls it at shutdown; registrations stay persisted by the caller.
+// ctx bounds the graceful part of each stop (see Client.Close); a child still not reaped when
+// its stop gives up (one stuck in the kernel even after SIGKILL) makes Close return a timeout
+// *capadapter.Error naming the adapters concerned, after every stop has ended.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	s.mu.Lock()
+	s.closed = true
+	all := make([]*adapter, 0, len(s.adapters))
+	for _, a := range s.adapters {
+		a.cancel()
+		all = append(all, a)
+	}
+	clear(s.adapters)
+	clear(s.owners)
+	s.mu.Unlock()
+	unreaped := make([]string, len(all))
+	var wg sync.WaitGroup
+	for i, a := range all {
+		wg.Go(func() {
+			if !s.stopAdapter(ctx, a) {
+				unreaped[i] = a.reg.Name
+			}
+		})
+	}
+	wg.Wait()
+	unreaped = slices.DeleteFunc(unreaped, func(n string) bool { return n == "" })
+	if len(unreaped) == 0 {
+		return nil
+	}
+	sort.Strings(unreaped)
+	return newError(capadapter.CodeTimeout, fmt.Sprintf("the children of adapters %q were not reaped in time", unreaped))
+}
+
+// stopAdapter stops a's monitor, then stops and reaps its child. It reports whether the
+// child, if any, was reaped.
+func (s *Supervisor) stopAdapter(ctx context.Context, a *adapter) bool {
+	a.cancel()
+	<-a.done
+	s.mu.Lock()
+	inst := a.inst
+	a.inst, a.state, a.pid = nil, StateStopped, 0
+	s.mu.Unlock()
+	if inst == nil {
+		a.log.note("stopped")
+		return true
+	}
+	_ = inst.Close(ctx) // waits, bounded, for the child to be reaped
+	select {
+	case <-inst.Done():
+		a.log.note("stopped")
+		return true
+	default:
+		a.log.note("stopped, but the child was not reaped in time")
+		return false
+	}
+}
+
+func (s *Supervisor) setState(a *adapter, st State) {
+	s.mu.Lock()
+	a.state = st
+	s.mu.Unlock()
+}
+
+// lookup returns the adapter owning capability id, its descriptor and its serving child (nil
+// while not ready).
+func (s *Supervisor) lookup(id string) (*adapter, capadapter.Descriptor, instance, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnavailable, "the supervisor is closed")
+	}
+	a := s.owners[id]
+	if a == nil {
+		return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnknownCapability, "no adapter serves this capability")
+	}
+	for _, d := range a.descs {
+		if d.CapabilityID == id {
+			var inst instance
+			if a.state == StateReady {
+				inst = a.inst
+			}
+			return a, d, inst, nil
+		}
+	}
+	return nil, capadapter.Descriptor{}, nil, newError(capadapter.CodeUnknownCapability, "no adapter serves this capability")
+}
+
+func unavailableAdapter(a *adapter) *capadapter.Error {
+	return newError(capadapter.CodeUnavailable, fmt.Sprintf("adapter %q is not ready", a.reg.Name))
+}
+
+// List returns every capability in capability id order, with whether its adapter is ready.
+func (s *Supervisor) List() []CapabilitySummary {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]CapabilitySummary, 0, len(s.owners))
+	for _, a := range s.adapters {
+		for _, d := range a.descs {
+			names := make([]string, 0, len(d.Actions))
+			for _, act := range d.Actions {
+				names = append(names, act.Name)
+			}
+			out = append(out, CapabilitySummary{
+				CapabilityID: d.CapabilityID, Title: d.Title, Version: d.Version, Observe: d.Observe,
+				Actions: names, Adapter: a.reg.Name, Available: a.state == StateReady,
+			})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CapabilityID < out[j].CapabilityID })
+	return out
+}
+
+// Describe returns the validated descriptor of capability id, whether or not its adapter is
+// ready (List tells which); unknown_capability when no adapter serves it.
+func (s *Supervisor) Describe(id string) (capadapter.Descriptor, error) {
+	_, d, _, err := s.lookup(id)
+	return d, err
+}
+
+// Observe returns capability id's observation: bounded semantic data (see checkResult).
+// It fails with unknown_capability, unsupported_method when the capability does not observe,
+// unavailable while its adapter is not ready, or the call's own error.
+func (s *Supervisor) Observe(ctx context.Context, id string) (json.RawMessage, error) {
+	return await(func(done func(json.RawMessage, error)) { s.StartObserve(ctx, id, done) })
+}
+
+// StartObserve is Observe without the wait: done receives exactly what Observe would return,
+// exactly once, before StartObserve returns when the call is refused, else on the goroutine
+// that ends it (see Client.StartObserve, whose rules done must follow). No lock of s is held
+// when done runs.
+func (s *Supervisor) StartObserve(ctx context.Context, id string, done func(json.RawMessage, error)) {
+	a, d, inst, err := s.lookup(id)
+	switch {
+	case err != nil:
+		done(nil, err)
+	case !d.Observe:
+		done(nil, newError(capadapter.CodeUnsupportedMethod, "this capability does not observe"))
+	case inst == nil:
+		done(nil, unavailableAdapter(a))
+	default:
+		inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}, done)
+	}
+}
+
+// Invoke runs action on capability id with args. Before the child is called, the action must
+// be declared (else unsupported_action) and args must satisfy its input (else too_large or
+// invalid_args, see capadapter.ValidateArgs).
+func (s *Supervisor) Invoke(ctx context.Context, id, action string, args json.RawMessage) (json.RawMessage, error) {
+	return await(func(done func(json.RawMessage, error)) { s.StartInvoke(ctx, id, action, args, done) })
+}
+
+// StartInvoke is Invoke without the wait, as StartObserve is Observe without it.
+func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args json.RawMessage, done func(json.RawMessage, error)) {
+	a, d, inst, err := s.lookup(id)
+	if err != nil {
+		done(nil, err)
+		return
+	}
+	act, ok := d.Action(action)
+	if !ok {
+		done(nil, newError(capadapter.CodeUnsupportedAction, "the capability declares no such action"))
+		return
+	}
+	if err := capadapter.ValidateArgs(act.Input, args); err != nil {
+		done(nil, err)
+		return
+	}
+	if inst == nil {
+		done(nil, unavailableAdapter(a))
+		return
+	}
+	inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
+}
+
+// Status returns every registration's state in name order.
+func (s *Supervisor) Status() []AdapterStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]AdapterStatus, 0, len(s.adapters))
+	for _, a := range s.adapters {
+		ids := make([]string, 0, len(a.descs))
+		for _, d := range a.descs {
+			ids = append(ids, d.CapabilityID)
+		}
+		out = append(out, AdapterStatus{
+			Name: a.reg.Name, Command: a.reg.Command, Args: append([]string{}, a.reg.Args...),
+			State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Registrations returns the current registrations in name order.
+func (s *Supervisor) Registrations() []Registration {
+	st := s.Status()
+	out := make([]Registration, 0, len(st))
+	for _, a := range st {
+		out = append(out, Registration{Name: a.Name, Command: a.Command, Args: a.Args})
+	}
+	return out
+}
+
+// Logs returns the kept stderr lines of the adapter registered as name (or of its last
+// failed registration), oldest first. They are for the operator only: never project them.
+func (s *Supervisor) Logs(name string) ([]string, error) {
+	s.mu.Lock()
+	var ring *logRing
+	if a := s.adapters[name]; a != nil {
+		ring = a.log
+	} else {
+		ring = s.failedLogs[name]
+	}
+	s.mu.Unlock()
+	if ring == nil {
+		return nil, newError(capadapter.CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
+	}
+	return ring.snapshot(), nil
+}
