@@ -167,6 +167,13 @@ func (c *Conn) Serve(subject string, limit int, h busport.Handler) (busport.Subs
 		cancel()
 		return nil, mapError(err)
 	}
+	// Once Serve returns the server routes the subject here: a request sent after it does
+	// not find "no responders".
+	if err := c.nc.FlushTimeout(connectTimeout); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return nil, mapError(err)
+	}
 	s.sub = sub
 	s.conn = c
 	if !c.track(s) {
@@ -255,6 +262,10 @@ func (s *serving) Stop() error {
 		s.mu.Unlock()
 		if e := s.sub.Unsubscribe(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) && !errors.Is(e, nats.ErrBadSubscription) {
 			err = mapError(e)
+		} else if s.conn != nil && e == nil {
+			// Once Stop returns the server no longer routes the subject here, so a request
+			// sent after it finds no responders instead of timing out.
+			_ = s.conn.nc.FlushTimeout(connectTimeout)
 		}
 		s.cancel()
 		s.wg.Wait()
