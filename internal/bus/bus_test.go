@@ -1,0 +1,370 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/busport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startServer starts an embedded server in a temporary state directory, closed at cleanup.
+func startServer(t testing.TB, cfg ServerConfig) *Server {
+	t.Helper()
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	s, err := StartServer(cfg)
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// dial connects to s (in process unless viaURL), closed at cleanup before the server.
+func dial(t testing.TB, s *Server, viaURL bool) *Conn {
+	t.Helper()
+	cfg := DialConfig{Server: s, Name: "test"}
+	if viaURL {
+		cfg = DialConfig{URL: s.ClientURL(), Name: "test"}
+	}
+	c, err := Dial(cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestServerListensOnLoopbackOnlyAndKeepsItsStorePrivate(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, ServerConfig{StateDir: dir})
+	u, err := url.Parse(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(u.Host)
+	if host != "127.0.0.1" || port == "0" || port == "4222" {
+		t.Fatalf("ClientURL = %s, want 127.0.0.1 on a random port", s.ClientURL())
+	}
+	fi, err := os.Stat(filepath.Join(dir, "nats"))
+	if err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("store dir: %v %v, want mode 0700", fi.Mode(), err)
+	}
+
+	for _, cfg := range []ServerConfig{
+		{StateDir: t.TempDir(), Listen: "0.0.0.0:0"},
+		{StateDir: t.TempDir(), Listen: "192.0.2.1:4222"},
+		{StateDir: t.TempDir(), Listen: "localhost:0"},
+		{StateDir: t.TempDir(), Listen: "127.0.0.1"},
+		{StateDir: t.TempDir(), MaxPayload: 10},
+		{},
+	} {
+		if _, err := StartServer(cfg); !errors.Is(err, ErrConfig) {
+			t.Errorf("StartServer(%+v) = %v, want ErrConfig", cfg, err)
+		}
+	}
+
+	open := t.TempDir()
+	if err := os.Mkdir(filepath.Join(open, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(open, "nats"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartServer(ServerConfig{StateDir: open}); !errors.Is(err, ErrConfig) {
+		t.Errorf("StartServer over a 0755 store = %v, want ErrConfig", err)
+	}
+}
+
+func TestNoListenServesInProcessOnly(t *testing.T) {
+	s := startServer(t, ServerConfig{NoListen: true})
+	if s.ClientURL() != "" {
+		t.Fatalf("ClientURL = %q, want none", s.ClientURL())
+	}
+	c := dial(t, s, false)
+	echo(t, c, "echo.>")
+	got, err := c.Request(ctxTimeout(t, 5*time.Second), "echo.x", []byte("hi"))
+	if err != nil || string(got) != "hi" {
+		t.Fatalf("Request = %q, %v", got, err)
+	}
+}
+
+// echoHandler replies with the payload; Overloaded replies "busy".
+type echoHandler struct {
+	block   chan struct{} // when set, Serve waits for it (or ctx) first
+	entered chan struct{} // when set, Serve sends on it first
+}
+
+func (h *echoHandler) Serve(ctx context.Context, _ string, p []byte) []byte {
+	if h.entered != nil {
+		h.entered <- struct{}{}
+	}
+	if h.block != nil {
+		select {
+		case <-h.block:
+		case <-ctx.Done():
+			return []byte("cancelled")
+		}
+	}
+	return p
+}
+
+func (h *echoHandler) Overloaded(string, []byte) []byte { return []byte("busy") }
+
+func echo(t testing.TB, c *Conn, subject string) *echoHandler {
+	t.Helper()
+	h := &echoHandler{}
+	sub, err := c.Serve(subject, 4, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Stop() })
+	return h
+}
+
+func TestRequestReplyAcrossConnectionsAndItsFailures(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, true)
+	echo(t, a, "svc.a")
+
+	got, err := b.Request(ctxTimeout(t, 5*time.Second), "svc.a", []byte("ping"))
+	if err != nil || string(got) != "ping" {
+		t.Fatalf("Request = %q, %v", got, err)
+	}
+	if _, err := b.Request(ctxTimeout(t, 5*time.Second), "svc.none", []byte("x")); !errors.Is(err, busport.ErrNoResponders) {
+		t.Fatalf("no responders: %v", err)
+	}
+	if _, err := b.Request(ctxTimeout(t, 5*time.Second), "svc.a", make([]byte, DefaultMaxPayload+1)); !errors.Is(err, busport.ErrTooLarge) {
+		t.Fatalf("too large: %v", err)
+	}
+	if _, err := b.Request(context.Background(), "svc.a", nil); err == nil {
+		t.Fatal("a request without a deadline was sent")
+	}
+
+	// A handler that never answers in time gives ErrTimeout.
+	slow := &echoHandler{block: make(chan struct{})}
+	sub, err := a.Serve("svc.slow", 1, slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Request(ctxTimeout(t, 100*time.Millisecond), "svc.slow", []byte("x")); !errors.Is(err, busport.ErrTimeout) {
+		t.Fatalf("timeout: %v", err)
+	}
+	close(slow.block)
+	if err := sub.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Stop(); err != nil {
+		t.Fatal("second Stop:", err)
+	}
+	if _, err := b.Request(ctxTimeout(t, 5*time.Second), "svc.slow", nil); !errors.Is(err, busport.ErrNoResponders) {
+		t.Fatalf("after Stop: %v", err)
+	}
+
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Request(ctxTimeout(t, time.Second), "svc.a", nil); !errors.Is(err, busport.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestServeBoundsConcurrencyAndStopWaitsForHandlers(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, false)
+	h := &echoHandler{block: make(chan struct{}), entered: make(chan struct{})}
+	sub, err := a.Serve("svc.bounded", 2, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make(chan string, 2)
+	for range 2 {
+		wg.Go(func() {
+			got, err := b.Request(ctxTimeout(t, 10*time.Second), "svc.bounded", []byte("ok"))
+			if err != nil {
+				results <- err.Error()
+				return
+			}
+			results <- string(got)
+		})
+	}
+	// Wait until both slots are taken, then a third request is answered by Overloaded.
+	<-h.entered
+	<-h.entered
+	got, err := b.Request(ctxTimeout(t, 5*time.Second), "svc.bounded", []byte("third"))
+	if err != nil || string(got) != "busy" {
+		t.Fatalf("third request = %q, %v; want busy", got, err)
+	}
+	// Stop cancels the running handlers and waits for them; their replies still go out.
+	if err := sub.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r != "cancelled" {
+			t.Errorf("a running request ended with %q, want its handler's cancelled reply", r)
+		}
+	}
+}
+
+func TestBucketOperationsConflictsAndWatch(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, true)
+	ctx := ctxTimeout(t, 20*time.Second)
+	ka, err := a.Bucket(ctx, busport.BucketConfig{Name: "rooms", MaxValueBytes: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := b.Bucket(ctx, busport.BucketConfig{Name: "rooms", MaxValueBytes: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Bucket(ctx, busport.BucketConfig{Name: "bad.name"}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad bucket name: %v", err)
+	}
+
+	rev, err := ka.Create(ctx, "r1.roster", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kb.Create(ctx, "r1.roster", []byte("again")); !errors.Is(err, busport.ErrConflict) {
+		t.Fatalf("second Create: %v", err)
+	}
+	if _, err := kb.Update(ctx, "r1.roster", []byte("v2"), rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ka.Update(ctx, "r1.roster", []byte("stale"), rev); !errors.Is(err, busport.ErrConflict) {
+		t.Fatalf("stale Update: %v", err)
+	}
+	if e, err := ka.Get(ctx, "r1.roster"); err != nil || string(e.Value) != "v2" {
+		t.Fatalf("Get = %+v, %v", e, err)
+	}
+	if _, err := ka.Put(ctx, "r1.big", make([]byte, 129)); !errors.Is(err, busport.ErrTooLarge) {
+		t.Fatalf("oversized value: %v", err)
+	}
+	if _, err := ka.Get(ctx, "r1.none"); !errors.Is(err, busport.ErrNotFound) {
+		t.Fatalf("Get of a missing key: %v", err)
+	}
+
+	var mu sync.Mutex
+	var seen []busport.Entry
+	changed := make(chan struct{}, 16)
+	w, err := kb.Watch(ctx, "r1.>", func(e busport.Entry) {
+		mu.Lock()
+		seen = append(seen, e)
+		mu.Unlock()
+		changed <- struct{}{}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The entry present at the start was delivered before Watch returned.
+	mu.Lock()
+	if len(seen) != 1 || seen[0].Key != "r1.roster" || string(seen[0].Value) != "v2" {
+		t.Fatalf("initial watch entries = %+v", seen)
+	}
+	mu.Unlock()
+	<-changed
+	if _, err := ka.Put(ctx, "r1.pub", []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	<-changed
+	if err := ka.Delete(ctx, "r1.pub"); err != nil {
+		t.Fatal(err)
+	}
+	<-changed
+	if _, err := ka.Put(ctx, "r2.other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 3 || seen[1].Key != "r1.pub" || !bytes.Equal(seen[1].Value, []byte("p")) || !seen[2].Deleted {
+		t.Fatalf("watched entries = %+v", seen)
+	}
+}
+
+func TestBucketTTLExpiresEntriesAndWatchersSeeIt(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	c := dial(t, s, false)
+	ctx := ctxTimeout(t, 30*time.Second)
+	kv, err := c.Bucket(ctx, busport.BucketConfig{Name: "presence", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan busport.Entry, 4)
+	w, err := kv.Watch(ctx, ">", func(e busport.Entry) {
+		if e.Deleted {
+			gone <- e
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := kv.Put(ctx, "r1.host", []byte("here")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-gone:
+		if e.Key != "r1.host" {
+			t.Fatalf("expired %q", e.Key)
+		}
+	case <-ctx.Done():
+		t.Fatal("the entry did not expire")
+	}
+	if _, err := kv.Get(ctx, "r1.host"); !errors.Is(err, busport.ErrNotFound) {
+		t.Fatalf("Get after expiry: %v", err)
+	}
+}
+
+func TestCloseStopsServesAndWatches(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	c, err := Dial(DialConfig{Server: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := c.Serve("svc.x", 1, &echoHandler{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := c.Bucket(ctx, busport.BucketConfig{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Watch(ctx, ">", func(busport.Entry) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	if _, err := c.Serve("svc.y", 1, &echoHandler{}); err == nil {
+		t.Fatal("Serve after Close succeeded")
+	}
+}

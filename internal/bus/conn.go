@@ -1,0 +1,300 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/airlockhq/airlock/internal/busport"
+)
+
+// Bounds of a connection.
+const (
+	// connectTimeout bounds dialling a server and its handshake.
+	connectTimeout = 5 * time.Second
+	// drainTimeout bounds Close's drain: handlers still running after it are abandoned to
+	// their own deadlines and the connection closes anyway.
+	drainTimeout = 10 * time.Second
+	// pendingMessages and pendingBytes bound what one Serve subscription buffers while its
+	// handlers are busy; past them the server drops messages for it and their callers time
+	// out.
+	pendingMessages = 1024
+	pendingBytes    = 8 << 20
+	// queueGroup makes a subject served by several subscriptions (one host's old and new
+	// connection) deliver each request once.
+	queueGroup = "airlock"
+)
+
+// DialConfig configures a connection.
+type DialConfig struct {
+	// Server, when set, connects in process to that embedded server; URL is then ignored.
+	Server *Server
+	// URL is a server's client URL (nats://host:port), such as another daemon's ClientURL.
+	URL string
+	// Name names the connection on the server (a host id, for monitoring).
+	Name string
+	// InboxPrefix prefixes this connection's reply subjects; empty means _INBOX. A prefix
+	// per host lets broker permissions confine each host's replies to it.
+	InboxPrefix string
+	// MaxPayload bounds one payload, reply or value; zero means DefaultMaxPayload. The
+	// server's own limit applies when smaller.
+	MaxPayload int
+	// Replicas is how many copies of a bucket this connection creates keeps; zero means 1.
+	Replicas int
+}
+
+// Conn is a connection to a NATS server implementing busport.Conn.
+type Conn struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	maxPayload int
+	replicas   int
+	closed     chan struct{}
+	closeOnce  sync.Once
+
+	mu   sync.Mutex // guards subs
+	subs map[busport.Subscription]struct{}
+}
+
+var _ busport.Conn = (*Conn)(nil)
+
+// Dial connects as cfg says.
+func Dial(cfg DialConfig) (*Conn, error) {
+	c := &Conn{closed: make(chan struct{}), replicas: max(cfg.Replicas, 1), subs: make(map[busport.Subscription]struct{})}
+	c.maxPayload = cfg.MaxPayload
+	if c.maxPayload == 0 {
+		c.maxPayload = DefaultMaxPayload
+	}
+	if c.maxPayload < 1024 {
+		return nil, fmt.Errorf("%w: max payload %d below 1 KiB", ErrConfig, c.maxPayload)
+	}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.Timeout(connectTimeout),
+		nats.DrainTimeout(drainTimeout),
+		nats.MaxReconnects(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		// Errors of asynchronous work (a slow subscription dropping messages) surface as
+		// timeouts of the callers concerned; the default handler would print them.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	}
+	if cfg.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
+	}
+	url := cfg.URL
+	if cfg.Server != nil {
+		opts = append(opts, nats.InProcessServer(cfg.Server.ns))
+		url = ""
+	} else if url == "" {
+		return nil, fmt.Errorf("%w: neither a server nor a URL", ErrConfig)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("bus: connect: %w", err)
+	}
+	if limit := int(nc.MaxPayload()); limit < c.maxPayload {
+		c.maxPayload = limit
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: jetstream: %w", err)
+	}
+	c.nc, c.js = nc, js
+	return c, nil
+}
+
+// MaxPayload implements busport.Conn.
+func (c *Conn) MaxPayload() int { return c.maxPayload }
+
+// Request implements busport.Conn.
+func (c *Conn) Request(ctx context.Context, subject string, payload []byte) ([]byte, error) {
+	if len(payload) > c.maxPayload {
+		return nil, fmt.Errorf("request of %d bytes: %w", len(payload), busport.ErrTooLarge)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return nil, fmt.Errorf("bus: request without a deadline")
+	}
+	m, err := c.nc.RequestWithContext(ctx, subject, payload)
+	if err != nil {
+		return nil, mapError(err)
+	}
+	if len(m.Data) > c.maxPayload {
+		return nil, fmt.Errorf("reply of %d bytes: %w", len(m.Data), busport.ErrTooLarge)
+	}
+	return m.Data, nil
+}
+
+// mapError maps nats.go's errors onto busport's.
+func mapError(err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w: %v", busport.ErrNoResponders, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return fmt.Errorf("%w: %v", busport.ErrTimeout, err)
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDrainTimeout):
+		return fmt.Errorf("%w: %v", busport.ErrClosed, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%w: %v", busport.ErrTooLarge, err)
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("%w: %v", busport.ErrNotFound, err)
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return fmt.Errorf("%w: %v", busport.ErrConflict, err)
+	}
+	return fmt.Errorf("bus: %w", err)
+}
+
+// Serve implements busport.Conn.
+func (c *Conn) Serve(subject string, limit int, h busport.Handler) (busport.Subscription, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: serve limit %d", ErrConfig, limit)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &serving{h: h, ctx: ctx, cancel: cancel, slots: make(chan struct{}, limit), maxPayload: c.maxPayload}
+	sub, err := c.nc.QueueSubscribe(subject, queueGroup, s.deliver)
+	if err != nil {
+		cancel()
+		return nil, mapError(err)
+	}
+	if err := sub.SetPendingLimits(pendingMessages, pendingBytes); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return nil, mapError(err)
+	}
+	// Once Serve returns the server routes the subject here: a request sent after it does
+	// not find "no responders".
+	if err := c.nc.FlushTimeout(connectTimeout); err != nil {
+		_ = sub.Unsubscribe()
+		cancel()
+		return nil, mapError(err)
+	}
+	s.sub = sub
+	s.conn = c
+	if !c.track(s) {
+		_ = s.Stop()
+		return nil, fmt.Errorf("serve: %w", busport.ErrClosed)
+	}
+	return s, nil
+}
+
+// track records a running subscription for Close; false if the connection is closing.
+func (c *Conn) track(s busport.Subscription) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.subs == nil {
+		return false
+	}
+	c.subs[s] = struct{}{}
+	return true
+}
+
+// untrack forgets a stopped subscription.
+func (c *Conn) untrack(s busport.Subscription) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.subs, s)
+}
+
+// serving is one Serve subscription. Its handlers run on goroutines it owns; Stop waits for
+// them.
+type serving struct {
+	h          busport.Handler
+	ctx        context.Context
+	cancel     context.CancelFunc
+	slots      chan struct{}
+	maxPayload int
+	sub        *nats.Subscription
+	conn       *Conn
+
+	mu      sync.Mutex // guards stopped and wg.Add against Stop's Wait
+	stopped bool
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// deliver runs on the subscription's delivery goroutine, one message at a time.
+func (s *serving) deliver(m *nats.Msg) {
+	if len(m.Data) > s.maxPayload || m.Reply == "" {
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+		return
+	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		<-s.slots
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() { <-s.slots }()
+		respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
+	}()
+}
+
+// respond sends a reply within the bound; a larger one is not sent, and the caller times out.
+func respond(m *nats.Msg, reply []byte, maxPayload int) {
+	if reply == nil || len(reply) > maxPayload {
+		return
+	}
+	_ = m.Respond(reply)
+}
+
+// Stop implements busport.Subscription: no new deliveries, running handlers' ctx cancelled,
+// and it returns once they have returned.
+func (s *serving) Stop() error {
+	var err error
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.stopped = true
+		s.mu.Unlock()
+		if e := s.sub.Unsubscribe(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) && !errors.Is(e, nats.ErrBadSubscription) {
+			err = mapError(e)
+		} else if s.conn != nil && e == nil {
+			// Once Stop returns the server no longer routes the subject here, so a request
+			// sent after it finds no responders instead of timing out.
+			_ = s.conn.nc.FlushTimeout(connectTimeout)
+		}
+		s.cancel()
+		s.wg.Wait()
+		if s.conn != nil {
+			s.conn.untrack(s)
+		}
+	})
+	return err
+}
+
+// Close stops every Serve and Watch of the connection (running handlers see their ctx
+// cancelled and their replies are still sent), then drains it: published messages are flushed
+// within drainTimeout and the connection closes. It is idempotent and returns once the
+// connection is closed.
+func (c *Conn) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		subs := c.subs
+		c.subs = nil
+		c.mu.Unlock()
+		for s := range subs {
+			_ = s.Stop()
+		}
+		if e := c.nc.Drain(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) {
+			c.nc.Close()
+			err = mapError(e)
+		}
+		<-c.closed
+	})
+	return err
+}

@@ -1,0 +1,143 @@
+package room
+
+import (
+	"sync"
+)
+
+// Directory is a host's view of the rooms it belongs to: for each room, the owner it trusts
+// (learnt when it created or joined the room, never from the bus), the newest roster that
+// owner signed, and the presence of members. A provider authorizes every call against it. It
+// is safe for concurrent use.
+type Directory struct {
+	mu    sync.RWMutex
+	rooms map[string]*roomView
+}
+
+type roomView struct {
+	owner  HostID
+	roster *Roster
+	// present is whether a live presence record of a host was last seen; departures counts
+	// the records seen deleted or expired, so a call can tell that its caller left while it
+	// ran.
+	present    map[HostID]bool
+	departures map[HostID]uint64
+}
+
+// NewDirectory returns an empty directory.
+func NewDirectory() *Directory { return &Directory{rooms: make(map[string]*roomView)} }
+
+// Trust records that room's rosters must be signed by owner. Trusting a room again with the
+// same owner keeps its state; with another owner it is refused.
+func (d *Directory) Trust(room string, owner HostID) error {
+	if !ValidRoomID(room) || !owner.Valid() {
+		return newError(CodeInvalidRecord, "trust: bad room or owner")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v, ok := d.rooms[room]; ok {
+		if v.owner != owner {
+			return newError(CodeUnauthorized, "trust: the room already has another owner")
+		}
+		return nil
+	}
+	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), departures: make(map[HostID]uint64)}
+	return nil
+}
+
+// Forget drops room (the host left it or it was closed): its calls are refused from now on.
+func (d *Directory) Forget(room string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.rooms, room)
+}
+
+// Owner returns the owner trusted for room.
+func (d *Directory) Owner(room string) (HostID, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v, ok := d.rooms[room]
+	if !ok {
+		return "", false
+	}
+	return v.owner, true
+}
+
+// ApplyRoster verifies a roster record of room with the trusted owner and makes it current
+// when its version is newer. It returns the roster now current.
+func (d *Directory) ApplyRoster(room string, data []byte) (Roster, error) {
+	owner, ok := d.Owner(room)
+	if !ok {
+		return Roster{}, newError(CodeUnauthorized, "roster of a room this host does not trust")
+	}
+	r, err := OpenRoster(data, owner)
+	if err != nil {
+		return Roster{}, err
+	}
+	if r.Room != room {
+		return Roster{}, newError(CodeInvalidRecord, "roster of another room")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.rooms[room]
+	if !ok || v.owner != owner {
+		return Roster{}, newError(CodeUnauthorized, "the room was forgotten")
+	}
+	if v.roster == nil || r.Version > v.roster.Version {
+		v.roster = &r
+	}
+	return *v.roster, nil
+}
+
+// Roster returns room's current roster.
+func (d *Directory) Roster(room string) (Roster, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v, ok := d.rooms[room]
+	if !ok || v.roster == nil {
+		return Roster{}, false
+	}
+	return *v.roster, true
+}
+
+// IsMember reports whether host is in room's current roster.
+func (d *Directory) IsMember(room string, host HostID) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v, ok := d.rooms[room]
+	return ok && v.roster != nil && v.roster.Has(host)
+}
+
+// SetPresence records that a live presence record of host in room was seen (present) or
+// that it was deleted or expired.
+func (d *Directory) SetPresence(room string, host HostID, present bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.rooms[room]
+	if !ok {
+		return
+	}
+	if !present && v.present[host] {
+		v.departures[host]++
+	}
+	v.present[host] = present
+}
+
+// Present reports whether host's presence in room is live, as last seen.
+func (d *Directory) Present(room string, host HostID) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v, ok := d.rooms[room]
+	return ok && v.present[host]
+}
+
+// departures returns how many departures of host from room were seen, and whether the room
+// is known.
+func (d *Directory) departures(room string, host HostID) (uint64, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	v, ok := d.rooms[room]
+	if !ok {
+		return 0, false
+	}
+	return v.departures[host], true
+}

@@ -1,0 +1,176 @@
+package room
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func mustKey(t testing.TB) *HostKey {
+	t.Helper()
+	k, err := GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// scriptedInvoker is the capability supervisor's stand-in: it counts calls, returns a fixed
+// result per capability, and can hold calls until released.
+type scriptedInvoker struct {
+	mu      sync.Mutex
+	calls   map[string]int // "capability/action" → count
+	hold    chan struct{}  // when set, calls wait for it (or ctx)
+	entered chan struct{}  // when set, each call sends on it first
+	result  json.RawMessage
+	err     error
+}
+
+func newInvoker() *scriptedInvoker {
+	return &scriptedInvoker{calls: make(map[string]int), result: json.RawMessage(`{"ok":true}`)}
+}
+
+func (s *scriptedInvoker) count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[key]
+}
+
+func (s *scriptedInvoker) run(ctx context.Context, key string) (json.RawMessage, error) {
+	s.mu.Lock()
+	s.calls[key]++
+	hold, entered, result, err := s.hold, s.entered, s.result, s.err
+	s.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return result, err
+}
+
+func (s *scriptedInvoker) Observe(ctx context.Context, capability string) (json.RawMessage, error) {
+	return s.run(ctx, capability+"/")
+}
+
+func (s *scriptedInvoker) Invoke(ctx context.Context, capability, action string, args json.RawMessage) (json.RawMessage, error) {
+	if !json.Valid(args) {
+		return nil, errors.New("scripted invoker: invalid args")
+	}
+	return s.run(ctx, capability+"/"+action)
+}
+
+// fixture is one provider host A, owner of room r1 with member B; C is no member.
+type fixture struct {
+	a, b, c  *HostKey
+	dir      *Directory
+	pubs     *Publications
+	inv      *scriptedInvoker
+	appr     *Approvals
+	p        *Provider
+	records  []CallRecord
+	recordMu sync.Mutex
+}
+
+const testRoom = "r1"
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	f := &fixture{a: mustKey(t), b: mustKey(t), c: mustKey(t), dir: NewDirectory(), pubs: NewPublications(), inv: newInvoker()}
+	f.appr = NewApprovals(nil)
+	if err := f.dir.Trust(testRoom, f.a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	f.setRoster(t, 1, f.a.ID(), f.b.ID())
+	if err := f.pubs.Publish(Publication{Room: testRoom, Capability: "light", Actions: []string{"set_color"}, Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pubs.Publish(Publication{Room: testRoom, Capability: "printer", Observe: false, ApproveEach: true}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProvider(ProviderConfig{
+		Key: f.a, Directory: f.dir, Publications: f.pubs, Invoker: f.inv, Approvals: f.appr,
+		ErrorCode: func(err error) string { return "unsupported_action" },
+		OnCall: func(r CallRecord) {
+			f.recordMu.Lock()
+			f.records = append(f.records, r)
+			f.recordMu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+	return f
+}
+
+func (f *fixture) setRoster(t testing.TB, version uint64, members ...HostID) {
+	t.Helper()
+	r := Roster{Room: testRoom, Title: "Living room", Owner: f.a.ID(), Version: version}
+	for _, m := range members {
+		r.Members = append(r.Members, Member{Host: m})
+	}
+	data, err := SignRoster(f.a, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dir.ApplyRoster(testRoom, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func invoke(capability, action, args string) Request {
+	return Request{Room: testRoom, Capability: capability, Operation: Invoke, Action: action, Args: json.RawMessage(args)}
+}
+
+// send delivers a prepared call to the provider as the bus would and opens the reply as the
+// caller would.
+func (f *fixture) send(ctx context.Context, prep *Prepared, now time.Time) (json.RawMessage, error) {
+	data := f.p.serve(ctx, CallSubject(prep.call.Room, prep.call.Provider), prep.data, now)
+	r, err := openReply(data, prep.call)
+	if err != nil {
+		return nil, err
+	}
+	if r.Code != "" {
+		return nil, &Error{Code: r.Code, Remote: true}
+	}
+	return r.Result, nil
+}
+
+// prepare signs req as key at now, addressed to A unless it names a provider.
+func (f *fixture) prepare(t testing.TB, key *HostKey, req Request, now time.Time) *Prepared {
+	t.Helper()
+	if req.Provider == "" {
+		req.Provider = f.a.ID()
+	}
+	prep, err := NewCaller(key, nil).Prepare(req, now)
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	return prep
+}
+
+// call signs req as key at now and delivers it.
+func (f *fixture) call(t testing.TB, key *HostKey, req Request, now time.Time) (json.RawMessage, error) {
+	t.Helper()
+	return f.send(context.Background(), f.prepare(t, key, req, now), now)
+}
+
+func wantCode(t testing.TB, err error, code string) {
+	t.Helper()
+	if CodeOf(err) != code {
+		t.Fatalf("error = %v, want code %s", err, code)
+	}
+}

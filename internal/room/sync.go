@@ -1,0 +1,305 @@
+package room
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/busport"
+)
+
+// Buckets and timings of room state on the bus.
+const (
+	// RoomsBucket holds each room's roster (key "<room>.roster", signed by the owner) and
+	// each provider's projection (key "<room>.projection.<host>", signed by the provider).
+	RoomsBucket = "airlock_rooms"
+	// PresenceBucket holds presence records (key "<room>.<host>", signed by the host); its
+	// entries expire after PresenceTTL unless rewritten.
+	PresenceBucket = "airlock_presence"
+	// PresenceTTL is how long a presence record lives: within the call deadline, so a host
+	// that lost the bus is seen gone before a call to it would time out.
+	PresenceTTL = 10 * time.Second
+	// PresenceRefresh is how often a host rewrites its presence records: three chances per
+	// TTL.
+	PresenceRefresh = PresenceTTL / 3
+	// syncTimeout bounds one bucket operation of the sync.
+	syncTimeout = 5 * time.Second
+)
+
+// SyncConfig configures a Sync. Key, Conn and Directory are required.
+type SyncConfig struct {
+	Key       *HostKey
+	Conn      busport.Conn
+	Directory *Directory
+	// PresenceTTL overrides the package's PresenceTTL (tests); the refresh is a third of it.
+	PresenceTTL time.Duration
+}
+
+// Sync keeps a Directory current from the bus for the rooms this host joined — rosters and
+// presence — and the projections of their providers, and keeps this host's own presence
+// records alive. Nothing read from the bus is used before its signature is verified against
+// the key it must come from. It is safe for concurrent use.
+type Sync struct {
+	key      *HostKey
+	dir      *Directory
+	rooms    busport.Bucket
+	presence busport.Bucket
+	ttl      time.Duration
+
+	mu          sync.Mutex
+	joined      map[string][]busport.Subscription
+	projections map[string]map[HostID]Projection
+	closed      bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// OpenSync opens the room buckets and starts the presence refresher.
+func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
+	if cfg.Key == nil || cfg.Conn == nil || cfg.Directory == nil {
+		return nil, errors.New("room: sync: incomplete configuration")
+	}
+	ttl := cfg.PresenceTTL
+	if ttl <= 0 {
+		ttl = PresenceTTL
+	}
+	rooms, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: RoomsBucket, MaxValueBytes: MaxRecordBytes})
+	if err != nil {
+		return nil, fmt.Errorf("room: sync: %w", err)
+	}
+	presence, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: PresenceBucket, TTL: ttl, MaxValueBytes: MaxRecordBytes})
+	if err != nil {
+		return nil, fmt.Errorf("room: sync: %w", err)
+	}
+	s := &Sync{
+		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl,
+		joined: make(map[string][]busport.Subscription), projections: make(map[string]map[HostID]Projection),
+		stop: make(chan struct{}),
+	}
+	s.wg.Go(s.refresh)
+	return s, nil
+}
+
+// Join starts following room, which the Directory must trust, and announces this host's
+// presence in it. When Join returns, the roster, presence and projections on the bus have
+// been applied.
+func (s *Sync) Join(ctx context.Context, room string) error {
+	if _, ok := s.dir.Owner(room); !ok {
+		return newError(CodeUnauthorized, "join: the room is not trusted")
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return newError(CodeUnavailable, "sync closed")
+	}
+	if _, ok := s.joined[room]; ok {
+		s.mu.Unlock()
+		return nil
+	}
+	s.joined[room] = nil
+	s.mu.Unlock()
+
+	var subs []busport.Subscription
+	undo := func(err error) error {
+		for _, sub := range subs {
+			_ = sub.Stop()
+		}
+		s.mu.Lock()
+		delete(s.joined, room)
+		s.mu.Unlock()
+		return fmt.Errorf("room: join: %w", err)
+	}
+	sub, err := s.rooms.Watch(ctx, room+".>", func(e busport.Entry) { s.roomEntry(room, e) })
+	if err != nil {
+		return undo(err)
+	}
+	subs = append(subs, sub)
+	sub, err = s.presence.Watch(ctx, room+".*", func(e busport.Entry) { s.presenceEntry(room, e) })
+	if err != nil {
+		return undo(err)
+	}
+	subs = append(subs, sub)
+	if err := s.announce(ctx, room); err != nil {
+		return undo(err)
+	}
+	s.mu.Lock()
+	s.joined[room] = subs
+	s.mu.Unlock()
+	return nil
+}
+
+// Leave stops following room and withdraws this host's presence in it.
+func (s *Sync) Leave(ctx context.Context, room string) error {
+	s.mu.Lock()
+	subs, ok := s.joined[room]
+	delete(s.joined, room)
+	delete(s.projections, room)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	for _, sub := range subs {
+		_ = sub.Stop()
+	}
+	if err := s.presence.Delete(ctx, room+"."+string(s.key.ID())); err != nil {
+		return fmt.Errorf("room: leave: %w", err)
+	}
+	return nil
+}
+
+// PublishRoster signs r with this host's key (the room's owner) and writes it.
+func (s *Sync) PublishRoster(ctx context.Context, r Roster) error {
+	data, err := SignRoster(s.key, r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.rooms.Put(ctx, r.Room+".roster", data); err != nil {
+		return fmt.Errorf("room: roster: %w", err)
+	}
+	_, err = s.dir.ApplyRoster(r.Room, data)
+	return err
+}
+
+// PublishProjection signs and writes this host's projection of its publications into room.
+func (s *Sync) PublishProjection(ctx context.Context, room string, version uint64, pubs []Publication) error {
+	data, err := SignProjection(s.key, Projection{Room: room, Provider: s.key.ID(), Version: version, Publications: pubs})
+	if err != nil {
+		return err
+	}
+	if _, err := s.rooms.Put(ctx, room+".projection."+string(s.key.ID()), data); err != nil {
+		return fmt.Errorf("room: projection: %w", err)
+	}
+	return nil
+}
+
+// Projections returns the verified projections of room's providers that are members of its
+// current roster.
+func (s *Sync) Projections(room string) []Projection {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Projection
+	for host, p := range s.projections[room] {
+		if s.dir.IsMember(room, host) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *Sync) roomEntry(room string, e busport.Entry) {
+	rest, ok := strings.CutPrefix(e.Key, room+".")
+	if !ok {
+		return
+	}
+	if rest == "roster" {
+		if !e.Deleted {
+			// A record that fails verification is ignored: the bus holds no authority.
+			_, _ = s.dir.ApplyRoster(room, e.Value)
+		}
+		return
+	}
+	host, ok := strings.CutPrefix(rest, "projection.")
+	if !ok || !HostID(host).Valid() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, joined := s.joined[room]; !joined {
+		return
+	}
+	if e.Deleted {
+		delete(s.projections[room], HostID(host))
+		return
+	}
+	p, err := OpenProjection(e.Value, HostID(host))
+	if err != nil || p.Room != room {
+		return
+	}
+	if s.projections[room] == nil {
+		s.projections[room] = make(map[HostID]Projection)
+	}
+	if old, ok := s.projections[room][p.Provider]; !ok || p.Version >= old.Version {
+		s.projections[room][p.Provider] = p
+	}
+}
+
+func (s *Sync) presenceEntry(room string, e busport.Entry) {
+	host, ok := strings.CutPrefix(e.Key, room+".")
+	if !ok || !HostID(host).Valid() {
+		return
+	}
+	if e.Deleted {
+		s.dir.SetPresence(room, HostID(host), false)
+		return
+	}
+	if p, err := OpenPresence(e.Value, HostID(host)); err == nil && p.Room == room {
+		s.dir.SetPresence(room, HostID(host), true)
+	}
+}
+
+// announce writes this host's presence record in room.
+func (s *Sync) announce(ctx context.Context, room string) error {
+	data, err := SignPresence(s.key, room, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = s.presence.Put(ctx, room+"."+string(s.key.ID()), data)
+	return err
+}
+
+// refresh rewrites this host's presence records until Close.
+func (s *Sync) refresh() {
+	t := time.NewTicker(s.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		rooms := make([]string, 0, len(s.joined))
+		for r := range s.joined {
+			rooms = append(rooms, r)
+		}
+		s.mu.Unlock()
+		for _, r := range rooms {
+			ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+			// A failed write is retried at the next tick; presence expires if the bus
+			// stays away, which is what presence is for.
+			_ = s.announce(ctx, r)
+			cancel()
+		}
+	}
+}
+
+// Close leaves every room (withdrawing this host's presence) and stops the refresher. It is
+// idempotent.
+func (s *Sync) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	rooms := make([]string, 0, len(s.joined))
+	for r := range s.joined {
+		rooms = append(rooms, r)
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	s.wg.Wait()
+	var first error
+	for _, r := range rooms {
+		ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+		if err := s.Leave(ctx, r); err != nil && first == nil {
+			first = err
+		}
+		cancel()
+	}
+	return first
+}
