@@ -61,7 +61,7 @@ func (b *testBackend) Room(_ context.Context, id string) (RoomDetail, error) {
 		Capabilities: []Capability{
 			{Provider: hostB, CapabilityID: "living_room_light", Title: "Living room light", Observe: true,
 				Actions: []Action{{Name: "set_color", Title: "Set color", Input: json.RawMessage(lightSchema)}}},
-			{Provider: hostA, ProviderSelf: true, CapabilityID: "printer", Title: "Printer",
+			{Provider: hostA, ProviderSelf: true, CapabilityID: "printer", Title: "Printer", Observe: true,
 				Actions: []Action{{Name: "print", Title: "Print", ApproveEach: true,
 					Input: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","pattern":"^[a-z]+$"}}}`)}}},
 		},
