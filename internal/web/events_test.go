@@ -15,9 +15,13 @@ import (
 )
 
 // startServer runs a real Server on a loopback port and returns it with a logged-in client.
-func startServer(t *testing.T, b Backend) (*Server, *http.Client, string) {
+func startServer(t *testing.T, b Backend, logf ...func(string, ...any)) (*Server, *http.Client, string) {
 	t.Helper()
-	s, err := New(Config{Addr: "127.0.0.1:0", Backend: b})
+	cfg := Config{Addr: "127.0.0.1:0", Backend: b}
+	if len(logf) > 0 {
+		cfg.Logf = logf[0]
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

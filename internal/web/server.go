@@ -94,8 +94,8 @@ type Config struct {
 	Hosts []string
 	// Backend is what the page shows and does.
 	Backend Backend
-	// Logf, if set, receives uncoded backend failures (which the page shows only as
-	// "internal").
+	// Logf, if set, is told of uncoded backend failures (which the page shows only as
+	// "internal"), by operation and Go type, never by text.
 	Logf func(format string, args ...any)
 }
 
@@ -379,7 +379,9 @@ func errorStatus(code string) int {
 func (s *Server) backendError(w http.ResponseWriter, op string, err error) {
 	code, msg := publicError(err)
 	if code == CodeInternal {
-		s.logf("web: %s: %v", op, err)
+		// Only the error's type: its text is the backend's and may quote what no log may
+		// hold; the backend logs its own failures.
+		s.logf("web: %s: uncoded backend error %T", op, err)
 	}
 	writeError(w, errorStatus(code), code, msg)
 }

@@ -160,7 +160,7 @@
       c.providerSelf ? el('span', { class: 'tag on', text: 'this host' }) : null));
     if (c.observe) {
       const out = el('pre', { class: 'observation', text: '…' });
-      const refresh = el('button', { type: 'button', class: 'small', text: 'observe', onclick: () => observe(d, c, out) });
+      const refresh = el('button', { type: 'button', class: 'small', text: 'refresh', title: 'Observe again', onclick: () => observe(d, c, out) });
       card.append(el('div', { class: 'obs' }, el('span', { class: 'muted', text: 'Observation ' }), refresh, out));
       observe(d, c, out);
     }
