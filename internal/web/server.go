@@ -170,7 +170,6 @@ func (s *Server) Start() error {
 		ReadTimeout:       ReadTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		ErrorLog:          nil,
 	}
 	srv := s.srv
 	s.wg.Go(func() { _ = srv.Serve(ln) })
