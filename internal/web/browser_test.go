@@ -166,6 +166,7 @@ func TestBrowser(t *testing.T) {
 	poll("the coded error", `document.querySelector('`+lightForm+` pre.result.error')?.textContent === 'busy: the light is busy'`)
 
 	poll("the pending approval", `document.querySelector('#approval-list li[data-approval="ap-1"] button.approve') !== null`)
+	screenshot(t, bctx, "web-room-pending.png")
 	step("approve", chromedp.Click(chromedp.CSS(`#approval-list li[data-approval="ap-1"] button.approve`)))
 	poll("the approval to leave the list", `document.querySelector('#approval-list li[data-approval]') === null`)
 	poll("the approval in the live log", `document.querySelector('#log-list li[data-kind="approval"][data-outcome="approved"]') !== null`)
@@ -173,15 +174,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("backend decision for ap-1: %v, %v; want approved", approve, ok)
 	}
 
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(artifactDir(t), "web-room.png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+	screenshot(t, bctx, "web-room.png")
 
 	html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
 	if err != nil {
@@ -208,6 +201,20 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	consoleMu.Unlock()
+}
+
+// screenshot saves a full-page PNG of the tab as a test artifact and logs its path.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(artifactDir(t), name)
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
 }
 
 // processesWith lists the pids whose command line mentions s.

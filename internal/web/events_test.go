@@ -81,6 +81,32 @@ func readFrame(r *bufio.Reader) (string, error) {
 	}
 }
 
+func TestServerLifecycle(t *testing.T) {
+	s, err := New(Config{Addr: "127.0.0.1:0", Backend: newTestBackend()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LoginURL(); err == nil {
+		t.Error("LoginURL before Start succeeded")
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil {
+		t.Error("a second Start succeeded")
+	}
+	u, err := s.LoginURL()
+	if err != nil || !strings.HasPrefix(u, "http://"+s.Addr()+"/login?token=") {
+		t.Errorf("LoginURL = %q, %v", u, err)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + s.Addr() + "/app.js"); err == nil {
+		t.Error("the server still answers after Shutdown")
+	}
+}
+
 func TestEventsDeliveryAndShutdown(t *testing.T) {
 	b := newTestBackend()
 	s, hc, base := startServer(t, b)
@@ -140,6 +166,9 @@ func TestEventsDeliveryAndShutdown(t *testing.T) {
 	}
 	if err := s.Start(); err == nil {
 		t.Error("Start after Shutdown succeeded")
+	}
+	if err := s.Shutdown(ctx); err != nil {
+		t.Errorf("a second Shutdown: %v", err)
 	}
 }
 
