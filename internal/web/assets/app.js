@@ -1,0 +1,389 @@
+// The airlock rooms page. Everything the server returns is put on the page as text
+// (textContent, text nodes, attribute values), never parsed as markup.
+'use strict';
+
+(function () {
+  const MAX_LOG = 200; // entries kept in the call log list
+  const state = { csrf: '', roomId: '', room: null, logCount: 0 };
+
+  // el builds an element; string children become text nodes.
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else if (k in e && typeof v !== 'string') e[k] = v;
+      else e.setAttribute(k, String(v));
+    }
+    for (const c of children) {
+      if (c !== undefined && c !== null) e.append(c);
+    }
+    return e;
+  }
+
+  function clear(e) {
+    while (e.firstChild) e.removeChild(e.firstChild);
+  }
+
+  function short(id) {
+    return typeof id === 'string' && id.length > 12 ? id.slice(0, 12) + '…' : String(id || '');
+  }
+
+  function errText(err) {
+    if (err && typeof err === 'object' && err.code) return err.code + ': ' + (err.message || '');
+    return 'network: ' + String(err && err.message ? err.message : err);
+  }
+
+  function pretty(v) {
+    return v === undefined ? '' : JSON.stringify(v, null, 2);
+  }
+
+  async function api(method, path, body) {
+    const opts = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
+    if (method !== 'GET') opts.headers['X-Airlock-CSRF'] = state.csrf;
+    if (body !== undefined) {
+      opts.headers['Content-Type'] = 'application/json';
+      opts.body = JSON.stringify(body);
+    }
+    const res = await fetch(path, opts);
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (e) {
+      data = null;
+    }
+    if (!res.ok) {
+      if (data && data.error) throw data.error;
+      throw { code: 'http_' + res.status, message: res.statusText };
+    }
+    return data;
+  }
+
+  function banner(text) {
+    const b = document.getElementById('banner');
+    b.textContent = text || '';
+    b.hidden = !text;
+  }
+
+  // Rooms.
+
+  async function loadRooms() {
+    const list = document.getElementById('room-list');
+    let rooms;
+    try {
+      rooms = await api('GET', '/api/rooms');
+    } catch (err) {
+      clear(list);
+      list.append(el('li', { class: 'error', text: errText(err) }));
+      return;
+    }
+    clear(list);
+    if (rooms.length === 0) list.append(el('li', { class: 'muted', text: 'This host is in no room.' }));
+    for (const r of rooms) {
+      const b = el('button', { type: 'button', 'data-room': r.id, onclick: () => selectRoom(r.id) },
+        el('span', { class: 'count', text: String(r.members) }), r.title || r.id);
+      if (r.id === state.roomId) b.classList.add('selected');
+      list.append(el('li', {}, b));
+    }
+    if (!state.roomId && rooms.length > 0) selectRoom(rooms[0].id);
+  }
+
+  async function selectRoom(id) {
+    state.roomId = id;
+    for (const b of document.querySelectorAll('#room-list button')) {
+      b.classList.toggle('selected', b.getAttribute('data-room') === id);
+    }
+    const box = document.getElementById('room');
+    let d;
+    try {
+      d = await api('GET', '/api/rooms/' + encodeURIComponent(id));
+    } catch (err) {
+      clear(box);
+      box.append(el('p', { class: 'error', text: errText(err) }));
+      return;
+    }
+    if (state.roomId !== id) return;
+    state.room = d;
+    renderRoom(box, d);
+  }
+
+  function renderRoom(box, d) {
+    clear(box);
+    box.append(el('h3', { 'data-room-title': '', text: d.title || d.id }),
+      el('p', { class: 'muted' }, 'room ', el('code', { text: d.id }), ' · owner ',
+        el('code', { title: d.owner, text: short(d.owner) })));
+
+    box.append(el('h4', { text: 'Members' }));
+    const members = el('tbody');
+    for (const m of d.members) {
+      members.append(el('tr', {},
+        el('td', {}, el('code', { title: m.hostId, text: short(m.hostId) }), m.self ? el('span', { class: 'tag on', text: 'this host' }) : null),
+        el('td', { text: m.name || '' }),
+        el('td', {}, el('span', { class: m.present ? 'tag on' : 'tag', text: m.present ? 'present' : 'away' }))));
+    }
+    box.append(el('table', { class: 'members' },
+      el('thead', {}, el('tr', {}, el('th', { text: 'Host' }), el('th', { text: 'Name' }), el('th', { text: 'Presence' }))),
+      members));
+
+    const own = d.capabilities.filter((c) => c.providerSelf);
+    box.append(el('h4', { text: 'Publications of this host' }));
+    if (own.length === 0) {
+      box.append(el('p', { class: 'muted', text: 'None.' }));
+    } else {
+      const rows = el('tbody');
+      for (const c of own) {
+        rows.append(el('tr', {},
+          el('td', {}, el('code', { text: c.capabilityId })),
+          el('td', { text: c.actions.map((a) => a.name + (a.approveEach ? ' (approve each)' : '')).join(', ') || '—' }),
+          el('td', { text: c.observe ? 'observe' : '' })));
+      }
+      box.append(el('table', { class: 'publications' },
+        el('thead', {}, el('tr', {}, el('th', { text: 'Capability' }), el('th', { text: 'Actions' }), el('th', { text: '' }))),
+        rows));
+    }
+
+    box.append(el('h4', { text: 'Capabilities' }));
+    if (d.capabilities.length === 0) box.append(el('p', { class: 'muted', text: 'Nothing is published in this room.' }));
+    const caps = el('div', { class: 'caps' });
+    for (const c of d.capabilities) caps.append(renderCapability(d, c));
+    box.append(caps);
+  }
+
+  function renderCapability(d, c) {
+    const card = el('div', { class: 'cap', 'data-capability': c.capabilityId, 'data-provider': c.provider });
+    card.append(el('div', { class: 'head' },
+      el('strong', { text: c.title || c.capabilityId }),
+      el('span', {}, el('code', { text: c.capabilityId }))),
+    el('div', { class: 'muted' }, 'by ', el('code', { title: c.provider, text: short(c.provider) }),
+      c.providerSelf ? el('span', { class: 'tag on', text: 'this host' }) : null));
+    if (c.observe) {
+      const out = el('pre', { class: 'observation', text: '…' });
+      const refresh = el('button', { type: 'button', class: 'small', text: 'refresh', title: 'Observe again', onclick: () => observe(d, c, out) });
+      card.append(el('div', { class: 'obs' }, el('span', { class: 'muted', text: 'Observation ' }), refresh, out));
+      observe(d, c, out);
+    }
+    for (const a of c.actions) card.append(renderAction(d, c, a));
+    return card;
+  }
+
+  async function observe(d, c, out) {
+    try {
+      const res = await api('POST', '/api/observe', { room: d.id, provider: c.provider, capability: c.capabilityId });
+      out.className = 'observation';
+      out.textContent = pretty(res.result);
+    } catch (err) {
+      out.className = 'observation error';
+      out.textContent = errText(err);
+    }
+  }
+
+  // renderAction builds the action's form from the server's field list, or a JSON textarea
+  // when the schema is one the page cannot render field by field.
+  function renderAction(d, c, a) {
+    const form = el('form', { class: 'action', 'data-action': a.name, novalidate: false });
+    form.append(el('h4', {}, a.title || a.name, ' ', el('code', { class: 'muted', text: a.name }),
+      a.approveEach ? el('span', { class: 'tag warn', text: 'approve each' }) : null));
+    const getters = [];
+    if (a.form && !a.form.raw) {
+      for (const f of a.form.fields) getters.push(renderField(form, f));
+    } else {
+      const ta = el('textarea', { name: '__args', spellcheck: 'false', 'aria-label': 'args (JSON object)' });
+      ta.value = '{}';
+      form.append(el('label', {}, el('span', { text: 'args (JSON)' })), ta);
+      if (a.input) form.append(el('pre', { class: 'schema', text: pretty(a.input) }));
+      getters.push((args) => {
+        let v;
+        try {
+          v = JSON.parse(ta.value);
+        } catch (e) {
+          throw { code: 'invalid_args', message: 'args are not JSON' };
+        }
+        if (v === null || typeof v !== 'object' || Array.isArray(v)) throw { code: 'invalid_args', message: 'args must be a JSON object' };
+        Object.assign(args, v);
+      });
+    }
+    const submit = el('button', { type: 'submit', text: 'Run' });
+    const out = el('pre', { class: 'result', hidden: true });
+    form.append(el('div', {}, submit), out);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const args = {};
+      try {
+        for (const g of getters) g(args);
+      } catch (err) {
+        out.hidden = false;
+        out.className = 'result error';
+        out.textContent = errText(err);
+        return;
+      }
+      submit.disabled = true;
+      out.hidden = false;
+      out.className = 'result';
+      out.textContent = a.approveEach ? 'waiting for the provider’s approval…' : 'running…';
+      try {
+        const res = await api('POST', '/api/invoke', { room: d.id, provider: c.provider, capability: c.capabilityId, action: a.name, args });
+        out.textContent = pretty(res.result);
+        const obs = form.parentElement && form.parentElement.querySelector('pre.observation');
+        if (obs) observe(d, c, obs);
+      } catch (err) {
+        out.className = 'result error';
+        out.textContent = errText(err);
+      } finally {
+        submit.disabled = false;
+      }
+    });
+    return form;
+  }
+
+  // renderField adds one input and returns the function that puts its value into args.
+  function renderField(form, f) {
+    const label = f.title || f.name;
+    let input;
+    switch (f.kind) {
+      case 'enum':
+        input = el('select', { name: f.name, required: f.required });
+        if (!f.required) input.append(el('option', { value: '', text: '—' }));
+        for (const v of f.enum) input.append(el('option', { value: v, text: v }));
+        break;
+      case 'boolean':
+        input = el('input', { type: 'checkbox', name: f.name });
+        break;
+      case 'number':
+      case 'integer':
+        input = el('input', { type: 'number', name: f.name, required: f.required, step: f.kind === 'integer' ? '1' : 'any' });
+        if (f.minimum !== undefined) input.min = String(f.minimum);
+        if (f.maximum !== undefined) input.max = String(f.maximum);
+        break;
+      default:
+        input = el('input', { type: 'text', name: f.name, required: f.required, spellcheck: 'false' });
+        if (f.maxLength !== undefined) input.maxLength = f.maxLength;
+        if (f.minLength !== undefined) input.minLength = f.minLength;
+    }
+    form.append(el('label', { title: f.description || '' },
+      el('span', { text: label + (f.required ? ' *' : '') }), input));
+    return (args) => {
+      if (f.kind === 'boolean') {
+        args[f.name] = input.checked;
+        return;
+      }
+      const v = input.value;
+      if (v === '') {
+        if (f.required && f.kind !== 'string') throw { code: 'invalid_args', message: label + ' is required' };
+        if (!f.required) return;
+      }
+      if (f.kind === 'number' || f.kind === 'integer') {
+        const n = Number(v);
+        if (!Number.isFinite(n) || (f.kind === 'integer' && !Number.isInteger(n))) throw { code: 'invalid_args', message: label + ' is not a number' };
+        args[f.name] = n;
+        return;
+      }
+      args[f.name] = v;
+    };
+  }
+
+  // Approvals.
+
+  async function loadApprovals() {
+    const list = document.getElementById('approval-list');
+    let items;
+    try {
+      items = await api('GET', '/api/approvals');
+    } catch (err) {
+      clear(list);
+      list.append(el('li', { class: 'error', text: errText(err) }));
+      return;
+    }
+    clear(list);
+    if (items.length === 0) list.append(el('li', { class: 'muted', text: 'Nothing waits for you.' }));
+    for (const p of items) {
+      const out = el('div', { class: 'error', hidden: true });
+      const decide = async (approve, btns) => {
+        btns.forEach((b) => { b.disabled = true; });
+        try {
+          await api('POST', '/api/decide', { id: p.id, approve });
+          loadApprovals();
+        } catch (err) {
+          out.hidden = false;
+          out.textContent = errText(err);
+          btns.forEach((b) => { b.disabled = false; });
+        }
+      };
+      const yes = el('button', { type: 'button', class: 'approve', text: 'Approve' });
+      const no = el('button', { type: 'button', class: 'deny', text: 'Deny' });
+      yes.addEventListener('click', () => decide(true, [yes, no]));
+      no.addEventListener('click', () => decide(false, [yes, no]));
+      list.append(el('li', { 'data-approval': p.id },
+        el('div', {}, el('code', { text: p.capability + '.' + p.action }), ' in ', el('code', { text: p.room })),
+        el('div', { class: 'muted' }, 'from ', el('code', { title: p.caller, text: short(p.caller) }),
+          ' · until ', new Date(p.expires).toLocaleTimeString()),
+        p.args ? el('pre', { text: pretty(p.args) }) : null,
+        el('div', { class: 'buttons' }, yes, no), out));
+    }
+  }
+
+  // The live call log.
+
+  function addLogEntry(ev) {
+    const list = document.getElementById('log-list');
+    const ok = ev.outcome === 'ok' || ev.outcome === 'approved' || ev.outcome === 'pending';
+    const what = ev.capability + (ev.operation ? ' ' + ev.operation : '') + (ev.action ? ' ' + ev.action : '');
+    const li = el('li', { 'data-kind': ev.kind, 'data-outcome': ev.outcome },
+      el('span', { class: 'muted', text: new Date(ev.time).toLocaleTimeString() }),
+      el('span', {}, el('code', { text: what }), ' in ', el('code', { text: ev.room })),
+      el('span', { class: 'outcome ' + (ok ? 'ok' : 'bad'), text: ev.outcome }),
+      el('span', { class: 'muted' }, ev.kind === 'approval' ? 'approval' : 'call'),
+      el('span', { class: 'muted' }, 'from ', el('code', { title: ev.caller, text: short(ev.caller) }), ' to ',
+        el('code', { title: ev.provider, text: short(ev.provider) })),
+      el('span', { class: 'muted', text: ev.kind === 'call' ? ev.durationMs + ' ms' : '' }));
+    list.prepend(li);
+    state.logCount++;
+    while (list.children.length > MAX_LOG) list.removeChild(list.lastChild);
+  }
+
+  function connectEvents() {
+    const status = document.getElementById('status');
+    const es = new EventSource('/api/events');
+    es.addEventListener('open', () => {
+      status.textContent = 'live';
+      status.className = 'status live';
+    });
+    es.addEventListener('error', () => {
+      status.textContent = 'reconnecting…';
+      status.className = 'status down';
+    });
+    const onEvent = (msg) => {
+      let ev;
+      try {
+        ev = JSON.parse(msg.data);
+      } catch (e) {
+        return;
+      }
+      addLogEntry(ev);
+      if (ev.kind === 'approval') loadApprovals();
+    };
+    es.addEventListener('call', onEvent);
+    es.addEventListener('approval', onEvent);
+  }
+
+  async function start() {
+    try {
+      const s = await api('GET', '/api/session');
+      state.csrf = s.csrf;
+    } catch (err) {
+      banner(errText(err) + ' — open a new login link from `airlock room open-ui`.');
+      return;
+    }
+    document.getElementById('refresh').addEventListener('click', () => {
+      loadRooms();
+      if (state.roomId) selectRoom(state.roomId);
+      loadApprovals();
+    });
+    connectEvents();
+    loadRooms();
+    loadApprovals();
+  }
+
+  start();
+})();
