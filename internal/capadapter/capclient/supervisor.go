@@ -125,7 +125,7 @@ type AdapterStatus struct {
 
 	// The ties and lease of a temporary adapter (see Registration).
 	Room         string    `json:"room,omitempty"`
-	Session      string    `json:"session,omitempty"`
+	Session      string    `json:"sessionId,omitempty"`
 	Generation   int64     `json:"generation,omitempty"`
 	LeaseExpires time.Time `json:"leaseExpiresAt,omitzero"`
 	// Digests shows the recorded digests by prefix, and while the state is changed what the
