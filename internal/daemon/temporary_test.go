@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
@@ -281,4 +283,45 @@ func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 	d2.Stop()
 	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
 	waitAdapters(t, d3.Dial(), "approved digests persisted", func(m map[string]adapterView) bool { return m["light"].State == "ready" })
+}
+
+// A registration stored before digests existed (state schema 3, a version 1 record) is
+// migrated at start and gets its digests recorded at its first start, durably.
+func TestBinaryLegacyRegistrationGetsDigests(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	d := daemontest.Start(t, daemontest.Options{})
+	register(t, d.Dial(), map[string]any{"name": "lamp", "command": lamp})
+	d.Stop()
+	db, err := bolt.Open(filepath.Join(d.StateDir, "airlock.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket([]byte("meta")).Put([]byte("schemaVersion"), []byte("3")); err != nil {
+			return err
+		}
+		return tx.Bucket([]byte("registrations")).Put([]byte("lamp"), []byte(`{"name":"lamp","command":"`+lamp+`","args":[]}`))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	m := waitAdapters(t, d2.Dial(), "legacy restored", func(m map[string]adapterView) bool { return m["lamp"].State == "ready" })
+	if len(m["lamp"].Digests) != 1 || m["lamp"].Digests[0].Role != "executable" {
+		t.Fatalf("legacy registration: %+v", m["lamp"])
+	}
+	d2.Stop()
+	db, err = bolt.Open(filepath.Join(d.StateDir, "airlock.db"), 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.View(func(tx *bolt.Tx) error {
+		raw := string(tx.Bucket([]byte("registrations")).Get([]byte("lamp")))
+		if !strings.Contains(raw, `"version":2`) || !strings.Contains(raw, `"sha256":"`) {
+			t.Errorf("stored after the first start: %s", raw)
+		}
+		return nil
+	})
 }
