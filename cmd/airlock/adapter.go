@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -16,10 +17,15 @@ import (
 // adapterRegister approves and starts an adapter: airlock adapter register NAME -- CMD [ARGS…].
 // The daemon starts and validates it before persisting the registration. A command given with
 // a directory part is made absolute here, since the daemon runs in another directory; a bare
-// name is looked up in the daemon's PATH.
+// name is looked up in the daemon's PATH. --room, or --session with --generation, tie it to a
+// room or a session generation, and --lease ends it after a duration: a temporary adapter.
 func (a *app) adapterRegister(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("adapter register")
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {adapter}")
+	room := fs.String("room", "", "tie the registration to room `ID`: closing the room removes it")
+	session := fs.String("session", "", "tie the registration to session `ID` (with --generation): ending that generation removes it")
+	generation := fs.Int64("generation", 0, "the session `generation` of --session")
+	lease := fs.Duration("lease", 0, "remove the registration after this `duration` (e.g. 2h; at most 720h)")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
@@ -31,6 +37,12 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 	pos, code, done := a.parse(o, fs, args[:sep], "NAME")
 	if done {
 		return code
+	}
+	if *lease < 0 || (*lease > 0 && *lease < time.Second) || *lease > protocol.MaxAdapterLeaseSeconds*time.Second {
+		return a.failUsage(o, usageErrorf("--lease must be between 1s and 720h"))
+	}
+	if (*session == "") != (*generation == 0) {
+		return a.failUsage(o, usageErrorf("--session and --generation go together"))
 	}
 	argv := args[sep+1:]
 	if len(argv) == 0 || argv[0] == "" {
@@ -45,7 +57,8 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 		command = abs
 	}
 	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpRegisterAdapter,
-		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: argv[1:]}})
+		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: argv[1:], Room: *room,
+			SessionID: *session, Generation: *generation, LeaseSeconds: int64(lease.Round(time.Second) / time.Second)}})
 	if err != nil {
 		return o.fail(err)
 	}
@@ -58,7 +71,83 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 	return o.succeed(data, func(w io.Writer) {
 		fmt.Fprintf(w, "registered %s: %s, pid %d, capabilities %s\n", res.Adapter.Name, res.Adapter.State,
 			res.Adapter.PID, strings.Join(res.Adapter.Capabilities, ", "))
+		if t := tieOf(res.Adapter); t != "-" {
+			fmt.Fprintf(w, "temporary: %s\n", t)
+		}
 	})
+}
+
+// adapterApprove accepts an adapter's files as they are now: airlock adapter approve NAME. The
+// daemon re-records their SHA-256 and starts the adapter when they changed.
+func (a *app) adapterApprove(ctx context.Context, args []string) int {
+	o, fs := a.newCommand("adapter approve")
+	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {adapter, restarted, digests}")
+	pos, code, done := a.parse(o, fs, args, "NAME")
+	if done {
+		return code
+	}
+	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpApproveAdapter,
+		Payload: protocol.AdapterNamePayload{Name: pos[0]}})
+	if err != nil {
+		return o.fail(err)
+	}
+	var res struct {
+		Adapter   protocol.AdapterState `json:"adapter"`
+		Restarted bool                  `json:"restarted"`
+		Digests   []struct {
+			Role string `json:"role"`
+			Path string `json:"path"`
+			Old  string `json:"old"`
+			New  string `json:"new"`
+		} `json:"digests"`
+	}
+	if err := decodeData(data, &res); err != nil {
+		return o.fail(err)
+	}
+	return o.succeed(data, func(w io.Writer) {
+		t := newTable(w)
+		fmt.Fprintln(t, "FILE\tPATH\tOLD SHA-256\tNEW SHA-256")
+		for _, d := range res.Digests {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", d.Role, d.Path, orDash(d.Old), orDash(d.New))
+		}
+		t.Flush()
+		if res.Restarted {
+			fmt.Fprintf(w, "approved %s: %s, pid %d\n", res.Adapter.Name, res.Adapter.State, res.Adapter.PID)
+		} else {
+			fmt.Fprintf(w, "%s is unchanged: nothing to approve\n", res.Adapter.Name)
+		}
+	})
+}
+
+// tieOf renders an adapter's tie and lease for the list.
+func tieOf(s protocol.AdapterState) string {
+	var parts []string
+	switch {
+	case s.Room != "":
+		parts = append(parts, "room "+s.Room)
+	case s.SessionID != "":
+		parts = append(parts, fmt.Sprintf("session %s gen %d", s.SessionID, s.Generation))
+	}
+	if !s.LeaseExpiresAt.IsZero() {
+		parts = append(parts, "lease until "+s.LeaseExpiresAt.Local().Format(time.RFC3339))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// digestsOf renders an adapter's recorded digest prefixes, with old→new for a changed file.
+func digestsOf(s protocol.AdapterState) string {
+	var parts []string
+	for _, d := range s.Digests {
+		p := d.Role + ":" + d.Recorded
+		if d.Current != "" {
+			p += "→" + d.Current
+		}
+		parts = append(parts, p)
+	}
+	return orDash(strings.Join(parts, ","))
 }
 
 func (a *app) adapterRemove(ctx context.Context, args []string) int {
@@ -97,14 +186,14 @@ func (a *app) adapterList(ctx context.Context, args []string) int {
 
 func printAdapters(w io.Writer, adapters []protocol.AdapterState) {
 	t := newTable(w)
-	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tCAPABILITIES")
+	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tCAPABILITIES\tTEMPORARY\tDIGESTS")
 	for _, s := range adapters {
 		pid := "-"
 		if s.PID != 0 {
 			pid = fmt.Sprint(s.PID)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
-			orDash(strings.Join(s.Capabilities, ",")))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
+			orDash(strings.Join(s.Capabilities, ",")), tieOf(s), digestsOf(s))
 	}
 	t.Flush()
 }

@@ -69,3 +69,56 @@ func TestAdapterAndCapCommands(t *testing.T) {
 		}
 	}
 }
+
+func TestAdapterTemporaryAndApproveCommands(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	d := daemontest.Start(t, daemontest.Options{})
+	cli := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", d.Socket}, args...), nil, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := cli("adapter", "register", "--room", "kitchen", "--lease", "2h", "lamp", "--", lamp)
+	if code != 0 || !strings.Contains(out, "temporary: room kitchen, lease until ") {
+		t.Fatalf("register: %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := cli("adapter", "list"); code != 0 || !strings.Contains(out, "TEMPORARY") || !strings.Contains(out, "room kitchen") ||
+		!strings.Contains(out, "executable:") {
+		t.Fatalf("adapter list: %d %q", code, out)
+	}
+	if code, out, _ := cli("adapter", "approve", "lamp"); code != 0 || !strings.Contains(out, "lamp is unchanged") || !strings.Contains(out, "executable") {
+		t.Fatalf("adapter approve: %d %q", code, out)
+	}
+	code, out, _ = cli("adapter", "approve", "--json", "lamp")
+	var env struct {
+		OK   bool `json:"ok"`
+		Data struct {
+			Restarted bool `json:"restarted"`
+			Digests   []struct {
+				Old string `json:"old"`
+				New string `json:"new"`
+			} `json:"digests"`
+		} `json:"data"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &env) != nil || !env.OK || env.Data.Restarted || len(env.Data.Digests) != 1 ||
+		len(env.Data.Digests[0].Old) != 64 || env.Data.Digests[0].Old != env.Data.Digests[0].New {
+		t.Fatalf("adapter approve --json: %d %q", code, out)
+	}
+	if code, _, errOut := cli("adapter", "approve", "nobody"); code != 1 || !strings.Contains(errOut, "unknown_adapter") {
+		t.Fatalf("approve unknown: %d %q", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"adapter", "register", "--lease", "500ms", "lamp", "--", lamp},
+		{"adapter", "register", "--lease", "721h", "lamp", "--", lamp},
+		{"adapter", "register", "--session", "s", "lamp", "--", lamp},
+		{"adapter", "register", "--generation", "2", "lamp", "--", lamp},
+		{"adapter", "approve"},
+	} {
+		if code, _, _ := cli(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, _, errOut := cli("adapter", "register", "--room", "Kitchen", "lamp2", "--", lamp); code != 1 || !strings.Contains(errOut, "invalid_field") {
+		t.Fatalf("bad room: %d %q", code, errOut)
+	}
+}

@@ -20,14 +20,15 @@ var documentedCodes = map[string]string{
 	"CodeInvalidDescriptor": CodeInvalidDescriptor, "CodeCapabilityCount": CodeCapabilityCount,
 	"CodeDescriptorChanged": CodeDescriptorChanged, "CodeInvalidRegistration": CodeInvalidRegistration,
 	"CodeCapabilityConflict": CodeCapabilityConflict, "CodeUnknownAdapter": CodeUnknownAdapter,
-	"CodeTooManyAdapters": CodeTooManyAdapters,
+	"CodeTooManyAdapters": CodeTooManyAdapters, "CodeAdapterChanged": CodeAdapterChanged,
+	"CodeLeaseExpired": CodeLeaseExpired,
 }
 
 // TestErrorCodesAreDocumented reads this package's sources: every *Error is built with a
 // documented Code constant, except the adapter's own code (already checked against the
 // closed set by DecodeResponse) and the code parameters of the two constructors.
 func TestErrorCodesAreDocumented(t *testing.T) {
-	if len(documentedCodes) != len(protocolCodes)+9 {
+	if len(documentedCodes) != len(protocolCodes)+11 {
 		t.Fatalf("documentedCodes has %d entries", len(documentedCodes))
 	}
 	for name, code := range documentedCodes {

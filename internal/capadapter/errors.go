@@ -43,6 +43,13 @@ const (
 	CodeUnknownAdapter = "unknown_adapter"
 	// CodeTooManyAdapters: the supervisor already runs MaxAdapters adapters.
 	CodeTooManyAdapters = "too_many_adapters"
+	// CodeAdapterChanged: the executable (or the script passed to an interpreter) of a
+	// registration is no longer the file whose SHA-256 was recorded when it was approved; the
+	// adapter is not started until the operator approves it again.
+	CodeAdapterChanged = "adapter_changed"
+	// CodeLeaseExpired: the registration's lease has ended (a registration restored or
+	// submitted after its expiry).
+	CodeLeaseExpired = "lease_expired"
 )
 
 // protocolCodes is the closed set of error codes an adapter may send.
@@ -109,6 +116,8 @@ var (
 	ErrCapabilityConflict  = &Error{Code: CodeCapabilityConflict}
 	ErrUnknownAdapter      = &Error{Code: CodeUnknownAdapter}
 	ErrTooManyAdapters     = &Error{Code: CodeTooManyAdapters}
+	ErrAdapterChanged      = &Error{Code: CodeAdapterChanged}
+	ErrLeaseExpired        = &Error{Code: CodeLeaseExpired}
 )
 
 func newError(code, detail string) *Error { return &Error{Code: code, Detail: detail} }
@@ -136,7 +145,7 @@ func WireCode(err error) string {
 		return ""
 	case protocolCodes[code]:
 		return code
-	case code == CodeInvalidRegistration, code == CodeCapabilityConflict, code == CodeUnknownAdapter:
+	case code == CodeInvalidRegistration, code == CodeCapabilityConflict, code == CodeUnknownAdapter, code == CodeLeaseExpired:
 		return CodeInvalidRequest
 	}
 	return CodeUnavailable

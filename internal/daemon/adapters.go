@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
@@ -15,18 +17,135 @@ import (
 // adapterHost joins the capability-adapter supervisor to the durable registrations: a
 // registration is persisted only after its adapter started and passed validation, and a
 // restart restores every persisted registration.
+//
+// It also ends temporary registrations: a lease ends on the supervisor's timer (the hook
+// below then deletes the record), a session generation's end comes from the session
+// manager (sessionEnded), a room's close from the room service (RemoveForRoom). Every
+// removal or replacement is passed on to the hooks added with OnAdapterRemoved.
 type adapterHost struct {
-	sup   *capclient.Supervisor
-	store *store.Store
+	sup      *capclient.Supervisor
+	store    *store.Store
+	sessions sessionView
+	log      *slog.Logger
 
-	// mu serializes register and remove with their persistence, so the store and the
-	// supervisor never disagree about which registration is current.
+	// mu serializes register, approve and remove with their persistence, so the store and
+	// the supervisor never disagree about which registration is current.
 	mu sync.Mutex
+
+	hooksMu sync.Mutex
+	hooks   []func(capclient.Removal)
+}
+
+// sessionView is what the adapter host asks the session manager: whether a generation is
+// resident (*session.Manager implements it).
+type sessionView interface {
+	Session(id string, generation int64, checkGen bool) (*protocol.SessionSnapshot, error)
+}
+
+// adapterStopTimeout bounds the graceful stop of an adapter removed because its session or
+// room ended; Client.Close kills the child when it passes.
+const adapterStopTimeout = 5 * time.Second
+
+func newAdapterHost(sup *capclient.Supervisor, st *store.Store, sessions sessionView, log *slog.Logger) *adapterHost {
+	a := &adapterHost{sup: sup, store: st, sessions: sessions, log: log}
+	sup.OnRemove(a.supervisorRemoved)
+	return a
+}
+
+// OnAdapterRemoved adds fn to the hooks told whenever a registration stops serving its
+// capabilities: removed by the operator, replaced (by a registration of the same name or by
+// approveAdapter), its lease ended, its room closed or its session generation ended.
+// r.Capabilities are the capability ids it served, r.Reason one of the capclient.Reason*
+// constants. The room service uses it to withdraw the publications of those capabilities at
+// once.
+//
+// fn runs synchronously, after the child is reaped and before the removing operation returns,
+// on that operation's goroutine (for an ended lease, the supervisor's lease loop). It must not
+// block for long and must not call back into adapter administration (registerAdapter,
+// removeAdapter, approveAdapter, RemoveForRoom), which may hold the lock it runs under.
+// Daemon shutdown (Supervisor.Close) is no removal: registrations and publications persist.
+func (a *adapterHost) OnAdapterRemoved(fn func(r capclient.Removal)) {
+	a.hooksMu.Lock()
+	a.hooks = append(a.hooks, fn)
+	a.hooksMu.Unlock()
+}
+
+// RemoveForRoom removes every registration tied to room roomID, durable record first, and
+// stops its adapter; the OnAdapterRemoved hooks are told capclient.ReasonRoomClosed. The
+// room service calls it when a room closes (and may call it at start for rooms that closed
+// while the daemon was down). It returns the names removed, in name order; a room with no
+// tied registration is not an error. ctx bounds the graceful part of each stop.
+func (a *adapterHost) RemoveForRoom(ctx context.Context, roomID string) ([]string, error) {
+	return a.removeTied(ctx, capclient.ReasonRoomClosed, func(r store.Registration) bool { return r.Room == roomID })
+}
+
+// sessionEnded is the session manager's GenerationEnded hook: generation (and every older
+// one) of session id will never be resident again, so the registrations tied to them go.
+func (a *adapterHost) sessionEnded(id string, generation int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), adapterStopTimeout)
+	defer cancel()
+	names, err := a.removeTied(ctx, capclient.ReasonSessionEnded, func(r store.Registration) bool {
+		return r.Session == id && r.Generation <= generation
+	})
+	if err != nil {
+		a.log.Error("adapters tied to an ended session generation not removed", "sessionId", id, "generation", generation, "err", err)
+	}
+	for _, n := range names {
+		a.log.Info("temporary adapter removed: its session generation ended", "adapter", n, "sessionId", id, "generation", generation)
+	}
+}
+
+func (a *adapterHost) removeTied(ctx context.Context, reason string, match func(store.Registration) bool) ([]string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	regs, err := a.store.Registrations()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, r := range regs {
+		if !match(r) {
+			continue
+		}
+		if _, err := a.store.DeleteRegistration(r.Name); err != nil {
+			return names, err
+		}
+		// A stored registration the supervisor never ran is removed all the same.
+		_ = a.sup.RemoveBecause(ctx, r.Name, reason)
+		names = append(names, r.Name)
+	}
+	return names, nil
+}
+
+// supervisorRemoved is the supervisor's removal hook. An ended lease is the one removal the
+// supervisor makes on its own: its durable record goes here, unless a registration of the
+// same name was installed meanwhile (its record is the current one). Every removal is then
+// passed on.
+func (a *adapterHost) supervisorRemoved(r capclient.Removal) {
+	if r.Reason == capclient.ReasonLeaseExpired {
+		a.mu.Lock()
+		if _, running := a.status(r.Registration.Name); !running {
+			if _, err := a.store.DeleteRegistration(r.Registration.Name); err != nil {
+				a.log.Error("expired adapter registration not deleted; it is removed at the next start", "adapter", r.Registration.Name, "err", err)
+			}
+		}
+		a.mu.Unlock()
+		a.log.Info("temporary adapter removed: its lease ended", "adapter", r.Registration.Name)
+	}
+	a.hooksMu.Lock()
+	hooks := slices.Clone(a.hooks)
+	a.hooksMu.Unlock()
+	for _, fn := range hooks {
+		fn(r)
+	}
 }
 
 // restore starts every persisted registration. An adapter that fails to start is kept and
 // retried with backoff by the supervisor; a stored registration the supervisor refuses is
-// reported by name and stays stored, so the operator can see and remove it.
+// reported by name and stays stored, so the operator can see and remove it. A registration
+// whose lease ended or whose session generation is no longer resident (the daemon was down
+// when it ended, or did not restore it) is deleted. One without digests (stored before they
+// existed) has them recorded now, at its first start after the upgrade.
 func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored int, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -35,13 +154,58 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 		return 0, err
 	}
 	for _, r := range regs {
-		if _, err := a.sup.Restore(ctx, capclient.Registration(r)); err != nil {
-			log.Error("capability adapter registration not restored", "adapter", r.Name, "code", capadapter.CodeOf(err), "err", err)
+		ended := ""
+		switch {
+		case !r.LeaseExpires.IsZero() && !time.Now().Before(r.LeaseExpires):
+			ended = "its lease ended"
+		case r.Session != "":
+			if _, err := a.sessions.Session(r.Session, r.Generation, true); err != nil {
+				ended = "its session generation is not resident"
+			}
+		}
+		if ended == "" {
+			var got capclient.Registration
+			got, err = a.sup.Restore(ctx, fromStore(r))
+			switch {
+			case capadapter.CodeOf(err) == capadapter.CodeLeaseExpired:
+				ended = "its lease ended"
+			case err != nil:
+				log.Error("capability adapter registration not restored", "adapter", r.Name, "code", capadapter.CodeOf(err), "err", err)
+				continue
+			case len(r.Digests) == 0 && len(got.Digests) > 0:
+				if err := a.store.PutRegistration(toStore(got)); err != nil {
+					log.Error("capability adapter digests not recorded", "adapter", r.Name, "err", err)
+				}
+			}
+		}
+		if ended != "" {
+			if _, err := a.store.DeleteRegistration(r.Name); err != nil {
+				log.Error("ended temporary adapter registration not deleted", "adapter", r.Name, "err", err)
+			}
+			log.Info("temporary adapter registration removed at start: "+ended, "adapter", r.Name)
 			continue
 		}
 		restored++
 	}
 	return restored, nil
+}
+
+func fromStore(r store.Registration) capclient.Registration {
+	c := capclient.Registration{Name: r.Name, Command: r.Command, Args: r.Args, Room: r.Room, Session: r.Session,
+		Generation: r.Generation, LeaseExpires: r.LeaseExpires}
+	for _, d := range r.Digests {
+		c.Digests = append(c.Digests, capclient.FileDigest(d))
+	}
+	return c
+}
+
+func toStore(r capclient.Registration) store.Registration {
+	s := store.Registration{Name: r.Name, Command: r.Command, Args: r.Args, Room: r.Room, Session: r.Session,
+		Generation: r.Generation, LeaseExpires: r.LeaseExpires}
+	for _, d := range r.Digests {
+		s.Digests = append(s.Digests, store.FileDigest(d))
+	}
+	return s
 }
 
 // RegisterResult is the data of registerAdapter.
@@ -52,17 +216,56 @@ type RegisterResult struct {
 func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterPayload) (*RegisterResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	reg, err := a.sup.Register(ctx, capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args})
+	reg := capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args, Room: p.Room,
+		Session: p.SessionID, Generation: p.Generation}
+	if p.LeaseSeconds > 0 {
+		reg.LeaseExpires = time.Now().Add(time.Duration(p.LeaseSeconds) * time.Second).UTC().Round(time.Millisecond)
+	}
+	if p.SessionID != "" {
+		// A generation that ends after this check waits for a.mu in sessionEnded, and so
+		// removes this registration once it is stored.
+		if _, err := a.sessions.Session(p.SessionID, p.Generation, true); err != nil {
+			return nil, err
+		}
+	}
+	reg, err := a.sup.Register(ctx, reg)
 	if err != nil {
 		return nil, adapterError(err, false)
 	}
-	if err := a.store.PutRegistration(store.Registration(reg)); err != nil {
+	if err := a.store.PutRegistration(toStore(reg)); err != nil {
 		// What is not persisted must not run: after a restart the operator would find it gone.
 		a.sup.Remove(context.WithoutCancel(ctx), reg.Name)
 		return nil, err
 	}
 	st, _ := a.status(reg.Name)
 	return &RegisterResult{Adapter: st}, nil
+}
+
+// ApproveResult is the data of approveAdapter: the adapter's status, whether it was
+// restarted under new digests, and each file's digest before and after.
+type ApproveResult struct {
+	Adapter   capclient.AdapterStatus  `json:"adapter"`
+	Restarted bool                     `json:"restarted"`
+	Digests   []capclient.DigestChange `json:"digests"`
+}
+
+// approve re-records the digests of a registration's files as they are now and starts it
+// (see Supervisor.Approve); the new digests are persisted, or the adapter does not run.
+func (a *adapterHost) approve(ctx context.Context, name string) (*ApproveResult, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ap, err := a.sup.Approve(ctx, name)
+	if err != nil {
+		return nil, adapterError(err, false)
+	}
+	if ap.Restarted {
+		if err := a.store.PutRegistration(toStore(ap.Registration)); err != nil {
+			a.sup.Remove(context.WithoutCancel(ctx), name) // the stored, older digests stay
+			return nil, err
+		}
+	}
+	st, _ := a.status(name)
+	return &ApproveResult{Adapter: st, Restarted: ap.Restarted, Digests: nonNil(ap.Changes)}, nil
 }
 
 // RemoveResult is the data of removeAdapter.
@@ -184,6 +387,15 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 			return nil, e
 		}
 		return &AdapterList{Adapters: nonNil(a.sup.Status())}, nil
+	case protocol.OpApproveAdapter:
+		var p protocol.AdapterNamePayload
+		if e := decodeValid(cmd, &p); e != nil {
+			return nil, e
+		}
+		if e := s.sessions.Admitting(); e != nil {
+			return nil, e
+		}
+		return a.approve(ctx, p.Name)
 	case protocol.OpAdapterLogs:
 		var p protocol.AdapterNamePayload
 		if e := decodeValid(cmd, &p); e != nil {

@@ -161,9 +161,12 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxToolOutputBytes:  turns.MaxToolOutputBytes,
 		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
 		RecoveryTimeout:     turns.RecoveryTimeout,
+		// Temporary adapters tied to a generation end with it; d.srv.adapters is set below,
+		// before the listener accepts any open or close.
+		GenerationEnded: func(id string, generation int64) { d.srv.adapters.sessionEnded(id, generation) },
 	})
 	d.srv.sessions = d.sessions
-	d.srv.adapters = &adapterHost{sup: sup, store: st}
+	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
 
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
@@ -255,10 +258,20 @@ func (d *Daemon) hostSnapshot(v2 bool) protocol.HostSnapshot {
 			h.Adapters = append(h.Adapters, protocol.AdapterState{
 				Name: a.Name, Command: a.Command, Args: a.Args, State: string(a.State), PID: a.PID,
 				Restarts: a.Restarts, LastFailure: a.LastFailure, Capabilities: a.Capabilities,
+				Room: a.Room, SessionID: a.Session, Generation: a.Generation, LeaseExpiresAt: a.LeaseExpires,
+				Digests: adapterDigests(a.Digests),
 			})
 		}
 	}
 	return h
+}
+
+func adapterDigests(ds []capclient.DigestStatus) []protocol.AdapterDigest {
+	out := make([]protocol.AdapterDigest, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, protocol.AdapterDigest(d))
+	}
+	return out
 }
 
 func (d *Daemon) hostView() protocol.HostSnapshot {

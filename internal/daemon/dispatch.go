@@ -158,7 +158,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		}
 		return s.sessions.Describe(cmd.SessionID)
 
-	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs,
+	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs, protocol.OpApproveAdapter,
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
 		return s.runAdapters(ctx, cmd)
 

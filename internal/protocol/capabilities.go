@@ -41,12 +41,29 @@ var (
 	actionNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 )
 
+// Bounds of a temporary registration.
+const (
+	// MaxAdapterLeaseSeconds bounds registerAdapter's leaseSeconds: 30 days.
+	MaxAdapterLeaseSeconds = 30 * 24 * 3600
+	// MaxRoomIDLen bounds a room id, in bytes (the id grammar is ASCII).
+	MaxRoomIDLen = 64
+)
+
+// roomIDPattern is the room id grammar (internal/room).
+var roomIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
 // RegisterAdapterPayload is the payload of registerAdapter: an operator's approval to run
-// command with args, without a shell, under name.
+// command with args, without a shell, under name. Room, or SessionID with Generation, tie
+// the registration to a room or a session generation; LeaseSeconds ends it after that long.
 type RegisterAdapterPayload struct {
 	Name    string   `json:"name"`
 	Command string   `json:"command"`
 	Args    []string `json:"args,omitempty"`
+
+	Room         string `json:"room,omitempty"`
+	SessionID    string `json:"sessionId,omitempty"`
+	Generation   int64  `json:"generation,omitempty"`
+	LeaseSeconds int64  `json:"leaseSeconds,omitempty"`
 }
 
 // Validate checks the registration bounds, exactly those of the supervisor: the name
@@ -77,6 +94,20 @@ func (p *RegisterAdapterPayload) Validate() *Error {
 	if strings.TrimSpace(p.Command) == "" {
 		return invalidField("payload.command", "must not be blank")
 	}
+	switch {
+	case p.Room != "" && !roomIDPattern.MatchString(p.Room):
+		return invalidField("payload.room", "must match %s", roomIDPattern.String())
+	case p.Room != "" && p.SessionID != "":
+		return invalidField("payload.sessionId", "a registration is tied to a room or to a session, not both")
+	case p.SessionID != "" && !validIdentifier(p.SessionID, MaxSessionIDLen):
+		return invalidField("payload.sessionId", "must be 1 to %d characters without control characters", MaxSessionIDLen)
+	case p.SessionID != "" && p.Generation < 1:
+		return invalidField("payload.generation", "must be at least 1 with sessionId")
+	case p.SessionID == "" && p.Generation != 0:
+		return invalidField("payload.generation", "is only allowed with sessionId")
+	case p.LeaseSeconds < 0 || p.LeaseSeconds > MaxAdapterLeaseSeconds:
+		return invalidField("payload.leaseSeconds", "must be 1 to %d", MaxAdapterLeaseSeconds)
+	}
 	return nil
 }
 
@@ -91,7 +122,7 @@ func validAdapterName(name string) *Error {
 	return nil
 }
 
-// AdapterNamePayload is the payload of removeAdapter and adapterLogs.
+// AdapterNamePayload is the payload of removeAdapter, adapterLogs and approveAdapter.
 type AdapterNamePayload struct {
 	Name string `json:"name"`
 }

@@ -119,6 +119,16 @@ func TestRegisterAdapterPayloadValidate(t *testing.T) {
 		{"1025-byte arg", `{"name":"lamp","command":"lamp","args":` + args(1, 1025) + `}`, "payload.args"},
 		{"NUL in arg", `{"name":"lamp","command":"lamp","args":["a\u0000"]}`, "payload.args"},
 		{"over 16 KiB together", `{"name":"lamp","command":"/` + strings.Repeat("a", 1023) + `","args":` + args(16, 1024) + `}`, "payload.args"},
+		{"room and lease", `{"name":"lamp","command":"lamp","room":"kitchen","leaseSeconds":7200}`, ""},
+		{"session tie", `{"name":"lamp","command":"lamp","sessionId":"s 1","generation":3}`, ""},
+		{"longest lease", `{"name":"lamp","command":"lamp","leaseSeconds":2592000}`, ""},
+		{"lease too long", `{"name":"lamp","command":"lamp","leaseSeconds":2592001}`, "payload.leaseSeconds"},
+		{"negative lease", `{"name":"lamp","command":"lamp","leaseSeconds":-1}`, "payload.leaseSeconds"},
+		{"bad room", `{"name":"lamp","command":"lamp","room":"Kitchen"}`, "payload.room"},
+		{"room and session", `{"name":"lamp","command":"lamp","room":"k","sessionId":"s","generation":1}`, "payload.sessionId"},
+		{"session without generation", `{"name":"lamp","command":"lamp","sessionId":"s"}`, "payload.generation"},
+		{"generation without session", `{"name":"lamp","command":"lamp","generation":1}`, "payload.generation"},
+		{"control character in sessionId", `{"name":"lamp","command":"lamp","sessionId":"s\n","generation":1}`, "payload.sessionId"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -331,3 +331,30 @@ func FuzzRawSafeInt(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRegisterAdapterPayload: a registerAdapter payload that decodes and validates keeps the
+// tie rules (a room or a session, never both; a generation exactly with a session), a bounded
+// lease and a room of the room grammar; one that fails names a payload member.
+func FuzzRegisterAdapterPayload(f *testing.F) {
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		cmd := &Command{Operation: OpRegisterAdapter, Payload: payload}
+		var p RegisterAdapterPayload
+		e := DecodePayload(cmd, &p)
+		if e == nil {
+			e = p.Validate()
+		}
+		if e != nil {
+			return
+		}
+		switch {
+		case p.Room != "" && p.SessionID != "":
+			t.Fatalf("both ties accepted: %+v", p)
+		case (p.SessionID != "") != (p.Generation > 0), p.Generation < 0:
+			t.Fatalf("generation %d with session %q accepted", p.Generation, p.SessionID)
+		case p.LeaseSeconds < 0 || p.LeaseSeconds > MaxAdapterLeaseSeconds:
+			t.Fatalf("lease %d accepted", p.LeaseSeconds)
+		case p.Room != "" && !roomIDPattern.MatchString(p.Room):
+			t.Fatalf("room %q accepted", p.Room)
+		}
+	})
+}

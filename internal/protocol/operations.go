@@ -23,6 +23,7 @@ const (
 	OpRemoveAdapter      = "removeAdapter"
 	OpListAdapters       = "listAdapters"
 	OpAdapterLogs        = "adapterLogs"
+	OpApproveAdapter     = "approveAdapter"
 	OpListCapabilities   = "listCapabilities"
 	OpDescribeCapability = "describeCapability"
 	OpObserveCapability  = "observeCapability"
@@ -68,6 +69,7 @@ var operations = map[string]opSpec{
 	OpRemoveAdapter:      {2, idNone},
 	OpListAdapters:       {2, idNone},
 	OpAdapterLogs:        {2, idNone},
+	OpApproveAdapter:     {2, idNone},
 	OpListCapabilities:   {2, idNone},
 	OpDescribeCapability: {2, idNone},
 	OpObserveCapability:  {2, idNone},
@@ -85,7 +87,7 @@ var v1Operations = []string{
 // v2Operations are the operations that 2.x adds, in handshake order.
 var v2Operations = []string{
 	OpListSessions, OpDescribeSession, OpInvokeTool,
-	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs,
+	OpRegisterAdapter, OpRemoveAdapter, OpListAdapters, OpAdapterLogs, OpApproveAdapter,
 	OpListCapabilities, OpDescribeCapability, OpObserveCapability, OpInvokeCapability,
 	OpTicket, OpReconcile, OpAbortTool,
 }

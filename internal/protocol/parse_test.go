@@ -292,7 +292,7 @@ func TestParseCommandOperation(t *testing.T) {
 func TestOperationTables(t *testing.T) {
 	v1 := []string{"handshake", "open", "wake", "steer", "followUp", "status", "abort", "attach", "detach", "close", "drain"}
 	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
-		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs",
+		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs", "approveAdapter",
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
 		"ticket", "reconcile", "abortTool")
 	if got := Operations(1); !slices.Equal(got, v1) {
@@ -347,6 +347,7 @@ var identityRules = map[string][3]presence{
 	"removeAdapter":      {ignored, ignored, ignored},
 	"listAdapters":       {ignored, ignored, ignored},
 	"adapterLogs":        {ignored, ignored, ignored},
+	"approveAdapter":     {ignored, ignored, ignored},
 	"listCapabilities":   {ignored, ignored, ignored},
 	"describeCapability": {ignored, ignored, ignored},
 	"observeCapability":  {ignored, ignored, ignored},

@@ -131,6 +131,24 @@ type AdapterState struct {
 	Restarts     int      `json:"restarts"`
 	LastFailure  string   `json:"lastFailure,omitempty"`
 	Capabilities []string `json:"capabilities"`
+
+	// A temporary adapter's tie and lease end.
+	Room           string    `json:"room,omitempty"`
+	SessionID      string    `json:"sessionId,omitempty"`
+	Generation     int64     `json:"generation,omitempty"`
+	LeaseExpiresAt time.Time `json:"leaseExpiresAt,omitzero"`
+	// Digests are the recorded file digests by prefix; while the state is "changed", current
+	// is what the file hashes to now ("missing" when it cannot be read).
+	Digests []AdapterDigest `json:"digests"`
+}
+
+// AdapterDigest is one recorded file digest of an adapter, as status shows it: a prefix of
+// the SHA-256, never the file.
+type AdapterDigest struct {
+	Role     string `json:"role"`
+	Path     string `json:"path"`
+	Recorded string `json:"recorded"`
+	Current  string `json:"current,omitempty"`
 }
 
 // LastTerminal records how the latest durable request of a session ended.

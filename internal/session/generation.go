@@ -207,6 +207,9 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 		m.retireLocked(old, protocol.SessionClosedData{RetainSession: true, Reason: ReasonReplaced})
 	}
 	ending = nil
+	if known && req.Generation > current {
+		defer m.generationEnded(req.SessionID, req.Generation-1) // runs last, without mu
+	}
 	defer m.revoke(old)
 	defer m.mu.Unlock()
 	rt = m.residentRuntime(req.SessionID, req.Generation, req.Version.Raw, req.Policy, digest)
@@ -426,8 +429,17 @@ func (m *Manager) Close(id string, generation int64, retain bool) (*protocol.Clo
 		}
 		t.Stop()
 	}
+	m.generationEnded(id, generation)
 	m.log.Info("session closed", "sessionId", id, "generation", generation, "retain", retain)
 	return res, nil
+}
+
+// generationEnded tells Config.GenerationEnded that generation of session id, and every
+// older one, will never be resident again. m.mu must not be held.
+func (m *Manager) generationEnded(id string, generation int64) {
+	if m.cfg.GenerationEnded != nil {
+		m.cfg.GenerationEnded(id, generation)
+	}
 }
 
 // closeWait bounds how long a close waits for the turn it aborted to stop.

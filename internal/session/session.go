@@ -55,6 +55,13 @@ type Config struct {
 	// whole recovery phase (DefaultRecoveryOpenTimeout, DefaultRecoveryTimeout when 0).
 	RecoveryOpenTimeout time.Duration
 	RecoveryTimeout     time.Duration
+
+	// GenerationEnded, when set, is told that generation of session id, and every older
+	// generation of it, will never be resident again: a close of it succeeded, or an open of
+	// a newer generation did. It runs synchronously at the end of that close or open, under
+	// the session's operation lock but no Manager lock; it may call the Manager's read
+	// methods (Session), not Open or Close of the same session. A shutdown ends no generation.
+	GenerationEnded func(id string, generation int64)
 }
 
 // Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.

@@ -17,14 +17,16 @@
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "3"       decimal; the version of the last applied migration
+//	  schemaVersion = "4"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
 //	manifests/                  since schema 1
 //	  <sessionId>   = Manifest as JSON
-//	registrations/              since schema 2
-//	  <name>        = Registration as JSON: {name, command, args} only
+//	registrations/              since schema 2; records rewritten as version 2 by schema 4
+//	  <name>        = Registration as JSON: {version: 2, name, command, args, room?,
+//	                  session?, generation?, leaseExpires?, digests?: [{role, path, sha256}]}
+//	                  (version 1, schemas 2 and 3: {name, command, args} only)
 //	journal/                    since schema 3
 //	  <sessionId>/              one bucket per session; its bbolt sequence is the last seq handed out
 //	    <seq>       = JournalEntry as JSON; key 8 bytes big-endian

@@ -45,6 +45,7 @@ var migrations = []migration{
 	{version: 1, name: "create catalog and manifests buckets", migrate: migrateV1},
 	{version: 2, name: "create registrations bucket", migrate: migrateV2},
 	{version: 3, name: "create journal bucket", migrate: migrateV3},
+	{version: 4, name: "rewrite registrations as version 2 records", migrate: migrateRegistrationsV2},
 }
 
 func migrateV1(tx *bolt.Tx) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -68,6 +69,44 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v4 rewrites registrations as version 2 without digests",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketRegistrations).Put([]byte("lamp"), []byte(`{"name":"lamp","command":"/usr/bin/python3","args":["light.py"]}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			got := string(tx.Bucket(bucketRegistrations).Get([]byte("lamp")))
+			if want := `{"version":2,"name":"lamp","command":"/usr/bin/python3","args":["light.py"]}`; got != want {
+				return fmt.Errorf("registrations/lamp = %s, want %s", got, want)
+			}
+			return nil
+		},
+	},
+}
+
+// A registration that is not a valid version 1 record fails the schema 4 migration, and the
+// file stays at schema 3.
+func TestMigrateRegistrationsRefusesCorrupt(t *testing.T) {
+	for _, raw := range []string{`{"name":"lamp"`, `{"name":"other","command":"/x","args":[]}`, `{"name":"lamp","command":"/x","args":[],"env":{}}`} {
+		db, err := bolt.Open(filepath.Join(t.TempDir(), "m.db"), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket(bucketRegistrations)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte("lamp"), []byte(raw)); err != nil {
+				return err
+			}
+			return migrateRegistrationsV2(tx)
+		})
+		db.Close()
+		if err == nil || !strings.Contains(err.Error(), "not a version 1 registration") {
+			t.Fatalf("migrate %s: %v", raw, err)
+		}
+	}
 }
 
 // TestMigrations runs every migration on a database at the schema before it. It fails when a

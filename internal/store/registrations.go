@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	bolt "go.etcd.io/bbolt"
@@ -26,10 +27,41 @@ const (
 	MaxRegistrationNameBytes = 64
 )
 
+// RegistrationVersion is the version of the registration record this build reads and
+// writes. Version 1 records ({name, command, args}, schema ≤ 3) are rewritten as version 2
+// by the schema 4 migration, with no digests: the supervisor records them at the
+// registration's first start after the upgrade.
+const RegistrationVersion = 2
+
 // Registration is a capability adapter registration, the operator's local execution approval:
-// an adapter name, the command and its argv. Nothing else is stored: no environment, no
-// adapter configuration, no descriptor.
+// an adapter name, the command and its argv, the SHA-256 of the files approved to run and,
+// for a temporary adapter, its tie and lease. Nothing else is stored: no environment, no
+// adapter configuration, no descriptor, no file contents.
 type Registration struct {
+	// Version is RegistrationVersion; PutRegistration sets it.
+	Version int      `json:"version"`
+	Name    string   `json:"name"`
+	Command string   `json:"command"`
+	Args    []string `json:"args"`
+
+	Room         string    `json:"room,omitempty"`
+	Session      string    `json:"session,omitempty"`
+	Generation   int64     `json:"generation,omitempty"`
+	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
+
+	Digests []FileDigest `json:"digests,omitempty"`
+}
+
+// FileDigest is the recorded SHA-256 of one file of a registration: role "executable" or
+// "script", its absolute path, and 64 lowercase hex digits.
+type FileDigest struct {
+	Role   string `json:"role"`
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+// legacyRegistration is a version 1 record, as schemas 2 and 3 stored it.
+type legacyRegistration struct {
 	Name    string   `json:"name"`
 	Command string   `json:"command"`
 	Args    []string `json:"args"`
@@ -47,7 +79,11 @@ func (s *Store) PutRegistration(r Registration) error {
 	if r.Command == "" {
 		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q has no command", r.Name)
 	}
-	rc := Registration{Name: r.Name, Command: r.Command, Args: append([]string{}, r.Args...)}
+	rc := r
+	rc.Version, rc.Args = RegistrationVersion, append([]string{}, r.Args...)
+	if !validDigests(rc.Digests) {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q has an invalid digest", r.Name)
+	}
 	data, err := json.Marshal(&rc)
 	if err != nil {
 		return protocol.Wrap(protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q is not serializable", r.Name), err)
@@ -136,7 +172,62 @@ func (s *Store) decodeRegistration(key, v []byte) (*Registration, error) {
 	if r.Command == "" || r.Args == nil {
 		return nil, corrupt("%s: registration %q lacks its command or args", s.path, key)
 	}
+	if r.Version != RegistrationVersion {
+		return nil, corrupt("%s: registration %q has version %d, not %d", s.path, key, r.Version, RegistrationVersion)
+	}
+	if !validDigests(r.Digests) {
+		return nil, corrupt("%s: registration %q has an invalid digest", s.path, key)
+	}
 	return &r, nil
+}
+
+func validDigests(ds []FileDigest) bool {
+	if len(ds) > 2 {
+		return false
+	}
+	for _, d := range ds {
+		if (d.Role != "executable" && d.Role != "script") || d.Path == "" || len(d.SHA256) != 64 ||
+			strings.Trim(d.SHA256, "0123456789abcdef") != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// migrateRegistrationsV2 rewrites every version 1 registration as version 2, in the
+// migration's transaction. A record that is not a valid version 1 registration fails the
+// migration (corrupt_state), leaving the file at its old schema.
+func migrateRegistrationsV2(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketRegistrations)
+	if b == nil {
+		return fmt.Errorf("bucket %s missing", bucketRegistrations)
+	}
+	type kv struct{ k, v []byte }
+	var rewrite []kv
+	err := b.ForEach(func(k, v []byte) error {
+		if len(v) > MaxRegistrationBytes {
+			return corrupt("registration %q is larger than %d bytes", k, MaxRegistrationBytes)
+		}
+		var old legacyRegistration
+		if err := ndjson.Decode(v, &old, ndjson.Closed); err != nil || old.Name != string(k) || old.Command == "" || old.Args == nil {
+			return corrupt("registration %q is not a version 1 registration", k)
+		}
+		data, err := json.Marshal(&Registration{Version: RegistrationVersion, Name: old.Name, Command: old.Command, Args: old.Args})
+		if err != nil {
+			return err
+		}
+		rewrite = append(rewrite, kv{append([]byte(nil), k...), data})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, e := range rewrite { // not inside ForEach: bbolt forbids changing a bucket it iterates
+		if err := b.Put(e.k, e.v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func validRegistrationName(name string) bool {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -31,10 +32,10 @@ func TestRegistrationsRoundTripAndSurviveReopen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Only {name, command, args} is on disk.
+	// Only {version, name, command, args} is on disk for a plain registration.
 	rawView(t, s.Path(), func(tx *bolt.Tx) error {
 		got := string(tx.Bucket(bucketRegistrations).Get([]byte("printer")))
-		if want := `{"name":"printer","command":"/opt/printer-adapter","args":[]}`; got != want {
+		if want := `{"version":2,"name":"printer","command":"/opt/printer-adapter","args":[]}`; got != want {
 			t.Errorf("stored printer = %s, want %s", got, want)
 		}
 		return nil
@@ -44,7 +45,8 @@ func TestRegistrationsRoundTripAndSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Registration{light, {Name: "printer", Command: "/opt/printer-adapter", Args: []string{}}}
+	light.Version = RegistrationVersion
+	want := []Registration{light, {Version: RegistrationVersion, Name: "printer", Command: "/opt/printer-adapter", Args: []string{}}}
 	if !reflect.DeepEqual(regs, want) {
 		t.Fatalf("Registrations after reopen = %#v, want %#v", regs, want)
 	}
@@ -91,7 +93,7 @@ func TestRegistrationsBounded(t *testing.T) {
 		b := tx.Bucket(bucketRegistrations)
 		for i := range MaxRegistrations {
 			name := "a" + strings.Repeat("0", 3-len(itoa(i))) + itoa(i)
-			if err := b.Put([]byte(name), []byte(`{"name":"`+name+`","command":"/bin/true","args":[]}`)); err != nil {
+			if err := b.Put([]byte(name), []byte(`{"version":2,"name":"`+name+`","command":"/bin/true","args":[]}`)); err != nil {
 				return err
 			}
 		}
@@ -126,14 +128,18 @@ func TestRegistrationsCorrupt(t *testing.T) {
 		raw  string
 	}{
 		{"not JSON", `{"name":`},
-		{"unknown field", `{"name":"x","command":"/bin/true","args":[],"env":{"TOKEN":"hunter2"}}`},
-		{"duplicate key", `{"name":"x","name":"x","command":"/bin/true","args":[]}`},
-		{"case variant", `{"Name":"x","command":"/bin/true","args":[]}`},
-		{"null args", `{"name":"x","command":"/bin/true","args":null}`},
-		{"missing args", `{"name":"x","command":"/bin/true"}`},
-		{"missing command", `{"name":"x","args":[]}`},
-		{"other name", `{"name":"y","command":"/bin/true","args":[]}`},
-		{"too large", `{"name":"x","command":"/bin/true","args":["` + strings.Repeat("a", MaxRegistrationBytes) + `"]}`},
+		{"version 1", `{"name":"x","command":"/bin/true","args":[]}`},
+		{"version 3", `{"version":3,"name":"x","command":"/bin/true","args":[]}`},
+		{"short digest", `{"version":2,"name":"x","command":"/bin/true","args":[],"digests":[{"role":"executable","path":"/bin/true","sha256":"abc"}]}`},
+		{"unknown role", `{"version":2,"name":"x","command":"/bin/true","args":[],"digests":[{"role":"config","path":"/c","sha256":"` + strings.Repeat("0", 64) + `"}]}`},
+		{"unknown field", `{"version":2,"name":"x","command":"/bin/true","args":[],"env":{"TOKEN":"hunter2"}}`},
+		{"duplicate key", `{"version":2,"name":"x","name":"x","command":"/bin/true","args":[]}`},
+		{"case variant", `{"version":2,"Name":"x","command":"/bin/true","args":[]}`},
+		{"null args", `{"version":2,"name":"x","command":"/bin/true","args":null}`},
+		{"missing args", `{"version":2,"name":"x","command":"/bin/true"}`},
+		{"missing command", `{"version":2,"name":"x","args":[]}`},
+		{"other name", `{"version":2,"name":"y","command":"/bin/true","args":[]}`},
+		{"too large", `{"version":2,"name":"x","command":"/bin/true","args":["` + strings.Repeat("a", MaxRegistrationBytes) + `"]}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -155,5 +161,30 @@ func TestRegistrationsCorrupt(t *testing.T) {
 				t.Errorf("error quotes the stored value: %v", err)
 			}
 		})
+	}
+}
+
+// A temporary registration keeps its tie, lease and digests across a reopen.
+func TestTemporaryRegistrationRoundTrip(t *testing.T) {
+	dir := newDir(t)
+	s := openT(t, dir)
+	sum := strings.Repeat("ab", 32)
+	r := Registration{Name: "tmp", Command: "/usr/bin/python3", Args: []string{"/w/light.py"}, Session: "s1", Generation: 3,
+		LeaseExpires: time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC),
+		Digests:      []FileDigest{{Role: "executable", Path: "/usr/bin/python3", SHA256: sum}, {Role: "script", Path: "/w/light.py", SHA256: sum}}}
+	if err := s.PutRegistration(r); err != nil {
+		t.Fatal(err)
+	}
+	bad := r
+	bad.Name, bad.Digests = "bad", []FileDigest{{Role: "script", Path: "/x", SHA256: "XYZ"}}
+	if err := s.PutRegistration(bad); err == nil {
+		t.Fatal("a registration with an invalid digest was stored")
+	}
+	s.Close()
+	s2 := openT(t, dir)
+	regs, err := s2.Registrations()
+	r.Version = RegistrationVersion
+	if err != nil || len(regs) != 1 || !reflect.DeepEqual(regs[0], r) {
+		t.Fatalf("Registrations = %#v, %v; want %#v", regs, err, r)
 	}
 }

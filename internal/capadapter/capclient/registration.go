@@ -6,7 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
@@ -27,12 +30,45 @@ const (
 var adapterNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
 // Registration is an operator's local execution approval for one adapter: a name, the
-// command and its arguments. It is all that is persisted; adapter configuration and secrets
-// stay with the adapter (never put secrets in argv: other local users can read it).
+// command and its arguments, the SHA-256 of the files approved to run, and, for a temporary
+// adapter, what it is tied to and when its lease ends. It is all that is persisted; adapter
+// configuration and secrets stay with the adapter (never put secrets in argv: other local
+// users can read it).
 type Registration struct {
 	Name    string   `json:"name"`
 	Command string   `json:"command"`
 	Args    []string `json:"args"`
+
+	// Room ties the registration to a room: closing the room removes it (the daemon's
+	// RemoveForRoom). Session and Generation tie it to one session generation instead:
+	// closing that generation, or opening a newer one, removes it. At most one tie.
+	Room       string `json:"room,omitempty"`
+	Session    string `json:"session,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	// LeaseExpires, when set, is when the supervisor removes the registration by itself.
+	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
+
+	// Digests are the files approved to run (see ScriptPath), recorded by Register and
+	// Approve and checked before every start. The caller never sets them on Register; a
+	// restored registration without them (stored before digests existed) gets them recorded
+	// at its first start.
+	Digests []FileDigest `json:"digests,omitempty"`
+}
+
+// Tie bounds.
+const (
+	// MaxSessionIDLen bounds Registration.Session, as the daemon protocol bounds session ids.
+	MaxSessionIDLen = 256
+	// MaxLease bounds a lease: a temporary adapter is temporary.
+	MaxLease = 30 * 24 * time.Hour
+)
+
+// roomIDPattern is the room id grammar of internal/room.
+var roomIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// Temporary reports whether r is tied to a room or a session, or has a lease.
+func (r Registration) Temporary() bool {
+	return r.Room != "" || r.Session != "" || !r.LeaseExpires.IsZero()
 }
 
 func invalidRegistration(detail string) *capadapter.Error {
@@ -65,11 +101,24 @@ func NormalizeRegistration(r Registration) (Registration, error) {
 	if strings.TrimSpace(r.Command) == "" {
 		return Registration{}, invalidRegistration("empty command")
 	}
+	switch {
+	case r.Room != "" && !roomIDPattern.MatchString(r.Room):
+		return Registration{}, invalidRegistration("room must match " + roomIDPattern.String())
+	case r.Room != "" && r.Session != "":
+		return Registration{}, invalidRegistration("a registration is tied to a room or to a session, not both")
+	case r.Session != "" && (len(r.Session) > MaxSessionIDLen || !utf8.ValidString(r.Session) || strings.ContainsFunc(r.Session, unicode.IsControl)):
+		return Registration{}, invalidRegistration("session must be 1 to 256 characters without control characters")
+	case (r.Session != "") != (r.Generation > 0) || r.Generation < 0:
+		return Registration{}, invalidRegistration("a session tie names a session and a generation of at least 1")
+	}
 	path, err := resolveCommand(r.Command)
 	if err != nil {
 		return Registration{}, err
 	}
-	return Registration{Name: r.Name, Command: path, Args: append([]string{}, r.Args...)}, nil
+	n := r
+	n.Command, n.Args = path, append([]string{}, r.Args...)
+	n.Digests = slices.Clone(r.Digests)
+	return n, nil
 }
 
 func resolveCommand(cmd string) (string, error) {

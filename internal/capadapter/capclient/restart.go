@@ -31,8 +31,8 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.attempt = 0 }
 
-// monitor watches a's child and restarts it after a crash, with backoff, until a is stopped
-// or restarts give up. A nil inst (a restored registration whose first start failed) starts
+// monitor watches a's child and restarts it after a crash, with backoff, until a is stopped,
+// restarts give up, or a's files no longer match their recorded digests (state changed). A nil inst (a restored registration whose first start failed) starts
 // with a restart. It never holds mu while it waits.
 func (s *Supervisor) monitor(a *adapter, inst instance) {
 	defer close(a.done)
@@ -68,6 +68,15 @@ func (s *Supervisor) monitor(a *adapter, inst instance) {
 			case <-timer.C:
 			case <-a.ctx.Done():
 				timer.Stop()
+				return
+			}
+			// The approval covers the files as they were: a changed one is never started again
+			// until Approve (TestCrashRestartRefusesChangedExecutable).
+			if cur, err := fileDigests(a.reg); err != nil || !sameDigests(a.reg.Digests, cur) {
+				s.mu.Lock()
+				a.state, a.lastFailure, a.current = StateChanged, capadapter.CodeAdapterChanged, cur
+				s.mu.Unlock()
+				a.log.note("not restarted: its executable or script changed since it was approved; approve it to start it")
 				return
 			}
 			s.mu.Lock()

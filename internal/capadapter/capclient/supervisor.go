@@ -41,6 +41,7 @@ const (
 	StateBackoff  State = "backoff"  // the child died; a restart is scheduled
 	StateStopped  State = "stopped"  // removed or the supervisor closed
 	StateFailed   State = "failed"   // restarts gave up; register again to retry
+	StateChanged  State = "changed"  // its executable or script changed; approve it to start it
 )
 
 // Options tune a Supervisor. The zero value uses the defaults.
@@ -121,6 +122,15 @@ type AdapterStatus struct {
 	Restarts     int      `json:"restarts"`
 	LastFailure  string   `json:"lastFailure,omitempty"`
 	Capabilities []string `json:"capabilities"`
+
+	// The ties and lease of a temporary adapter (see Registration).
+	Room         string    `json:"room,omitempty"`
+	Session      string    `json:"sessionId,omitempty"`
+	Generation   int64     `json:"generation,omitempty"`
+	LeaseExpires time.Time `json:"leaseExpiresAt,omitzero"`
+	// Digests shows the recorded digests by prefix, and while the state is changed what the
+	// files hash to now.
+	Digests []DigestStatus `json:"digests"`
 }
 
 // adapter is one registration. Its descriptors are fixed when it registers; the fields after
@@ -140,6 +150,7 @@ type adapter struct {
 	pid         int
 	restarts    int
 	lastFailure string
+	current     []FileDigest // while changed: the digests the files have now
 }
 
 // Supervisor runs many adapters, each under a registration name, and routes capability
@@ -160,6 +171,8 @@ type Supervisor struct {
 	owners     map[string]*adapter // capability id → its adapter
 	failedLogs map[string]*logRing // stderr of the last failed registration per unregistered name
 	closed     bool
+	hooks      []func(Removal)
+	leases     leaseLoop
 }
 
 // New returns a Supervisor with no adapters.
@@ -175,6 +188,7 @@ func New(opts Options) (*Supervisor, error) {
 		failedLogs: map[string]*logRing{},
 	}
 	s.spawn = s.startChild
+	s.leases.init()
 	return s, nil
 }
 
@@ -192,24 +206,54 @@ func (s *Supervisor) startChild(ctx context.Context, reg Registration, log *logR
 // name: the old child is stopped and reaped before Register returns. It returns the
 // normalized registration, which is what the caller should persist, and only after success.
 // A failed Register changes nothing; the stderr of its child stays readable through Logs.
+//
+// Register records the SHA-256 of the command and of its script (see ScriptPath) in the
+// returned registration. When a registration of the same name exists and a file it recorded
+// (same role and path) now hashes differently, Register fails with adapter_changed and changes
+// nothing: only Approve accepts changed code. A lease that has already ended is lease_expired;
+// a lease beyond MaxLease is invalid_registration.
 func (s *Supervisor) Register(ctx context.Context, reg Registration) (Registration, error) {
-	return s.register(ctx, reg, false)
+	return s.register(ctx, reg, modeRegister)
 }
 
 // Restore installs a registration persisted earlier, at daemon startup. It is Register,
 // except that a failure to start (or a capability conflict) does not refuse the
 // registration: it is installed in state backoff and restarted like a crashed adapter,
 // adopting its descriptors at its first successful start. Restore fails only for an invalid
-// registration, a closed or full supervisor.
+// registration, a closed or full supervisor, and an ended lease (lease_expired).
+//
+// The files are checked against reg.Digests first: when one changed, the registration is
+// installed in state changed and not started until Approve. A registration without digests
+// (stored before they existed) has them recorded now, in the returned registration, which the
+// caller should persist.
 func (s *Supervisor) Restore(ctx context.Context, reg Registration) (Registration, error) {
-	return s.register(ctx, reg, true)
+	return s.register(ctx, reg, modeRestore)
 }
 
-func (s *Supervisor) register(ctx context.Context, reg Registration, restore bool) (Registration, error) {
+// registerMode says which of Register, Restore and Approve a register call serves.
+type registerMode int
+
+const (
+	modeRegister registerMode = iota
+	modeRestore
+	modeApprove
+)
+
+func (s *Supervisor) register(ctx context.Context, reg Registration, mode registerMode) (Registration, error) {
 	norm, err := NormalizeRegistration(reg)
 	if err != nil {
 		return Registration{}, err
 	}
+	if !norm.LeaseExpires.IsZero() {
+		if !time.Now().Before(norm.LeaseExpires) {
+			return Registration{}, newError(capadapter.CodeLeaseExpired, fmt.Sprintf("the lease of adapter %q has ended", norm.Name))
+		}
+		if mode == modeRegister && time.Until(norm.LeaseExpires) > MaxLease {
+			return Registration{}, invalidRegistration("a lease is at most 30 days")
+		}
+	}
+	var removed []Removal
+	defer func() { s.notify(removed) }() // after life is released: hooks may call back
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.mu.Lock()
@@ -222,10 +266,40 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 		return Registration{}, newError(capadapter.CodeTooManyAdapters, fmt.Sprintf("the supervisor already runs %d adapters", MaxAdapters))
 	}
 
+	current, derr := fileDigests(norm)
+	changed := false
+	switch mode {
+	case modeRegister, modeApprove:
+		if derr != nil {
+			return Registration{}, invalidRegistration("cannot hash the command or its script: " + derr.Error())
+		}
+		s.mu.Lock()
+		old := s.adapters[norm.Name]
+		s.mu.Unlock()
+		if old != nil && mode == modeRegister {
+			if d, bad := conflictingDigest(old.reg.Digests, current); bad {
+				return Registration{}, newError(capadapter.CodeAdapterChanged, fmt.Sprintf(
+					"the %s %s of adapter %q changed since it was approved; approve it with airlock adapter approve", d.Role, d.Path, norm.Name))
+			}
+		}
+		norm.Digests = current
+	case modeRestore:
+		if len(norm.Digests) == 0 && derr == nil {
+			norm.Digests = current // a registration stored before digests existed
+		} else if !sameDigests(norm.Digests, current) {
+			changed = true
+		}
+	}
+
 	log := newLogRing()
-	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
-	inst, err := s.spawn(sctx, norm, log)
-	cancel()
+	var inst instance
+	if changed {
+		err = newError(capadapter.CodeAdapterChanged, fmt.Sprintf("the executable or script of adapter %q changed since it was approved", norm.Name))
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+		inst, err = s.spawn(sctx, norm, log)
+		cancel()
+	}
 	var descs []capadapter.Descriptor
 	if err == nil {
 		descs = inst.Descriptors()
@@ -242,7 +316,7 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 			inst, descs = nil, nil
 		}
 	}
-	if err != nil && !restore {
+	if err != nil && mode != modeRestore {
 		s.mu.Lock()
 		if s.adapters[norm.Name] == nil {
 			if len(s.failedLogs) >= MaxAdapters { // keep the bound: forget an older failure
@@ -259,10 +333,14 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 
 	actx, acancel := context.WithCancel(context.Background())
 	a := &adapter{reg: norm, log: log, ctx: actx, cancel: acancel, done: make(chan struct{}), state: StateBackoff}
-	if inst != nil {
+	switch {
+	case inst != nil:
 		a.descs, a.canon = descs, inst.canonical()
 		a.state, a.inst, a.pid = StateReady, inst, inst.PID()
-	} else {
+	case changed:
+		a.state, a.lastFailure, a.current = StateChanged, capadapter.CodeAdapterChanged, current
+		log.note("not started: its executable or script changed since it was approved; approve it to start it")
+	default:
 		a.lastFailure = capadapter.CodeOf(err)
 		log.note("start failed (" + a.lastFailure + "); retrying with backoff")
 	}
@@ -283,21 +361,42 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, restore boo
 	delete(s.failedLogs, norm.Name)
 	s.mu.Unlock()
 
-	go s.monitor(a, inst)
+	if changed {
+		close(a.done) // nothing to monitor until Approve
+	} else {
+		go s.monitor(a, inst)
+	}
+	if !norm.LeaseExpires.IsZero() {
+		s.leases.wake(s)
+	}
 	if old != nil {
 		s.stopAdapter(context.WithoutCancel(ctx), old)
+		removed = append(removed, removalOf(old, ReasonReplaced))
 	}
 	return norm, nil
 }
 
 // Remove stops the adapter registered as name and reaps its child. ctx bounds the graceful
-// part of the stop; the child is killed when it ends.
+// part of the stop; the child is killed when it ends. The removal hooks are told, with reason
+// ReasonRemoved.
 func (s *Supervisor) Remove(ctx context.Context, name string) error {
+	return s.RemoveBecause(ctx, name, ReasonRemoved)
+}
+
+// RemoveBecause is Remove, telling the removal hooks reason instead.
+func (s *Supervisor) RemoveBecause(ctx context.Context, name, reason string) error {
+	return s.remove(ctx, name, reason, nil)
+}
+
+// remove stops and forgets name; when only is set, only if name still holds that adapter.
+func (s *Supervisor) remove(ctx context.Context, name, reason string, only *adapter) error {
+	var removed []Removal
+	defer func() { s.notify(removed) }()
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.mu.Lock()
 	a := s.adapters[name]
-	if a == nil {
+	if a == nil || (only != nil && a != only) {
 		s.mu.Unlock()
 		return newError(capadapter.CodeUnknownAdapter, fmt.Sprintf("no adapter is registered as %q", name))
 	}
@@ -310,6 +409,7 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	a.cancel() // under mu: a monitor that is adopting a child sees it
 	s.mu.Unlock()
 	s.stopAdapter(ctx, a)
+	removed = append(removed, removalOf(a, reason))
 	return nil
 }
 
@@ -319,6 +419,7 @@ func (s *Supervisor) Remove(ctx context.Context, name string) error {
 // its stop gives up (one stuck in the kernel even after SIGKILL) makes Close return a timeout
 // *capadapter.Error naming the adapters concerned, after every stop has ended.
 func (s *Supervisor) Close(ctx context.Context) error {
+	s.leases.stop() // before life: an expiry in progress takes it
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.mu.Lock()
@@ -503,19 +604,26 @@ func (s *Supervisor) Status() []AdapterStatus {
 		out = append(out, AdapterStatus{
 			Name: a.reg.Name, Command: a.reg.Command, Args: append([]string{}, a.reg.Args...),
 			State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
+			Room: a.reg.Room, Session: a.reg.Session, Generation: a.reg.Generation, LeaseExpires: a.reg.LeaseExpires,
+			Digests: digestStatus(a.reg.Digests, a.current),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// Registrations returns the current registrations in name order.
+// Registrations returns the current registrations in name order, with their recorded
+// digests.
 func (s *Supervisor) Registrations() []Registration {
-	st := s.Status()
-	out := make([]Registration, 0, len(st))
-	for _, a := range st {
-		out = append(out, Registration{Name: a.Name, Command: a.Command, Args: a.Args})
+	s.mu.Lock()
+	out := make([]Registration, 0, len(s.adapters))
+	for _, a := range s.adapters {
+		r := a.reg
+		r.Args, r.Digests = slices.Clone(r.Args), slices.Clone(r.Digests)
+		out = append(out, r)
 	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
