@@ -149,7 +149,7 @@ func TestRoomCallsBetweenTwoHostsOnOneServer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	caller := room.NewCaller(b.key, b.conn)
+	caller := room.NewCaller(b.key, b.conn, b.dir)
 	req := room.Request{Room: roomID, Provider: a.key.ID(), Capability: "living_room_light", Operation: room.Invoke,
 		Action: "set_color", Args: json.RawMessage(`{"color":"#123456"}`)}
 	got, err := caller.Call(ctx, req)
@@ -288,7 +288,7 @@ func BenchmarkRoomInvokeVsBareRequest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer echo.Stop()
-	caller := room.NewCaller(hb.key, hb.conn)
+	caller := room.NewCaller(hb.key, hb.conn, hb.dir)
 	req := room.Request{Room: roomID, Provider: a.key.ID(), Capability: "living_room_light", Operation: room.Invoke,
 		Action: "set_color", Args: json.RawMessage(`{"color":"#123456"}`)}
 	// A bare request of about a signed call's size.
