@@ -206,7 +206,7 @@ func (v *roomView) dropNonMemberKey() bool {
 
 // memberKey returns the X25519 key of host in room, when host is in the room's current
 // roster and its key record was verified. With fetch, a member's record not yet seen is read
-// from the bus (when a Sync feeds the directory) and applied first.
+// from the bus (when a Sync feeds the directory; within syncTimeout) and applied first.
 func (d *Directory) memberKey(ctx context.Context, room string, host HostID, fetch bool) (*ecdh.PublicKey, bool) {
 	d.mu.RLock()
 	v, ok := d.rooms[room]
@@ -225,7 +225,9 @@ func (d *Directory) memberKey(ctx context.Context, room string, host HostID, fet
 	case !fetch || f == nil:
 		return nil, false
 	}
-	data, err := f(ctx, room, host)
+	fctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	data, err := f(fctx, room, host)
+	cancel()
 	if err != nil || d.ApplyKeyRecord(room, host, data) != nil {
 		return nil, false
 	}

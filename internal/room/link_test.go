@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -313,4 +314,29 @@ func TestRepliesToVerifiedCallsCarryAMAC(t *testing.T) {
 			t.Errorf("%s: %+v %v", name, r, err)
 		}
 	}
+}
+
+func TestAFetchOfAKeyRecordIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		d := mustKey(t)
+		f.setRoster(t, 2, f.a.ID(), f.b.ID(), d.ID())
+		// A bus that never answers: the fetch gives up within syncTimeout.
+		f.dir.setFetch(func(ctx context.Context, _ string, _ HostID) ([]byte, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		start := time.Now()
+		_, err := f.call(t, d, invoke("light", "set_color", `{}`), start)
+		wantCode(t, err, CodeUnauthorized)
+		if time.Since(start) != syncTimeout {
+			t.Fatalf("the fetch gave up after %v, want %v", time.Since(start), syncTimeout)
+		}
+		// A reply with a MAC for a call prepared without a link is refused, not a panic.
+		prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), time.Now())
+		data := f.p.serve(context.Background(), CallSubject(testRoom, f.a.ID()), prep.data, time.Now())
+		if _, err := openReply(data, prep.call, nil); CodeOf(err) != CodeInvalidReply {
+			t.Fatalf("a MAC'd reply without a link: %v", err)
+		}
+	})
 }
