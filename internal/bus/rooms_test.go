@@ -314,9 +314,16 @@ func TestRoomKeysTravelAsSignedRecords(t *testing.T) {
 	if _, err := caller.Call(ctx, req); err != nil {
 		t.Fatal(err)
 	}
+	// The copy may still be on its way to the raw connection when B has its reply.
+	var captured []byte
+	select {
+	case captured = <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the raw connection never saw B's call")
+	}
 	_ = sub.Unsubscribe()
 	var w map[string]any
-	if err := json.Unmarshal(<-calls, &w); err != nil {
+	if err := json.Unmarshal(captured, &w); err != nil {
 		t.Fatal(err)
 	}
 	mac, err := base64.StdEncoding.DecodeString(w["mac"].(string))
