@@ -311,7 +311,7 @@ func openReply(data []byte, c *Call, link *linkKeys) (*Reply, error) {
 	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != wireVersion {
 		return nil, newError(CodeInvalidReply, "malformed reply")
 	}
-	if w.OK != (w.Code == "") || (w.Code != "" && (w.Result != nil || !codePattern.MatchString(w.Code))) ||
+	if w.OK != (w.Code == "") || (w.Code != "" && (w.Result != nil || !validCode(w.Code))) ||
 		(w.OK && w.Result == nil) {
 		return nil, newError(CodeInvalidReply, "reply with an inconsistent outcome")
 	}

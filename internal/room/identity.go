@@ -15,7 +15,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 )
 
 // HostKeyFile is the name of the host key file in the state directory.
@@ -32,10 +31,10 @@ const maxHostKeyFileBytes = 256
 // a member list of ids is a list of public keys.
 type HostID string
 
-var hostIDPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // Valid reports whether id is 64 lowercase hex digits.
-func (id HostID) Valid() bool { return hostIDPattern.MatchString(string(id)) }
+func (id HostID) Valid() bool {
+	return len(id) == 64 && matchName(string(id), 64, hexLowerByte, hexLowerByte)
+}
 
 // PublicKey decodes the key id names, or returns nil for an invalid id.
 func (id HostID) PublicKey() ed25519.PublicKey {

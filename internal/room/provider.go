@@ -341,7 +341,7 @@ func (p *Provider) errorCode(err error) string {
 		return CodeInternal
 	}
 	code := p.cfg.ErrorCode(err)
-	if !codePattern.MatchString(code) {
+	if !validCode(code) {
 		return CodeInternal
 	}
 	return code
