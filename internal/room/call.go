@@ -3,6 +3,7 @@ package room
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -29,20 +30,25 @@ const (
 	// MaxCallTimeout is the longest deadline a caller may declare: a call that waits for its
 	// approval, then runs.
 	MaxCallTimeout = CallTimeout + ApprovalTimeout
-	// ClockWindow is how far a call's signing time may lie from the provider's clock, either
-	// way. It is half the duplicate window, so any call the provider would still accept is
+	// ClockWindow is how far a call's signing time (the caller's clock when it authenticated
+	// the call) may lie from the provider's clock, either way. It is half the duplicate window, so any call the provider would still accept is
 	// still remembered when it comes again.
 	ClockWindow = 30 * time.Second
 )
 
-// callDomain and replyDomain separate the two signature contexts from each other and from
-// records.
+// callDomain and replyDomain separate the canonical encodings of calls and replies from each
+// other and from records; the link keys separate them again (see link.go).
 const (
-	callDomain  = "airlock-room-call-v1"
-	replyDomain = "airlock-room-reply-v1"
+	callDomain  = "airlock-room-call-v2"
+	replyDomain = "airlock-room-reply-v2"
 )
 
-// Call is a signed call request: what the caller's host key signs and the provider verifies.
+// wireVersion is the version of the call and reply encodings: 2 since calls and replies
+// carry link MACs instead of Ed25519 signatures.
+const wireVersion = 2
+
+// Call is an authenticated call request: what the caller's host authenticates and the
+// provider verifies.
 type Call struct {
 	Room       string
 	Provider   HostID
@@ -51,15 +57,17 @@ type Call struct {
 	Operation  Operation
 	// Action is empty for observe.
 	Action string
-	// Args is the invoke's JSON object, exactly as signed through its digest; nil for observe.
+	// Args is the invoke's JSON object, exactly as authenticated through its digest; nil for
+	// observe.
 	Args      json.RawMessage
 	RequestID string
-	// Time is the caller's clock at signing, to the millisecond.
+	// Time is the caller's clock when it authenticated the call, to the millisecond.
 	Time time.Time
 	// Timeout is how long the caller waits from Time; the provider bounds its work by it.
 	Timeout time.Duration
-	// Sig is the caller's Ed25519 signature over SignedBytes.
-	Sig []byte
+	// MAC is the HMAC-SHA256 of AuthBytes under the call key of the link from the caller to
+	// the provider.
+	MAC []byte
 }
 
 // wireCall is a Call on the bus.
@@ -76,7 +84,7 @@ type wireCall struct {
 	RequestID  string          `json:"requestId"`
 	Time       int64           `json:"time"`
 	TimeoutMS  int64           `json:"timeoutMs"`
-	Sig        string          `json:"sig"`
+	MAC        string          `json:"mac"`
 }
 
 // argsDigest is the SHA-256 of the args bytes (of nothing, for observe).
@@ -89,9 +97,10 @@ func appendField(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// SignedBytes is the canonical encoding the caller signs: the domain and every field,
-// length-prefixed, the args by their SHA-256 digest, times as big-endian milliseconds.
-func (c *Call) SignedBytes() []byte {
+// AuthBytes is the canonical encoding the caller's MAC covers: the domain and every field,
+// length-prefixed, the args by their SHA-256 digest, times as big-endian milliseconds. The
+// provider's duplicate window also compares calls by it.
+func (c *Call) AuthBytes() []byte {
 	d := argsDigest(c.Args)
 	b := make([]byte, 0, 256)
 	b = appendField(b, callDomain)
@@ -108,7 +117,7 @@ func (c *Call) SignedBytes() []byte {
 }
 
 // check validates the call's fields: grammars, operation shape and bounds. It does not check
-// the signature.
+// the MAC.
 func (c *Call) check() error {
 	switch {
 	case !ValidRoomID(c.Room), !c.Provider.Valid(), !c.Caller.Valid(), !ValidCapabilityID(c.Capability),
@@ -140,9 +149,9 @@ func (c *Call) check() error {
 	return nil
 }
 
-// SignCall fills c's Caller, Time (to the millisecond) and Sig with key at now, and returns
-// the encoded call.
-func SignCall(key *HostKey, c *Call, now time.Time) ([]byte, error) {
+// sealCall fills c's Caller, Time (to the millisecond) and MAC as key's host at now, with
+// the keys of the link from key's host to c.Provider, and returns the encoded call.
+func sealCall(key *HostKey, link *linkKeys, c *Call, now time.Time) ([]byte, error) {
 	c.Caller = key.ID()
 	c.Time = time.UnixMilli(now.UnixMilli())
 	if c.Args != nil {
@@ -156,18 +165,18 @@ func SignCall(key *HostKey, c *Call, now time.Time) ([]byte, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	c.Sig = key.Sign(c.SignedBytes())
+	c.MAC = link.macCall(c.AuthBytes())
 	return EncodeCall(c)
 }
 
-// EncodeCall encodes a signed call for the bus.
+// EncodeCall encodes an authenticated call for the bus.
 func EncodeCall(c *Call) ([]byte, error) {
 	d := argsDigest(c.Args)
 	out, err := marshal(wireCall{
-		V: 1, Room: c.Room, Provider: c.Provider, Caller: c.Caller, Capability: c.Capability,
+		V: wireVersion, Room: c.Room, Provider: c.Provider, Caller: c.Caller, Capability: c.Capability,
 		Operation: c.Operation, Action: c.Action, Args: c.Args, ArgsDigest: hex.EncodeToString(d[:]),
 		RequestID: c.RequestID, Time: c.Time.UnixMilli(), TimeoutMS: c.Timeout.Milliseconds(),
-		Sig: base64.StdEncoding.EncodeToString(c.Sig),
+		MAC: base64.StdEncoding.EncodeToString(c.MAC),
 	})
 	if err != nil {
 		return nil, err
@@ -180,18 +189,19 @@ func EncodeCall(c *Call) ([]byte, error) {
 
 // DecodeCall parses an encoded call strictly (duplicate, case-variant and unknown keys
 // refused; every field's grammar and bound checked; the args digest recomputed). It does not
-// verify the signature: see VerifyCall. The args are a copy, not a slice of data.
+// verify the MAC: the provider does, with the link key of the caller the call names. The args
+// are a copy, not a slice of data.
 func DecodeCall(data []byte) (*Call, error) {
 	if len(data) > MaxCallBytes {
 		return nil, newError(CodeTooLarge, "call over MaxCallBytes")
 	}
 	var w wireCall
-	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != 1 {
+	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != wireVersion {
 		return nil, newError(CodeInvalidRequest, "malformed call")
 	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(w.Sig)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return nil, newError(CodeInvalidRequest, "call: malformed signature")
+	m, err := base64.StdEncoding.Strict().DecodeString(w.MAC)
+	if err != nil || len(m) != sha256.Size {
+		return nil, newError(CodeInvalidRequest, "call: malformed MAC")
 	}
 	if w.TimeoutMS <= 0 || w.TimeoutMS > MaxCallTimeout.Milliseconds() || w.Time <= 0 || w.Time > 1<<50 {
 		return nil, newError(CodeInvalidRequest, "call: bad time or timeout")
@@ -199,7 +209,7 @@ func DecodeCall(data []byte) (*Call, error) {
 	c := &Call{
 		Room: w.Room, Provider: w.Provider, Caller: w.Caller, Capability: w.Capability,
 		Operation: w.Operation, Action: w.Action, RequestID: w.RequestID,
-		Time: time.UnixMilli(w.Time), Timeout: time.Duration(w.TimeoutMS) * time.Millisecond, Sig: sig,
+		Time: time.UnixMilli(w.Time), Timeout: time.Duration(w.TimeoutMS) * time.Millisecond, MAC: m,
 	}
 	if w.Args != nil {
 		c.Args = bytes.Clone(w.Args)
@@ -214,11 +224,11 @@ func DecodeCall(data []byte) (*Call, error) {
 	return c, nil
 }
 
-// VerifyCall checks c's signature against the caller's key and its time against now within
-// ClockWindow. Membership is the provider's to check.
-func VerifyCall(c *Call, now time.Time) error {
-	if !ed25519.Verify(c.Caller.PublicKey(), c.SignedBytes(), c.Sig) {
-		return newError(CodeUnauthorized, "call: bad signature")
+// verifyCall checks c's MAC, over its AuthBytes auth, under the call key of link (from
+// c.Caller to c.Provider), and its time against now within ClockWindow.
+func verifyCall(c *Call, auth []byte, link *linkKeys, now time.Time) error {
+	if !hmac.Equal(link.macCall(auth), c.MAC) {
+		return newError(CodeUnauthorized, "call: bad MAC")
 	}
 	if d := now.Sub(c.Time); d > ClockWindow || d < -ClockWindow {
 		return newError(CodeUnauthorized, "call: signing time outside the clock window")
@@ -226,8 +236,10 @@ func VerifyCall(c *Call, now time.Time) error {
 	return nil
 }
 
-// Reply is a provider's answer to one call, signed by the provider over the call's room,
-// caller, request id, outcome and result digest.
+// Reply is a provider's answer to one call, authenticated by the provider over the call's
+// room, caller, request id, outcome and result digest: with the reply key of the link from
+// the caller (MAC), or, when the provider knows no link key for the caller it names (the call
+// was refused before one was found), with its Ed25519 host key (Sig).
 type Reply struct {
 	Room      string
 	Provider  HostID
@@ -236,7 +248,9 @@ type Reply struct {
 	// Code is empty on success; else the error code and no result.
 	Code   string
 	Result json.RawMessage
-	Sig    []byte
+	// Exactly one of MAC and Sig is set.
+	MAC []byte
+	Sig []byte
 }
 
 type wireReply struct {
@@ -248,10 +262,11 @@ type wireReply struct {
 	OK        bool            `json:"ok"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Code      string          `json:"code,omitempty"`
-	Sig       string          `json:"sig"`
+	MAC       string          `json:"mac,omitempty"`
+	Sig       string          `json:"sig,omitempty"`
 }
 
-func (r *Reply) signedBytes() []byte {
+func (r *Reply) authBytes() []byte {
 	d := sha256.Sum256(r.Result)
 	b := make([]byte, 0, 256)
 	b = appendField(b, replyDomain)
@@ -263,14 +278,22 @@ func (r *Reply) signedBytes() []byte {
 	return append(b, d[:]...)
 }
 
-// signReply signs and encodes r with the provider's key.
-func signReply(key *HostKey, r *Reply) []byte {
+// sealReply authenticates and encodes r as key's host: with link's reply key, or with the
+// host key when link is nil.
+func sealReply(key *HostKey, link *linkKeys, r *Reply) []byte {
 	r.Provider = key.ID()
-	r.Sig = key.Sign(r.signedBytes())
-	out, err := marshal(wireReply{
-		V: 1, Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID,
-		OK: r.Code == "", Result: r.Result, Code: r.Code, Sig: base64.StdEncoding.EncodeToString(r.Sig),
-	})
+	w := wireReply{
+		V: wireVersion, Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID,
+		OK: r.Code == "", Result: r.Result, Code: r.Code,
+	}
+	if link != nil {
+		r.MAC, r.Sig = link.macReply(r.authBytes()), nil
+		w.MAC = base64.StdEncoding.EncodeToString(r.MAC)
+	} else {
+		r.MAC, r.Sig = nil, key.Sign(r.authBytes())
+		w.Sig = base64.StdEncoding.EncodeToString(r.Sig)
+	}
+	out, err := marshal(w)
 	if err != nil {
 		// Every field is a string or already-valid JSON; a failure is a broken invariant.
 		panic("room: encoding a reply: " + err.Error())
@@ -278,27 +301,37 @@ func signReply(key *HostKey, r *Reply) []byte {
 	return out
 }
 
-// openReply decodes a reply strictly and checks that it answers c and is signed by c's
-// provider.
-func openReply(data []byte, c *Call) (*Reply, error) {
+// openReply decodes a reply strictly and checks that it answers c and is authenticated by
+// c's provider: a MAC under link's reply key, or the provider's host-key signature.
+func openReply(data []byte, c *Call, link *linkKeys) (*Reply, error) {
 	if len(data) > MaxReplyBytes {
 		return nil, newError(CodeInvalidReply, "reply over MaxReplyBytes")
 	}
 	var w wireReply
-	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != 1 {
+	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != wireVersion {
 		return nil, newError(CodeInvalidReply, "malformed reply")
 	}
-	if w.OK != (w.Code == "") || (w.Code != "" && (w.Result != nil || !codePattern.MatchString(w.Code))) ||
+	if w.OK != (w.Code == "") || (w.Code != "" && (w.Result != nil || !validCode(w.Code))) ||
 		(w.OK && w.Result == nil) {
 		return nil, newError(CodeInvalidReply, "reply with an inconsistent outcome")
 	}
 	if w.Room != c.Room || w.Provider != c.Provider || w.Caller != c.Caller || w.RequestID != c.RequestID {
 		return nil, newError(CodeInvalidReply, "reply to another call")
 	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(w.Sig)
-	r := &Reply{Room: w.Room, Provider: w.Provider, Caller: w.Caller, RequestID: w.RequestID, Code: w.Code, Result: w.Result, Sig: sig}
-	if err != nil || !ed25519.Verify(c.Provider.PublicKey(), r.signedBytes(), sig) {
-		return nil, newError(CodeInvalidReply, "reply not signed by the provider")
+	r := &Reply{Room: w.Room, Provider: w.Provider, Caller: w.Caller, RequestID: w.RequestID, Code: w.Code, Result: w.Result}
+	var ok bool
+	switch {
+	case w.MAC != "" && w.Sig == "" && link != nil:
+		m, err := base64.StdEncoding.Strict().DecodeString(w.MAC)
+		r.MAC = m
+		ok = err == nil && hmac.Equal(link.macReply(r.authBytes()), m)
+	case w.Sig != "" && w.MAC == "":
+		sig, err := base64.StdEncoding.Strict().DecodeString(w.Sig)
+		r.Sig = sig
+		ok = err == nil && ed25519.Verify(c.Provider.PublicKey(), r.authBytes(), sig)
+	}
+	if !ok {
+		return nil, newError(CodeInvalidReply, "reply not authenticated by the provider")
 	}
 	if len(r.Result) > MaxResultBytes {
 		return nil, newError(CodeTooLarge, "result over MaxResultBytes")

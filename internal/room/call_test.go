@@ -3,21 +3,35 @@ package room
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/hmac"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 )
 
-// fuzzKey is a fixed key, so seeds stay valid signatures from one run to the next.
-var fuzzKey = newHostKey(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+// fuzzKey and fuzzProvider are fixed keys, so seeds stay valid MACs from one run to the next.
+var (
+	fuzzKey      = newHostKey(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	fuzzProvider = newHostKey(bytes.Repeat([]byte{9}, ed25519.SeedSize))
+)
 
-func TestSignedCallRoundTripsAndVerifies(t *testing.T) {
+// mustLink is the link from caller to provider as caller derives it.
+func mustLink(t testing.TB, caller, provider *HostKey) *linkKeys {
+	t.Helper()
+	l, err := caller.link(caller.ID(), provider.ID(), provider.kx.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestCallRoundTripsAndVerifies(t *testing.T) {
 	provider := mustKey(t)
 	now := time.Now()
 	c := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Invoke, Action: "set_color",
 		Args: json.RawMessage(`{ "color" : "<#123456>" }`), RequestID: "a.b:c-1", Timeout: CallTimeout}
-	data, err := SignCall(fuzzKey, c, now)
+	data, err := sealCall(fuzzKey, mustLink(t, fuzzKey, provider), c, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,26 +39,34 @@ func TestSignedCallRoundTripsAndVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := VerifyCall(d, now); err != nil {
+	// The provider derives the same link from its side.
+	atProvider, err := provider.link(d.Caller, provider.ID(), fuzzKey.kx.PublicKey())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if string(d.Args) != `{"color":"<#123456>"}` || d.Caller != fuzzKey.ID() || !bytes.Equal(d.SignedBytes(), c.SignedBytes()) {
+	if err := verifyCall(d, d.AuthBytes(), atProvider, now); err != nil {
+		t.Fatal(err)
+	}
+	if string(d.Args) != `{"color":"<#123456>"}` || d.Caller != fuzzKey.ID() || !bytes.Equal(d.AuthBytes(), c.AuthBytes()) {
 		t.Fatalf("decoded %+v", d)
 	}
-	// Any field changed breaks the signature.
+	// Any field changed breaks the MAC.
 	for name, mutate := range map[string]func(*Call){
 		"room":     func(c *Call) { c.Room = "r2" },
 		"provider": func(c *Call) { c.Provider = fuzzKey.ID() },
+		"caller":   func(c *Call) { c.Caller = provider.ID() },
 		"cap":      func(c *Call) { c.Capability = "light2" },
+		"op":       func(c *Call) { c.Operation = Observe },
 		"action":   func(c *Call) { c.Action = "set_colour" },
 		"args":     func(c *Call) { c.Args = json.RawMessage(`{"color":"#000000"}`) },
 		"id":       func(c *Call) { c.RequestID = "other" },
 		"time":     func(c *Call) { c.Time = c.Time.Add(time.Millisecond) },
 		"timeout":  func(c *Call) { c.Timeout += time.Millisecond },
+		"mac":      func(c *Call) { c.MAC = append([]byte{c.MAC[0] ^ 1}, c.MAC[1:]...) },
 	} {
 		m := *d
 		mutate(&m)
-		if err := VerifyCall(&m, now); CodeOf(err) != CodeUnauthorized {
+		if err := verifyCall(&m, m.AuthBytes(), atProvider, now); CodeOf(err) != CodeUnauthorized {
 			t.Errorf("%s changed: %v", name, err)
 		}
 	}
@@ -53,7 +75,8 @@ func TestSignedCallRoundTripsAndVerifies(t *testing.T) {
 func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 	provider := mustKey(t)
 	c := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Observe, RequestID: "x", Timeout: CallTimeout}
-	good, err := SignCall(fuzzKey, c, time.Now())
+	link := mustLink(t, fuzzKey, provider)
+	good, err := sealCall(fuzzKey, link, c, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,14 +87,15 @@ func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 	}{
 		"duplicate key":     {edit(`"room":"r1"`, `"room":"r1","room":"r1"`), CodeInvalidRequest},
 		"case variant":      {edit(`"room"`, `"Room"`), CodeInvalidRequest},
-		"unknown key":       {edit(`"v":1`, `"v":1,"extra":0`), CodeInvalidRequest},
-		"version":           {edit(`"v":1`, `"v":2`), CodeInvalidRequest},
+		"unknown key":       {edit(`"v":2`, `"v":2,"extra":0`), CodeInvalidRequest},
+		"version 1":         {edit(`"v":2`, `"v":1`), CodeInvalidRequest},
+		"signature":         {edit(`"mac":"`, `"sig":"`), CodeInvalidRequest},
 		"observe with args": {edit(`"argsDigest"`, `"args":{},"argsDigest"`), CodeInvalidRequest},
 		"bad op":            {edit(`"observe"`, `"delete"`), CodeInvalidRequest},
 		"bad room":          {edit(`"r1"`, `"R.1"`), CodeInvalidRequest},
 		"digest":            {edit(`"argsDigest":"e3`, `"argsDigest":"f3`), CodeInvalidRequest},
 		"timeout":           {edit(`"timeoutMs":10000`, `"timeoutMs":999999999`), CodeInvalidRequest},
-		"signature":         {edit(`"sig":"`, `"sig":"AA`), CodeInvalidRequest},
+		"short mac":         {edit(`"mac":"`, `"mac":"AA`), CodeInvalidRequest},
 		"too large":         {append(good, bytes.Repeat([]byte(" "), MaxCallBytes)...), CodeTooLarge},
 		"not json":          {[]byte("{"), CodeInvalidRequest},
 	} {
@@ -81,28 +105,29 @@ func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 	}
 	big := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Invoke, Action: "a",
 		Args: json.RawMessage(`{"x":"` + strings.Repeat("y", MaxArgsBytes) + `"}`), RequestID: "x", Timeout: CallTimeout}
-	if _, err := SignCall(fuzzKey, big, time.Now()); CodeOf(err) != CodeTooLarge {
+	if _, err := sealCall(fuzzKey, link, big, time.Now()); CodeOf(err) != CodeTooLarge {
 		t.Errorf("args over the bound: %v", err)
 	}
 	notObject := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Invoke, Action: "a",
 		Args: json.RawMessage(`[1]`), RequestID: "x", Timeout: CallTimeout}
-	if _, err := SignCall(fuzzKey, notObject, time.Now()); CodeOf(err) != CodeInvalidRequest {
+	if _, err := sealCall(fuzzKey, link, notObject, time.Now()); CodeOf(err) != CodeInvalidRequest {
 		t.Errorf("array args: %v", err)
 	}
 }
 
 // FuzzDecodeCall holds the decoder to its properties: whatever it accepts is within every
-// bound and grammar, re-encodes to a call that decodes to the same signed bytes, and verifies
-// only if the signature is the caller's over exactly those bytes.
+// bound and grammar, re-encodes to a call that decodes to the same authenticated bytes and
+// MAC, and verifies under the link of fuzzKey to fuzzProvider only if its MAC is that link's
+// call MAC over exactly those bytes — never its reply MAC.
 func FuzzDecodeCall(f *testing.F) {
-	provider := newHostKey(bytes.Repeat([]byte{9}, ed25519.SeedSize))
 	at := time.UnixMilli(1_800_000_000_000)
+	link := mustLink(f, fuzzKey, fuzzProvider)
 	for _, c := range []*Call{
-		{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Observe, RequestID: "1", Timeout: CallTimeout},
-		{Room: "living-room", Provider: provider.ID(), Capability: "living_room_light", Operation: Invoke, Action: "set_led",
+		{Room: "r1", Provider: fuzzProvider.ID(), Capability: "light", Operation: Observe, RequestID: "1", Timeout: CallTimeout},
+		{Room: "living-room", Provider: fuzzProvider.ID(), Capability: "living_room_light", Operation: Invoke, Action: "set_led",
 			Args: json.RawMessage(`{"color":"#123456","on":true,"n":1.5e3}`), RequestID: "a.b:c_d-9", Timeout: MaxCallTimeout},
 	} {
-		data, err := SignCall(fuzzKey, c, at)
+		data, err := sealCall(fuzzKey, link, c, at)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -117,7 +142,8 @@ func FuzzDecodeCall(f *testing.F) {
 			return
 		}
 		if len(data) > MaxCallBytes || len(c.Args) > MaxArgsBytes || !ValidRoomID(c.Room) || !c.Caller.Valid() ||
-			!c.Provider.Valid() || !ValidRequestID(c.RequestID) || c.Timeout > MaxCallTimeout || c.Timeout <= 0 {
+			!c.Provider.Valid() || !ValidRequestID(c.RequestID) || c.Timeout > MaxCallTimeout || c.Timeout <= 0 ||
+			len(c.MAC) != 32 {
 			t.Fatalf("accepted a call out of bounds: %+v", c)
 		}
 		again, err := EncodeCall(c)
@@ -128,12 +154,16 @@ func FuzzDecodeCall(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
-		if !bytes.Equal(c.SignedBytes(), c2.SignedBytes()) || !bytes.Equal(c.Sig, c2.Sig) {
-			t.Fatal("re-encoding changed the signed bytes")
+		if !bytes.Equal(c.AuthBytes(), c2.AuthBytes()) || !bytes.Equal(c.MAC, c2.MAC) {
+			t.Fatal("re-encoding changed the authenticated bytes")
 		}
-		valid := ed25519.Verify(c.Caller.PublicKey(), c.SignedBytes(), c.Sig)
-		if err := VerifyCall(c, c.Time); (err == nil) != valid {
-			t.Fatalf("VerifyCall = %v, signature valid %v", err, valid)
+		auth := c.AuthBytes()
+		valid := hmac.Equal(link.macCall(auth), c.MAC)
+		if err := verifyCall(c, auth, link, c.Time); (err == nil) != valid {
+			t.Fatalf("verifyCall = %v, MAC valid %v", err, valid)
+		}
+		if hmac.Equal(link.macReply(auth), c.MAC) && verifyCall(c, auth, link, c.Time) == nil {
+			t.Fatal("a reply MAC verified as a call MAC")
 		}
 	})
 }

@@ -27,26 +27,35 @@ type Request struct {
 	AwaitApproval bool
 }
 
-// Prepared is a signed call, ready to be sent and, after a lost reply, sent again unchanged:
-// the provider answers the copy from its duplicate window without invoking twice.
+// Prepared is an authenticated call, ready to be sent and, after a lost reply, sent again
+// unchanged: the provider answers the copy from its duplicate window without invoking twice.
 type Prepared struct {
 	call *Call
+	link *linkKeys
 	data []byte
 }
 
 // RequestID is the call's request id.
 func (p *Prepared) RequestID() string { return p.call.RequestID }
 
-// Caller signs calls with its host's key and sends them over the bus.
+// Caller authenticates calls as its host and sends them over the bus. It finds each
+// provider's key in its host's Directory: a call goes only to a member of the room's current
+// roster whose key record the directory verified.
 type Caller struct {
 	key  *HostKey
 	conn busport.Conn
+	dir  *Directory
 }
 
-// NewCaller returns a caller for key's host on conn.
-func NewCaller(key *HostKey, conn busport.Conn) *Caller { return &Caller{key: key, conn: conn} }
+// NewCaller returns a caller for key's host on conn, with the host's directory dir (the one
+// its Sync keeps current).
+func NewCaller(key *HostKey, conn busport.Conn, dir *Directory) *Caller {
+	return &Caller{key: key, conn: conn, dir: dir}
+}
 
-// Prepare signs req at now.
+// Prepare authenticates req at now with the keys of the link from this host to the provider.
+// A provider that is not in the room's current roster, or whose key record this host has
+// not verified (nor could read from the bus), gives unavailable.
 func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 	id := req.RequestID
 	if id == "" {
@@ -62,16 +71,29 @@ func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 		Room: req.Room, Provider: req.Provider, Capability: req.Capability, Operation: req.Operation,
 		Action: req.Action, Args: req.Args, RequestID: id, Timeout: timeout,
 	}
-	data, err := SignCall(c.key, call, now)
+	if !ValidRoomID(req.Room) || !req.Provider.Valid() {
+		return nil, newError(CodeInvalidRequest, "call: bad room or provider")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+	pub, ok := c.dir.memberKey(ctx, req.Room, req.Provider, true)
+	cancel()
+	if !ok {
+		return nil, newError(CodeUnavailable, "the provider is not a member with a known key in the room")
+	}
+	link, err := c.key.link(c.key.ID(), req.Provider, pub)
 	if err != nil {
 		return nil, err
 	}
-	return &Prepared{call: call, data: data}, nil
+	data, err := sealCall(c.key, link, call, now)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{call: call, link: link, data: data}, nil
 }
 
 // Send sends a prepared call and waits for its result until the call's deadline or ctx's,
-// whichever is first. The result comes only from the provider the call names, signed by it;
-// an error is an *Error, Remote when the provider answered with it.
+// whichever is first. The result comes only from the provider the call names, authenticated
+// by it; an error is an *Error, Remote when the provider answered with it.
 func (c *Caller) Send(ctx context.Context, p *Prepared) (json.RawMessage, error) {
 	ctx, cancel := context.WithDeadline(ctx, p.call.Time.Add(p.call.Timeout))
 	defer cancel()
@@ -86,7 +108,7 @@ func (c *Caller) Send(ctx context.Context, p *Prepared) (json.RawMessage, error)
 	case err != nil:
 		return nil, newError(CodeUnavailable, "bus failure")
 	}
-	r, err := openReply(data, p.call)
+	r, err := openReply(data, p.call, p.link)
 	if err != nil {
 		return nil, err
 	}

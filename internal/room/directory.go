@@ -1,8 +1,16 @@
 package room
 
 import (
+	"context"
+	"crypto/ecdh"
 	"sync"
 )
+
+// maxKeysPerRoom bounds the key records a directory keeps for one room. Key records may come
+// before the roster that lists their host, so non-members' records are kept too, but only
+// in the room left by the members': a full room drops a non-member's record first, so at
+// most MaxMembers members can never be crowded out.
+const maxKeysPerRoom = 2 * MaxMembers
 
 // Directory is a host's view of the rooms it belongs to: for each room, the owner it trusts
 // (learnt when it created or joined the room, never from the bus), the newest roster that
@@ -11,6 +19,9 @@ import (
 type Directory struct {
 	mu    sync.RWMutex
 	rooms map[string]*roomView
+	// fetch, when set (by Sync), reads a host's key record in a room from the bus, for a
+	// member whose record has not arrived yet.
+	fetch func(ctx context.Context, room string, host HostID) ([]byte, error)
 }
 
 type roomView struct {
@@ -21,6 +32,14 @@ type roomView struct {
 	// ran.
 	present    map[HostID]bool
 	departures map[HostID]uint64
+	// keys are the verified X25519 keys of hosts, from their key records.
+	keys map[HostID]peerKey
+}
+
+// peerKey is a host's X25519 key as its newest verified key record gave it.
+type peerKey struct {
+	pub  *ecdh.PublicKey
+	time int64
 }
 
 // NewDirectory returns an empty directory.
@@ -40,7 +59,8 @@ func (d *Directory) Trust(room string, owner HostID) error {
 		}
 		return nil
 	}
-	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), departures: make(map[HostID]uint64)}
+	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), departures: make(map[HostID]uint64),
+		keys: make(map[HostID]peerKey)}
 	return nil
 }
 
@@ -140,4 +160,83 @@ func (d *Directory) departures(room string, host HostID) (uint64, bool) {
 		return 0, false
 	}
 	return v.departures[host], true
+}
+
+// ApplyKeyRecord verifies a key record of host in room (signed by host) and keeps its key
+// when it is newer than the one kept. A record that is not newer changes nothing and is not
+// an error.
+func (d *Directory) ApplyKeyRecord(room string, host HostID, data []byte) error {
+	r, err := OpenKeyRecord(data, host)
+	if err != nil {
+		return err
+	}
+	if r.Room != room {
+		return newError(CodeInvalidRecord, "key record of another room")
+	}
+	pub, _ := r.publicKey()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.rooms[room]
+	if !ok {
+		return newError(CodeUnauthorized, "key record of a room this host does not trust")
+	}
+	if old, ok := v.keys[host]; ok {
+		if r.Time > old.time {
+			v.keys[host] = peerKey{pub: pub, time: r.Time}
+		}
+		return nil
+	}
+	if len(v.keys) >= maxKeysPerRoom && !v.dropNonMemberKey() {
+		return newError(CodeInvalidRecord, "too many key records in the room")
+	}
+	v.keys[host] = peerKey{pub: pub, time: r.Time}
+	return nil
+}
+
+// dropNonMemberKey forgets the key of one host that is not in the roster, if there is one.
+func (v *roomView) dropNonMemberKey() bool {
+	for h := range v.keys {
+		if v.roster == nil || !v.roster.Has(h) {
+			delete(v.keys, h)
+			return true
+		}
+	}
+	return false
+}
+
+// memberKey returns the X25519 key of host in room, when host is in the room's current
+// roster and its key record was verified. With fetch, a member's record not yet seen is read
+// from the bus (when a Sync feeds the directory; within syncTimeout) and applied first.
+func (d *Directory) memberKey(ctx context.Context, room string, host HostID, fetch bool) (*ecdh.PublicKey, bool) {
+	d.mu.RLock()
+	v, ok := d.rooms[room]
+	member := ok && v.roster != nil && v.roster.Has(host)
+	var k peerKey
+	if member {
+		k, ok = v.keys[host]
+	}
+	f := d.fetch
+	d.mu.RUnlock()
+	switch {
+	case !member:
+		return nil, false
+	case ok:
+		return k.pub, true
+	case !fetch || f == nil:
+		return nil, false
+	}
+	fctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	data, err := f(fctx, room, host)
+	cancel()
+	if err != nil || d.ApplyKeyRecord(room, host, data) != nil {
+		return nil, false
+	}
+	return d.memberKey(ctx, room, host, false)
+}
+
+// setFetch installs the reader of key records from the bus.
+func (d *Directory) setFetch(f func(ctx context.Context, room string, host HostID) ([]byte, error)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fetch = f
 }

@@ -11,14 +11,22 @@
 // joined the room, never one read from the bus. A provider's publications are its own table
 // (Publications): the operator's explicit act, distinct from registering an adapter.
 //
-// A call (Call) is signed by the caller's host key over (room, provider, caller, capability,
-// operation, action, SHA-256 of the args, requestId, time, timeout) in a length-prefixed
-// canonical encoding. The provider verifies the signature against the caller's key, the time
-// within ClockWindow, the caller's membership in the roster, and the publication; it runs the
-// call through its local Invoker, bounds the result and authorizes again before replying; the
-// reply is signed by the provider and goes to the caller's inbox only. The bus moves bytes and
-// holds no authority: a forged roster, presence, projection, call or reply fails its
-// signature check wherever it is read.
+// Each host also holds a static X25519 key, derived from its Ed25519 seed, whose public half
+// it binds to its identity in a signed KeyRecord per room; a reader verifies the record once
+// and keeps the key. For each directed link from a caller host to a provider host, both
+// derive a call key and a reply key with X25519 and HKDF-SHA256 (the info names the purpose,
+// both host ids and both X25519 keys). A call (Call) carries the HMAC-SHA256, under its link's
+// call key, of a length-prefixed canonical encoding of (room, provider, caller, capability,
+// operation, action, SHA-256 of the args, requestId, time, timeout). The provider finds the
+// caller's key only for a member of the room's current roster, checks the MAC, the time
+// within ClockWindow, the membership and the publication; it runs the call through its local
+// Invoker, bounds the result and authorizes again before replying; the reply carries the
+// MAC of the link's reply key (or, for a call refused before its MAC verified, the
+// provider's Ed25519 signature) and goes to the caller's inbox only. Only the two ends of a
+// link can make its MACs, so calls and results are authenticated to each other as strongly
+// as by signatures; what is given up is proof to a third host, which nothing uses. The bus
+// moves bytes and holds no authority: a forged roster, presence, projection, key record,
+// call or reply fails its check wherever it is read.
 //
 // # Bounds
 //
@@ -27,7 +35,7 @@
 // (InvokeTimeout, 8 s, for the invoker inside it), a duplicate window of
 // DuplicateWindowEntries (64) calls per caller for DuplicateWindow (60 s), and per-call
 // approval within ApprovalTimeout (60 s). A retried call (the same Prepared, same requestId
-// and signed bytes) is answered from the duplicate window: the invoker runs once.
+// and authenticated bytes) is answered from the duplicate window: the invoker runs once.
 //
 // # Errors
 //

@@ -6,12 +6,14 @@ import "errors"
 // codes of the provider's local invoker (the capability supervisor's, such as invalid_args or
 // unsupported_action) pass through as their own codes, mapped by ProviderConfig.ErrorCode.
 const (
-	// CodeUnauthorized: the request is not signed by a member of the room with its current
-	// key, is outside the clock window, names a capability, action or operation the provider
+	// CodeUnauthorized: the request is not authenticated by a member of the room with its
+	// current key (no key record, a MAC that is not the caller's link's), is outside the
+	// clock window, names a capability, action or operation the provider
 	// has not published to the caller, or the caller stopped being a present member before the
 	// result (the result is then withheld).
 	CodeUnauthorized = "unauthorized"
-	// CodeUnavailable: the provider is not reachable on the bus, or is shutting down.
+	// CodeUnavailable: the provider is not reachable on the bus, is shutting down, or (at
+	// the caller) is not a member of the room whose key record this host verified.
 	CodeUnavailable = "unavailable"
 	// CodeBusy: the caller already has MaxInFlightPerCaller calls at the provider, or the
 	// provider's handlers are all taken.
@@ -29,10 +31,11 @@ const (
 	CodeInvalidRequest = "invalid_request"
 	// CodeTooLarge: args over MaxArgsBytes, or a result over MaxResultBytes.
 	CodeTooLarge = "too_large"
-	// CodeInvalidReply: a reply that is not well formed or not signed by the provider called.
+	// CodeInvalidReply: a reply that is not well formed or not authenticated by the provider
+	// called.
 	CodeInvalidReply = "invalid_reply"
-	// CodeInvalidRecord: a room record (roster, presence, projection) that is malformed or
-	// not signed by the host it must come from.
+	// CodeInvalidRecord: a room record (roster, presence, projection, key record) that is
+	// malformed or not signed by the host it must come from.
 	CodeInvalidRecord = "invalid_record"
 	// CodeInvalidKey: a host key file that is malformed, not a regular file, or readable or
 	// writable by others.

@@ -72,10 +72,13 @@ func (s *scriptedInvoker) Invoke(ctx context.Context, capability, action string,
 	return s.run(ctx, capability+"/"+action)
 }
 
-// fixture is one provider host A, owner of room r1 with member B; C is no member.
+// fixture is one provider host A, owner of room r1 with member B; C is no member. dir is A's
+// directory; peers is the directory the callers use, with the same rosters. Both hold the key
+// records of A, B and C.
 type fixture struct {
 	a, b, c  *HostKey
 	dir      *Directory
+	peers    *Directory
 	pubs     *Publications
 	inv      *scriptedInvoker
 	appr     *Approvals
@@ -88,12 +91,18 @@ const testRoom = "r1"
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	f := &fixture{a: mustKey(t), b: mustKey(t), c: mustKey(t), dir: NewDirectory(), pubs: NewPublications(), inv: newInvoker()}
+	f := &fixture{a: mustKey(t), b: mustKey(t), c: mustKey(t), dir: NewDirectory(), peers: NewDirectory(),
+		pubs: NewPublications(), inv: newInvoker()}
 	f.appr = NewApprovals(nil)
-	if err := f.dir.Trust(testRoom, f.a.ID()); err != nil {
-		t.Fatal(err)
+	for _, d := range []*Directory{f.dir, f.peers} {
+		if err := d.Trust(testRoom, f.a.ID()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.setRoster(t, 1, f.a.ID(), f.b.ID())
+	for _, k := range []*HostKey{f.a, f.b, f.c} {
+		f.applyKey(t, k, time.Now())
+	}
 	if err := f.pubs.Publish(Publication{Room: testRoom, Capability: "light", Actions: []string{"set_color"}, Observe: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +135,24 @@ func (f *fixture) setRoster(t testing.TB, version uint64, members ...HostID) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.dir.ApplyRoster(testRoom, data); err != nil {
+	for _, d := range []*Directory{f.dir, f.peers} {
+		if _, err := d.ApplyRoster(testRoom, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// applyKey gives both directories k's key record written at t.
+func (f *fixture) applyKey(t testing.TB, k *HostKey, at time.Time) {
+	t.Helper()
+	data, err := SignKeyRecord(k, testRoom, at)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, d := range []*Directory{f.dir, f.peers} {
+		if err := d.ApplyKeyRecord(testRoom, k.ID(), data); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -139,7 +164,7 @@ func invoke(capability, action, args string) Request {
 // caller would.
 func (f *fixture) send(ctx context.Context, prep *Prepared, now time.Time) (json.RawMessage, error) {
 	data := f.p.serve(ctx, CallSubject(prep.call.Room, prep.call.Provider), prep.data, now)
-	r, err := openReply(data, prep.call)
+	r, err := openReply(data, prep.call, prep.link)
 	if err != nil {
 		return nil, err
 	}
@@ -155,11 +180,32 @@ func (f *fixture) prepare(t testing.TB, key *HostKey, req Request, now time.Time
 	if req.Provider == "" {
 		req.Provider = f.a.ID()
 	}
-	prep, err := NewCaller(key, nil).Prepare(req, now)
+	prep, err := NewCaller(key, nil, f.peers).Prepare(req, now)
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
 	return prep
+}
+
+// sealDirect authenticates req as key to provider as Prepare would, but with provider's key
+// taken from provider itself rather than a directory, for calls no directory would let a
+// caller make (another room, a provider that is no member).
+func sealDirect(t testing.TB, key, provider *HostKey, req Request, now time.Time) *Prepared {
+	t.Helper()
+	if req.RequestID == "" {
+		req.RequestID = "direct"
+	}
+	call := &Call{Room: req.Room, Provider: provider.ID(), Capability: req.Capability, Operation: req.Operation,
+		Action: req.Action, Args: req.Args, RequestID: req.RequestID, Timeout: CallTimeout}
+	link, err := key.link(key.ID(), provider.ID(), provider.kx.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := sealCall(key, link, call, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Prepared{call: call, link: link, data: data}
 }
 
 // call signs req as key at now and delivers it.

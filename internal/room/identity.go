@@ -2,8 +2,11 @@ package room
 
 import (
 	"bytes"
+	"crypto/ecdh"
 	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -12,7 +15,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 )
 
 // HostKeyFile is the name of the host key file in the state directory.
@@ -29,10 +31,10 @@ const maxHostKeyFileBytes = 256
 // a member list of ids is a list of public keys.
 type HostID string
 
-var hostIDPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // Valid reports whether id is 64 lowercase hex digits.
-func (id HostID) Valid() bool { return hostIDPattern.MatchString(string(id)) }
+func (id HostID) Valid() bool {
+	return len(id) == 64 && matchName(string(id), 64, hexLowerByte, hexLowerByte)
+}
 
 // PublicKey decodes the key id names, or returns nil for an invalid id.
 func (id HostID) PublicKey() ed25519.PublicKey {
@@ -43,16 +45,44 @@ func (id HostID) PublicKey() ed25519.PublicKey {
 	return k
 }
 
-// HostKey is a host's Ed25519 key pair. The private half never leaves it: String, GoString
-// and MarshalText show the public id only.
+// kxLabel is the HKDF info that derives a host's X25519 key from its Ed25519 seed.
+const kxLabel = "airlock-host-x25519-v1"
+
+// HostKey is a host's Ed25519 key pair, and beside it the host's static X25519 key, which
+// authenticates its calls and replies to each other host (see KeyRecord). The private halves
+// never leave it: String, GoString and MarshalText show the public id only.
 type HostKey struct {
 	priv ed25519.PrivateKey
 	id   HostID
+	// kx is derived from the Ed25519 seed with HKDF-SHA256 under kxLabel: an independent key,
+	// stable across restarts, with no file of its own.
+	kx    *ecdh.PrivateKey
+	kxPub [32]byte
+	links linkCache
 }
 
 func newHostKey(seed []byte) *HostKey {
 	priv := ed25519.NewKeyFromSeed(seed)
-	return &HostKey{priv: priv, id: HostID(hex.EncodeToString(priv.Public().(ed25519.PublicKey)))}
+	kxSeed, err := hkdf.Key(sha256.New, seed, nil, kxLabel, 32)
+	if err != nil {
+		panic("room: deriving the X25519 key: " + err.Error()) // 32 bytes of SHA-256 HKDF cannot fail
+	}
+	k := &HostKey{priv: priv, id: HostID(hex.EncodeToString(priv.Public().(ed25519.PublicKey)))}
+	k.setKX(kxSeed)
+	return k
+}
+
+// setKX installs the X25519 private key x (any 32 bytes: X25519 clamps them).
+func (k *HostKey) setKX(x []byte) {
+	kx, err := ecdh.X25519().NewPrivateKey(x)
+	if err != nil {
+		panic("room: X25519 key: " + err.Error()) // only a wrong length fails
+	}
+	k.kx = kx
+	copy(k.kxPub[:], kx.PublicKey().Bytes())
+	k.links.mu.Lock()
+	k.links.m = nil
+	k.links.mu.Unlock()
 }
 
 // GenerateHostKey returns a fresh key pair that is stored nowhere (tests, simulations).

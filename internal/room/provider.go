@@ -68,9 +68,11 @@ type ProviderConfig struct {
 
 // Provider answers room calls to this host's published capabilities. For every call it
 // checks, in order: the call is well formed and addressed to this host on the subject of its
-// room; its signature is the caller's and its time within ClockWindow; the caller and this
-// host are members of the room's current roster, and a publication of the capability into
-// the room allows the caller the operation and action (unauthorized); the duplicate window
+// room; the caller is a member of the room's current roster whose key record this host
+// verified, its MAC is right under the key of the link from the caller to this host, and its
+// time is within ClockWindow; the caller and this host are members of the room's current
+// roster, and a publication of the capability into the room allows the caller the operation
+// and action (unauthorized); the duplicate window
 // and the caller's in-flight bound (duplicate_request, busy); a per-call approval, when the
 // publication asks for one. It then runs the invoker, bounds the result, authorizes again —
 // the publication, the roster and the caller's presence may have changed — and only then
@@ -140,7 +142,7 @@ func (h *providerHandler) Overloaded(_ string, payload []byte) []byte {
 	p := (*Provider)(h)
 	r := replyTo(payload)
 	r.Code = CodeBusy
-	return signReply(p.cfg.Key, r)
+	return p.refuse(r)
 }
 
 // replyTo is an error reply addressed as well as payload allows, for calls refused before or
@@ -157,13 +159,28 @@ func replyTo(payload []byte) *Reply {
 	return &Reply{Room: w.Room, Caller: w.Caller, RequestID: w.RequestID}
 }
 
+// refuse authenticates a refusal of a call that was not decoded or not verified: busy, when
+// the provider is overloaded, with the link key of the caller it names if that caller is a
+// member whose key this host already holds (cheap, and a busy it could not have asked for is
+// of no use to anyone); any other refusal, and a busy to an unknown caller, with the host key.
+// Neither reads the bus, so an overloaded provider answers at once.
+func (p *Provider) refuse(r *Reply) []byte {
+	var link *linkKeys
+	if r.Code == CodeBusy && r.Caller.Valid() && ValidRoomID(r.Room) {
+		if pub, ok := p.cfg.Directory.memberKey(context.Background(), r.Room, r.Caller, false); ok {
+			link, _ = p.cfg.Key.link(r.Caller, p.id, pub)
+		}
+	}
+	return sealReply(p.cfg.Key, link, r)
+}
+
 // serve answers one call received at now.
 func (p *Provider) serve(ctx context.Context, subject string, payload []byte, now time.Time) []byte {
 	c, err := DecodeCall(payload)
 	if err != nil {
 		r := replyTo(payload)
 		r.Code = CodeOf(err)
-		return signReply(p.cfg.Key, r)
+		return p.refuse(r)
 	}
 	reply, retry, code := p.answer(ctx, subject, c, now)
 	if p.cfg.OnCall != nil {
@@ -177,16 +194,32 @@ func (p *Provider) serve(ctx context.Context, subject string, payload []byte, no
 
 // answer decides the reply to a decoded call, and whether it was a retry's recorded reply.
 func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time.Time) ([]byte, bool, string) {
+	// link is the caller's link to this host once the call's MAC verified under it; until
+	// then a refusal is signed with the host key, so that a caller with a stale key still
+	// gets a refusal it can authenticate, and a forged call no MAC of the caller's link.
+	var link *linkKeys
 	fail := func(err error) ([]byte, bool, string) {
 		code := CodeOf(err)
-		return signReply(p.cfg.Key, &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: code}), false, code
+		return sealReply(p.cfg.Key, link, &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: code}), false, code
 	}
 	if c.Provider != p.id || roomOfSubject(subject) != c.Room {
 		return fail(newError(CodeUnauthorized, "call addressed to another provider or room"))
 	}
-	if err := VerifyCall(c, now); err != nil {
+	// The caller must be a member whose key record this host verified; its MAC is then
+	// checked with the key of the link from it to this host.
+	callerKey, ok := p.cfg.Directory.memberKey(ctx, c.Room, c.Caller, true)
+	if !ok {
+		return fail(newError(CodeUnauthorized, "the caller is not a member with a known key"))
+	}
+	l, err := p.cfg.Key.link(c.Caller, p.id, callerKey)
+	if err != nil {
 		return fail(err)
 	}
+	auth := c.AuthBytes()
+	if err := verifyCall(c, auth, l, now); err != nil {
+		return fail(err)
+	}
+	link = l
 	pub, err := p.authorize(c)
 	if err != nil {
 		return fail(err)
@@ -194,7 +227,7 @@ func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time
 	// The caller's deadline, on this host's clock: its timeout less the time the call has
 	// already spent since signing (as far as the clocks agree).
 	deadline := now.Add(c.Timeout - min(max(now.Sub(c.Time), 0), c.Timeout))
-	e, retry, err := p.window.admit(c, now)
+	e, retry, err := p.window.admit(c, auth, now)
 	if err != nil {
 		return fail(err)
 	}
@@ -212,7 +245,7 @@ func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time
 	}
 	departed, _ := p.cfg.Directory.departures(c.Room, c.Caller)
 	r := p.run(ctx, c, pub, now, deadline, departed)
-	reply := signReply(p.cfg.Key, r)
+	reply := sealReply(p.cfg.Key, link, r)
 	p.window.finish(c.Caller, e, reply)
 	return reply, false, r.Code
 }
@@ -242,7 +275,7 @@ func (p *Provider) authorize(c *Call) (Publication, error) {
 }
 
 // run waits for approval when pub asks for it, invokes, bounds the result and authorizes
-// again. It returns the reply unsigned.
+// again. It returns the reply unauthenticated.
 func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadline time.Time, departed uint64) *Reply {
 	r := &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID}
 	fail := func(code string) *Reply { r.Code = code; return r }
@@ -308,7 +341,7 @@ func (p *Provider) errorCode(err error) string {
 		return CodeInternal
 	}
 	code := p.cfg.ErrorCode(err)
-	if !codePattern.MatchString(code) {
+	if !validCode(code) {
 		return CodeInternal
 	}
 	return code

@@ -2,6 +2,7 @@ package room
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,7 +34,6 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		{"unpublished capability", f.b, invoke("camera", "snap", `{}`), CodeUnauthorized},
 		{"observe not published", f.b, Request{Room: testRoom, Capability: "printer", Operation: Observe}, CodeUnauthorized},
 		{"non-member", f.c, invoke("light", "set_color", `{}`), CodeUnauthorized},
-		{"unknown room", f.b, Request{Room: "r2", Capability: "light", Operation: Invoke, Action: "set_color", Args: json.RawMessage(`{}`)}, CodeUnauthorized},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,8 +42,14 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		})
 	}
 
+	t.Run("unknown room", func(t *testing.T) {
+		// No directory of B's lets it prepare such a call; sealed directly, A refuses it.
+		prep := sealDirect(t, f.b, f.a, Request{Room: "r2", Capability: "light", Operation: Observe}, now)
+		_, err := f.send(context.Background(), prep, now)
+		wantCode(t, err, CodeUnauthorized)
+	})
 	t.Run("another provider or room subject", func(t *testing.T) {
-		prep := f.prepare(t, f.b, Request{Room: testRoom, Provider: f.c.ID(), Capability: "light", Operation: Observe}, now)
+		prep := sealDirect(t, f.b, f.c, Request{Room: testRoom, Capability: "light", Operation: Observe}, now)
 		var w wireReply
 		if err := json.Unmarshal(f.p.serve(context.Background(), CallSubject(testRoom, f.c.ID()), prep.data, now), &w); err != nil || w.Code != CodeUnauthorized {
 			t.Fatalf("call to another provider: %+v %v", w, err)
@@ -53,8 +59,12 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 			t.Fatalf("call on another room's subject: %+v %v", w, err)
 		}
 		// A reply from another provider than the one called is refused by the caller.
-		if _, err := openReply(signReply(f.c, &Reply{Room: testRoom, Caller: f.b.ID(), RequestID: prep.RequestID(), Result: json.RawMessage(`{}`)}), prep.call); CodeOf(err) != CodeInvalidReply {
+		if _, err := openReply(sealReply(f.c, nil, &Reply{Room: testRoom, Caller: f.b.ID(), RequestID: prep.RequestID(), Result: json.RawMessage(`{}`)}), prep.call, prep.link); CodeOf(err) != CodeInvalidReply {
 			t.Fatalf("reply signed by another host: %v", err)
+		}
+		cl := mustLink(t, f.b, f.c)
+		if _, err := openReply(sealReply(f.c, cl, &Reply{Room: testRoom, Caller: f.b.ID(), RequestID: prep.RequestID(), Result: json.RawMessage(`{}`)}), prep.call, prep.link); CodeOf(err) != CodeInvalidReply {
+			t.Fatalf("reply authenticated by another host's link: %v", err)
 		}
 	})
 	t.Run("after unpublish", func(t *testing.T) {
@@ -93,20 +103,57 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		wantCode(t, err, CodeUnauthorized)
 		f.setRoster(t, 4, f.a.ID(), f.b.ID())
 	})
-	t.Run("forged signature", func(t *testing.T) {
+	t.Run("forged MAC", func(t *testing.T) {
 		prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
-		prep.call.Sig = f.c.Sign(prep.call.SignedBytes()) // C signs, claiming to be B
+		prep.call.MAC[0] ^= 1
 		prep.data, _ = EncodeCall(prep.call)
 		_, err := f.send(context.Background(), prep, now)
 		wantCode(t, err, CodeUnauthorized)
 	})
+	t.Run("MAC with another link's key", func(t *testing.T) {
+		f.setRoster(t, 5, f.a.ID(), f.b.ID(), f.c.ID())
+		defer f.setRoster(t, 6, f.a.ID(), f.b.ID())
+		for name, link := range map[string]*linkKeys{
+			"C's link to A, claiming to be B": mustLink(t, f.c, f.a),
+			"B's link to C":                   mustLink(t, f.b, f.c),
+			"A's link to B (the other way)":   mustLink(t, f.a, f.b),
+		} {
+			prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
+			prep.call.MAC = link.macCall(prep.call.AuthBytes())
+			prep.data, _ = EncodeCall(prep.call)
+			_, err := f.send(context.Background(), prep, now)
+			if CodeOf(err) != CodeUnauthorized {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	})
+	t.Run("reply MAC reflected as a call", func(t *testing.T) {
+		// The reply key of B's own link to A, which B holds, does not authenticate a call.
+		prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
+		prep.call.MAC = prep.link.macReply(prep.call.AuthBytes())
+		prep.data, _ = EncodeCall(prep.call)
+		_, err := f.send(context.Background(), prep, now)
+		wantCode(t, err, CodeUnauthorized)
+		// And a call MAC does not authenticate a reply: B cannot be fed one of its own calls'
+		// MACs as A's answer.
+		good := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
+		r := &Reply{Room: testRoom, Provider: f.a.ID(), Caller: f.b.ID(), RequestID: good.RequestID(), Result: json.RawMessage(`{}`)}
+		forged, _ := marshal(wireReply{V: wireVersion, Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID,
+			OK: true, Result: r.Result, MAC: base64.StdEncoding.EncodeToString(good.link.macCall(r.authBytes()))})
+		if _, err := openReply(forged, good.call, good.link); CodeOf(err) != CodeInvalidReply {
+			t.Fatalf("a call MAC opened as a reply: %v", err)
+		}
+		if _, err := openReply(sealReply(f.a, good.link, r), good.call, good.link); err != nil {
+			t.Fatalf("the genuine reply: %v", err)
+		}
+	})
 	t.Run("tampered args", func(t *testing.T) {
 		prep := f.prepare(t, f.b, invoke("light", "set_color", `{"color":"#000000"}`), now)
-		signed := prep.call.SignedBytes()
+		signed := prep.call.AuthBytes()
 		prep.call.Args = json.RawMessage(`{"color":"#ffffff"}`)
-		prep.data, _ = EncodeCall(prep.call) // the digest follows the new args; the signature does not
-		if string(signed) == string(prep.call.SignedBytes()) {
-			t.Fatal("the args are not covered by the signed bytes")
+		prep.data, _ = EncodeCall(prep.call) // the digest follows the new args; the MAC does not
+		if string(signed) == string(prep.call.AuthBytes()) {
+			t.Fatal("the args are not covered by the authenticated bytes")
 		}
 		_, err := f.send(context.Background(), prep, now)
 		wantCode(t, err, CodeUnauthorized)
@@ -120,7 +167,7 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		}
 	})
 	t.Run("replayed by another caller's identity", func(t *testing.T) {
-		// C re-sends B's signed call under its own name: the signature no longer matches.
+		// C re-sends B's call under its own name: the MAC no longer matches.
 		prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
 		prep.call.Caller = f.c.ID()
 		prep.data, _ = EncodeCall(prep.call)
@@ -185,7 +232,7 @@ func TestProviderReauthorizesAtResultTime(t *testing.T) {
 func TestDuplicateWindow(t *testing.T) {
 	f := newFixture(t)
 	now := time.Now()
-	caller := NewCaller(f.b, nil)
+	caller := NewCaller(f.b, nil, f.peers)
 
 	// A retry of the same signed call gets the recorded result; the invoker ran once.
 	prep, err := caller.Prepare(Request{Room: testRoom, Provider: f.a.ID(), Capability: "light", Operation: Invoke, Action: "set_color", Args: json.RawMessage(`{}`), RequestID: "req-1"}, now)
@@ -237,7 +284,7 @@ func TestDuplicateWindow(t *testing.T) {
 func TestDuplicateWindowExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
-		prep, _ := NewCaller(f.b, nil).Prepare(Request{Room: testRoom, Provider: f.a.ID(), Capability: "light", Operation: Observe, RequestID: "r"}, time.Now())
+		prep, _ := NewCaller(f.b, nil, f.peers).Prepare(Request{Room: testRoom, Provider: f.a.ID(), Capability: "light", Operation: Observe, RequestID: "r"}, time.Now())
 		if _, err := f.send(context.Background(), prep, time.Now()); err != nil {
 			t.Fatal(err)
 		}
@@ -320,9 +367,15 @@ func TestInFlightBoundPerCaller(t *testing.T) {
 func TestOverloadedIsBusy(t *testing.T) {
 	f := newFixture(t)
 	prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), time.Now())
-	r, err := openReply((*providerHandler)(f.p).Overloaded("", prep.data), prep.call)
-	if err != nil || r.Code != CodeBusy {
+	r, err := openReply((*providerHandler)(f.p).Overloaded("", prep.data), prep.call, prep.link)
+	if err != nil || r.Code != CodeBusy || r.MAC == nil {
 		t.Fatalf("overloaded reply = %+v, %v", r, err)
+	}
+	// A caller A has no key for gets a busy signed with A's host key.
+	prep = sealDirect(t, f.c, f.a, invoke("light", "set_color", `{}`), time.Now())
+	r, err = openReply((*providerHandler)(f.p).Overloaded("", prep.data), prep.call, prep.link)
+	if err != nil || r.Code != CodeBusy || r.Sig == nil {
+		t.Fatalf("overloaded reply to a non-member = %+v, %v", r, err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package room
 
 import (
+	"crypto/ecdh"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
@@ -13,11 +14,12 @@ import (
 const MaxRecordBytes = 32 << 10
 
 // Kinds of room record. Each kind says whose key must sign it: a roster the room's owner, a
-// presence or a projection the host it describes.
+// presence, a projection or a key record the host it describes.
 const (
 	KindRoster     = "roster"
 	KindPresence   = "presence"
 	KindProjection = "projection"
+	KindKey        = "key"
 )
 
 // recordDomain separates record signatures from call and reply signatures.
@@ -180,4 +182,51 @@ func OpenProjection(data []byte, provider HostID) (Projection, error) {
 		}
 	}
 	return p, nil
+}
+
+// KeyRecord binds a host's static X25519 public key to its identity: the host signs it with
+// its Ed25519 key, and a reader verifies it once against the host id, caches the key, and
+// verifies again only when the record changes. Calls and replies between two hosts are
+// authenticated with keys both derive from their two X25519 keys (see docs/rooms.md, trust).
+// Of two records of one host, the later Time wins, so a replayed old record cannot bring
+// back a replaced key.
+type KeyRecord struct {
+	Room string `json:"room"`
+	Host HostID `json:"host"`
+	// X25519 is the public key, standard padded base64 of 32 bytes.
+	X25519 string `json:"x25519"`
+	// Time is the writer's clock at writing, Unix milliseconds.
+	Time int64 `json:"time"`
+}
+
+// publicKey decodes the record's X25519 key.
+func (r *KeyRecord) publicKey() (*ecdh.PublicKey, bool) {
+	b, err := base64.StdEncoding.Strict().DecodeString(r.X25519)
+	if err != nil || len(b) != 32 {
+		return nil, false
+	}
+	pub, err := ecdh.X25519().NewPublicKey(b)
+	return pub, err == nil
+}
+
+// SignKeyRecord encodes the key record of key's host in room at t.
+func SignKeyRecord(key *HostKey, room string, t time.Time) ([]byte, error) {
+	if !ValidRoomID(room) {
+		return nil, newError(CodeInvalidRecord, "key record: bad room id")
+	}
+	return signRecord(key, KindKey, KeyRecord{
+		Room: room, Host: key.ID(), X25519: base64.StdEncoding.EncodeToString(key.kxPub[:]), Time: t.UnixMilli(),
+	})
+}
+
+// OpenKeyRecord verifies a key record of host and decodes it.
+func OpenKeyRecord(data []byte, host HostID) (KeyRecord, error) {
+	var r KeyRecord
+	if _, err := openRecord(data, KindKey, host, &r); err != nil {
+		return KeyRecord{}, err
+	}
+	if _, ok := r.publicKey(); r.Host != host || !ValidRoomID(r.Room) || !ok || r.Time <= 0 {
+		return KeyRecord{}, newError(CodeInvalidRecord, "key record of another host or with a bad key")
+	}
+	return r, nil
 }

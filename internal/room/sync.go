@@ -13,8 +13,9 @@ import (
 
 // Buckets and timings of room state on the bus.
 const (
-	// RoomsBucket holds each room's roster (key "<room>.roster", signed by the owner) and
-	// each provider's projection (key "<room>.projection.<host>", signed by the provider).
+	// RoomsBucket holds each room's roster (key "<room>.roster", signed by the owner), each
+	// provider's projection (key "<room>.projection.<host>", signed by the provider) and each
+	// member's key record (key "<room>.key.<host>", signed by the member).
 	RoomsBucket = "airlock_rooms"
 	// PresenceBucket holds presence records (key "<room>.<host>", signed by the host); its
 	// entries expire after PresenceTTL unless rewritten.
@@ -80,13 +81,24 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 		joined: make(map[string][]busport.Subscription), projections: make(map[string]map[HostID]Projection),
 		stop: make(chan struct{}),
 	}
+	cfg.Directory.setFetch(s.fetchKey)
 	s.wg.Go(s.refresh)
 	return s, nil
 }
 
-// Join starts following room, which the Directory must trust, and announces this host's
-// presence in it. When Join returns, the roster, presence and projections on the bus have
-// been applied.
+// fetchKey reads host's key record in room from the bus, for a member whose record the watch
+// has not delivered yet (it joined a moment ago).
+func (s *Sync) fetchKey(ctx context.Context, room string, host HostID) ([]byte, error) {
+	e, err := s.rooms.Get(ctx, room+".key."+string(host))
+	if err != nil {
+		return nil, err
+	}
+	return e.Value, nil
+}
+
+// Join starts following room, which the Directory must trust, writes this host's key record
+// into it and announces its presence. When Join returns, the roster, presence, projections
+// and key records on the bus have been applied.
 func (s *Sync) Join(ctx context.Context, room string) error {
 	if _, ok := s.dir.Owner(room); !ok {
 		return newError(CodeUnauthorized, "join: the room is not trusted")
@@ -123,6 +135,9 @@ func (s *Sync) Join(ctx context.Context, room string) error {
 		return undo(err)
 	}
 	subs = append(subs, sub)
+	if err := s.writeKey(ctx, room); err != nil {
+		return undo(err)
+	}
 	if err := s.announce(ctx, room); err != nil {
 		return undo(err)
 	}
@@ -202,6 +217,13 @@ func (s *Sync) roomEntry(room string, e busport.Entry) {
 		}
 		return
 	}
+	if host, ok := strings.CutPrefix(rest, "key."); ok {
+		if !e.Deleted && HostID(host).Valid() {
+			// A deletion revokes nothing (membership is the roster's), so it is ignored too.
+			_ = s.dir.ApplyKeyRecord(room, HostID(host), e.Value)
+		}
+		return
+	}
 	host, ok := strings.CutPrefix(rest, "projection.")
 	if !ok || !HostID(host).Valid() {
 		return
@@ -239,6 +261,19 @@ func (s *Sync) presenceEntry(room string, e busport.Entry) {
 	if p, err := OpenPresence(e.Value, HostID(host)); err == nil && p.Room == room {
 		s.dir.SetPresence(room, HostID(host), true)
 	}
+}
+
+// writeKey writes this host's key record in room, and applies it to the directory at once,
+// so that this host's calls to itself need not wait for the watch.
+func (s *Sync) writeKey(ctx context.Context, room string) error {
+	data, err := SignKeyRecord(s.key, room, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, err := s.rooms.Put(ctx, room+".key."+string(s.key.ID()), data); err != nil {
+		return fmt.Errorf("room: key record: %w", err)
+	}
+	return s.dir.ApplyKeyRecord(room, s.key.ID(), data)
 }
 
 // announce writes this host's presence record in room.

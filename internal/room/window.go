@@ -11,7 +11,7 @@ const (
 	// DuplicateWindowEntries is how many recent calls of one caller the provider remembers.
 	DuplicateWindowEntries = 64
 	// DuplicateWindow is how long a call is remembered after it was admitted: at least twice
-	// ClockWindow, so a call is remembered for as long as its signature would be accepted.
+	// ClockWindow, so a call is remembered for as long as its signing time would be accepted.
 	DuplicateWindow = 60 * time.Second
 	// MaxInFlightPerCaller bounds one caller's calls running at one provider.
 	MaxInFlightPerCaller = 4
@@ -19,7 +19,7 @@ const (
 
 // window is a provider's memory of recent calls: for each caller, the calls admitted in the
 // last DuplicateWindow, at most DuplicateWindowEntries, each with its recorded reply once it
-// ended. A call that comes again with the same request id and the same signed bytes is a
+// ended. A call that comes again with the same request id and the same authenticated bytes is a
 // retry and gets the recorded reply (waiting for it if the call is still running); the
 // invoker is never called twice for it.
 //
@@ -50,11 +50,11 @@ type entry struct {
 
 func newWindow() *window { return &window{callers: make(map[HostID]*callerWindow)} }
 
-// admit looks c up. It returns (e, true) for a retry of the admitted call e; (e, false) for a
+// admit looks c up by its request id and auth, c.AuthBytes(). It returns (e, true) for a retry of the admitted call e; (e, false) for a
 // newly admitted call, which the caller must end with finish; or an error: duplicate_request
 // or busy.
-func (w *window) admit(c *Call, now time.Time) (*entry, bool, error) {
-	digest := sha256.Sum256(c.SignedBytes())
+func (w *window) admit(c *Call, auth []byte, now time.Time) (*entry, bool, error) {
+	digest := sha256.Sum256(auth)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if now.Sub(w.swept) > DuplicateWindow {
