@@ -15,6 +15,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -336,5 +337,51 @@ func TestStartupRefusals(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != c.code {
 			t.Errorf("%+v: %v, want %s", c.cfg, err, c.code)
 		}
+	}
+}
+
+// TestQuarantinedGenerationAnswersItsRecoveryCode restarts the daemon under a running bridge.
+// The restarted daemon cannot give the session its adapter handle back, so it quarantines the
+// generation; the bridge redials, keeps the fs tools listed (reopening with a new grant brings
+// them back to life) and every call is an isError result carrying
+// tool_adapter_reprovision_required, retryable, with the session and the generation.
+func TestQuarantinedGenerationAnswersItsRecoveryCode(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.openMode(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat"), "new")
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	if r := cn.call(t, "fs_stat", map[string]any{"path": "."}); r.IsError {
+		t.Fatalf("before the restart: %s", text(r))
+	}
+
+	e.d.Stop()
+	d2 := daemontest.Start(t, daemontest.Options{Socket: e.d.Socket, StateDir: e.d.StateDir})
+	c2 := d2.Dial()
+	if r := call(t, c2, client.Command{Operation: "describeSession", SessionID: "agent"}); !r.OK {
+		t.Fatalf("describeSession after the restart: %v", r.Err())
+	}
+	if err := cn.b.Refresh(context.Background()); err != nil {
+		t.Fatalf("refresh after the restart: %v", err)
+	}
+	if tl := cn.tools(t); len(tl) != 1 || tl["fs_stat"] == nil {
+		t.Fatalf("tools of the quarantined generation: %v", tl)
+	}
+	r := cn.call(t, "fs_stat", map[string]any{"path": "."})
+	if got := errorCode(t, r); got != protocol.CodeReprovisionRequired {
+		t.Fatalf("fs_stat on the quarantined generation: %q %s", got, text(r))
+	}
+	var body struct {
+		Error struct {
+			Retryable bool           `json:"retryable"`
+			Details   map[string]any `json:"details"`
+		} `json:"error"`
+	}
+	b, _ := json.Marshal(r.StructuredContent)
+	json.Unmarshal(b, &body)
+	if !body.Error.Retryable || body.Error.Details["sessionId"] != "agent" || body.Error.Details["generation"] != 1.0 {
+		t.Fatalf("recovery error: %s", b)
+	}
+	if !strings.HasPrefix(text(r), "airlock: tool_adapter_reprovision_required: ") || !strings.HasSuffix(text(r), "(retryable)") {
+		t.Fatalf("text rendering: %q", text(r))
 	}
 }

@@ -115,12 +115,19 @@ func (p *fsService) grant(t *testing.T, host, root, session string, generation i
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// open opens session generation 1 with cwd and a tool descriptor.
+// open opens session generation 1 with cwd and a tool descriptor, in memory.
 func (e *env) open(t *testing.T, session, cwd string, desc json.RawMessage) {
+	t.Helper()
+	e.openMode(t, session, cwd, desc, "memory")
+}
+
+// openMode opens session generation 1 with cwd, a tool descriptor and a session mode ("new"
+// keeps a journal, so that a restarted daemon recovers the session).
+func (e *env) openMode(t *testing.T, session, cwd string, desc json.RawMessage, mode string) {
 	t.Helper()
 	p := map[string]any{
 		"cwd":     cwd,
-		"session": map[string]any{"mode": "memory"},
+		"session": map[string]any{"mode": mode},
 		"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none",
 			"contextFiles": "none", "tools": map[string]any{"mode": "host-adapter", "descriptor": desc}},
 	}
