@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, &sdk.ServerOptions{
 		Instructions: fmt.Sprintf("Tools of airlock session %q generation %d: the filesystem operations it was granted "+
 			"(paths relative to the granted directory) and the capabilities its operator named. Errors carry airlock's "+
-			"machine code in structuredContent.error.code.", cfg.SessionID, cfg.Generation),
+			"machine code in _meta[\"io.airlock/error\"].code.", cfg.SessionID, cfg.Generation),
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Logger:       log,
 	})

@@ -168,13 +168,13 @@ func TestTraversalRefusedByBothLayers(t *testing.T) {
 		if got := errorCode(t, r); got != c.code || strings.Contains(text(r), "SECRET") {
 			t.Errorf("fs_read %s: %s %q, want %s", c.path, got, text(r), c.code)
 		}
-		if errorDetails(r)["origin"] == "adapter" {
+		if errorDetails(t, r)["origin"] == "adapter" {
 			t.Errorf("fs_read %s reached the adapter", c.path)
 		}
 	}
 	skewed := e.connect(t, mcp.Config{SessionID: "skewed", Generation: 1})
 	r := skewed.call(t, "fs_read", map[string]any{"path": "esc/secret"})
-	if !r.IsError || strings.Contains(text(r), "SECRET") || errorDetails(r)["origin"] != "adapter" {
+	if !r.IsError || strings.Contains(text(r), "SECRET") || errorDetails(t, r)["origin"] != "adapter" {
 		t.Fatalf("airlock-fs did not refuse the link out of its root: %q %v", text(r), r.StructuredContent)
 	}
 }
@@ -370,16 +370,8 @@ func TestQuarantinedGenerationAnswersItsRecoveryCode(t *testing.T) {
 	if got := errorCode(t, r); got != protocol.CodeReprovisionRequired {
 		t.Fatalf("fs_stat on the quarantined generation: %q %s", got, text(r))
 	}
-	var body struct {
-		Error struct {
-			Retryable bool           `json:"retryable"`
-			Details   map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	b, _ := json.Marshal(r.StructuredContent)
-	json.Unmarshal(b, &body)
-	if !body.Error.Retryable || body.Error.Details["sessionId"] != "agent" || body.Error.Details["generation"] != 1.0 {
-		t.Fatalf("recovery error: %s", b)
+	if ae := airlockError(t, r); !ae.Retryable || ae.Details["sessionId"] != "agent" || ae.Details["generation"] != 1.0 {
+		t.Fatalf("recovery error: %+v", ae)
 	}
 	if !strings.HasPrefix(text(r), "airlock: tool_adapter_reprovision_required: ") || !strings.HasSuffix(text(r), "(retryable)") {
 		t.Fatalf("text rendering: %q", text(r))

@@ -229,21 +229,21 @@ func (b *Bridge) callAction(ctx context.Context, s toolSpec, fp string, args jso
 	}
 }
 
+// MetaError is the _meta member of an error result that carries airlock's error as an object
+// {code, message, retryable, details?}.
+const MetaError = "io.airlock/error"
+
 // errorResult renders an airlock error as a tool result: isError, a text line with the code
-// and the message, and structuredContent {"error": {code, message, retryable, details?}}.
+// and the message, and the error itself in _meta[MetaError]. It carries no structuredContent:
+// clients built on the TypeScript SDK validate structuredContent against the tool's
+// outputSchema even when isError is set, and reject a result that does not match it, so an
+// error object there would hide the error behind a protocol failure.
 func errorResult(e *protocol.Error) *sdk.CallToolResult {
-	body := struct {
-		Error *protocol.Error `json:"error"`
-	}{e}
-	raw, err := json.Marshal(body)
-	if err != nil {
-		raw = []byte(`{"error":{"code":"internal_error","message":"internal error","retryable":false}}`)
-	}
 	text := "airlock: " + e.Code + ": " + e.Message
 	if e.Retryable {
 		text += " (retryable)"
 	}
-	return &sdk.CallToolResult{IsError: true, StructuredContent: json.RawMessage(raw), Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+	return &sdk.CallToolResult{IsError: true, Meta: sdk.Meta{MetaError: e}, Content: []sdk.Content{&sdk.TextContent{Text: text}}}
 }
 
 // codeOf returns the airlock code of err, or "".

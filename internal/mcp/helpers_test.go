@@ -230,34 +230,44 @@ func (cn *conn) call(t *testing.T, name string, args any) *sdk.CallToolResult {
 	return res
 }
 
+// wireError is airlock's error as an error result's _meta carries it.
+type wireError struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details"`
+}
+
+// airlockError returns the error of an isError result, which must carry it in
+// _meta[mcp.MetaError] and must not carry structuredContent (that is the success schema's).
+func airlockError(t *testing.T, r *sdk.CallToolResult) wireError {
+	t.Helper()
+	if r.StructuredContent != nil {
+		t.Fatalf("an error result carries structuredContent: %v", r.StructuredContent)
+	}
+	var e wireError
+	b, _ := json.Marshal(r.Meta[mcp.MetaError])
+	if json.Unmarshal(b, &e) != nil || e.Code == "" {
+		t.Fatalf("error result without a code: %s", b)
+	}
+	return e
+}
+
 // errorCode returns the airlock code of an isError result, or "".
 func errorCode(t *testing.T, r *sdk.CallToolResult) string {
 	t.Helper()
 	if !r.IsError {
 		return ""
 	}
-	var body struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	b, _ := json.Marshal(r.StructuredContent)
-	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
-		t.Fatalf("error result without a code: %s", b)
-	}
-	return body.Error.Code
+	return airlockError(t, r).Code
 }
 
-func errorDetails(r *sdk.CallToolResult) map[string]any {
-	var body struct {
-		Error struct {
-			Details map[string]any `json:"details"`
-		} `json:"error"`
+func errorDetails(t *testing.T, r *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	if !r.IsError {
+		return nil
 	}
-	b, _ := json.Marshal(r.StructuredContent)
-	json.Unmarshal(b, &body)
-	return body.Error.Details
+	return airlockError(t, r).Details
 }
 
 func structured(t *testing.T, r *sdk.CallToolResult) map[string]any {
