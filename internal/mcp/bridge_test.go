@@ -377,3 +377,34 @@ func TestQuarantinedGenerationAnswersItsRecoveryCode(t *testing.T) {
 		t.Fatalf("text rendering: %q", text(r))
 	}
 }
+
+// TestIdenticalReadsInFlightTogether holds two identical fs_read calls in a scripted adapter
+// at once: both reach the adapter, under different idempotency keys, and both are answered.
+// (Sharing one key made the daemon refuse the second as a key already in flight.)
+func TestIdenticalReadsInFlightTogether(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	os.WriteFile(filepath.Join(e.root, "f.txt"), []byte("x"), 0o600)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	results := make(chan *sdk.CallToolResult, 2)
+	for range 2 {
+		go func() {
+			r, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "f.txt"}})
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	waitFor(t, "both invokes, or an answer", func() bool { return len(a.framesOf("invoke")) == 2 || len(results) > 0 })
+	a.unblock()
+	for range 2 {
+		if r := <-results; r == nil || r.IsError {
+			t.Fatalf("an identical read in flight: %v", r)
+		}
+	}
+	if inv := a.framesOf("invoke"); len(inv) != 2 || inv[0]["idempotencyKey"] == inv[1]["idempotencyKey"] {
+		t.Fatalf("the two reads reached the adapter as %d invokes: %v", len(inv), inv)
+	}
+}

@@ -40,15 +40,20 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		if req.Session != nil {
 			sessionID = req.Session.ID()
 		}
-		fp := callFingerprint(sessionID, s.tool.Name, args, explicit)
 		switch s.kind {
 		case kindFS:
-			return b.callFS(ctx, req, s, fp, args)
+			if explicit == "" && !writes(s.operation) {
+				// A read has no effect a retry could repeat: each call gets a key of its own,
+				// so that identical reads in flight together are not one call to the daemon,
+				// which refuses a key already in flight.
+				return b.callFS(ctx, req, s, "", args)
+			}
+			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		case kindObserve:
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, "")
 		default:
-			return b.callAction(ctx, s, fp, args)
+			return b.callAction(ctx, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		}
 	}
 }
@@ -85,13 +90,20 @@ func explicitKey(meta sdk.Meta) (string, error) {
 	return s, nil
 }
 
-// callFS runs one fs tool call through invokeTool. The call is tracked in the key table from
-// before it is sent until its outcome is known; a cancelled call is aborted in the daemon
-// (abortTool), which aborts the adapter request, and its key stays open for a retry.
+// writes reports whether an fs operation changes the tree.
+func writes(op string) bool { return op == tooladapter.OpWrite || op == tooladapter.OpEdit }
+
+// callFS runs one fs tool call through invokeTool. With a fingerprint fp, the call is tracked
+// in the key table from before it is sent until its outcome is known; a cancelled call is
+// aborted in the daemon (abortTool), which aborts the adapter request, and its key stays open
+// for a retry. Without one (a read), the call gets a fresh key.
 func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
-	e := b.keys.acquire(fp)
+	e := &keyEntry{key: b.keys.fresh()}
 	definite := false
-	defer func() { b.keys.release(fp, e, definite) }()
+	if fp != "" {
+		e = b.keys.acquire(fp)
+		defer func() { b.keys.release(fp, e, definite) }()
+	}
 
 	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
 	progress.send(0, "searching")
