@@ -408,3 +408,35 @@ func TestIdenticalReadsInFlightTogether(t *testing.T) {
 		t.Fatalf("the two reads reached the adapter as %d invokes: %v", len(inv), inv)
 	}
 }
+
+// TestManyLargeReadsAtOnce sends 16 reads of almost 1 MiB at once through one bridge, with the
+// daemon's default limits: every one is answered. (On one shared daemon connection, their
+// answers passed the daemon's 4 MiB outbound bound per connection, and it closed the
+// connection under all of them.)
+func TestManyLargeReadsAtOnce(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	const size = 1000 << 10
+	os.WriteFile(filepath.Join(e.root, "big.txt"), []byte(strings.Repeat("x", size)), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			r, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "big.txt", "maxBytes": size}})
+			switch {
+			case err != nil:
+			case r.IsError:
+				err = errors.New(text(r))
+			case len(text(r)) != size:
+				err = errors.New("short read")
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a read among 16 at once: %v", err)
+		}
+	}
+}

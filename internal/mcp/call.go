@@ -107,14 +107,22 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 
 	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
 	progress.send(0, "searching")
+	l, err := b.lease(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return errorResult(protocol.AsError(err)), nil
+	}
+	defer l.release()
 	rid := b.requestID()
-	resp, err := b.send(ctx, client.Command{
+	resp, err := l.send(ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
 		Payload: protocol.InvokeToolPayload{ToolCallID: e.key, Operation: s.operation, Arguments: args},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			b.abort(rid)
+			b.abort(l, rid)
 			return nil, ctx.Err()
 		}
 		return errorResult(protocol.AsError(err)), nil
@@ -170,13 +178,18 @@ type readResult struct {
 	EOF       bool   `json:"eof"`
 }
 
-// abort sends abortTool for the daemon request rid, on a detached context: the call's own
+// abort sends abortTool for the daemon request rid on the connection that carries it (the
+// daemon aborts only calls of the same connection), on a detached context: the call's own
 // context is done. The daemon answers the aborted invokeTool adapter_request_aborted, which
 // nobody reads any more.
-func (b *Bridge) abort(rid string) {
+func (b *Bridge) abort(l *lease, rid string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
 	defer cancel()
-	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpAbortTool, Payload: protocol.AbortToolPayload{RequestID: rid}}, nil); err != nil {
+	resp, err := l.send(ctx, client.Command{Operation: protocol.OpAbortTool, Payload: protocol.AbortToolPayload{RequestID: rid}})
+	if err == nil {
+		err = resp.Err()
+	}
+	if err != nil {
 		b.log.Debug("abortTool failed", "requestId", rid, "err", err)
 	}
 }
