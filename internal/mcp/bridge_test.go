@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -437,6 +438,29 @@ func TestManyLargeReadsAtOnce(t *testing.T) {
 	for range 16 {
 		if err := <-errs; err != nil {
 			t.Fatalf("a read among 16 at once: %v", err)
+		}
+	}
+}
+
+// TestAdapterConnectionOutlivesItsWriteDeadline writes a frame larger than the socket buffer to
+// airlock-fs (a 1 MiB fs_write, which the daemon finishes with a deadline of two request
+// timeouts), waits past that deadline, and calls again: the call is answered. (The deadline
+// stayed set, and the daemon's next non-blocking write failed on it, closing the adapter
+// session for good: every later call failed adapter_session_closed.)
+func TestAdapterConnectionOutlivesItsWriteDeadline(t *testing.T) {
+	e := startEnvWith(t, daemontest.Options{Args: []string{"--max-line-bytes", fmt.Sprint(4 << 20)}})
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.write,fs.stat",
+		"--timeout-ms", "250", "--max-request-bytes", fmt.Sprint(4<<20)))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	if r := cn.call(t, "fs_write", map[string]any{"path": "big.txt", "content": strings.Repeat("x", 1<<20), "create": true}); r.IsError {
+		t.Fatalf("1 MiB write: %s", text(r))
+	}
+	// A real socket deadline of a real process: only waiting past it shows it (2 × 250 ms).
+	time.Sleep(700 * time.Millisecond)
+	for range 3 {
+		if r := cn.call(t, "fs_stat", map[string]any{"path": "big.txt"}); r.IsError {
+			t.Fatalf("a call after the write deadline passed: %s", text(r))
 		}
 	}
 }
