@@ -38,7 +38,7 @@ const clientTimeout = 3 * time.Minute
 // npmBin returns the absolute path of node_modules/.bin. A test that needs the clients fails
 // when they are missing in CI (CI is set) and skips elsewhere: a developer who has not run
 // npm ci still gets the rest of the suite.
-func npmBin(t *testing.T, name string) string {
+func npmBin(t testing.TB, name string) string {
 	t.Helper()
 	bin, err := filepath.Abs(filepath.Join(clientsDir, "node_modules", ".bin"))
 	if err != nil {
@@ -58,7 +58,7 @@ func npmBin(t *testing.T, name string) string {
 
 // nodeCommand runs an installed client with the lock file's Node.js first on PATH and a
 // private HOME, so that nothing it writes (the Inspector keeps a catalog there) leaves the test.
-func nodeCommand(t *testing.T, ctx context.Context, name string, args ...string) *exec.Cmd {
+func nodeCommand(t testing.TB, ctx context.Context, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	bin := npmBin(t, name)
 	cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
