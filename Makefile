@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp mcp-clients clean
 
 all: build
 
@@ -50,6 +50,15 @@ bench-turns:
 # observe through airlockd against a stdio echo and an MCP Go SDK tools/call.
 bench-observe:
 	$(GO) test -run '^$$' -bench ObserveRoundTrip -benchtime 5000x ./internal/bench/
+
+# The real MCP clients and the reference filesystem server, pinned in package-lock.json (needs npm).
+mcp-clients:
+	npm ci --prefix internal/mcp/testdata/clients --no-audit --no-fund --loglevel=error
+
+# airlock mcp's fs tools against @modelcontextprotocol/server-filesystem, one go-sdk client, and
+# both servers' answers to the 2025 advisories of the reference (1–3 minutes).
+bench-mcp: mcp-clients
+	$(GO) test -run '^$$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
 
 clean:
 	rm -rf $(BIN)

@@ -5,9 +5,9 @@
 // against the session's grant and walks its paths, and the adapter confines it again.
 //
 // A Bridge serves any number of MCP sessions (one on stdio, many over Streamable HTTP, see
-// HTTPHandler) with one daemon connection. It polls the daemon for the session's grant and the
-// capabilities' availability and changes its tool list when they change, which the SDK
-// announces with notifications/tools/list_changed.
+// HTTPHandler) over at most maxConns daemon connections, each carrying one call at a time. It
+// polls the daemon for the session's grant and the capabilities' availability and changes its
+// tool list when they change, which the SDK announces with notifications/tools/list_changed.
 package mcp
 
 import (
@@ -46,9 +46,13 @@ const refreshTimeout = 10 * time.Second
 // context because the call's own context is already done.
 const abortTimeout = 5 * time.Second
 
-// maxInFlight bounds the daemon calls one Bridge has in flight, below the daemon's default
-// per-connection limit (64) so that polls and aborts always find room; further calls wait.
-const maxInFlight = 48
+// maxConns bounds the daemon connections of one Bridge, and so its daemon calls in flight:
+// each connection carries one call at a time (and its abort). The daemon closes a connection
+// whose unread answers pass its outbound bound (4 MiB by default), and one connection carrying
+// many large reads at once did (make bench-mcp, 16 reads of 1 MiB); one answer always fits.
+// 16 stays well below the daemon's default share of one process (32 connections); further
+// calls wait for a connection.
+const maxConns = 16
 
 // Config configures a Bridge.
 type Config struct {
@@ -73,10 +77,11 @@ type Bridge struct {
 	keys   *keyTable
 	prefix string // of daemon request ids
 	seq    atomic.Uint64
-	slots  chan struct{}
+	slots  chan struct{} // one per connection in use
 
-	dmu sync.Mutex
-	dc  *client.Client // the daemon connection; redialled when it ends
+	dmu     sync.Mutex
+	idle    []*client.Client // daemon connections that carry no call
+	dclosed bool
 
 	mu     sync.Mutex // guards the fields below and serializes refreshes
 	specs  map[string]toolSpec
@@ -104,7 +109,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 		log:    log,
 		keys:   newKeyTable(),
 		prefix: "mcp-" + rand.Text()[:12] + "-",
-		slots:  make(chan struct{}, maxInFlight),
+		slots:  make(chan struct{}, maxConns),
 		specs:  map[string]toolSpec{},
 		descs:  map[string]capadapter.Descriptor{},
 		stop:   make(chan struct{}),
@@ -112,7 +117,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, &sdk.ServerOptions{
 		Instructions: fmt.Sprintf("Tools of airlock session %q generation %d: the filesystem operations it was granted "+
 			"(paths relative to the granted directory) and the capabilities its operator named. Errors carry airlock's "+
-			"machine code in structuredContent.error.code.", cfg.SessionID, cfg.Generation),
+			"machine code in _meta[\"io.airlock/error\"].code.", cfg.SessionID, cfg.Generation),
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Logger:       log,
 	})
@@ -163,7 +168,7 @@ func (b *Bridge) Serve(ctx context.Context, t sdk.Transport) error {
 }
 
 // Close stops polling, waits for the capability calls still running (each bounded by the
-// daemon's own deadlines) and closes the daemon connection. It is idempotent.
+// daemon's own deadlines) and closes the daemon connections. It is idempotent.
 func (b *Bridge) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -181,32 +186,79 @@ func (b *Bridge) Close() error {
 func (b *Bridge) closeDaemon() {
 	b.dmu.Lock()
 	defer b.dmu.Unlock()
-	if b.dc != nil {
-		b.dc.Close()
-		b.dc = nil
+	b.dclosed = true
+	for _, dc := range b.idle {
+		dc.Close()
 	}
+	b.idle = nil
 }
 
-// daemon returns the daemon connection, dialling a new one when the last one ended (a
-// restarted daemon, or one that closed a connection it could not write to).
-func (b *Bridge) daemon(ctx context.Context) (*client.Client, error) {
-	b.dmu.Lock()
-	defer b.dmu.Unlock()
-	if b.dc != nil {
-		select {
-		case <-b.dc.Done():
-			b.dc.Close()
-			b.dc = nil
-		default:
-			return b.dc, nil
-		}
+// lease is one daemon connection, held by one call until release.
+type lease struct {
+	b      *Bridge
+	dc     *client.Client
+	broken bool
+}
+
+// lease takes a connection slot and an idle connection, dialling a new one when none is idle
+// (or the idle ones ended: a restarted daemon, or one that closed a connection).
+func (b *Bridge) lease(ctx context.Context) (*lease, error) {
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
+	b.dmu.Lock()
+	for len(b.idle) > 0 {
+		dc := b.idle[len(b.idle)-1]
+		b.idle = b.idle[:len(b.idle)-1]
+		select {
+		case <-dc.Done():
+			dc.Close()
+			continue
+		default:
+		}
+		b.dmu.Unlock()
+		return &lease{b: b, dc: dc}, nil
+	}
+	b.dmu.Unlock()
 	dc, err := client.Dial(ctx, b.cfg.Socket)
 	if err != nil {
+		<-b.slots
 		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "cannot reach airlockd at " + b.cfg.Socket, Retryable: true}
 	}
-	b.dc = dc
-	return dc, nil
+	return &lease{b: b, dc: dc}, nil
+}
+
+// release hands the connection back (or closes it, when it failed or the bridge closed) and
+// frees the slot.
+func (l *lease) release() {
+	b := l.b
+	b.dmu.Lock()
+	if l.broken || b.dclosed {
+		l.dc.Close()
+	} else {
+		b.idle = append(b.idle, l.dc)
+	}
+	b.dmu.Unlock()
+	<-b.slots
+}
+
+// send sends cmd on the lease's connection. Context errors come back as they are, so that a
+// caller can tell a cancellation from a failure.
+func (l *lease) send(ctx context.Context, cmd client.Command) (*client.Response, error) {
+	if cmd.RequestID == "" {
+		cmd.RequestID = l.b.requestID()
+	}
+	resp, err := l.dc.Call(ctx, cmd)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		l.broken = true
+		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "the connection to airlockd ended before its answer", Retryable: true}
+	}
+	return resp, nil
 }
 
 // CodeDaemonUnreachable is the code of a tool call the bridge could not deliver: the daemon's
@@ -226,30 +278,14 @@ func (b *Bridge) daemonCall(ctx context.Context, cmd client.Command, v any) erro
 	return resp.Decode(v)
 }
 
-// send takes an in-flight slot and sends cmd. Context errors come back as they are, so that a
-// caller can tell a cancellation from a failure.
+// send sends cmd on a leased connection (see lease.send).
 func (b *Bridge) send(ctx context.Context, cmd client.Command) (*client.Response, error) {
-	select {
-	case b.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-b.slots }()
-	dc, err := b.daemon(ctx)
+	l, err := b.lease(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if cmd.RequestID == "" {
-		cmd.RequestID = b.requestID()
-	}
-	resp, err := dc.Call(ctx, cmd)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "the connection to airlockd ended before its answer", Retryable: true}
-	}
-	return resp, nil
+	defer l.release()
+	return l.send(ctx, cmd)
 }
 
 func (b *Bridge) requestID() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -167,13 +169,13 @@ func TestTraversalRefusedByBothLayers(t *testing.T) {
 		if got := errorCode(t, r); got != c.code || strings.Contains(text(r), "SECRET") {
 			t.Errorf("fs_read %s: %s %q, want %s", c.path, got, text(r), c.code)
 		}
-		if errorDetails(r)["origin"] == "adapter" {
+		if errorDetails(t, r)["origin"] == "adapter" {
 			t.Errorf("fs_read %s reached the adapter", c.path)
 		}
 	}
 	skewed := e.connect(t, mcp.Config{SessionID: "skewed", Generation: 1})
 	r := skewed.call(t, "fs_read", map[string]any{"path": "esc/secret"})
-	if !r.IsError || strings.Contains(text(r), "SECRET") || errorDetails(r)["origin"] != "adapter" {
+	if !r.IsError || strings.Contains(text(r), "SECRET") || errorDetails(t, r)["origin"] != "adapter" {
 		t.Fatalf("airlock-fs did not refuse the link out of its root: %q %v", text(r), r.StructuredContent)
 	}
 }
@@ -335,6 +337,130 @@ func TestStartupRefusals(t *testing.T) {
 		var pe *protocol.Error
 		if !errors.As(err, &pe) || pe.Code != c.code {
 			t.Errorf("%+v: %v, want %s", c.cfg, err, c.code)
+		}
+	}
+}
+
+// TestQuarantinedGenerationAnswersItsRecoveryCode restarts the daemon under a running bridge.
+// The restarted daemon cannot give the session its adapter handle back, so it quarantines the
+// generation; the bridge redials, keeps the fs tools listed (reopening with a new grant brings
+// them back to life) and every call is an isError result carrying
+// tool_adapter_reprovision_required, retryable, with the session and the generation.
+func TestQuarantinedGenerationAnswersItsRecoveryCode(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.openMode(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat"), "new")
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	if r := cn.call(t, "fs_stat", map[string]any{"path": "."}); r.IsError {
+		t.Fatalf("before the restart: %s", text(r))
+	}
+
+	e.d.Stop()
+	d2 := daemontest.Start(t, daemontest.Options{Socket: e.d.Socket, StateDir: e.d.StateDir})
+	c2 := d2.Dial()
+	if r := call(t, c2, client.Command{Operation: "describeSession", SessionID: "agent"}); !r.OK {
+		t.Fatalf("describeSession after the restart: %v", r.Err())
+	}
+	if err := cn.b.Refresh(context.Background()); err != nil {
+		t.Fatalf("refresh after the restart: %v", err)
+	}
+	if tl := cn.tools(t); len(tl) != 1 || tl["fs_stat"] == nil {
+		t.Fatalf("tools of the quarantined generation: %v", tl)
+	}
+	r := cn.call(t, "fs_stat", map[string]any{"path": "."})
+	if got := errorCode(t, r); got != protocol.CodeReprovisionRequired {
+		t.Fatalf("fs_stat on the quarantined generation: %q %s", got, text(r))
+	}
+	if ae := airlockError(t, r); !ae.Retryable || ae.Details["sessionId"] != "agent" || ae.Details["generation"] != 1.0 {
+		t.Fatalf("recovery error: %+v", ae)
+	}
+	if !strings.HasPrefix(text(r), "airlock: tool_adapter_reprovision_required: ") || !strings.HasSuffix(text(r), "(retryable)") {
+		t.Fatalf("text rendering: %q", text(r))
+	}
+}
+
+// TestIdenticalReadsInFlightTogether holds two identical fs_read calls in a scripted adapter
+// at once: both reach the adapter, under different idempotency keys, and both are answered.
+// (Sharing one key made the daemon refuse the second as a key already in flight.)
+func TestIdenticalReadsInFlightTogether(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	os.WriteFile(filepath.Join(e.root, "f.txt"), []byte("x"), 0o600)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	results := make(chan *sdk.CallToolResult, 2)
+	for range 2 {
+		go func() {
+			r, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "f.txt"}})
+			if err != nil {
+				t.Error(err)
+			}
+			results <- r
+		}()
+	}
+	waitFor(t, "both invokes, or an answer", func() bool { return len(a.framesOf("invoke")) == 2 || len(results) > 0 })
+	a.unblock()
+	for range 2 {
+		if r := <-results; r == nil || r.IsError {
+			t.Fatalf("an identical read in flight: %v", r)
+		}
+	}
+	if inv := a.framesOf("invoke"); len(inv) != 2 || inv[0]["idempotencyKey"] == inv[1]["idempotencyKey"] {
+		t.Fatalf("the two reads reached the adapter as %d invokes: %v", len(inv), inv)
+	}
+}
+
+// TestManyLargeReadsAtOnce sends 16 reads of almost 1 MiB at once through one bridge, with the
+// daemon's default limits: every one is answered. (On one shared daemon connection, their
+// answers passed the daemon's 4 MiB outbound bound per connection, and it closed the
+// connection under all of them.)
+func TestManyLargeReadsAtOnce(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	const size = 1000 << 10
+	os.WriteFile(filepath.Join(e.root, "big.txt"), []byte(strings.Repeat("x", size)), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			r, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "big.txt", "maxBytes": size}})
+			switch {
+			case err != nil:
+			case r.IsError:
+				err = errors.New(text(r))
+			case len(text(r)) != size:
+				err = errors.New("short read")
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a read among 16 at once: %v", err)
+		}
+	}
+}
+
+// TestAdapterConnectionOutlivesItsWriteDeadline writes a frame larger than the socket buffer to
+// airlock-fs (a 1 MiB fs_write, which the daemon finishes with a deadline of two request
+// timeouts), waits past that deadline, and calls again: the call is answered. (The deadline
+// stayed set, and the daemon's next non-blocking write failed on it, closing the adapter
+// session for good: every later call failed adapter_session_closed.)
+func TestAdapterConnectionOutlivesItsWriteDeadline(t *testing.T) {
+	e := startEnvWith(t, daemontest.Options{Args: []string{"--max-line-bytes", fmt.Sprint(4 << 20)}})
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.write,fs.stat",
+		"--timeout-ms", "250", "--max-request-bytes", fmt.Sprint(4<<20)))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	if r := cn.call(t, "fs_write", map[string]any{"path": "big.txt", "content": strings.Repeat("x", 1<<20), "create": true}); r.IsError {
+		t.Fatalf("1 MiB write: %s", text(r))
+	}
+	// A real socket deadline of a real process: only waiting past it shows it (2 × 250 ms).
+	time.Sleep(700 * time.Millisecond)
+	for range 3 {
+		if r := cn.call(t, "fs_stat", map[string]any{"path": "big.txt"}); r.IsError {
+			t.Fatalf("a call after the write deadline passed: %s", text(r))
 		}
 	}
 }

@@ -40,15 +40,20 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		if req.Session != nil {
 			sessionID = req.Session.ID()
 		}
-		fp := callFingerprint(sessionID, s.tool.Name, args, explicit)
 		switch s.kind {
 		case kindFS:
-			return b.callFS(ctx, req, s, fp, args)
+			if explicit == "" && !writes(s.operation) {
+				// A read has no effect a retry could repeat: each call gets a key of its own,
+				// so that identical reads in flight together are not one call to the daemon,
+				// which refuses a key already in flight.
+				return b.callFS(ctx, req, s, "", args)
+			}
+			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		case kindObserve:
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, "")
 		default:
-			return b.callAction(ctx, s, fp, args)
+			return b.callAction(ctx, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		}
 	}
 }
@@ -85,24 +90,39 @@ func explicitKey(meta sdk.Meta) (string, error) {
 	return s, nil
 }
 
-// callFS runs one fs tool call through invokeTool. The call is tracked in the key table from
-// before it is sent until its outcome is known; a cancelled call is aborted in the daemon
-// (abortTool), which aborts the adapter request, and its key stays open for a retry.
+// writes reports whether an fs operation changes the tree.
+func writes(op string) bool { return op == tooladapter.OpWrite || op == tooladapter.OpEdit }
+
+// callFS runs one fs tool call through invokeTool. With a fingerprint fp, the call is tracked
+// in the key table from before it is sent until its outcome is known; a cancelled call is
+// aborted in the daemon (abortTool), which aborts the adapter request, and its key stays open
+// for a retry. Without one (a read), the call gets a fresh key.
 func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
-	e := b.keys.acquire(fp)
+	e := &keyEntry{key: b.keys.fresh()}
 	definite := false
-	defer func() { b.keys.release(fp, e, definite) }()
+	if fp != "" {
+		e = b.keys.acquire(fp)
+		defer func() { b.keys.release(fp, e, definite) }()
+	}
 
 	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
 	progress.send(0, "searching")
+	l, err := b.lease(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return errorResult(protocol.AsError(err)), nil
+	}
+	defer l.release()
 	rid := b.requestID()
-	resp, err := b.send(ctx, client.Command{
+	resp, err := l.send(ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
 		Payload: protocol.InvokeToolPayload{ToolCallID: e.key, Operation: s.operation, Arguments: args},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			b.abort(rid)
+			b.abort(l, rid)
 			return nil, ctx.Err()
 		}
 		return errorResult(protocol.AsError(err)), nil
@@ -112,21 +132,28 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		definite = pe.Details["indeterminate"] != true
 		return errorResult(pe), nil
 	}
+	unreadable := errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"})
+	definite = true
+	if s.operation == tooladapter.OpRead {
+		// The file's text is both the structured content and the text rendering. It is
+		// decoded once, and the SDK gets a Go value, which it encodes in one pass where it
+		// would validate and compact raw JSON at every level of its encoding: for a 1 MiB
+		// read that was most of the bridge's own time.
+		var r struct {
+			Data readResult `json:"data"`
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return unreadable, nil
+		}
+		return &sdk.CallToolResult{StructuredContent: r.Data, Content: []sdk.Content{&sdk.TextContent{Text: r.Data.Content}}}, nil
+	}
 	var res protocol.ToolResult
 	if err := json.Unmarshal(resp.Data, &res); err != nil {
-		return errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"}), nil
+		return unreadable, nil
 	}
-	definite = true
 	out := &sdk.CallToolResult{StructuredContent: res.Data}
 	text := string(res.Data)
 	switch s.operation {
-	case tooladapter.OpRead:
-		var r struct {
-			Content string `json:"content"`
-		}
-		if json.Unmarshal(res.Data, &r) == nil {
-			text = r.Content
-		}
 	case tooladapter.OpSearch:
 		var r struct {
 			Matches   []json.RawMessage `json:"matches"`
@@ -144,13 +171,25 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 	return out, nil
 }
 
-// abort sends abortTool for the daemon request rid, on a detached context: the call's own
+// readResult is fs.read's result, as its output schema has it.
+type readResult struct {
+	Content   string `json:"content"`
+	BytesRead int64  `json:"bytesRead"`
+	EOF       bool   `json:"eof"`
+}
+
+// abort sends abortTool for the daemon request rid on the connection that carries it (the
+// daemon aborts only calls of the same connection), on a detached context: the call's own
 // context is done. The daemon answers the aborted invokeTool adapter_request_aborted, which
 // nobody reads any more.
-func (b *Bridge) abort(rid string) {
+func (b *Bridge) abort(l *lease, rid string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
 	defer cancel()
-	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpAbortTool, Payload: protocol.AbortToolPayload{RequestID: rid}}, nil); err != nil {
+	resp, err := l.send(ctx, client.Command{Operation: protocol.OpAbortTool, Payload: protocol.AbortToolPayload{RequestID: rid}})
+	if err == nil {
+		err = resp.Err()
+	}
+	if err != nil {
 		b.log.Debug("abortTool failed", "requestId", rid, "err", err)
 	}
 }
@@ -229,21 +268,21 @@ func (b *Bridge) callAction(ctx context.Context, s toolSpec, fp string, args jso
 	}
 }
 
+// MetaError is the _meta member of an error result that carries airlock's error as an object
+// {code, message, retryable, details?}.
+const MetaError = "io.airlock/error"
+
 // errorResult renders an airlock error as a tool result: isError, a text line with the code
-// and the message, and structuredContent {"error": {code, message, retryable, details?}}.
+// and the message, and the error itself in _meta[MetaError]. It carries no structuredContent:
+// clients built on the TypeScript SDK validate structuredContent against the tool's
+// outputSchema even when isError is set, and reject a result that does not match it, so an
+// error object there would hide the error behind a protocol failure.
 func errorResult(e *protocol.Error) *sdk.CallToolResult {
-	body := struct {
-		Error *protocol.Error `json:"error"`
-	}{e}
-	raw, err := json.Marshal(body)
-	if err != nil {
-		raw = []byte(`{"error":{"code":"internal_error","message":"internal error","retryable":false}}`)
-	}
 	text := "airlock: " + e.Code + ": " + e.Message
 	if e.Retryable {
 		text += " (retryable)"
 	}
-	return &sdk.CallToolResult{IsError: true, StructuredContent: json.RawMessage(raw), Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+	return &sdk.CallToolResult{IsError: true, Meta: sdk.Meta{MetaError: e}, Content: []sdk.Content{&sdk.TextContent{Text: text}}}
 }
 
 // codeOf returns the airlock code of err, or "".

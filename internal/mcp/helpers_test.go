@@ -35,7 +35,7 @@ type env struct {
 	root string // the grant root and the session's cwd
 }
 
-func call(t *testing.T, c *client.Client, cmd client.Command) *client.Response {
+func call(t testing.TB, c *client.Client, cmd client.Command) *client.Response {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -48,9 +48,15 @@ func call(t *testing.T, c *client.Client, cmd client.Command) *client.Response {
 
 func gen(n int64) *int64 { return &n }
 
-func startEnv(t *testing.T) *env {
+func startEnv(t testing.TB) *env {
 	t.Helper()
-	d := daemontest.Start(t, daemontest.Options{})
+	return startEnvWith(t, daemontest.Options{})
+}
+
+// startEnvWith is startEnv with a daemon started with opts.
+func startEnvWith(t testing.TB, opts daemontest.Options) *env {
+	t.Helper()
+	d := daemontest.Start(t, opts)
 	c := d.Dial()
 	t.Cleanup(func() { c.Close() })
 	e := &env{d: d, c: c, host: call(t, c, client.Command{Operation: "handshake"}).HostInstanceID}
@@ -66,7 +72,7 @@ type fsService struct {
 	bin, socket, admin string
 }
 
-func startFS(t *testing.T) *fsService {
+func startFS(t testing.TB) *fsService {
 	t.Helper()
 	dir := daemontest.ShortDir(t)
 	p := &fsService{bin: daemontest.Binary(t, "airlock-fs"), socket: filepath.Join(dir, "fs.sock"), admin: filepath.Join(dir, "admin.sock")}
@@ -102,7 +108,7 @@ func startFS(t *testing.T) *fsService {
 }
 
 // grant mints a grant of root for session/generation and returns its descriptor.
-func (p *fsService) grant(t *testing.T, host, root, session string, generation int64, ops string, extra ...string) json.RawMessage {
+func (p *fsService) grant(t testing.TB, host, root, session string, generation int64, ops string, extra ...string) json.RawMessage {
 	t.Helper()
 	args := append([]string{"grant", "--admin-socket", p.admin, "--root", root, "--host-instance", host,
 		"--session", session, "--generation", itoa(generation), "--operations", ops}, extra...)
@@ -115,12 +121,19 @@ func (p *fsService) grant(t *testing.T, host, root, session string, generation i
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// open opens session generation 1 with cwd and a tool descriptor.
-func (e *env) open(t *testing.T, session, cwd string, desc json.RawMessage) {
+// open opens session generation 1 with cwd and a tool descriptor, in memory.
+func (e *env) open(t testing.TB, session, cwd string, desc json.RawMessage) {
+	t.Helper()
+	e.openMode(t, session, cwd, desc, "memory")
+}
+
+// openMode opens session generation 1 with cwd, a tool descriptor and a session mode ("new"
+// keeps a journal, so that a restarted daemon recovers the session).
+func (e *env) openMode(t testing.TB, session, cwd string, desc json.RawMessage, mode string) {
 	t.Helper()
 	p := map[string]any{
 		"cwd":     cwd,
-		"session": map[string]any{"mode": "memory"},
+		"session": map[string]any{"mode": mode},
 		"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none",
 			"contextFiles": "none", "tools": map[string]any{"mode": "host-adapter", "descriptor": desc}},
 	}
@@ -223,34 +236,44 @@ func (cn *conn) call(t *testing.T, name string, args any) *sdk.CallToolResult {
 	return res
 }
 
+// wireError is airlock's error as an error result's _meta carries it.
+type wireError struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details"`
+}
+
+// airlockError returns the error of an isError result, which must carry it in
+// _meta[mcp.MetaError] and must not carry structuredContent (that is the success schema's).
+func airlockError(t *testing.T, r *sdk.CallToolResult) wireError {
+	t.Helper()
+	if r.StructuredContent != nil {
+		t.Fatalf("an error result carries structuredContent: %v", r.StructuredContent)
+	}
+	var e wireError
+	b, _ := json.Marshal(r.Meta[mcp.MetaError])
+	if json.Unmarshal(b, &e) != nil || e.Code == "" {
+		t.Fatalf("error result without a code: %s", b)
+	}
+	return e
+}
+
 // errorCode returns the airlock code of an isError result, or "".
 func errorCode(t *testing.T, r *sdk.CallToolResult) string {
 	t.Helper()
 	if !r.IsError {
 		return ""
 	}
-	var body struct {
-		Error struct {
-			Code    string         `json:"code"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-	}
-	b, _ := json.Marshal(r.StructuredContent)
-	if json.Unmarshal(b, &body) != nil || body.Error.Code == "" {
-		t.Fatalf("error result without a code: %s", b)
-	}
-	return body.Error.Code
+	return airlockError(t, r).Code
 }
 
-func errorDetails(r *sdk.CallToolResult) map[string]any {
-	var body struct {
-		Error struct {
-			Details map[string]any `json:"details"`
-		} `json:"error"`
+func errorDetails(t *testing.T, r *sdk.CallToolResult) map[string]any {
+	t.Helper()
+	if !r.IsError {
+		return nil
 	}
-	b, _ := json.Marshal(r.StructuredContent)
-	json.Unmarshal(b, &body)
-	return body.Error.Details
+	return airlockError(t, r).Details
 }
 
 func structured(t *testing.T, r *sdk.CallToolResult) map[string]any {
@@ -364,6 +387,9 @@ func (a *scripted) serve(c net.Conn) {
 					reply[k] = f[k]
 				}
 				reply["data"] = map[string]any{"created": true, "bytesWritten": 1, "digest": strings.Repeat("a", 64)}
+				if f["operation"] == "fs.read" {
+					reply["data"] = map[string]any{"content": "x", "bytesRead": 1, "eof": true}
+				}
 				write(reply)
 			})
 		case "abort":

@@ -28,7 +28,12 @@ import (
 //     open for keyTTL: the next identical call reuses it, so the adapter answers it from its
 //     idempotency memory (airlock-fs replays a finished write's outcome, joins a running one,
 //     and runs again only what failed retryably) and the write happens at most once.
-//   - Identical calls in flight together share one key.
+//   - Identical calls in flight together share one key; the daemon runs the first and refuses
+//     the others while it runs (adapter_request_invalid, retryable), and their retry is
+//     answered from the adapter's memory.
+//   - Reads (fs.list, fs.stat, fs.read, fs.search) without a client-named key are not keyed:
+//     each call gets a fresh key, since repeating a read repeats nothing, and identical reads
+//     in flight together must both be answered.
 //
 // A client that knows better names the call itself with _meta["io.airlock/idempotencyKey"]:
 // then the key derives from the session generation, the tool and that name alone, and holds
@@ -97,6 +102,16 @@ func canonicalJSON(raw json.RawMessage) []byte {
 		return raw
 	}
 	return b
+}
+
+// fresh returns a new key that no call shares.
+func (t *keyTable) fresh() string {
+	t.mu.Lock()
+	t.seq++
+	seq := t.seq
+	t.mu.Unlock()
+	sum := sha256.Sum256([]byte(t.nonce + "\x00" + strconv.FormatUint(seq, 10) + "\x00fresh"))
+	return "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // acquire returns the key of fp: the open or in-use one, or a new one.

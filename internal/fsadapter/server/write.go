@@ -29,6 +29,9 @@ func (c *conn) send(b []byte) bool {
 	if err == nil && n < len(b) {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 		_, err = c.nc.Write(b[n:])
+		// Cleared again: the next frame's first attempt sets no deadline, and a past one
+		// fails it.
+		_ = c.nc.SetWriteDeadline(time.Time{})
 	}
 	if err != nil {
 		c.broken = true

@@ -77,6 +77,8 @@ func (c *Conn) writeLoop() {
 func (c *Conn) write(batch net.Buffers) bool {
 	_ = c.nc.SetWriteDeadline(time.Now().Add(writeTimeoutFactor * c.timeout))
 	_, err := batch.WriteTo(c.nc)
+	// Cleared again: writeDirect sets no deadline, and a past one fails its write.
+	_ = c.nc.SetWriteDeadline(time.Time{})
 	c.mu.Lock()
 	defer c.unlock()
 	c.writing = false
