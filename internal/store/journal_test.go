@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -607,8 +608,8 @@ func TestOpenMigratesToJournal(t *testing.T) {
 	}
 	s.Close()
 	rawView(t, s.Path(), func(tx *bolt.Tx) error {
-		if v := string(tx.Bucket(bucketMeta).Get(keySchemaVersion)); v != "3" {
-			t.Errorf("schemaVersion = %q, want 3", v)
+		if v := string(tx.Bucket(bucketMeta).Get(keySchemaVersion)); v != strconv.Itoa(latestSchema()) {
+			t.Errorf("schemaVersion = %q, want %d", v, latestSchema())
 		}
 		return nil
 	})

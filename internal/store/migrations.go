@@ -20,6 +20,10 @@ var (
 	bucketRegistrations = []byte("registrations")
 	// bucketJournal holds one nested bucket of wake journal entries per session (schema 3).
 	bucketJournal = []byte("journal")
+	// bucketRooms holds the rooms this host created or joined (schema 4).
+	bucketRooms = []byte("rooms")
+	// bucketPublications holds this host's publications of capabilities into rooms (schema 4).
+	bucketPublications = []byte("publications")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -45,6 +49,7 @@ var migrations = []migration{
 	{version: 1, name: "create catalog and manifests buckets", migrate: migrateV1},
 	{version: 2, name: "create registrations bucket", migrate: migrateV2},
 	{version: 3, name: "create journal bucket", migrate: migrateV3},
+	{version: 4, name: "create rooms and publications buckets", migrate: migrateV4},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -66,6 +71,15 @@ func migrateV2(tx *bolt.Tx) error {
 func migrateV3(tx *bolt.Tx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketJournal); err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketJournal, err)
+	}
+	return nil
+}
+
+func migrateV4(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketRooms, bucketPublications} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
 	}
 	return nil
 }
@@ -161,7 +175,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}

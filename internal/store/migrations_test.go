@@ -68,6 +68,27 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v4 creates rooms and publications and keeps registrations",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketRegistrations).Put([]byte("a"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			for _, name := range [][]byte{bucketRooms, bucketPublications} {
+				b := tx.Bucket(name)
+				if b == nil {
+					return fmt.Errorf("bucket %s missing", name)
+				}
+				if k, _ := b.Cursor().First(); k != nil {
+					return fmt.Errorf("bucket %s is not empty", name)
+				}
+			}
+			if got := string(tx.Bucket(bucketRegistrations).Get([]byte("a"))); got != `{"kept":true}` {
+				return fmt.Errorf("registrations/a = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // TestMigrations runs every migration on a database at the schema before it. It fails when a
