@@ -18,6 +18,9 @@ import (
 type adapterHost struct {
 	sup   *capclient.Supervisor
 	store *store.Store
+	// withdraw withdraws capabilities from every room before their adapter is replaced or
+	// removed, so that no room call reaches the new or the stopping child.
+	withdraw func(capabilities []string)
 
 	// mu serializes register and remove with their persistence, so the store and the
 	// supervisor never disagree about which registration is current.
@@ -52,6 +55,9 @@ type RegisterResult struct {
 func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterPayload) (*RegisterResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if old, ok := a.status(p.Name); ok && a.withdraw != nil {
+		a.withdraw(old.Capabilities)
+	}
 	reg, err := a.sup.Register(ctx, capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args})
 	if err != nil {
 		return nil, adapterError(err, false)
@@ -76,6 +82,9 @@ type RemoveResult struct {
 func (a *adapterHost) remove(ctx context.Context, name string) (*RemoveResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if old, ok := a.status(name); ok && a.withdraw != nil {
+		a.withdraw(old.Capabilities)
+	}
 	stored, err := a.store.DeleteRegistration(name)
 	if err != nil {
 		return nil, err

@@ -40,6 +40,9 @@ type Config struct {
 	// Turns bounds agent turns; zero members take the session package's defaults.
 	Turns TurnLimits
 
+	// Rooms configures the room service; nil runs none.
+	Rooms *RoomsConfig
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
@@ -163,7 +166,7 @@ func Start(cfg Config) (*Daemon, error) {
 		RecoveryTimeout:     turns.RecoveryTimeout,
 	})
 	d.srv.sessions = d.sessions
-	d.srv.adapters = &adapterHost{sup: sup, store: st}
+	d.srv.adapters = &adapterHost{sup: sup, store: st, withdraw: d.srv.withdraw}
 
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
@@ -199,6 +202,7 @@ func Start(cfg Config) (*Daemon, error) {
 		if n > 0 {
 			d.log.Info("capability adapters restored", "adapters", n)
 		}
+		d.startRooms(ctx)
 	}()
 	return d, nil
 }
@@ -232,6 +236,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		d.stopRooms()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)
 		}

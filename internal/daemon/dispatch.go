@@ -162,6 +162,12 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
 		return s.runAdapters(ctx, cmd)
 
+	case protocol.OpRoomStatus, protocol.OpCreateRoom, protocol.OpListRooms, protocol.OpShowRoom, protocol.OpCloseRoom,
+		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpPublishCapability, protocol.OpUnpublishCapability,
+		protocol.OpListRoomCapabilities, protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability,
+		protocol.OpListApprovals, protocol.OpDecideApproval:
+		return s.runRooms(ctx, cmd)
+
 	case protocol.OpWake:
 		var p protocol.WakePayload
 		if e := protocol.DecodePayload(cmd, &p); e != nil {

@@ -365,13 +365,38 @@ func asError(err error) error {
 	}
 	var re *room.Error
 	if errors.As(err, &re) {
-		return &Error{code: re.Code, msg: re.Detail, cause: err}
+		msg := re.Detail
+		if msg == "" {
+			msg = remoteMessage(re.Code)
+		}
+		return &Error{code: re.Code, msg: msg, cause: err}
 	}
 	var ce *capadapter.Error
 	if errors.As(err, &ce) {
 		return &Error{code: capadapter.WireCode(err), msg: ce.Error(), cause: err}
 	}
 	return &Error{code: room.CodeInternal, msg: "internal error", cause: err}
+}
+
+// remoteMessage describes a code a provider answered with, which comes without detail.
+func remoteMessage(code string) string {
+	switch code {
+	case room.CodeUnauthorized:
+		return "the provider did not authorize the call"
+	case room.CodeUnavailable:
+		return "the capability or its provider is unavailable"
+	case room.CodeBusy:
+		return "the provider is busy; try again"
+	case room.CodeTimeout:
+		return "no result within the call deadline"
+	case room.CodeApprovalDenied:
+		return "the provider's operator denied the call"
+	case room.CodeApprovalTimeout:
+		return "the provider's operator did not decide in time"
+	case room.CodeDuplicateRequest:
+		return "the request id was used for another call"
+	}
+	return "the provider answered " + code
 }
 
 func codeOf(err error) string {
