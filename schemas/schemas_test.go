@@ -570,6 +570,10 @@ var baseAgreementCases = []agreementCase{
 	// open payload, both versions.
 	{"open v1", 1, openLine("1.0", openPayload("")), true},
 	{"open v2", 2, openLine("2.0", openPayload("")), true},
+	{"open v2 with room", 2, openLine("2.0", openPayload(`"room":"home"`)), true},
+	{"open v2 room number", 2, openLine("2.0", openPayload(`"room":7`)), false},
+	{"open v2 room grammar", 2, openLine("2.0", openPayload(`"room":"Home"`)), false},
+	{"open v1 room ignored", 1, openLine("1.0", openPayload(`"room":7`)), true},
 	{"open full v1", 1, openLine("1.0", openPayload(`"name":"Büro","agentDir":"/home/a/.agent","model":{"provider":"openai","id":"gpt-x","thinkingLevel":"high"}`)), true},
 	{"open without generation", 1, line("1.0", "open", `"sessionId":"s"`, openPayload("")), false},
 	{"open with idempotencyKey", 1, line("1.0", "open", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, openPayload("")), true},

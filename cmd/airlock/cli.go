@@ -41,7 +41,7 @@ func commandTable() []command {
 		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
 		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
 			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
-			"      [--system-prompt-file F] [--descriptor FILE|-] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter", (*app).sessionOpen},
+			"      [--system-prompt-file F] [--descriptor FILE|-] [--room R] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --room the room's published capabilities", (*app).sessionOpen},
 		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},

@@ -164,6 +164,7 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxToolOutputBytes:  turns.MaxToolOutputBytes,
 		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
 		RecoveryTimeout:     turns.RecoveryTimeout,
+		RoomTools:           d.srv.roomTools,
 	})
 	d.srv.sessions = d.sessions
 	d.srv.adapters = &adapterHost{sup: sup, store: st, withdraw: d.srv.withdraw}

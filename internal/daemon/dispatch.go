@@ -79,6 +79,9 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		if e != nil {
 			return nil, e
 		}
+		if e := s.checkOpenRoom(policy.Room); e != nil {
+			return nil, e
+		}
 		req := sessionOpen(cmd, policy)
 		if raw := p.ToolDescriptor(); raw != nil {
 			d, e := tooladapter.ParseDescriptor(raw, tooladapter.Binding{

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
+	"github.com/airlockhq/airlock/internal/turn"
 )
 
 // RoomsConfig configures the daemon's room service; a nil *RoomsConfig runs none.
@@ -59,6 +60,46 @@ func (s *Server) withdraw(capabilities []string) {
 	if svc := s.rooms.Load(); svc != nil && len(capabilities) > 0 {
 		svc.Withdraw(capabilities)
 	}
+}
+
+// roomTools gives a session's turns the tools of its room. The room service may start after
+// the session (it starts once recovery is done), so it is looked up at each turn; a turn
+// without it, or of a room this host left, offers no room tools.
+func (s *Server) roomTools(roomID string) turn.RoomTools { return &sessionRoom{srv: s, room: roomID} }
+
+type sessionRoom struct {
+	srv  *Server
+	room string
+}
+
+func (r *sessionRoom) Tools(ctx context.Context) []turn.RoomTool {
+	if svc := r.srv.rooms.Load(); svc != nil {
+		return svc.AgentTools(r.room).Tools(ctx)
+	}
+	return nil
+}
+
+func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMessage) (json.RawMessage, *protocol.Error) {
+	svc := r.srv.rooms.Load()
+	if svc == nil {
+		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+	}
+	return svc.AgentTools(r.room).Call(ctx, t, args)
+}
+
+// checkOpenRoom refuses an open that names a room this host is not in.
+func (s *Server) checkOpenRoom(roomID string) *protocol.Error {
+	if roomID == "" {
+		return nil
+	}
+	svc := s.rooms.Load()
+	if svc == nil {
+		return protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+	}
+	if !svc.InRoom(roomID) {
+		return protocol.Errorf(roomhost.CodeUnknownRoom, "this host is not in that room")
+	}
+	return nil
 }
 
 // RoomResult is the data of createRoom and joinRoom.
