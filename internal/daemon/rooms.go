@@ -304,9 +304,9 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		var raw json.RawMessage
 		var err error
 		if invoke {
-			raw, err = svc.Invoke(ctx, p.Room, room.HostID(p.Provider), p.CapabilityID, p.Action, p.Args)
+			raw, err = svc.Invoke(ctx, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
 		} else {
-			raw, err = svc.Observe(ctx, p.Room, room.HostID(p.Provider), p.CapabilityID)
+			raw, err = svc.Observe(ctx, p.Room, p.Provider, p.CapabilityID)
 		}
 		if err != nil {
 			return nil, err

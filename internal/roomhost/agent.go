@@ -117,9 +117,9 @@ func (a *agentTools) Call(ctx context.Context, t turn.RoomTool, args json.RawMes
 	var res json.RawMessage
 	var err error
 	if t.Action == "" {
-		res, err = a.s.Observe(ctx, t.Room, room.HostID(t.Provider), t.Capability)
+		res, err = a.s.Observe(ctx, t.Room, t.Provider, t.Capability)
 	} else {
-		res, err = a.s.Invoke(ctx, t.Room, room.HostID(t.Provider), t.Capability, t.Action, args)
+		res, err = a.s.Invoke(ctx, t.Room, t.Provider, t.Capability, t.Action, args)
 	}
 	if err != nil {
 		e := &protocol.Error{Code: room.CodeInternal, Message: "internal error"}

@@ -53,20 +53,20 @@ type Approval struct {
 	Expires    time.Time   `json:"expiresAt"`
 }
 
-// Observe observes capability of provider in room id, as a caller: the call is signed by
+// Observe observes capability of provider (a host id) in room id, as a caller: the call is signed by
 // this host and authorized by the provider.
-func (s *Service) Observe(ctx context.Context, id string, provider room.HostID, capability string) (json.RawMessage, error) {
-	return s.call(ctx, room.Request{Room: id, Provider: provider, Capability: capability, Operation: room.Observe})
+func (s *Service) Observe(ctx context.Context, id, provider, capability string) (json.RawMessage, error) {
+	return s.call(ctx, room.Request{Room: id, Provider: room.HostID(provider), Capability: capability, Operation: room.Observe})
 }
 
 // Invoke invokes action of capability of provider in room id with args (a JSON object;
 // empty means {}), as a caller. A publication with per-call approval makes the call wait,
 // up to Config.ApprovalWait, for the provider's operator.
-func (s *Service) Invoke(ctx context.Context, id string, provider room.HostID, capability, action string, args json.RawMessage) (json.RawMessage, error) {
+func (s *Service) Invoke(ctx context.Context, id, provider, capability, action string, args json.RawMessage) (json.RawMessage, error) {
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	return s.call(ctx, room.Request{Room: id, Provider: provider, Capability: capability, Operation: room.Invoke,
+	return s.call(ctx, room.Request{Room: id, Provider: room.HostID(provider), Capability: capability, Operation: room.Invoke,
 		Action: action, Args: args})
 }
 

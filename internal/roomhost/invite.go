@@ -213,20 +213,9 @@ func (h *joinHandler) Overloaded(string, []byte) []byte {
 // unused invite of the room, which it uses up whatever follows.
 func (s *Service) admit(ctx context.Context, subject string, payload []byte, now time.Time) joinReply {
 	refuse := joinReply{Code: CodeInvalidJoinCode}
-	var req joinRequest
-	if len(payload) > maxJoinBytes || ndjson.Decode(payload, &req, ndjson.Closed) != nil ||
-		!room.ValidRoomID(req.Room) || !req.Host.Valid() || subject != joinSubject(req.Room, s.key.ID()) {
-		return joinReply{Code: room.CodeInvalidRequest}
-	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(req.Sig)
-	t := time.UnixMilli(req.Time)
-	if err != nil || !ed25519.Verify(req.Host.PublicKey(), joinMessage(&req), sig) ||
-		t.Before(now.Add(-room.ClockWindow)) || t.After(now.Add(room.ClockWindow)) {
-		return joinReply{Code: room.CodeUnauthorized}
-	}
-	secret, err := base64.RawURLEncoding.Strict().DecodeString(req.Secret)
-	if err != nil || len(secret) != secretBytes {
-		return refuse
+	req, secret, code := decodeJoin(subject, s.key.ID(), payload, now)
+	if code != "" {
+		return joinReply{Code: code}
 	}
 	h := sha256.Sum256(secret)
 	s.mu.Lock()
@@ -239,7 +228,7 @@ func (s *Service) admit(ctx context.Context, subject string, payload []byte, now
 	}
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
-	rec, err = s.addMember(ctx, req.Room, req.Host, inv.name)
+	rec, err := s.addMember(ctx, req.Room, req.Host, inv.name)
 	if err != nil {
 		return joinReply{Code: codeOf(err)}
 	}
@@ -249,6 +238,29 @@ func (s *Service) admit(ctx context.Context, subject string, payload []byte, now
 	}
 	s.log.Info("room member joined", "room", req.Room, "host", req.Host)
 	return joinReply{Roster: data}
+}
+
+// decodeJoin decodes and checks a join request to owner on subject at now: strictly decoded
+// and bounded, addressed to owner on the subject of its room, signed by the joining host
+// within the clock window, with a secret of the code's size. It returns the request and its
+// secret, or the code to answer with.
+func decodeJoin(subject string, owner room.HostID, payload []byte, now time.Time) (*joinRequest, []byte, string) {
+	var req joinRequest
+	if len(payload) > maxJoinBytes || ndjson.Decode(payload, &req, ndjson.Closed) != nil ||
+		!room.ValidRoomID(req.Room) || !req.Host.Valid() || subject != joinSubject(req.Room, owner) {
+		return nil, nil, room.CodeInvalidRequest
+	}
+	sig, err := base64.StdEncoding.Strict().DecodeString(req.Sig)
+	t := time.UnixMilli(req.Time)
+	if err != nil || !ed25519.Verify(req.Host.PublicKey(), joinMessage(&req), sig) ||
+		t.Before(now.Add(-room.ClockWindow)) || t.After(now.Add(room.ClockWindow)) {
+		return nil, nil, room.CodeUnauthorized
+	}
+	secret, err := base64.RawURLEncoding.Strict().DecodeString(req.Secret)
+	if err != nil || len(secret) != secretBytes {
+		return nil, nil, CodeInvalidJoinCode
+	}
+	return &req, secret, ""
 }
 
 // addMember adds host to the roster of room id (owned by this host), persists it and

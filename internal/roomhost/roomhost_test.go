@@ -183,19 +183,19 @@ func TestTwoHostsPublishInvokeWithdraw(t *testing.T) {
 		t.Fatalf("Room = %+v, %v", d, err)
 	}
 
-	res, err := b.svc.Observe(bg, "home", a.svc.HostID(), "lamp")
+	res, err := b.svc.Observe(bg, "home", string(a.svc.HostID()), "lamp")
 	if err != nil || string(res) != `{"on":true}` {
 		t.Fatalf("observe = %s, %v", res, err)
 	}
-	res, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
+	res, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
 	if err != nil || string(res) != `{"done":"set_color"}` {
 		t.Fatalf("invoke = %s, %v", res, err)
 	}
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "reboot", nil)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil)
 	codeIs(t, err, room.CodeUnauthorized)
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "other", "set_color", nil)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "other", "set_color", nil)
 	codeIs(t, err, room.CodeUnauthorized)
-	_, err = b.svc.Invoke(bg, "elsewhere", a.svc.HostID(), "lamp", "set_color", nil)
+	_, err = b.svc.Invoke(bg, "elsewhere", string(a.svc.HostID()), "lamp", "set_color", nil)
 	codeIs(t, err, CodeUnknownRoom)
 	if n := a.caps.count(); n != 1 {
 		t.Fatalf("A's lamp ran %d invokes, want 1", n)
@@ -204,19 +204,19 @@ func TestTwoHostsPublishInvokeWithdraw(t *testing.T) {
 	if ok, err := a.svc.Unpublish(bg, "home", "lamp"); !ok || err != nil {
 		t.Fatalf("Unpublish = %v, %v", ok, err)
 	}
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
 	codeIs(t, err, room.CodeUnauthorized)
 	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "reboot", nil); err != nil {
+	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil); err != nil {
 		t.Fatalf("all actions published: %v", err)
 	}
 	a.caps.mu.Lock()
 	a.caps.gone = true
 	a.caps.mu.Unlock()
 	a.svc.Withdraw([]string{"lamp"})
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "reboot", nil)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil)
 	codeIs(t, err, room.CodeUnauthorized)
 	if pubs, _ := a.st.Publications(); len(pubs) != 0 {
 		t.Fatalf("withdrawn publications still stored: %+v", pubs)
@@ -305,7 +305,7 @@ func TestApprovals(t *testing.T) {
 	decide := func(approve bool) error {
 		done := make(chan error, 1)
 		go func() {
-			_, err := b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", args)
+			_, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args)
 			done <- err
 		}()
 		var pending []Approval
@@ -323,13 +323,13 @@ func TestApprovals(t *testing.T) {
 		t.Fatalf("approved call: %v", err)
 	}
 	codeIs(t, decide(false), room.CodeApprovalDenied)
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", args)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args)
 	codeIs(t, err, room.CodeApprovalTimeout)
 	if n := a.caps.count(); n != 1 {
 		t.Fatalf("the lamp ran %d invokes, want 1", n)
 	}
 	// A's own call skips approval.
-	if _, err := a.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", args); err != nil {
+	if _, err := a.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args); err != nil {
 		t.Fatal(err)
 	}
 	var outcomes []string
@@ -370,14 +370,14 @@ func TestRestartKeepsRoomsAndPublications(t *testing.T) {
 		t.Fatalf("rooms after restart: %+v, %v", rooms, err)
 	}
 	waitFor(t, "B sees the lamp again", func() bool { caps, _ := b.svc.Capabilities(bg, "home"); return len(caps) == 1 })
-	if _, err := b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`)); err != nil {
+	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`)); err != nil {
 		t.Fatal(err)
 	}
 	// A closes the room: B's calls are refused.
 	if err := a.svc.CloseRoom(bg, "home"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.svc.Invoke(bg, "home", a.svc.HostID(), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`))
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`))
 	if err == nil {
 		t.Fatal("invoke after the room closed")
 	}
