@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-rooms clean
 
 all: build
 
@@ -50,6 +50,11 @@ bench-turns:
 # observe through airlockd against a stdio echo and an MCP Go SDK tools/call.
 bench-observe:
 	$(GO) test -run '^$$' -bench ObserveRoundTrip -benchtime 5000x ./internal/bench/
+
+# A room invoke from one daemon's socket through the bus to another's adapter, against a bare
+# NATS request/reply on the same embedded server and a local invokeCapability.
+bench-rooms:
+	$(GO) test -run '^$$' -bench RoomInvoke -benchtime 3000x ./internal/bench/
 
 clean:
 	rm -rf $(BIN)

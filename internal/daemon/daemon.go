@@ -40,6 +40,9 @@ type Config struct {
 	// Turns bounds agent turns; zero members take the session package's defaults.
 	Turns TurnLimits
 
+	// Rooms configures the room service; nil runs none.
+	Rooms *RoomsConfig
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
@@ -161,12 +164,16 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxToolOutputBytes:  turns.MaxToolOutputBytes,
 		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
 		RecoveryTimeout:     turns.RecoveryTimeout,
+		RoomTools:           d.srv.roomTools,
 		// Temporary adapters tied to a generation end with it; d.srv.adapters is set below,
 		// before the listener accepts any open or close.
 		GenerationEnded: func(id string, generation int64) { d.srv.adapters.sessionEnded(id, generation) },
 	})
 	d.srv.sessions = d.sessions
 	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
+	// Publications of a registration that stops serving are withdrawn before its child stops,
+	// whatever the reason (see OnAdapterRemoved).
+	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
@@ -202,6 +209,7 @@ func Start(cfg Config) (*Daemon, error) {
 		if n > 0 {
 			d.log.Info("capability adapters restored", "adapters", n)
 		}
+		d.startRooms(ctx)
 	}()
 	return d, nil
 }
@@ -235,6 +243,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		d.stopRooms()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)
 		}
