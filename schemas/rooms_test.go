@@ -68,6 +68,7 @@ func TestServerOutputRooms(t *testing.T) {
 	b.ok(b.call("listApprovals", "", `{}`), "approvalList")
 	b.fail(b.call("decideApproval", "", `{"approvalId":"0123456789abcdef01234567","approve":true}`), "unknown_approval")
 	b.ok(b.call("unpublishCapability", "", `{"room":"home","capabilityId":"desk_lamp"}`), "unpublishResult")
+	b.fail(b.call("roomUILogin", "", `{}`), "ui_disabled")
 	b.ok(b.call("closeRoom", "", `{"room":"home"}`), "roomClosed")
 	b.fail(b.call("showRoom", "", `{"room":"home"}`), "unknown_room")
 	if checked < 20 {

@@ -752,6 +752,8 @@ var baseAgreementCases = []agreementCase{
 	{"roomStatus in 1.x", 1, line("1.0", "roomStatus", "", `{}`), false},
 	{"listRooms", 2, line("2.0", "listRooms", "", `{}`), true},
 	{"listApprovals", 2, line("2.0", "listApprovals", "", `{}`), true},
+	{"roomUILogin", 2, line("2.0", "roomUILogin", "", `{}`), true},
+	{"roomUILogin in 1.x", 1, line("1.0", "roomUILogin", "", `{}`), false},
 	{"createRoom", 2, line("2.0", "createRoom", "", `{"room":"home","title":"Home"}`), true},
 	{"createRoom without title", 2, line("2.0", "createRoom", "", `{"room":"home"}`), true},
 	{"createRoom id 64", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 64)+`"}`), true},
@@ -915,7 +917,7 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin:
 		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
 	case protocol.OpCreateRoom:
 		var p protocol.CreateRoomPayload

@@ -77,6 +77,7 @@ func commandTable() []command {
 		{"room approvals", "[--json]", "list the calls waiting for this host's approval", (*app).roomApprovals},
 		{"room approve", "APPROVAL [--json]", "let a waiting call run", (*app).roomApprove},
 		{"room deny", "APPROVAL [--json]", "refuse a waiting call (approval_denied)", (*app).roomDeny},
+		{"room open-ui", "[--json]", "print a one-time login URL for this host's web page (airlockd --http)", (*app).roomOpenUI},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"mcp", "--session S --generation N [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",

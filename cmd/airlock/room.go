@@ -476,3 +476,14 @@ func (a *app) roomApprove(ctx context.Context, args []string) int {
 func (a *app) roomDeny(ctx context.Context, args []string) int {
 	return a.roomDecide(ctx, "room deny", false, args)
 }
+
+func (a *app) roomOpenUI(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "room open-ui", protocol.OpRoomUILogin, args, "", nil, func(w io.Writer, data json.RawMessage) {
+		var res struct {
+			URL       string    `json:"url"`
+			ExpiresAt time.Time `json:"expiresAt"`
+		}
+		_ = json.Unmarshal(data, &res)
+		fmt.Fprintf(w, "%s\nopen it in a browser on this host before %s; it logs in once\n", res.URL, res.ExpiresAt.Local().Format(time.Kitchen))
+	})
+}

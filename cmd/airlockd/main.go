@@ -74,6 +74,8 @@ func run(args []string, stderr io.Writer) error {
 	fs.StringVar(&rooms.Listen, "nats-listen", "", "the embedded room bus's listen `address` (loopback only; default 127.0.0.1 on a random port)")
 	fs.DurationVar(&rooms.ApprovalWait, "room-approval-wait", room.ApprovalTimeout, "how long this host's calls wait for a provider's per-call approval (at most 60s)")
 	fs.DurationVar(&rooms.InviteTTL, "room-invite-ttl", roomhost.DefaultInviteTTL, "how long a room join code stays valid")
+	httpAddr := fs.String("http", "", "serve the operator's web page on `127.0.0.1:PORT` (off by default; loopback only unless --http-allow-non-loopback); airlock room open-ui prints a login URL")
+	httpAnyAddr := fs.Bool("http-allow-non-loopback", false, "let --http listen on a non-loopback address (the page still answers only requests naming that address)")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
 	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)
@@ -102,6 +104,12 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if rooms.InviteTTL <= 0 {
 		return errors.New("--room-invite-ttl must be positive")
+	}
+	if *httpAddr != "" && !*roomsOn {
+		return errors.New("--http serves the room service's page and needs it (--rooms)")
+	}
+	if *httpAnyAddr && *httpAddr == "" {
+		return errors.New("--http-allow-non-loopback needs --http")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -133,6 +141,7 @@ func run(args []string, stderr io.Writer) error {
 		Providers:   configured,
 		Turns:       turns,
 		Rooms:       roomsConfig(*roomsOn, rooms),
+		Web:         webConfig(*httpAddr, *httpAnyAddr),
 	})
 	if err != nil {
 		return err
@@ -158,6 +167,13 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}()
 	return d.Shutdown(ctx)
+}
+
+func webConfig(addr string, anyAddr bool) *daemon.WebConfig {
+	if addr == "" {
+		return nil
+	}
+	return &daemon.WebConfig{Addr: addr, AllowNonLoopback: anyAddr}
 }
 
 func roomsConfig(on bool, c daemon.RoomsConfig) *daemon.RoomsConfig {

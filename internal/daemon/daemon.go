@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // Config configures a daemon.
@@ -43,6 +44,9 @@ type Config struct {
 	// Rooms configures the room service; nil runs none.
 	Rooms *RoomsConfig
 
+	// Web configures the operator's web page over the room service; nil serves none.
+	Web *WebConfig
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
@@ -67,6 +71,7 @@ type Daemon struct {
 	sessions  *session.Manager
 	srv       *Server
 	ln        *ownersock.Socket
+	web       *web.Server    // nil without Config.Web
 	bg        sync.WaitGroup // recovery
 
 	closeOnce sync.Once
@@ -175,8 +180,15 @@ func Start(cfg Config) (*Daemon, error) {
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 
+	if err := d.startWeb(); err != nil {
+		cancel()
+		sup.Close(context.Background())
+		st.Close()
+		return nil, fmt.Errorf("web page: %w", err)
+	}
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
+		d.stopWeb(context.Background())
 		cancel()
 		sup.Close(context.Background())
 		st.Close()
@@ -243,6 +255,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		// The page goes before the room service it shows.
+		d.stopWeb(ctx)
 		d.stopRooms()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)

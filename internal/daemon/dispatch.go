@@ -170,6 +170,8 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		protocol.OpListRoomCapabilities, protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability,
 		protocol.OpListApprovals, protocol.OpDecideApproval:
 		return s.runRooms(ctx, cmd)
+	case protocol.OpRoomUILogin:
+		return s.uiLogin(cmd)
 
 	case protocol.OpWake:
 		var p protocol.WakePayload

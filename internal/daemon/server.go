@@ -17,6 +17,7 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/roomhost"
 	"github.com/airlockhq/airlock/internal/session"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // Limits bound what one client can make the server hold.
@@ -89,7 +90,9 @@ type Server struct {
 	sessions *session.Manager
 	adapters *adapterHost
 	// rooms is the room service once it runs (nil before, and without one).
-	rooms   atomic.Pointer[roomhost.Service]
+	rooms atomic.Pointer[roomhost.Service]
+	// web is the operator's web page while it serves (nil without one).
+	web     atomic.Pointer[web.Server]
 	host    func(v2 bool) protocol.HostSnapshot
 	hook    func(*protocol.Command)
 	version string

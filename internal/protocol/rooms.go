@@ -26,6 +26,8 @@ const (
 	OpInvokeRoomCapability  = "invokeRoomCapability"
 	OpListApprovals         = "listApprovals"
 	OpDecideApproval        = "decideApproval"
+	// OpRoomUILogin mints a one-time login URL for the host's web page (airlockd --http).
+	OpRoomUILogin = "roomUILogin"
 )
 
 // roomOperations are the room operations in handshake order.
@@ -33,6 +35,7 @@ var roomOperations = []string{
 	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
 	OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
 	OpObserveRoomCapability, OpInvokeRoomCapability, OpListApprovals, OpDecideApproval,
+	OpRoomUILogin,
 }
 
 // Bounds and grammars of the room operations' payloads: the room layer's rules
