@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp mcp-clients clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp bench-rooms mcp-clients clean
 
 all: build
 
@@ -59,6 +59,11 @@ mcp-clients:
 # both servers' answers to the 2025 advisories of the reference (1–3 minutes).
 bench-mcp: mcp-clients
 	$(GO) test -run '^$$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
+
+# A room invoke from one daemon's socket through the bus to another's adapter, against a bare
+# NATS request/reply on the same embedded server and a local invokeCapability.
+bench-rooms:
+	$(GO) test -run '^$$' -bench RoomInvoke -benchtime 3000x ./internal/bench/
 
 clean:
 	rm -rf $(BIN)

@@ -133,7 +133,12 @@ func TestSchemasCompile(t *testing.T) {
 		"capabilityDescriptor", "adapterStatus", "capabilitySummary", "registerResult", "removeResult", "adapterList",
 		"adapterLogsResult", "capabilityList", "capabilityDescription", "capabilityResult",
 		"invokeToolPayload", "toolsResource", "toolResult", "hostToolAdapterQueue", "adapterError", "daemonError",
-		"ticketPayload", "reconcilePayload", "conversationRef"} {
+		"ticketPayload", "reconcilePayload", "conversationRef",
+		"roomPayload", "createRoomPayload", "inviteRoomPayload", "joinRoomPayload", "publishCapabilityPayload",
+		"roomCapabilityPayload", "roomObservePayload", "roomInvokePayload", "decideApprovalPayload",
+		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "roomResult", "roomList",
+		"roomDetail", "roomClosed", "inviteResult", "publishResult", "unpublishResult", "roomCapabilityList",
+		"roomCallResult", "approval", "approvalList", "approvalDecision"} {
 		v.def(t, 2, d)
 	}
 	for _, d := range toolDefs {
@@ -565,6 +570,10 @@ var baseAgreementCases = []agreementCase{
 	// open payload, both versions.
 	{"open v1", 1, openLine("1.0", openPayload("")), true},
 	{"open v2", 2, openLine("2.0", openPayload("")), true},
+	{"open v2 with room", 2, openLine("2.0", openPayload(`"room":"home"`)), true},
+	{"open v2 room number", 2, openLine("2.0", openPayload(`"room":7`)), false},
+	{"open v2 room grammar", 2, openLine("2.0", openPayload(`"room":"Home"`)), false},
+	{"open v1 room ignored", 1, openLine("1.0", openPayload(`"room":7`)), true},
 	{"open full v1", 1, openLine("1.0", openPayload(`"name":"Büro","agentDir":"/home/a/.agent","model":{"provider":"openai","id":"gpt-x","thinkingLevel":"high"}`)), true},
 	{"open without generation", 1, line("1.0", "open", `"sessionId":"s"`, openPayload("")), false},
 	{"open with idempotencyKey", 1, line("1.0", "open", `"sessionId":"s","generation":1,"idempotencyKey":"k"`, openPayload("")), true},
@@ -735,6 +744,64 @@ var baseAgreementCases = []agreementCase{
 	{"invokeCapability case variant", 2, line("2.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","Args":{}}`), false},
 	{"invokeCapability with idempotencyKey", 2, line("2.0", "invokeCapability", `"idempotencyKey":"k"`, `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), true},
 	{"invokeCapability in 1.x", 1, line("1.0", "invokeCapability", "", `{"capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), false},
+	// Rooms (2.x). The wire checks are the member types, the id, host id, action and
+	// approval id grammars and the bounds; whether the room, capability, provider or
+	// approval exists is the room service's to say.
+	{"roomStatus", 2, line("2.0", "roomStatus", "", `{}`), true},
+	{"roomStatus with a member", 2, line("2.0", "roomStatus", "", `{"verbose":true}`), true},
+	{"roomStatus in 1.x", 1, line("1.0", "roomStatus", "", `{}`), false},
+	{"listRooms", 2, line("2.0", "listRooms", "", `{}`), true},
+	{"listApprovals", 2, line("2.0", "listApprovals", "", `{}`), true},
+	{"roomUILogin", 2, line("2.0", "roomUILogin", "", `{}`), true},
+	{"roomUILogin in 1.x", 1, line("1.0", "roomUILogin", "", `{}`), false},
+	{"createRoom", 2, line("2.0", "createRoom", "", `{"room":"home","title":"Home"}`), true},
+	{"createRoom without title", 2, line("2.0", "createRoom", "", `{"room":"home"}`), true},
+	{"createRoom id 64", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 64)+`"}`), true},
+	{"createRoom id 65", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 65)+`"}`), false},
+	{"createRoom id uppercase", 2, line("2.0", "createRoom", "", `{"room":"Home"}`), false},
+	{"createRoom id with a dot", 2, line("2.0", "createRoom", "", `{"room":"a.b"}`), false},
+	{"createRoom id starting with -", 2, line("2.0", "createRoom", "", `{"room":"-a"}`), false},
+	{"createRoom without room", 2, line("2.0", "createRoom", "", `{"title":"Home"}`), false},
+	{"createRoom title 128", 2, line("2.0", "createRoom", "", `{"room":"home","title":"`+rep("t", 128)+`"}`), true},
+	{"createRoom title 129", 2, line("2.0", "createRoom", "", `{"room":"home","title":"`+rep("t", 129)+`"}`), false},
+	{"createRoom title control", 2, line("2.0", "createRoom", "", `{"room":"home","title":"a\tb"}`), false},
+	{"createRoom case variant", 2, line("2.0", "createRoom", "", `{"Room":"home"}`), false},
+	{"showRoom", 2, line("2.0", "showRoom", "", `{"room":"home"}`), true},
+	{"showRoom room number", 2, line("2.0", "showRoom", "", `{"room":7}`), false},
+	{"closeRoom", 2, line("2.0", "closeRoom", "", `{"room":"home"}`), true},
+	{"listRoomCapabilities", 2, line("2.0", "listRoomCapabilities", "", `{"room":"home"}`), true},
+	{"listRoomCapabilities without room", 2, line("2.0", "listRoomCapabilities", "", `{}`), false},
+	{"inviteRoom", 2, line("2.0", "inviteRoom", "", `{"room":"home","name":"bob"}`), true},
+	{"inviteRoom name control", 2, line("2.0", "inviteRoom", "", `{"room":"home","name":"b\u0085ob"}`), false},
+	{"joinRoom", 2, line("2.0", "joinRoom", "", `{"code":"ajc1.home.x.y"}`), true},
+	{"joinRoom code empty", 2, line("2.0", "joinRoom", "", `{"code":""}`), false},
+	{"joinRoom code 257", 2, line("2.0", "joinRoom", "", `{"code":"`+rep("c", 257)+`"}`), false},
+	{"joinRoom code number", 2, line("2.0", "joinRoom", "", `{"code":1}`), false},
+	{"publishCapability", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp","actions":["set_power"],"observe":true,"members":["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],"approveEach":true}`), true},
+	{"publishCapability all actions", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp"}`), true},
+	{"publishCapability action grammar", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp","actions":["Set"]}`), false},
+	{"publishCapability 9 actions", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp","actions":["a","b","c","d","e","f","g","h","i"]}`), false},
+	{"publishCapability member not a host id", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp","members":["bob"]}`), false},
+	{"publishCapability observe string", 2, line("2.0", "publishCapability", "", `{"room":"home","capabilityId":"desk_lamp","observe":"yes"}`), false},
+	{"publishCapability without capabilityId", 2, line("2.0", "publishCapability", "", `{"room":"home"}`), false},
+	{"unpublishCapability", 2, line("2.0", "unpublishCapability", "", `{"room":"home","capabilityId":"desk_lamp"}`), true},
+	{"unpublishCapability id grammar", 2, line("2.0", "unpublishCapability", "", `{"room":"home","capabilityId":"Desk"}`), false},
+	{"observeRoomCapability", 2, line("2.0", "observeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp"}`), true},
+	{"observeRoomCapability with action", 2, line("2.0", "observeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power"}`), false},
+	{"observeRoomCapability with args", 2, line("2.0", "observeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","args":{}}`), false},
+	{"observeRoomCapability provider uppercase", 2, line("2.0", "observeRoomCapability", "", `{"room":"home","provider":"`+rep("A", 64)+`","capabilityId":"desk_lamp"}`), false},
+	{"observeRoomCapability without provider", 2, line("2.0", "observeRoomCapability", "", `{"room":"home","capabilityId":"desk_lamp"}`), false},
+	{"invokeRoomCapability", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`), true},
+	{"invokeRoomCapability without args", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power"}`), true},
+	{"invokeRoomCapability without action", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp"}`), false},
+	{"invokeRoomCapability args array", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power","args":[1]}`), false},
+	{"invokeRoomCapability args null", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power","args":null}`), false},
+	{"invokeRoomCapability case variant", 2, line("2.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","Action":"set_power"}`), false},
+	{"invokeRoomCapability in 1.x", 1, line("1.0", "invokeRoomCapability", "", `{"room":"home","provider":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa","capabilityId":"desk_lamp","action":"set_power"}`), false},
+	{"decideApproval", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":false}`), true},
+	{"decideApproval without approve", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`"}`), false},
+	{"decideApproval approve string", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":"yes"}`), false},
+	{"decideApproval id 23", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 23)+`","approve":true}`), false},
 }
 
 // TestAgreement runs each command line through the parser and through the schema of its major
@@ -847,6 +914,48 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		}
 	case protocol.OpInvokeCapability:
 		var p protocol.InvokeCapabilityPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin:
+		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpCreateRoom:
+		var p protocol.CreateRoomPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpShowRoom, protocol.OpCloseRoom, protocol.OpListRoomCapabilities:
+		var p protocol.RoomPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpInviteRoom:
+		var p protocol.InviteRoomPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpJoinRoom:
+		var p protocol.JoinRoomPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpPublishCapability:
+		var p protocol.PublishCapabilityPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpUnpublishCapability:
+		var p protocol.RoomCapabilityPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability:
+		var p protocol.RoomCallPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate(cmd.Operation == protocol.OpInvokeRoomCapability)
+		}
+	case protocol.OpDecideApproval:
+		var p protocol.DecideApprovalPayload
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}

@@ -41,7 +41,7 @@ func commandTable() []command {
 		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
 		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
 			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
-			"      [--system-prompt-file F] [--descriptor FILE|-] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter", (*app).sessionOpen},
+			"      [--system-prompt-file F] [--descriptor FILE|-] [--room R] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --room the room's published capabilities", (*app).sessionOpen},
 		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
@@ -62,6 +62,22 @@ func commandTable() []command {
 		{"cap describe", "--id ID [--json]", "print a capability's descriptor", (*app).capDescribe},
 		{"cap observe", "--id ID [--json]", "observe a capability", (*app).capObserve},
 		{"cap invoke", "--id ID --action A [--args JSON] [--json]", "invoke an action; args are checked against its declared input", (*app).capInvoke},
+		{"room status", "[--json]", "show this host's room identity and the bus it is on (the URL a second daemon passes to --nats-url)", (*app).roomStatus},
+		{"room create", "ROOM [--title T] [--json]", "create a room owned by this host", (*app).roomCreate},
+		{"room list", "[--json]", "list the rooms this host is in", (*app).roomList},
+		{"room show", "ROOM [--json]", "show a room's members and the capabilities visible in it", (*app).roomShow},
+		{"room close", "ROOM [--json]", "close a room this host owns (every other member loses it), or leave another's", (*app).roomClose},
+		{"room invite", "ROOM [--name N] [--json]", "print a one-time, short-lived join code for one other host", (*app).roomInvite},
+		{"room join", "CODE|- [--json]", "join the room of a join code (- reads it from stdin)", (*app).roomJoin},
+		{"room publish", "--room R --cap X [--actions a,b] [--observe] [--members H,H] [--approve-each] [--json]", "publish a local capability into a room", (*app).roomPublish},
+		{"room unpublish", "--room R --cap X [--json]", "withdraw a capability from a room", (*app).roomUnpublish},
+		{"room caps", "--room R [--json]", "list the capabilities this host sees in a room", (*app).roomCaps},
+		{"room observe", "--room R --cap X [--provider H] [--json]", "observe a capability another host published", (*app).roomObserve},
+		{"room invoke", "--room R --cap X --action A [--args JSON] [--provider H] [--json]", "invoke a published action; the provider authorizes it", (*app).roomInvoke},
+		{"room approvals", "[--json]", "list the calls waiting for this host's approval", (*app).roomApprovals},
+		{"room approve", "APPROVAL [--json]", "let a waiting call run", (*app).roomApprove},
+		{"room deny", "APPROVAL [--json]", "refuse a waiting call (approval_denied)", (*app).roomDeny},
+		{"room open-ui", "[--json]", "print a one-time login URL for this host's web page (airlockd --http)", (*app).roomOpenUI},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"mcp", "--session S --generation N [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",
@@ -95,6 +111,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if len(rest) >= len(words) && strings.Join(rest[:len(words)], " ") == c.name {
 			return c.run(a, ctx, rest[len(words):])
 		}
+	}
+	if rest[0] == "room" {
+		if len(rest) == 1 {
+			return a.failUsage(top, usageErrorf("room needs a subcommand: status, create, list, show, close, invite, join, publish, unpublish, caps, observe, invoke, approvals, approve or deny"))
+		}
+		return a.failUsage(top, usageErrorf("unknown command %q", "room "+rest[1]))
 	}
 	if rest[0] == "session" {
 		if len(rest) == 1 {

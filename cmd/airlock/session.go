@@ -52,6 +52,7 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	promptFile := fs.String("system-prompt-file", "", "file whose text replaces the system prompt (protocol 2.x)")
 	descriptor := fs.String("descriptor", "", "host tool-adapter descriptor JSON `file` (- for stdin), as airlock-fs grant prints it (protocol 2.x)")
 	version := fs.String("protocol", protocol.Version2, "protocol version of the open: 2.0 or 1.0")
+	roomID := fs.String("room", "", "give the model the capabilities published into this `room` as tools (protocol 2.x)")
 	pos, code, done := a.parse(o, fs, args, "SESSION")
 	if done {
 		return code
@@ -77,6 +78,12 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	}
 	if *version != protocol.Version1 && *version != protocol.Version2 {
 		return a.failUsage(o, usageErrorf("--protocol must be %s or %s", protocol.Version2, protocol.Version1))
+	}
+	if *roomID != "" {
+		if *version == protocol.Version1 {
+			return a.failUsage(o, usageErrorf("--room needs protocol 2.x"))
+		}
+		p.Room, _ = json.Marshal(*roomID)
 	}
 	data, err := a.call(ctx, *version, client.Command{
 		Operation: protocol.OpOpen, SessionID: pos[0], Generation: gen, Payload: p,

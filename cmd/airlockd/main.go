@@ -18,6 +18,8 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/paths"
+	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/roomhost"
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/turn"
 	"github.com/airlockhq/airlock/internal/version"
@@ -66,6 +68,14 @@ func run(args []string, stderr io.Writer) error {
 	fs.IntVar(&turns.MaxToolOutputBytes, "max-tool-output-bytes", turn.DefaultMaxToolOutputBytes, "maximum bytes of one tool call's output shown to the model")
 	fs.DurationVar(&turns.RecoveryOpenTimeout, "recovery-open-timeout", session.DefaultRecoveryOpenTimeout, "deadline for restoring one session at startup")
 	fs.DurationVar(&turns.RecoveryTimeout, "recovery-timeout", session.DefaultRecoveryTimeout, "deadline for the whole startup recovery")
+	var rooms daemon.RoomsConfig
+	roomsOn := fs.Bool("rooms", true, "run the room service: an embedded NATS server on loopback, or the one --nats-url names")
+	fs.StringVar(&rooms.NATSURL, "nats-url", "", "join another daemon's room bus (`nats://127.0.0.1:PORT`, shown by airlock room status) instead of embedding one")
+	fs.StringVar(&rooms.Listen, "nats-listen", "", "the embedded room bus's listen `address` (loopback only; default 127.0.0.1 on a random port)")
+	fs.DurationVar(&rooms.ApprovalWait, "room-approval-wait", room.ApprovalTimeout, "how long this host's calls wait for a provider's per-call approval (at most 60s)")
+	fs.DurationVar(&rooms.InviteTTL, "room-invite-ttl", roomhost.DefaultInviteTTL, "how long a room join code stays valid")
+	httpAddr := fs.String("http", "", "serve the operator's web page on `127.0.0.1:PORT` (off by default; loopback only unless --http-allow-non-loopback); airlock room open-ui prints a login URL")
+	httpAnyAddr := fs.Bool("http-allow-non-loopback", false, "let --http listen on a non-loopback address (the page still answers only requests naming that address)")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
 	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)
@@ -82,6 +92,24 @@ func run(args []string, stderr io.Writer) error {
 			// the daemon is restarted with it.
 			fmt.Fprintf(stderr, "airlockd: warning: provider %s: environment variable %s is unset or empty; its sessions cannot run turns\n", name, p.KeyEnv)
 		}
+	}
+	if rooms.NATSURL != "" && rooms.Listen != "" {
+		return errors.New("--nats-listen configures the embedded room bus, which --nats-url replaces")
+	}
+	if !*roomsOn && (rooms.NATSURL != "" || rooms.Listen != "") {
+		return errors.New("--nats-url and --nats-listen need the room service (--rooms)")
+	}
+	if rooms.ApprovalWait <= 0 || rooms.ApprovalWait > room.ApprovalTimeout {
+		return fmt.Errorf("--room-approval-wait must be in (0, %s]", room.ApprovalTimeout)
+	}
+	if rooms.InviteTTL <= 0 {
+		return errors.New("--room-invite-ttl must be positive")
+	}
+	if *httpAddr != "" && !*roomsOn {
+		return errors.New("--http serves the room service's page and needs it (--rooms)")
+	}
+	if *httpAnyAddr && *httpAddr == "" {
+		return errors.New("--http-allow-non-loopback needs --http")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -112,6 +140,8 @@ func run(args []string, stderr io.Writer) error {
 		Version:     version.Version,
 		Providers:   configured,
 		Turns:       turns,
+		Rooms:       roomsConfig(*roomsOn, rooms),
+		Web:         webConfig(*httpAddr, *httpAnyAddr),
 	})
 	if err != nil {
 		return err
@@ -137,6 +167,20 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}()
 	return d.Shutdown(ctx)
+}
+
+func webConfig(addr string, anyAddr bool) *daemon.WebConfig {
+	if addr == "" {
+		return nil
+	}
+	return &daemon.WebConfig{Addr: addr, AllowNonLoopback: anyAddr}
+}
+
+func roomsConfig(on bool, c daemon.RoomsConfig) *daemon.RoomsConfig {
+	if !on {
+		return nil
+	}
+	return &c
 }
 
 func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {

@@ -56,13 +56,14 @@ func newAdapterHost(sup *capclient.Supervisor, st *store.Store, sessions session
 // capabilities: removed by the operator, replaced (by a registration of the same name or by
 // approveAdapter), its lease ended, its room closed or its session generation ended.
 // r.Capabilities are the capability ids it served, r.Reason one of the capclient.Reason*
-// constants. The room service uses it to withdraw the publications of those capabilities at
-// once.
+// constants. The room service uses it to withdraw the publications of those capabilities;
+// it is the one place they are withdrawn, for every reason.
 //
-// fn runs synchronously, after the child is reaped and before the removing operation returns,
-// on that operation's goroutine (for an ended lease, the supervisor's lease loop). It must not
-// block for long and must not call back into adapter administration (registerAdapter,
-// removeAdapter, approveAdapter, RemoveForRoom), which may hold the lock it runs under.
+// fn runs synchronously (it is a capclient.Supervisor.OnRemove hook), before the old child
+// is stopped and, for a replacement, before the new child serves, on the removing
+// operation's goroutine (for an ended lease, the supervisor's lease loop). It must not block
+// for long and must not call back into adapter administration (registerAdapter,
+// removeAdapter, approveAdapter, RemoveForRoom), which holds the locks it runs under.
 // Daemon shutdown (Supervisor.Close) is no removal: registrations and publications persist.
 func (a *adapterHost) OnAdapterRemoved(fn func(r capclient.Removal)) {
 	a.hooksMu.Lock()
@@ -117,19 +118,17 @@ func (a *adapterHost) removeTied(ctx context.Context, reason string, match func(
 	return names, nil
 }
 
-// supervisorRemoved is the supervisor's removal hook. An ended lease is the one removal the
-// supervisor makes on its own: its durable record goes here, unless a registration of the
-// same name was installed meanwhile (its record is the current one). Every removal is then
-// passed on.
+// supervisorRemoved is the supervisor's removal hook; it runs before the old child stops. An
+// ended lease is the one removal the supervisor makes on its own: its durable record goes
+// here. It takes no a.mu (an administration operation holding it may be waiting for the
+// supervisor, which is busy with this removal); none is needed, since the supervisor admits
+// no registration of the name until the hook returns, and a registration installed later
+// writes its own record after. Every removal is then passed on.
 func (a *adapterHost) supervisorRemoved(r capclient.Removal) {
 	if r.Reason == capclient.ReasonLeaseExpired {
-		a.mu.Lock()
-		if _, running := a.status(r.Registration.Name); !running {
-			if _, err := a.store.DeleteRegistration(r.Registration.Name); err != nil {
-				a.log.Error("expired adapter registration not deleted; it is removed at the next start", "adapter", r.Registration.Name, "err", err)
-			}
+		if _, err := a.store.DeleteRegistration(r.Registration.Name); err != nil {
+			a.log.Error("expired adapter registration not deleted; it is removed at the next start", "adapter", r.Registration.Name, "err", err)
 		}
-		a.mu.Unlock()
 		a.log.Info("temporary adapter removed: its lease ended", "adapter", r.Registration.Name)
 	}
 	a.hooksMu.Lock()

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/session"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // Config configures a daemon.
@@ -39,6 +40,12 @@ type Config struct {
 	Providers map[string]session.Provider
 	// Turns bounds agent turns; zero members take the session package's defaults.
 	Turns TurnLimits
+
+	// Rooms configures the room service; nil runs none.
+	Rooms *RoomsConfig
+
+	// Web configures the operator's web page over the room service; nil serves none.
+	Web *WebConfig
 
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
@@ -64,6 +71,7 @@ type Daemon struct {
 	sessions  *session.Manager
 	srv       *Server
 	ln        *ownersock.Socket
+	web       *web.Server    // nil without Config.Web
 	bg        sync.WaitGroup // recovery
 
 	closeOnce sync.Once
@@ -161,15 +169,26 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxToolOutputBytes:  turns.MaxToolOutputBytes,
 		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
 		RecoveryTimeout:     turns.RecoveryTimeout,
+		RoomTools:           d.srv.roomTools,
 		// Temporary adapters tied to a generation end with it; d.srv.adapters is set below,
 		// before the listener accepts any open or close.
 		GenerationEnded: func(id string, generation int64) { d.srv.adapters.sessionEnded(id, generation) },
 	})
 	d.srv.sessions = d.sessions
 	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
+	// Publications of a registration that stops serving are withdrawn before its child stops,
+	// whatever the reason (see OnAdapterRemoved).
+	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 
+	if err := d.startWeb(); err != nil {
+		cancel()
+		sup.Close(context.Background())
+		st.Close()
+		return nil, fmt.Errorf("web page: %w", err)
+	}
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
+		d.stopWeb(context.Background())
 		cancel()
 		sup.Close(context.Background())
 		st.Close()
@@ -202,6 +221,7 @@ func Start(cfg Config) (*Daemon, error) {
 		if n > 0 {
 			d.log.Info("capability adapters restored", "adapters", n)
 		}
+		d.startRooms(ctx)
 	}()
 	return d, nil
 }
@@ -235,6 +255,9 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		// The page goes before the room service it shows.
+		d.stopWeb(ctx)
+		d.stopRooms()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)
 		}

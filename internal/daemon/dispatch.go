@@ -79,6 +79,9 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		if e != nil {
 			return nil, e
 		}
+		if e := s.checkOpenRoom(policy.Room); e != nil {
+			return nil, e
+		}
 		req := sessionOpen(cmd, policy)
 		if raw := p.ToolDescriptor(); raw != nil {
 			d, e := tooladapter.ParseDescriptor(raw, tooladapter.Binding{
@@ -161,6 +164,14 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs, protocol.OpApproveAdapter,
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
 		return s.runAdapters(ctx, cmd)
+
+	case protocol.OpRoomStatus, protocol.OpCreateRoom, protocol.OpListRooms, protocol.OpShowRoom, protocol.OpCloseRoom,
+		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpPublishCapability, protocol.OpUnpublishCapability,
+		protocol.OpListRoomCapabilities, protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability,
+		protocol.OpListApprovals, protocol.OpDecideApproval:
+		return s.runRooms(ctx, cmd)
+	case protocol.OpRoomUILogin:
+		return s.uiLogin(cmd)
 
 	case protocol.OpWake:
 		var p protocol.WakePayload

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/roomhost"
 	"github.com/airlockhq/airlock/internal/session"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // Limits bound what one client can make the server hold.
@@ -86,9 +89,13 @@ type Server struct {
 	log      *slog.Logger
 	sessions *session.Manager
 	adapters *adapterHost
-	host     func(v2 bool) protocol.HostSnapshot
-	hook     func(*protocol.Command)
-	version  string
+	// rooms is the room service once it runs (nil before, and without one).
+	rooms atomic.Pointer[roomhost.Service]
+	// web is the operator's web page while it serves (nil without one).
+	web     atomic.Pointer[web.Server]
+	host    func(v2 bool) protocol.HostSnapshot
+	hook    func(*protocol.Command)
+	version string
 
 	ctx    context.Context // cancelled at shutdown: handlers stop waiting
 	cancel context.CancelFunc

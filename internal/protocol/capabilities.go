@@ -45,12 +45,7 @@ var (
 const (
 	// MaxAdapterLeaseSeconds bounds registerAdapter's leaseSeconds: 30 days.
 	MaxAdapterLeaseSeconds = 30 * 24 * 3600
-	// MaxRoomIDLen bounds a room id, in bytes (the id grammar is ASCII).
-	MaxRoomIDLen = 64
 )
-
-// roomIDPattern is the room id grammar (internal/room).
-var roomIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 // RegisterAdapterPayload is the payload of registerAdapter: an operator's approval to run
 // command with args, without a shell, under name. Room, or SessionID with Generation, tie

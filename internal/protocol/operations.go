@@ -77,6 +77,22 @@ var operations = map[string]opSpec{
 
 	OpTicket:    {2, idNone},
 	OpReconcile: {2, idNone},
+
+	OpRoomStatus:            {2, idNone},
+	OpCreateRoom:            {2, idNone},
+	OpListRooms:             {2, idNone},
+	OpShowRoom:              {2, idNone},
+	OpCloseRoom:             {2, idNone},
+	OpInviteRoom:            {2, idNone},
+	OpJoinRoom:              {2, idNone},
+	OpPublishCapability:     {2, idNone},
+	OpUnpublishCapability:   {2, idNone},
+	OpListRoomCapabilities:  {2, idNone},
+	OpObserveRoomCapability: {2, idNone},
+	OpInvokeRoomCapability:  {2, idNone},
+	OpListApprovals:         {2, idNone},
+	OpDecideApproval:        {2, idNone},
+	OpRoomUILogin:           {2, idNone},
 }
 
 // v1Operations is the handshake order of the version 1 operations.
@@ -97,6 +113,7 @@ func Operations(major int) []string {
 	ops := append([]string(nil), v1Operations...)
 	if major >= 2 {
 		ops = append(ops, v2Operations...)
+		ops = append(ops, roomOperations...)
 	}
 	return ops
 }

@@ -294,7 +294,10 @@ func TestOperationTables(t *testing.T) {
 	v2 := append(slices.Clone(v1), "listSessions", "describeSession", "invokeTool",
 		"registerAdapter", "removeAdapter", "listAdapters", "adapterLogs", "approveAdapter",
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
-		"ticket", "reconcile", "abortTool")
+		"ticket", "reconcile", "abortTool",
+		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
+		"publishCapability", "unpublishCapability", "listRoomCapabilities",
+		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -355,6 +358,22 @@ var identityRules = map[string][3]presence{
 	"ticket":             {ignored, ignored, ignored},
 	"reconcile":          {ignored, ignored, ignored},
 	"abortTool":          {ignored, ignored, ignored},
+
+	"roomStatus":            {ignored, ignored, ignored},
+	"createRoom":            {ignored, ignored, ignored},
+	"listRooms":             {ignored, ignored, ignored},
+	"showRoom":              {ignored, ignored, ignored},
+	"closeRoom":             {ignored, ignored, ignored},
+	"inviteRoom":            {ignored, ignored, ignored},
+	"joinRoom":              {ignored, ignored, ignored},
+	"publishCapability":     {ignored, ignored, ignored},
+	"unpublishCapability":   {ignored, ignored, ignored},
+	"listRoomCapabilities":  {ignored, ignored, ignored},
+	"observeRoomCapability": {ignored, ignored, ignored},
+	"invokeRoomCapability":  {ignored, ignored, ignored},
+	"listApprovals":         {ignored, ignored, ignored},
+	"decideApproval":        {ignored, ignored, ignored},
+	"roomUILogin":           {ignored, ignored, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

@@ -101,6 +101,10 @@ type OpenPayload struct {
 	Session   *OpenSession  `json:"session"`
 	Model     *OpenModel    `json:"model,omitempty"`
 	Resources *OpenResource `json:"resources,omitempty"`
+	// Room (2.x) gives the session's model the capabilities published into that room, which
+	// this host must be in, as tools next to its host tool adapter's. A 1.x open ignores it,
+	// as it ignores any member it does not know.
+	Room json.RawMessage `json:"room,omitempty"`
 
 	toolDescriptor json.RawMessage // set by Validate when tools grants a host adapter
 }
@@ -214,6 +218,8 @@ type Policy struct {
 	// version, adapter id and version, operations in order, limits): never the endpoint or
 	// the capability handle.
 	ToolAdapter json.RawMessage `json:"toolAdapter,omitempty"`
+	// Room is the room whose published capabilities the model gets as tools (2.x).
+	Room string `json:"room,omitempty"`
 }
 
 // Digest is the lowercase hex SHA-256 of the policy's canonical JSON.
@@ -297,6 +303,16 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 	}
 	if e := p.validateResources(v, pol); e != nil {
 		return nil, e
+	}
+	if p.Room != nil && v.V2() {
+		id, ok := rawString(p.Room)
+		if !ok {
+			return nil, invalidField("payload.room", "must be a string")
+		}
+		if e := validRoomID("payload.room", id); e != nil {
+			return nil, e
+		}
+		pol.Room = id
 	}
 	return pol, nil
 }

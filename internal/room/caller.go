@@ -25,6 +25,12 @@ type Request struct {
 	// AwaitApproval extends the deadline by ApprovalTimeout, for a publication that approves
 	// each call.
 	AwaitApproval bool
+	// ApprovalWait, with AwaitApproval, is how long the caller is willing to wait for the
+	// provider's operator instead: the deadline leaves the provider that wait and
+	// InvokeTimeout for the invoke after it, and the provider ends the wait with
+	// approval_timeout when it passes. Zero, or more than ApprovalTimeout, means
+	// ApprovalTimeout. It is rounded up to a millisecond.
+	ApprovalWait time.Duration
 }
 
 // Prepared is an authenticated call, ready to be sent and, after a lost reply, sent again
@@ -66,6 +72,9 @@ func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 	timeout := CallTimeout
 	if req.AwaitApproval {
 		timeout = MaxCallTimeout
+		if w := req.ApprovalWait; w > 0 && w < ApprovalTimeout {
+			timeout = InvokeTimeout + (w + time.Millisecond - 1).Truncate(time.Millisecond)
+		}
 	}
 	call := &Call{
 		Room: req.Room, Provider: req.Provider, Capability: req.Capability, Operation: req.Operation,

@@ -258,6 +258,9 @@ func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *tool
 		sum := conn.Summary()
 		spec.Tools, spec.Operations, spec.Limits = conn, sum.Operations, sum.Limits
 	}
+	if policy.Room != "" && m.cfg.RoomTools != nil {
+		spec.Room = m.cfg.RoomTools(policy.Room)
+	}
 	return spec
 }
 

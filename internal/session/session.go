@@ -51,6 +51,9 @@ type Config struct {
 	MaxConcurrentTurns int
 	// MaxToolOutputBytes bounds what one tool call shows the model (turn's default when 0).
 	MaxToolOutputBytes int
+	// RoomTools, when set, gives the turns of a session whose policy names a room the
+	// capabilities published into it as tools.
+	RoomTools func(room string) turn.RoomTools
 	// RecoveryOpenTimeout bounds the restore of one session at startup, RecoveryTimeout the
 	// whole recovery phase (DefaultRecoveryOpenTimeout, DefaultRecoveryTimeout when 0).
 	RecoveryOpenTimeout time.Duration

@@ -1,6 +1,6 @@
 // Package store keeps airlockd's durable state in one embedded bbolt database: the session
-// catalog, the secret-free session manifests, the capability adapter registrations and the
-// wake journal.
+// catalog, the secret-free session manifests, the capability adapter registrations, the
+// wake journal, and the rooms this host is in with its publications into them.
 //
 // The database is <state dir>/airlock.db. The state directory must be a real directory (not a
 // symbolic link) owned by the effective uid with no group or other permission bits, and the
@@ -17,7 +17,7 @@
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "4"       decimal; the version of the last applied migration
+//	  schemaVersion = "5"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
@@ -30,6 +30,10 @@
 //	journal/                    since schema 3
 //	  <sessionId>/              one bucket per session; its bbolt sequence is the last seq handed out
 //	    <seq>       = JournalEntry as JSON; key 8 bytes big-endian
+//	rooms/                      since schema 5
+//	  <roomId>      = RoomRecord as JSON: the room, its trusted owner and (owner only) its roster
+//	publications/               since schema 5
+//	  <roomId>/<capabilityId> = PublicationRecord as JSON
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets

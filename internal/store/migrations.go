@@ -20,6 +20,10 @@ var (
 	bucketRegistrations = []byte("registrations")
 	// bucketJournal holds one nested bucket of wake journal entries per session (schema 3).
 	bucketJournal = []byte("journal")
+	// bucketRooms holds the rooms this host created or joined (schema 5).
+	bucketRooms = []byte("rooms")
+	// bucketPublications holds this host's publications of capabilities into rooms (schema 5).
+	bucketPublications = []byte("publications")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -46,6 +50,7 @@ var migrations = []migration{
 	{version: 2, name: "create registrations bucket", migrate: migrateV2},
 	{version: 3, name: "create journal bucket", migrate: migrateV3},
 	{version: 4, name: "rewrite registrations as version 2 records", migrate: migrateRegistrationsV2},
+	{version: 5, name: "create rooms and publications buckets", migrate: migrateV5},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -67,6 +72,15 @@ func migrateV2(tx *bolt.Tx) error {
 func migrateV3(tx *bolt.Tx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketJournal); err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketJournal, err)
+	}
+	return nil
+}
+
+func migrateV5(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bucketRooms, bucketPublications} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
 	}
 	return nil
 }
@@ -162,7 +176,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}

@@ -82,6 +82,27 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v5 creates rooms and publications and keeps registrations",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketRegistrations).Put([]byte("a"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			for _, name := range [][]byte{bucketRooms, bucketPublications} {
+				b := tx.Bucket(name)
+				if b == nil {
+					return fmt.Errorf("bucket %s missing", name)
+				}
+				if k, _ := b.Cursor().First(); k != nil {
+					return fmt.Errorf("bucket %s is not empty", name)
+				}
+			}
+			if got := string(tx.Bucket(bucketRegistrations).Get([]byte("a"))); got != `{"kept":true}` {
+				return fmt.Errorf("registrations/a = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // A registration that is not a valid version 1 record fails the schema 4 migration, and the

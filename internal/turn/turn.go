@@ -60,6 +60,9 @@ type Spec struct {
 	Tools      Invoker
 	Operations []string
 	Limits     tooladapter.Limits
+	// Room, when not nil, adds the capabilities published into the session's room as tools,
+	// listed once per turn.
+	Room RoomTools
 
 	MaxToolOutputBytes int // DefaultMaxToolOutputBytes when 0
 	MaxModelCalls      int // DefaultMaxModelCalls when 0
@@ -169,6 +172,15 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 	if spec.Tools != nil {
 		tools = Definitions(spec.Operations, spec.Limits)
 	}
+	var roomTools []RoomTool
+	if spec.Room != nil {
+		roomTools = spec.Room.Tools(ctx)
+		for _, rt := range roomTools {
+			if operationOf(rt.Tool.Name, spec.Operations) == "" {
+				tools = append(tools, rt.Tool)
+			}
+		}
+	}
 
 	msgs := make([]model.Message, 0, len(req.History)+8)
 	if spec.SystemPrompt != "" {
@@ -250,7 +262,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 		// derives the same keys.
 		scope := req.CallScope + "\x00" + strconv.Itoa(res.ModelCalls)
 		for _, tc := range reply.ToolCalls {
-			out := callTool(ctx, spec, scope, tc, maxOut, sink)
+			out := callTool(ctx, spec, roomTools, scope, tc, maxOut, sink)
 			res.ToolCalls++
 			if err := sink.Record(out); err != nil {
 				return nil, protocol.AsError(err)
@@ -286,9 +298,18 @@ func modelError(err error) *protocol.Error {
 // callTool runs one tool call of the model and returns the tool message that answers it. It
 // never fails the turn: an unknown tool, malformed arguments or an adapter error become the
 // output the model reads.
-func callTool(ctx context.Context, spec *Spec, scope string, tc model.ToolCall, maxOut int, sink Sink) model.Message {
+func callTool(ctx context.Context, spec *Spec, roomTools []RoomTool, scope string, tc model.ToolCall, maxOut int, sink Sink) model.Message {
 	op := operationOf(tc.Name, spec.Operations)
+	var rt *RoomTool
+	if op == "" {
+		if rt = findRoomTool(roomTools, tc.Name); rt != nil {
+			op = rt.operation()
+		}
+	}
 	start := toolStart{ToolCallID: tc.ID, Name: tc.Name, Operation: op}
+	if rt != nil {
+		start.Room = rt.call()
+	}
 	if len(tc.Arguments) <= maxEventArgumentBytes && json.Valid([]byte(tc.Arguments)) {
 		start.Arguments = json.RawMessage(tc.Arguments)
 	}
@@ -300,10 +321,17 @@ func callTool(ctx context.Context, spec *Spec, scope string, tc model.ToolCall, 
 	)
 	args := json.RawMessage(tc.Arguments)
 	switch {
-	case op == "" || spec.Tools == nil:
+	case op == "" || (rt == nil && spec.Tools == nil):
 		fail = protocol.Errorf(CodeUnknownTool, "no tool named %q is granted to this session", tc.Name)
 	case !isObject(args):
 		fail = protocol.Errorf(tooladapter.CodeRequestInvalid, "the arguments are not a JSON object")
+	case rt != nil:
+		data, e := spec.Room.Call(ctx, *rt, args)
+		if e != nil {
+			fail = e
+		} else {
+			output = string(data)
+		}
 	default:
 		data, e := spec.Tools.Invoke(ctx, op, toolclient.IdempotencyKey(op, scope+"\x00"+tc.ID), args)
 		if e != nil {
@@ -318,7 +346,7 @@ func callTool(ctx context.Context, spec *Spec, scope string, tc model.ToolCall, 
 	}
 	full := len(output)
 	output, truncated := boundOutput(output, maxOut)
-	end := toolEnd{ToolCallID: tc.ID, Name: tc.Name, Operation: op, OK: fail == nil, OutputBytes: full, Truncated: truncated}
+	end := toolEnd{ToolCallID: tc.ID, Name: tc.Name, Operation: op, Room: start.Room, OK: fail == nil, OutputBytes: full, Truncated: truncated}
 	if fail != nil {
 		end.Error = &protocol.Error{Code: fail.Code, Message: fail.Message, Retryable: fail.Retryable}
 	}
@@ -352,12 +380,14 @@ type (
 		ToolCallID string          `json:"toolCallId"`
 		Name       string          `json:"name"`
 		Operation  string          `json:"operation,omitempty"`
+		Room       *roomCall       `json:"room,omitempty"`
 		Arguments  json.RawMessage `json:"arguments,omitempty"`
 	}
 	toolEnd struct {
 		ToolCallID  string          `json:"toolCallId"`
 		Name        string          `json:"name"`
 		Operation   string          `json:"operation,omitempty"`
+		Room        *roomCall       `json:"room,omitempty"`
 		OK          bool            `json:"ok"`
 		Error       *protocol.Error `json:"error,omitempty"`
 		OutputBytes int             `json:"outputBytes"`

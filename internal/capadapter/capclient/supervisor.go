@@ -252,8 +252,6 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, mode regist
 			return Registration{}, invalidRegistration("a lease is at most 30 days")
 		}
 	}
-	var removed []Removal
-	defer func() { s.notify(removed) }() // after life is released: hooks may call back
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.mu.Lock()
@@ -331,6 +329,15 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, mode regist
 		return Registration{}, err
 	}
 
+	s.mu.Lock()
+	old := s.adapters[norm.Name]
+	s.mu.Unlock()
+	if old != nil {
+		// The hooks withdraw what the old registration was trusted with before the new
+		// code serves its capabilities.
+		s.notify(removalOf(old, ReasonReplaced))
+	}
+
 	actx, acancel := context.WithCancel(context.Background())
 	a := &adapter{reg: norm, log: log, ctx: actx, cancel: acancel, done: make(chan struct{}), state: StateBackoff}
 	switch {
@@ -345,8 +352,7 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, mode regist
 		log.note("start failed (" + a.lastFailure + "); retrying with backoff")
 	}
 	s.mu.Lock()
-	old := s.adapters[norm.Name]
-	if old != nil {
+	if old != nil { // life is held: s.adapters[norm.Name] is still old
 		for _, d := range old.descs {
 			if s.owners[d.CapabilityID] == old {
 				delete(s.owners, d.CapabilityID)
@@ -371,14 +377,13 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, mode regist
 	}
 	if old != nil {
 		s.stopAdapter(context.WithoutCancel(ctx), old)
-		removed = append(removed, removalOf(old, ReasonReplaced))
 	}
 	return norm, nil
 }
 
 // Remove stops the adapter registered as name and reaps its child. ctx bounds the graceful
 // part of the stop; the child is killed when it ends. The removal hooks are told, with reason
-// ReasonRemoved.
+// ReasonRemoved, once its capabilities no longer route to it and before its child stops.
 func (s *Supervisor) Remove(ctx context.Context, name string) error {
 	return s.RemoveBecause(ctx, name, ReasonRemoved)
 }
@@ -390,8 +395,6 @@ func (s *Supervisor) RemoveBecause(ctx context.Context, name, reason string) err
 
 // remove stops and forgets name; when only is set, only if name still holds that adapter.
 func (s *Supervisor) remove(ctx context.Context, name, reason string, only *adapter) error {
-	var removed []Removal
-	defer func() { s.notify(removed) }()
 	s.life.Lock()
 	defer s.life.Unlock()
 	s.mu.Lock()
@@ -408,8 +411,8 @@ func (s *Supervisor) remove(ctx context.Context, name, reason string, only *adap
 	}
 	a.cancel() // under mu: a monitor that is adopting a child sees it
 	s.mu.Unlock()
+	s.notify(removalOf(a, reason)) // before the child stops
 	s.stopAdapter(ctx, a)
-	removed = append(removed, removalOf(a, reason))
 	return nil
 }
 

@@ -23,9 +23,10 @@ const (
 	ReasonSessionEnded = "session_ended" // the session generation it was tied to ended
 )
 
-// Removal tells a removal hook that a registration stopped serving: its child is stopped and
-// reaped, and its capabilities are gone (or, for ReasonReplaced, served by the registration
-// that replaced it, whose code may differ).
+// Removal tells a removal hook that a registration stops serving, before its child is
+// stopped: for a removal its capabilities no longer route to it; for ReasonReplaced they are
+// about to be served by the registration that replaces it (already started and validated),
+// whose code may differ.
 type Removal struct {
 	Registration Registration
 	// Capabilities are the ids the removed registration served.
@@ -44,26 +45,27 @@ func removalOf(a *adapter, reason string) Removal {
 }
 
 // OnRemove adds fn to the hooks told of every removal and replacement (not of Close, which
-// keeps registrations for the next start). fn runs synchronously, after the child is reaped,
-// on the goroutine that removed it (a Register, Remove or Approve caller, or the lease loop),
-// with no lock of the Supervisor held: it may call the Supervisor, but it should be quick.
+// keeps registrations for the next start), whatever the reason. fn runs synchronously on the
+// goroutine that removes (a Register, Remove, RemoveBecause, RemoveWhere or Approve caller, or
+// the lease loop), before the old child is stopped and, for a replacement, before the new one
+// serves: what fn withdraws is withdrawn before any other code answers for those
+// capabilities. It runs with the Supervisor's administration serialized (no Register, Remove,
+// Approve or Close can start until it returns; calling one of them from fn deadlocks) but no
+// other lock held: fn may call List, Describe, Status, Observe and Invoke. It should be quick.
+// The removal's Registration is no longer installed when fn runs.
 func (s *Supervisor) OnRemove(fn func(Removal)) {
 	s.mu.Lock()
 	s.hooks = append(s.hooks, fn)
 	s.mu.Unlock()
 }
 
-func (s *Supervisor) notify(removed []Removal) {
-	if len(removed) == 0 {
-		return
-	}
+// notify tells the hooks of r; the caller holds s.life, not s.mu.
+func (s *Supervisor) notify(r Removal) {
 	s.mu.Lock()
 	hooks := slices.Clone(s.hooks)
 	s.mu.Unlock()
-	for _, r := range removed {
-		for _, fn := range hooks {
-			fn(r)
-		}
+	for _, fn := range hooks {
+		fn(r)
 	}
 }
 

@@ -305,3 +305,76 @@ func TestRemoveWhereRoom(t *testing.T) {
 		t.Fatalf("removal = %+v", rm.got[0])
 	}
 }
+
+// The removal hooks run before the removed child stops, for every reason, and for a
+// replacement after the new child passed validation: what a hook withdraws is withdrawn
+// while the old, approved code still answers for the capabilities.
+func TestRemovalHookRunsBeforeTheChildStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, fs := fakeSupervisor(t, Options{})
+		defer s.Close(context.Background())
+		ctx := context.Background()
+		var mu sync.Mutex
+		var seen []string
+		var child *fakeInst // the child the next removal must find running
+		s.OnRemove(func(r Removal) {
+			mu.Lock()
+			defer mu.Unlock()
+			state := "running"
+			select {
+			case <-child.Done():
+				state = "stopped"
+			default:
+			}
+			if r.Reason == ReasonReplaced && len(fs.insts) != 2 {
+				state += ",replacement-not-started"
+			}
+			seen = append(seen, r.Reason+":"+state)
+		})
+		step := func(do func()) {
+			mu.Lock()
+			child = fs.last()
+			mu.Unlock()
+			do()
+		}
+
+		reg := helperRegistration(t, "a", "unused", "cap_a")
+		reg.LeaseExpires = time.Now().Add(time.Hour)
+		if _, err := s.Register(ctx, reg); err != nil {
+			t.Fatal(err)
+		}
+		step(func() {
+			if _, err := s.Register(ctx, reg); err != nil {
+				t.Fatal(err)
+			}
+		})
+		step(func() {
+			time.Sleep(time.Hour)
+			synctest.Wait()
+		})
+		for _, reason := range []string{ReasonRoomClosed, ReasonRemoved} {
+			reg.LeaseExpires = time.Time{}
+			if _, err := s.Register(ctx, reg); err != nil {
+				t.Fatal(err)
+			}
+			step(func() {
+				if reason == ReasonRemoved {
+					if err := s.Remove(ctx, "a"); err != nil {
+						t.Fatal(err)
+					}
+				} else if got := s.RemoveWhere(ctx, reason, func(Registration) bool { return true }); len(got) != 1 {
+					t.Fatalf("RemoveWhere removed %v", got)
+				}
+			})
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{"replaced:running", "lease_expired:running", "room_closed:running", "removed:running"}
+		if !slices.Equal(seen, want) {
+			t.Fatalf("hooks saw %v, want %v", seen, want)
+		}
+		if len(s.Status()) != 0 {
+			t.Fatalf("left running: %+v", s.Status())
+		}
+	})
+}

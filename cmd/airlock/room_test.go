@@ -1,0 +1,420 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// roomHost is one real airlockd of a two-host room test and the CLI outputs it produced,
+// which the canary scan reads.
+type roomHost struct {
+	t *testing.T
+	d *daemontest.Daemon
+
+	mu   sync.Mutex
+	seen []string // every stdout and stderr of the CLI against this host
+}
+
+func (h *roomHost) cli(stdin string, args ...string) result {
+	h.t.Helper()
+	r := cli(h.t, h.d.Socket, stdin, args...)
+	h.mu.Lock()
+	h.seen = append(h.seen, r.stdout, r.stderr)
+	h.mu.Unlock()
+	return r
+}
+
+// data runs a --json command that must succeed and decodes its data into v.
+func (h *roomHost) data(v any, args ...string) {
+	h.t.Helper()
+	r := h.cli("", append(args, "--json")...).wantCode(h.t, exitOK)
+	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), true)
+	if v != nil {
+		decode(h.t, env.Data, v)
+	}
+}
+
+// refused runs a --json command that the daemon must refuse with code.
+func (h *roomHost) refused(code string, args ...string) {
+	h.t.Helper()
+	r := h.cli("", append(args, "--json")...)
+	if r.code != exitFailure {
+		h.t.Fatalf("%v: exit %d, want %d (refused %s)\n%s%s", args, r.code, exitFailure, code, r.stdout, r.stderr)
+	}
+	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), false)
+	if env.Error.Code != code {
+		h.t.Fatalf("%v: refused %s, want %s", args, env.Error.Code, code)
+	}
+}
+
+func startRoomHost(t *testing.T, args ...string) *roomHost {
+	t.Helper()
+	h := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Args: args})}
+	// The room service starts after recovery and the adapters' restore.
+	waitFor(t, "the room service", func() bool {
+		var out, errb bytes.Buffer
+		return run(context.Background(), []string{"--socket", h.d.Socket, "room", "status"}, strings.NewReader(""), &out, &errb) == exitOK
+	})
+	return h
+}
+
+type roomStatusData struct {
+	HostID   string `json:"hostId"`
+	NATSURL  string `json:"natsUrl"`
+	Embedded bool   `json:"embedded"`
+}
+
+// bulb is examples/adapters/python-light/fake_bulb.py on an ephemeral loopback port.
+type bulb struct {
+	base  string
+	stdin io.WriteCloser
+	done  chan error
+}
+
+func startBulb(t *testing.T, python string) *bulb {
+	t.Helper()
+	cmd := exec.Command(python, exampleFile(t, "python-light", "fake_bulb.py"), "--port", "0")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := &bulb{stdin: stdin, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		ready <- line
+		_, _ = io.Copy(io.Discard, stdout)
+		b.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { b.stop(t) })
+	var line string
+	select {
+	case line = <-ready:
+	case <-time.After(waitTimeout):
+		t.Fatal("the fake bulb did not start")
+	}
+	port, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if n, err := strconv.Atoi(port); !ok || err != nil || n <= 0 {
+		t.Fatalf("fake bulb said %q", line)
+	}
+	b.base = "http://127.0.0.1:" + port
+	return b
+}
+
+// stop closes the bulb's stdin, which stops it, and waits.
+func (b *bulb) stop(t *testing.T) {
+	if b.stdin == nil {
+		return
+	}
+	b.stdin.Close()
+	b.stdin = nil
+	select {
+	case <-b.done:
+	case <-time.After(waitTimeout):
+		t.Error("the fake bulb did not stop")
+	}
+}
+
+func compact(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func exampleFile(t *testing.T, dir, file string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "examples", "adapters", dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type roomCapData struct {
+	Provider     string `json:"provider"`
+	ProviderSelf bool   `json:"providerSelf"`
+	CapabilityID string `json:"capabilityId"`
+	Title        string `json:"title"`
+	Observe      bool   `json:"observe"`
+	Actions      []struct {
+		Name        string          `json:"name"`
+		Input       json.RawMessage `json:"input"`
+		ApproveEach bool            `json:"approveEach"`
+	} `json:"actions"`
+}
+
+// TestRoomTwoDaemons runs two real airlockd on one machine, B joined to A's embedded bus: A
+// publishes the Python light (set_color) and the Go lamp's set_power; B observes and invokes
+// through its own socket; everything A did not publish, unpublished or removed is refused;
+// a per-call approval is approved, denied and timed out; and no secret leaks anywhere.
+func TestRoomTwoDaemons(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: the room test runs the Python light")
+	}
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	bl := startBulb(t, python)
+	config := filepath.Join(t.TempDir(), "light.json")
+	if err := os.WriteFile(config, []byte(`{"bulb": "`+bl.base+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	a := startRoomHost(t)
+	var sa roomStatusData
+	a.data(&sa, "room", "status")
+	if !sa.Embedded || !strings.HasPrefix(sa.NATSURL, "nats://127.0.0.1:") || len(sa.HostID) != 64 {
+		t.Fatalf("A's room status %+v", sa)
+	}
+	b := startRoomHost(t, "--nats-url", sa.NATSURL, "--room-approval-wait", "1s")
+	var sb roomStatusData
+	b.data(&sb, "room", "status")
+	if sb.Embedded || sb.NATSURL != sa.NATSURL || sb.HostID == sa.HostID {
+		t.Fatalf("B's room status %+v", sb)
+	}
+
+	// A 1.x client does not know the room operations.
+	c1 := a.d.Dial()
+	c1.SetVersion("1.0")
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if r, err := c1.Call(ctx, client.Command{Operation: protocol.OpCreateRoom, Payload: map[string]string{"room": "x"}}); err != nil || r.OK || r.Error.Code != protocol.CodeUnknownOperation {
+		t.Fatalf("createRoom over 1.0: %+v, %v", r, err)
+	}
+
+	a.cli("", "adapter", "register", "light", "--", python, exampleFile(t, "python-light", "light.py"), config).wantCode(t, exitOK)
+	a.cli("", "adapter", "register", "lamp", "--", lamp).wantCode(t, exitOK)
+	a.cli("", "room", "create", "home", "--title", "Home").wantCode(t, exitOK)
+	var inv struct {
+		Code string `json:"code"`
+	}
+	a.data(&inv, "room", "invite", "home", "--name", "bob")
+	// The code is read from stdin, out of the process list.
+	b.cli(inv.Code+"\n", "room", "join", "-").wantCode(t, exitOK)
+	// One time only.
+	r := b.cli(inv.Code+"\n", "room", "join", "-", "--json")
+	if env := envelopeOf(t, r, "room join", false); env.Error.Code != "room_exists" {
+		t.Fatalf("second join by B: %s", env.Error.Code)
+	}
+
+	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--observe").wantCode(t, exitOK)
+	a.cli("", "room", "publish", "--room", "home", "--cap", "desk_lamp", "--actions", "set_power").wantCode(t, exitOK)
+	a.refused("unknown_capability", "room", "publish", "--room", "home", "--cap", "no_such_cap")
+	a.refused("invalid_request", "room", "publish", "--room", "home", "--cap", "desk_lamp", "--actions", "explode")
+
+	var caps struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	waitFor(t, "B to see A's two publications", func() bool {
+		b.data(&caps, "room", "caps", "--room", "home")
+		return len(caps.Capabilities) == 2
+	})
+	for _, c := range caps.Capabilities {
+		if c.Provider != sa.HostID || c.ProviderSelf || len(c.Actions) != 1 {
+			t.Fatalf("B sees %+v", c)
+		}
+		if c.CapabilityID == "living_room_light" && (c.Actions[0].Name != "set_color" || !c.Observe || !strings.Contains(compact(t, c.Actions[0].Input), `"properties":{"color":"string"}`)) {
+			t.Fatalf("B sees the light as %+v", c)
+		}
+		if c.CapabilityID == "desk_lamp" && c.Actions[0].Name != "set_power" {
+			t.Fatalf("B sees the lamp as %+v", c)
+		}
+	}
+	var show struct {
+		Members []struct {
+			HostID  string `json:"hostId"`
+			Name    string `json:"name"`
+			Present bool   `json:"present"`
+		} `json:"members"`
+	}
+	b.data(&show, "room", "show", "home")
+	if len(show.Members) != 2 {
+		t.Fatalf("B's room show: %+v", show)
+	}
+
+	var call struct {
+		Result struct {
+			On    bool   `json:"on"`
+			Color string `json:"color"`
+		} `json:"result"`
+	}
+	b.data(&call, "room", "invoke", "--room", "home", "--cap", "living_room_light", "--action", "set_color", "--args", `{"color":"#12AB56"}`)
+	if !call.Result.On || call.Result.Color != "#12ab56" {
+		t.Fatalf("B's set_color: %+v", call.Result)
+	}
+	b.data(&call, "room", "observe", "--room", "home", "--cap", "living_room_light")
+	if call.Result.Color != "#12ab56" {
+		t.Fatalf("B's observe: %+v", call.Result)
+	}
+	b.data(nil, "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--action", "set_power", "--args", `{"on":true}`)
+
+	// What A did not publish: an action, an observation, a capability.
+	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--action", "set_brightness", "--args", `{"level":5}`)
+	b.refused("unauthorized", "room", "observe", "--room", "home", "--cap", "desk_lamp")
+	a.cli("", "room", "unpublish", "--room", "home", "--cap", "desk_lamp").wantCode(t, exitOK)
+	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--provider", sa.HostID, "--action", "set_power", "--args", `{"on":false}`)
+	b.refused("unknown_room", "room", "invoke", "--room", "elsewhere", "--cap", "desk_lamp", "--provider", sa.HostID, "--action", "set_power")
+
+	// After an unpublish.
+	a.cli("", "room", "unpublish", "--room", "home", "--cap", "living_room_light").wantCode(t, exitOK)
+	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "living_room_light", "--provider", sa.HostID, "--action", "set_color", "--args", `{"color":"#000000"}`)
+
+	// Per-call approval: approved, denied, timed out (B waits 1 s).
+	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--approve-each").wantCode(t, exitOK)
+	waitFor(t, "B to see the approval requirement", func() bool {
+		b.data(&caps, "room", "caps", "--room", "home")
+		return len(caps.Capabilities) == 1 && caps.Capabilities[0].Actions[0].ApproveEach
+	})
+	decide := func(verb string) result {
+		t.Helper()
+		done := make(chan result, 1)
+		go func() {
+			done <- cli(t, b.d.Socket, "", "room", "invoke", "--room", "home", "--cap", "living_room_light", "--action", "set_color", "--args", `{"color":"#0000FF"}`, "--json")
+		}()
+		var ap struct {
+			Approvals []struct {
+				ID     string `json:"id"`
+				Caller string `json:"caller"`
+				Action string `json:"action"`
+			} `json:"approvals"`
+		}
+		waitFor(t, "the approval at A", func() bool {
+			a.data(&ap, "room", "approvals")
+			return len(ap.Approvals) == 1
+		})
+		if ap.Approvals[0].Caller != sb.HostID || ap.Approvals[0].Action != "set_color" {
+			t.Fatalf("approval %+v", ap.Approvals[0])
+		}
+		a.cli("", "room", verb, ap.Approvals[0].ID).wantCode(t, exitOK)
+		a.refused("unknown_approval", "room", verb, ap.Approvals[0].ID)
+		res := <-done
+		b.mu.Lock()
+		b.seen = append(b.seen, res.stdout, res.stderr)
+		b.mu.Unlock()
+		return res
+	}
+	if res := decide("approve"); res.code != exitOK {
+		t.Fatalf("approved call: %+v", res)
+	}
+	if env := envelopeOf(t, decide("deny"), "room invoke", false); env.Error.Code != "approval_denied" {
+		t.Fatalf("denied call: %s", env.Error.Code)
+	}
+	b.refused("approval_timeout", "room", "invoke", "--room", "home", "--cap", "living_room_light", "--action", "set_color", "--args", `{"color":"#0000FF"}`)
+
+	// Removing the adapter withdraws its publication at once.
+	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--observe").wantCode(t, exitOK)
+	b.data(nil, "room", "observe", "--room", "home", "--cap", "living_room_light", "--provider", sa.HostID)
+	// First make the adapter write to its stderr (the bulb gone), for the canary scan.
+	bl.stop(t)
+	b.refused("unavailable", "room", "observe", "--room", "home", "--cap", "living_room_light", "--provider", sa.HostID)
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	a.data(&logs, "adapter", "logs", "light")
+	a.cli("", "adapter", "remove", "light").wantCode(t, exitOK)
+	b.refused("unauthorized", "room", "observe", "--room", "home", "--cap", "living_room_light", "--provider", sa.HostID)
+	var pubs struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	a.data(&pubs, "room", "caps", "--room", "home")
+	if len(pubs.Capabilities) != 0 {
+		t.Fatalf("A still publishes %+v after removing the adapter", pubs.Capabilities)
+	}
+
+	// Canaries: the bulb's address (an endpoint only the adapter's config holds), the
+	// adapter's stderr, both hosts' private keys, and the join code, in any CLI output (but
+	// the invite's own), either daemon's log, or any room record on the bus.
+	canaries := map[string]string{"bulb endpoint": bl.base, "bulb port": strings.TrimPrefix(bl.base, "http://127.0.0.1")}
+	for i, l := range logs.Lines {
+		if strings.TrimSpace(l) != "" && !strings.Contains(l, "airlock") {
+			canaries["adapter stderr "+strconv.Itoa(i)] = l
+		}
+	}
+	if len(logs.Lines) == 0 {
+		t.Fatal("the adapter wrote nothing to its stderr; the canary would prove nothing")
+	}
+	for name, h := range map[string]*roomHost{"A": a, "B": b} {
+		key, err := os.ReadFile(filepath.Join(h.d.StateDir, "host.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(key)), "\n")
+		canaries["host key of "+name] = lines[len(lines)-1]
+	}
+	secret := inv.Code[strings.LastIndex(inv.Code, ".")+1:]
+	var outputs []string
+	for _, h := range []*roomHost{a, b} {
+		h.mu.Lock()
+		for _, s := range h.seen {
+			// The invite shows its code, and adapter logs the adapter's stderr, to the operator
+			// who asked.
+			if !strings.Contains(s, `"command": "room invite"`) && !strings.Contains(s, `"command": "adapter logs"`) {
+				outputs = append(outputs, s)
+			}
+		}
+		h.mu.Unlock()
+	}
+	logsOf := map[string]string{"A's log": a.d.Stderr(), "B's log": b.d.Stderr()}
+	var records []string
+	_ = filepath.WalkDir(filepath.Join(a.d.StateDir, "nats"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if data, err := os.ReadFile(p); err == nil {
+				records = append(records, string(data))
+			}
+		}
+		return nil
+	})
+	if len(records) == 0 || !strings.Contains(strings.Join(records, ""), "living_room_light") {
+		t.Fatal("no room record found on A's bus store; the scan would prove nothing")
+	}
+	check := func(where, text string) {
+		for name, c := range canaries {
+			if strings.Contains(text, c) {
+				t.Errorf("%s holds the %s (%q):\n%s", where, name, c, text)
+			}
+		}
+	}
+	for i, o := range outputs {
+		check("CLI output "+strconv.Itoa(i), o)
+	}
+	for where, l := range logsOf {
+		check(where, l)
+		if strings.Contains(l, secret) {
+			t.Errorf("%s holds the join code", where)
+		}
+	}
+	for i, rec := range records {
+		check("bus store file "+strconv.Itoa(i), rec)
+		if strings.Contains(rec, secret) {
+			t.Errorf("bus store file %d holds the join code", i)
+		}
+	}
+}

@@ -1,0 +1,370 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/roomhost"
+	"github.com/airlockhq/airlock/internal/turn"
+)
+
+// RoomsConfig configures the daemon's room service; a nil *RoomsConfig runs none.
+type RoomsConfig struct {
+	// NATSURL joins another daemon's bus instead of embedding one.
+	NATSURL string
+	// Listen is the embedded server's address; empty means 127.0.0.1 on a random port.
+	Listen string
+	// ApprovalWait bounds how long this host's calls wait for a provider's per-call approval.
+	ApprovalWait time.Duration
+	// InviteTTL is how long a join code stays valid.
+	InviteTTL time.Duration
+}
+
+// startRooms starts the room service after the adapters are restored, so the restored
+// publications find their capabilities. A failure is logged and leaves the room operations
+// answering unavailable.
+func (d *Daemon) startRooms(ctx context.Context) {
+	rc := d.cfg.Rooms
+	if rc == nil {
+		return
+	}
+	svc, err := roomhost.Start(ctx, roomhost.Config{
+		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
+		NATSURL: rc.NATSURL, Listen: rc.Listen, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
+		RoomClosed: d.roomClosed,
+	})
+	if err != nil {
+		d.log.Error("room service not started; room operations answer unavailable", "err", err)
+		return
+	}
+	d.srv.rooms.Store(svc)
+	st := svc.Status()
+	d.log.Info("room service started", "hostId", st.HostID, "natsUrl", st.NATSURL, "embedded", st.Embedded)
+	d.removeForGoneRooms(ctx)
+}
+
+// roomClosed is the room service's RoomClosed hook: the temporary adapters tied to the room
+// stop, their registrations go, and their publications in other rooms are withdrawn (by the
+// removal hook, before each child stops).
+func (d *Daemon) roomClosed(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adapterStopTimeout)
+	defer cancel()
+	names, err := d.srv.adapters.RemoveForRoom(ctx, id)
+	if err != nil {
+		d.log.Error("adapters tied to a closed room not all removed", "room", id, "err", err)
+	}
+	for _, n := range names {
+		d.log.Info("temporary adapter removed: its room closed", "adapter", n, "room", id)
+	}
+}
+
+// removeForGoneRooms removes, at start, the registrations tied to a room this host is no
+// longer in (closed while the daemon was down, or never created or joined): the stored rooms
+// are the truth, so a room that is stored but could not be rejoined keeps its adapters.
+func (d *Daemon) removeForGoneRooms(ctx context.Context) {
+	regs, err := d.store.Registrations()
+	if err != nil {
+		d.log.Error("capability adapter registrations not readable", "err", err)
+		return
+	}
+	recs, err := d.store.Rooms()
+	if err != nil {
+		d.log.Error("rooms not readable; temporary adapters tied to rooms are kept", "err", err)
+		return
+	}
+	stored := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		stored[r.ID] = true
+	}
+	gone := map[string]bool{}
+	for _, r := range regs {
+		if r.Room != "" && !stored[r.Room] && !gone[r.Room] {
+			gone[r.Room] = true
+			d.roomClosed(ctx, r.Room)
+		}
+	}
+}
+
+// stopRooms closes the room service, if it runs.
+func (d *Daemon) stopRooms() {
+	if svc := d.srv.rooms.Swap(nil); svc != nil {
+		if err := svc.Close(); err != nil {
+			d.log.Warn("room service did not stop cleanly", "err", err)
+		}
+	}
+}
+
+// withdraw withdraws capabilities from every room: their adapter is being removed or
+// replaced.
+func (s *Server) withdraw(capabilities []string) {
+	if svc := s.rooms.Load(); svc != nil && len(capabilities) > 0 {
+		svc.Withdraw(capabilities)
+	}
+}
+
+// roomTools gives a session's turns the tools of its room. The room service may start after
+// the session (it starts once recovery is done), so it is looked up at each turn; a turn
+// without it, or of a room this host left, offers no room tools.
+func (s *Server) roomTools(roomID string) turn.RoomTools { return &sessionRoom{srv: s, room: roomID} }
+
+type sessionRoom struct {
+	srv  *Server
+	room string
+}
+
+func (r *sessionRoom) Tools(ctx context.Context) []turn.RoomTool {
+	if svc := r.srv.rooms.Load(); svc != nil {
+		return svc.AgentTools(r.room).Tools(ctx)
+	}
+	return nil
+}
+
+func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMessage) (json.RawMessage, *protocol.Error) {
+	svc := r.srv.rooms.Load()
+	if svc == nil {
+		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+	}
+	return svc.AgentTools(r.room).Call(ctx, t, args)
+}
+
+// checkOpenRoom refuses an open that names a room this host is not in.
+func (s *Server) checkOpenRoom(roomID string) *protocol.Error {
+	if roomID == "" {
+		return nil
+	}
+	svc := s.rooms.Load()
+	if svc == nil {
+		return protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+	}
+	if !svc.InRoom(roomID) {
+		return protocol.Errorf(roomhost.CodeUnknownRoom, "this host is not in that room")
+	}
+	return nil
+}
+
+// RoomResult is the data of createRoom and joinRoom.
+type RoomResult struct {
+	Room roomhost.Room `json:"room"`
+}
+
+// RoomList is the data of listRooms.
+type RoomList struct {
+	Rooms []roomhost.Room `json:"rooms"`
+}
+
+// RoomClosed is the data of closeRoom.
+type RoomClosed struct {
+	Room   string `json:"room"`
+	Closed bool   `json:"closed"`
+}
+
+// PublishResult is the data of publishCapability.
+type PublishResult struct {
+	Capability roomhost.Capability `json:"capability"`
+}
+
+// UnpublishResult is the data of unpublishCapability.
+type UnpublishResult struct {
+	Unpublished bool `json:"unpublished"`
+}
+
+// RoomCapabilityList is the data of listRoomCapabilities.
+type RoomCapabilityList struct {
+	Room         string                `json:"room"`
+	Capabilities []roomhost.Capability `json:"capabilities"`
+}
+
+// RoomCallResult is the data of observeRoomCapability and invokeRoomCapability.
+type RoomCallResult struct {
+	Room         string          `json:"room"`
+	Provider     string          `json:"provider"`
+	CapabilityID string          `json:"capabilityId"`
+	Action       string          `json:"action,omitempty"`
+	Result       json.RawMessage `json:"result"`
+}
+
+// ApprovalList is the data of listApprovals.
+type ApprovalList struct {
+	Approvals []roomhost.Approval `json:"approvals"`
+}
+
+// ApprovalDecision is the data of decideApproval.
+type ApprovalDecision struct {
+	ApprovalID string `json:"approvalId"`
+	Approved   bool   `json:"approved"`
+}
+
+// roomError maps a room service error to the wire: its code, its message, and retryable for
+// the conditions that pass.
+func roomError(err error) error {
+	var re *roomhost.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	if re.Code() == room.CodeInternal {
+		return protocol.Wrap(protocol.Errorf(protocol.CodeInternal, "internal error"), err)
+	}
+	e := &protocol.Error{Code: re.Code(), Message: re.Message()}
+	switch re.Code() {
+	case room.CodeUnavailable, room.CodeBusy, room.CodeTimeout:
+		e.Retryable = true
+	}
+	return e
+}
+
+func (s *Server) runRooms(ctx context.Context, cmd *protocol.Command) (any, error) {
+	data, err := s.roomOp(ctx, cmd)
+	if err != nil {
+		return nil, roomError(err)
+	}
+	return data, nil
+}
+
+func decodeRoom[P any, PP interface {
+	*P
+	Validate() *protocol.Error
+}](cmd *protocol.Command) (*P, *protocol.Error) {
+	p := new(P)
+	if e := protocol.DecodePayload(cmd, p); e != nil {
+		return nil, e
+	}
+	if e := PP(p).Validate(); e != nil {
+		return nil, e
+	}
+	return p, nil
+}
+
+func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error) {
+	svc := s.rooms.Load()
+	if svc == nil {
+		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+	}
+	switch cmd.Operation {
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		switch cmd.Operation {
+		case protocol.OpRoomStatus:
+			return svc.Status(), nil
+		case protocol.OpListRooms:
+			rooms, err := svc.Rooms(ctx)
+			return &RoomList{Rooms: rooms}, err
+		default:
+			ap, err := svc.Approvals(ctx)
+			return &ApprovalList{Approvals: ap}, err
+		}
+	case protocol.OpCreateRoom:
+		p, e := decodeRoom[protocol.CreateRoomPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		r, err := svc.Create(ctx, p.Room, p.Title)
+		if err != nil {
+			return nil, err
+		}
+		return &RoomResult{Room: r}, nil
+	case protocol.OpShowRoom, protocol.OpCloseRoom, protocol.OpListRoomCapabilities:
+		p, e := decodeRoom[protocol.RoomPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		switch cmd.Operation {
+		case protocol.OpShowRoom:
+			d, err := svc.Room(ctx, p.Room)
+			if err != nil {
+				return nil, err
+			}
+			return &d, nil
+		case protocol.OpCloseRoom:
+			if err := svc.CloseRoom(ctx, p.Room); err != nil {
+				return nil, err
+			}
+			return &RoomClosed{Room: p.Room, Closed: true}, nil
+		default:
+			caps, err := svc.Capabilities(ctx, p.Room)
+			if err != nil {
+				return nil, err
+			}
+			return &RoomCapabilityList{Room: p.Room, Capabilities: caps}, nil
+		}
+	case protocol.OpInviteRoom:
+		p, e := decodeRoom[protocol.InviteRoomPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		inv, err := svc.Invite(ctx, p.Room, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &inv, nil
+	case protocol.OpJoinRoom:
+		p, e := decodeRoom[protocol.JoinRoomPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		r, err := svc.Join(ctx, p.Code)
+		if err != nil {
+			return nil, err
+		}
+		return &RoomResult{Room: r}, nil
+	case protocol.OpPublishCapability:
+		p, e := decodeRoom[protocol.PublishCapabilityPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		pub := roomhost.Publish{Room: p.Room, Capability: p.CapabilityID, Actions: p.Actions, Observe: p.Observe, ApproveEach: p.ApproveEach}
+		for _, m := range p.Members {
+			pub.Members = append(pub.Members, room.HostID(m))
+		}
+		c, err := svc.Publish(ctx, pub)
+		if err != nil {
+			return nil, err
+		}
+		return &PublishResult{Capability: c}, nil
+	case protocol.OpUnpublishCapability:
+		p, e := decodeRoom[protocol.RoomCapabilityPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		was, err := svc.Unpublish(ctx, p.Room, p.CapabilityID)
+		if err != nil {
+			return nil, err
+		}
+		return &UnpublishResult{Unpublished: was}, nil
+	case protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability:
+		var p protocol.RoomCallPayload
+		if e := protocol.DecodePayload(cmd, &p); e != nil {
+			return nil, e
+		}
+		invoke := cmd.Operation == protocol.OpInvokeRoomCapability
+		if e := p.Validate(invoke); e != nil {
+			return nil, e
+		}
+		var raw json.RawMessage
+		var err error
+		if invoke {
+			raw, err = svc.Invoke(ctx, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
+		} else {
+			raw, err = svc.Observe(ctx, p.Room, p.Provider, p.CapabilityID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &RoomCallResult{Room: p.Room, Provider: p.Provider, CapabilityID: p.CapabilityID, Action: p.Action, Result: raw}, nil
+	case protocol.OpDecideApproval:
+		p, e := decodeRoom[protocol.DecideApprovalPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		if err := svc.Decide(ctx, p.ApprovalID, *p.Approve); err != nil {
+			return nil, err
+		}
+		return &ApprovalDecision{ApprovalID: p.ApprovalID, Approved: *p.Approve}, nil
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
+}

@@ -1,0 +1,259 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// Room operations (2.x): the owner's surface of the host's room service.
+const (
+	OpRoomStatus            = "roomStatus"
+	OpCreateRoom            = "createRoom"
+	OpListRooms             = "listRooms"
+	OpShowRoom              = "showRoom"
+	OpCloseRoom             = "closeRoom"
+	OpInviteRoom            = "inviteRoom"
+	OpJoinRoom              = "joinRoom"
+	OpPublishCapability     = "publishCapability"
+	OpUnpublishCapability   = "unpublishCapability"
+	OpListRoomCapabilities  = "listRoomCapabilities"
+	OpObserveRoomCapability = "observeRoomCapability"
+	OpInvokeRoomCapability  = "invokeRoomCapability"
+	OpListApprovals         = "listApprovals"
+	OpDecideApproval        = "decideApproval"
+	// OpRoomUILogin mints a one-time login URL for the host's web page (airlockd --http).
+	OpRoomUILogin = "roomUILogin"
+)
+
+// roomOperations are the room operations in handshake order.
+var roomOperations = []string{
+	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
+	OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
+	OpObserveRoomCapability, OpInvokeRoomCapability, OpListApprovals, OpDecideApproval,
+	OpRoomUILogin,
+}
+
+// Bounds and grammars of the room operations' payloads: the room layer's rules
+// (internal/room), copied because this package must not import it.
+const (
+	// MaxRoomIDLen bounds a room id, in bytes (the id grammar is ASCII).
+	MaxRoomIDLen = 64
+	// MaxRoomTitleBytes bounds a room title and a member's display name.
+	MaxRoomTitleBytes = 128
+	// MaxRoomArgsBytes bounds invokeRoomCapability's args: the room edge's bound.
+	MaxRoomArgsBytes = 8 << 10
+	// MaxJoinCodeLen bounds a join code.
+	MaxJoinCodeLen = 256
+	// MaxPublicationActions bounds a publication's named actions.
+	MaxPublicationActions = 8
+	// MaxPublicationMembers bounds a publication's named members.
+	MaxPublicationMembers = 64
+)
+
+var (
+	// roomIDPattern is the room id grammar (internal/room); registerAdapter's room uses it too.
+	roomIDPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	hostIDPattern     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	approvalIDPattern = regexp.MustCompile(`^[0-9a-f]{24}$`)
+)
+
+func validRoomID(field, id string) *Error {
+	if !roomIDPattern.MatchString(id) {
+		return invalidField(field, "must match %s", roomIDPattern.String())
+	}
+	return nil
+}
+
+func validHostID(field, id string) *Error {
+	if !hostIDPattern.MatchString(id) {
+		return invalidField(field, "must be a host id, 64 lowercase hex digits")
+	}
+	return nil
+}
+
+func validRoomText(field, s string) *Error {
+	if len(s) > MaxRoomTitleBytes || !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool {
+		return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)
+	}) {
+		return invalidField(field, "must be at most %d bytes of UTF-8 without control characters", MaxRoomTitleBytes)
+	}
+	return nil
+}
+
+// RoomPayload names a room: the payload of showRoom, closeRoom and listRoomCapabilities.
+type RoomPayload struct {
+	Room string `json:"room"`
+}
+
+// Validate checks the room id grammar.
+func (p *RoomPayload) Validate() *Error { return validRoomID("payload.room", p.Room) }
+
+// CreateRoomPayload is the payload of createRoom. An empty title means the id.
+type CreateRoomPayload struct {
+	Room  string `json:"room"`
+	Title string `json:"title,omitempty"`
+}
+
+// Validate checks the id grammar and the title bound.
+func (p *CreateRoomPayload) Validate() *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	return validRoomText("payload.title", p.Title)
+}
+
+// InviteRoomPayload is the payload of inviteRoom: the room, and the display name the joiner
+// gets in its roster.
+type InviteRoomPayload struct {
+	Room string `json:"room"`
+	Name string `json:"name,omitempty"`
+}
+
+// Validate checks the id grammar and the name bound.
+func (p *InviteRoomPayload) Validate() *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	return validRoomText("payload.name", p.Name)
+}
+
+// JoinRoomPayload is the payload of joinRoom. The code is a bearer secret: it is never
+// echoed in an error or logged.
+type JoinRoomPayload struct {
+	Code string `json:"code"`
+}
+
+// Validate checks that a code is present and bounded; its form is the room service's to
+// check (invalid_join_code).
+func (p *JoinRoomPayload) Validate() *Error {
+	if p.Code == "" || len(p.Code) > MaxJoinCodeLen {
+		return invalidField("payload.code", "must be 1 to %d bytes", MaxJoinCodeLen)
+	}
+	return nil
+}
+
+// PublishCapabilityPayload is the payload of publishCapability: a local capability into a
+// room, with all its actions (actions absent or empty) or the named ones, observe on or off,
+// for every member (members absent or empty) or the named hosts, and optionally a per-call
+// approval of every invoke by another host.
+type PublishCapabilityPayload struct {
+	Room         string   `json:"room"`
+	CapabilityID string   `json:"capabilityId"`
+	Actions      []string `json:"actions,omitempty"`
+	Observe      bool     `json:"observe,omitempty"`
+	Members      []string `json:"members,omitempty"`
+	ApproveEach  bool     `json:"approveEach,omitempty"`
+}
+
+// Validate checks the grammars and bounds; whether the capability, its actions and the
+// members exist is the room service's to say.
+func (p *PublishCapabilityPayload) Validate() *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	if e := validCapabilityID(p.CapabilityID); e != nil {
+		return e
+	}
+	if len(p.Actions) > MaxPublicationActions {
+		return invalidField("payload.actions", "must have at most %d items", MaxPublicationActions)
+	}
+	for _, a := range p.Actions {
+		if !actionNameGrammar(a) {
+			return invalidField("payload.actions", "items must match %s", actionNamePattern.String())
+		}
+	}
+	if len(p.Members) > MaxPublicationMembers {
+		return invalidField("payload.members", "must have at most %d items", MaxPublicationMembers)
+	}
+	for _, m := range p.Members {
+		if e := validHostID("payload.members", m); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// RoomCapabilityPayload names a local capability in a room: the payload of
+// unpublishCapability.
+type RoomCapabilityPayload struct {
+	Room         string `json:"room"`
+	CapabilityID string `json:"capabilityId"`
+}
+
+// Validate checks the grammars.
+func (p *RoomCapabilityPayload) Validate() *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	return validCapabilityID(p.CapabilityID)
+}
+
+// RoomCallPayload is the payload of observeRoomCapability and invokeRoomCapability: a call,
+// as this host, to a capability a provider published into a room. Action and args are for
+// invoke; absent args mean {}.
+type RoomCallPayload struct {
+	Room         string          `json:"room"`
+	Provider     string          `json:"provider"`
+	CapabilityID string          `json:"capabilityId"`
+	Action       string          `json:"action,omitempty"`
+	Args         json.RawMessage `json:"args,omitempty"`
+}
+
+// Validate checks the grammars and, for invoke, the action and args: args, when present, one
+// JSON object of at most MaxRoomArgsBytes bytes.
+func (p *RoomCallPayload) Validate(invoke bool) *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	if e := validHostID("payload.provider", p.Provider); e != nil {
+		return e
+	}
+	if e := validCapabilityID(p.CapabilityID); e != nil {
+		return e
+	}
+	if !invoke {
+		if p.Action != "" || p.Args != nil {
+			return invalidField("payload.action", "observe takes no action or args")
+		}
+		return nil
+	}
+	switch {
+	case p.Action == "":
+		return invalidField("payload.action", "is required")
+	case !actionNameGrammar(p.Action):
+		return invalidField("payload.action", "must match %s", actionNamePattern.String())
+	}
+	if p.Args == nil {
+		return nil
+	}
+	if len(p.Args) > MaxRoomArgsBytes {
+		return invalidField("payload.args", "must be at most %d bytes", MaxRoomArgsBytes)
+	}
+	if t := bytes.TrimLeft(p.Args, " \t\r\n"); len(t) == 0 || t[0] != '{' || ndjson.Valid(p.Args) != nil {
+		return invalidField("payload.args", "must be a JSON object")
+	}
+	return nil
+}
+
+// DecideApprovalPayload is the payload of decideApproval.
+type DecideApprovalPayload struct {
+	ApprovalID string `json:"approvalId"`
+	// Approve is required: true lets the call run, false denies it.
+	Approve *bool `json:"approve"`
+}
+
+// Validate checks the approval id grammar and that approve is given.
+func (p *DecideApprovalPayload) Validate() *Error {
+	if !approvalIDPattern.MatchString(p.ApprovalID) {
+		return invalidField("payload.approvalId", "must be 24 lowercase hex digits")
+	}
+	if p.Approve == nil {
+		return invalidField("payload.approve", "is required")
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package roomhost
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/room"
+)
+
+// Seeds live in testdata/fuzz/<FuzzName>; `go test` runs them, `go test -fuzz` grows them.
+
+// FuzzParseCode: a join code is accepted only in its exact form, and what is accepted
+// rebuilds the same code.
+func FuzzParseCode(f *testing.F) {
+	f.Add("ajc1.home." + strings.Repeat("ab", 32) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)))
+	f.Add("ajc1.home.x.y")
+	f.Fuzz(func(t *testing.T, code string) {
+		id, owner, secret, err := parseCode(code)
+		if err != nil {
+			if codeOf(err) != CodeInvalidJoinCode {
+				t.Fatalf("refusal %v", err)
+			}
+			return
+		}
+		if !room.ValidRoomID(id) || !owner.Valid() || len(secret) != secretBytes {
+			t.Fatalf("accepted %q as %q %q %x", code, id, owner, secret)
+		}
+		if again := strings.Join([]string{codePrefix, id, string(owner), base64.RawURLEncoding.EncodeToString(secret)}, "."); again != code {
+			t.Fatalf("accepted %q, which rebuilds as %q", code, again)
+		}
+	})
+}
+
+// FuzzDecodeJoin: a join request is accepted only when strictly decoded, addressed to this
+// owner on its room's subject, and signed by the host it names within the clock window; the
+// refusals use the documented codes.
+func FuzzDecodeJoin(f *testing.F) {
+	owner, err := room.GenerateHostKey()
+	if err != nil {
+		f.Fatal(err)
+	}
+	joiner, err := room.GenerateHostKey()
+	if err != nil {
+		f.Fatal(err)
+	}
+	now := time.UnixMilli(1_800_000_000_000)
+	req := joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
+	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
+	f.Add(joinSubject("home", owner.ID()), []byte(marshal(req)))
+	f.Add(joinSubject("home", owner.ID()), []byte(`{"room":"home"}`))
+	f.Add("airlock.room.home.join.x", []byte(`{}`))
+	f.Fuzz(func(t *testing.T, subject string, payload []byte) {
+		r, secret, code := decodeJoin(subject, owner.ID(), payload, now)
+		if code != "" {
+			switch code {
+			case room.CodeInvalidRequest, room.CodeUnauthorized, CodeInvalidJoinCode:
+			default:
+				t.Fatalf("refused with %q", code)
+			}
+			if r != nil || secret != nil {
+				t.Fatal("a refusal returned a request")
+			}
+			return
+		}
+		if subject != joinSubject(r.Room, owner.ID()) || len(secret) != secretBytes {
+			t.Fatalf("accepted %+v on %q", r, subject)
+		}
+	})
+}

@@ -1,0 +1,304 @@
+package roomhost
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/busport"
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// A join code is "ajc1.<room>.<owner host id>.<secret>": what a host needs to join one
+// room and nothing more. The room and owner say where to ask and which key must sign the
+// roster it gets back; the secret, 32 random bytes in unpadded base64url, is a one-time
+// bearer proof that the owner invited someone. The owner keeps only the secret's SHA-256, in
+// memory, until it is used or expires; a restart of the owner voids every code.
+const (
+	codePrefix  = "ajc1"
+	secretBytes = 32
+	// MaxJoinCodeBytes bounds a join code.
+	MaxJoinCodeBytes = 256
+	// maxJoinBytes bounds a join request and its reply on the bus.
+	maxJoinBytes = room.MaxRecordBytes + 1<<10
+	joinDomain   = "airlock-room-join-v1\n"
+)
+
+type invite struct {
+	room    string
+	name    string
+	expires time.Time
+}
+
+// Invite is a join code, for the owner to pass to one other host's operator.
+type Invite struct {
+	Room    string    `json:"room"`
+	Code    string    `json:"code"`
+	Expires time.Time `json:"expiresAt"`
+}
+
+// Invite makes a one-time join code for room id, which this host must own. name, when set,
+// is the display name the joiner gets in the roster.
+func (s *Service) Invite(ctx context.Context, id, name string) (Invite, error) {
+	r, err := s.record(id)
+	if err != nil {
+		return Invite{}, err
+	}
+	if room.HostID(r.Owner) != s.key.ID() {
+		return Invite{}, errorf(CodeNotOwner, "only the room's owner invites")
+	}
+	if err := validName(name); err != nil {
+		return Invite{}, err
+	}
+	var secret [secretBytes]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return Invite{}, asError(err)
+	}
+	now := s.now()
+	s.mu.Lock()
+	for h, inv := range s.invites {
+		if !now.Before(inv.expires) {
+			delete(s.invites, h)
+		}
+	}
+	if len(s.invites) >= MaxInvites {
+		s.mu.Unlock()
+		return Invite{}, errorf(CodeTooManyInvites, "%d join codes wait to be used", MaxInvites)
+	}
+	inv := invite{room: id, name: name, expires: now.Add(s.cfg.InviteTTL)}
+	s.invites[sha256.Sum256(secret[:])] = inv
+	s.mu.Unlock()
+	code := strings.Join([]string{codePrefix, id, string(s.key.ID()), base64.RawURLEncoding.EncodeToString(secret[:])}, ".")
+	s.log.Info("room invite made", "room", id, "expiresAt", inv.expires.UTC())
+	return Invite{Room: id, Code: code, Expires: inv.expires.UTC()}, nil
+}
+
+func validName(name string) error {
+	if len(name) > room.MaxTitleBytes || !utf8.ValidString(name) || strings.ContainsFunc(name, isControl) {
+		return errorf(room.CodeInvalidRequest, "a name is at most %d bytes of UTF-8 without control characters", room.MaxTitleBytes)
+	}
+	return nil
+}
+
+// parseCode splits a join code. Every malformed code is the same invalid_join_code.
+func parseCode(code string) (id string, owner room.HostID, secret []byte, err error) {
+	bad := errorf(CodeInvalidJoinCode, "the join code is malformed, unknown, used or expired")
+	if len(code) > MaxJoinCodeBytes {
+		return "", "", nil, bad
+	}
+	parts := strings.Split(code, ".")
+	if len(parts) != 4 || parts[0] != codePrefix || !room.ValidRoomID(parts[1]) || !room.HostID(parts[2]).Valid() {
+		return "", "", nil, bad
+	}
+	secret, derr := base64.RawURLEncoding.Strict().DecodeString(parts[3])
+	if derr != nil || len(secret) != secretBytes {
+		return "", "", nil, bad
+	}
+	return parts[1], room.HostID(parts[2]), secret, nil
+}
+
+// joinRequest asks a room's owner to add the signing host to the roster.
+type joinRequest struct {
+	Room string      `json:"room"`
+	Host room.HostID `json:"host"`
+	// Secret is the join code's secret, base64url.
+	Secret string `json:"secret"`
+	Time   int64  `json:"time"`
+	Sig    string `json:"sig"`
+}
+
+// joinReply is the owner's answer: an error code, or the roster that now lists the joiner,
+// signed by the owner.
+type joinReply struct {
+	Code   string          `json:"code,omitempty"`
+	Roster json.RawMessage `json:"roster,omitempty"`
+}
+
+func joinMessage(r *joinRequest) []byte {
+	digest := sha256.Sum256([]byte(r.Secret))
+	msg := []byte(joinDomain)
+	for _, f := range []string{r.Room, string(r.Host)} {
+		msg = binary.BigEndian.AppendUint32(msg, uint32(len(f)))
+		msg = append(msg, f...)
+	}
+	msg = append(msg, digest[:]...)
+	return binary.BigEndian.AppendUint64(msg, uint64(r.Time))
+}
+
+func joinSubject(roomID string, owner room.HostID) string {
+	return "airlock.room." + roomID + ".join." + string(owner)
+}
+
+// Join joins the room a join code names: it asks the owner, over the bus, to add this host to
+// the roster, checks that the roster the owner signs lists it, and follows the room.
+func (s *Service) Join(ctx context.Context, code string) (Room, error) {
+	id, owner, secret, err := parseCode(code)
+	if err != nil {
+		return Room{}, err
+	}
+	s.mu.Lock()
+	_, exists := s.joined[id]
+	s.mu.Unlock()
+	if exists {
+		return Room{}, errorf(CodeRoomExists, "this host is already in that room")
+	}
+	if owner == s.key.ID() {
+		return Room{}, errorf(CodeInvalidJoinCode, "the join code is malformed, unknown, used or expired")
+	}
+	req := joinRequest{Room: id, Host: s.key.ID(), Secret: base64.RawURLEncoding.EncodeToString(secret), Time: s.now().UnixMilli()}
+	req.Sig = base64.StdEncoding.EncodeToString(s.key.Sign(joinMessage(&req)))
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
+	defer cancel()
+	data, err := s.conn.Request(ctx, joinSubject(id, owner), marshal(req))
+	switch {
+	case errors.Is(err, busport.ErrNoResponders), errors.Is(err, busport.ErrTimeout):
+		return Room{}, errorf(room.CodeUnavailable, "the room's owner is not on the bus")
+	case err != nil:
+		return Room{}, errorf(room.CodeUnavailable, "bus failure")
+	}
+	var rep joinReply
+	if len(data) > maxJoinBytes || ndjson.Decode(data, &rep, ndjson.Closed) != nil {
+		return Room{}, errorf(room.CodeInvalidReply, "the owner's answer is malformed")
+	}
+	if rep.Code != "" {
+		return Room{}, errorf(rep.Code, "the room's owner refused the join")
+	}
+	ros, err := room.OpenRoster(rep.Roster, owner)
+	if err != nil || ros.Room != id || !ros.Has(s.key.ID()) {
+		return Room{}, errorf(room.CodeInvalidReply, "the owner's roster does not list this host")
+	}
+	rec := store.RoomRecord{ID: id, Title: ros.Title, Owner: string(owner)}
+	if err := s.cfg.Store.PutRoom(rec); err != nil {
+		return Room{}, err
+	}
+	if err := s.dir.Trust(id, owner); err != nil {
+		s.forget(ctx, id)
+		return Room{}, asError(err)
+	}
+	if _, err := s.dir.ApplyRoster(id, rep.Roster); err != nil {
+		s.forget(ctx, id)
+		return Room{}, asError(err)
+	}
+	if err := s.rejoin(ctx, rec); err != nil {
+		s.forget(ctx, id)
+		return Room{}, asError(err)
+	}
+	s.log.Info("room joined", "room", id, "owner", owner)
+	return s.summary(rec), nil
+}
+
+// joinHandler answers join requests to the rooms this host owns.
+type joinHandler Service
+
+func (h *joinHandler) Serve(ctx context.Context, subject string, payload []byte) []byte {
+	return marshal((*Service)(h).admit(ctx, subject, payload, (*Service)(h).now()))
+}
+
+func (h *joinHandler) Overloaded(string, []byte) []byte {
+	return marshal(joinReply{Code: room.CodeBusy})
+}
+
+// admit checks a join request and adds its host to the roster: the signature must be the
+// joining host's, its time within the clock window, and its secret that of an unexpired,
+// unused invite of the room, which it uses up whatever follows.
+func (s *Service) admit(ctx context.Context, subject string, payload []byte, now time.Time) joinReply {
+	refuse := joinReply{Code: CodeInvalidJoinCode}
+	req, secret, code := decodeJoin(subject, s.key.ID(), payload, now)
+	if code != "" {
+		return joinReply{Code: code}
+	}
+	h := sha256.Sum256(secret)
+	s.mu.Lock()
+	inv, ok := s.invites[h]
+	delete(s.invites, h)
+	rec, joined := s.joined[req.Room]
+	s.mu.Unlock()
+	if !ok || inv.room != req.Room || !now.Before(inv.expires) || !joined || room.HostID(rec.Owner) != s.key.ID() {
+		return refuse
+	}
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
+	defer cancel()
+	rec, err := s.addMember(ctx, req.Room, req.Host, inv.name)
+	if err != nil {
+		return joinReply{Code: codeOf(err)}
+	}
+	data, err := room.SignRoster(s.key, rosterOf(rec))
+	if err != nil {
+		return joinReply{Code: room.CodeInternal}
+	}
+	s.log.Info("room member joined", "room", req.Room, "host", req.Host)
+	return joinReply{Roster: data}
+}
+
+// decodeJoin decodes and checks a join request to owner on subject at now: strictly decoded
+// and bounded, addressed to owner on the subject of its room, signed by the joining host
+// within the clock window, with a secret of the code's size. It returns the request and its
+// secret, or the code to answer with.
+func decodeJoin(subject string, owner room.HostID, payload []byte, now time.Time) (*joinRequest, []byte, string) {
+	var req joinRequest
+	if len(payload) > maxJoinBytes || ndjson.Decode(payload, &req, ndjson.Closed) != nil ||
+		!room.ValidRoomID(req.Room) || !req.Host.Valid() || subject != joinSubject(req.Room, owner) {
+		return nil, nil, room.CodeInvalidRequest
+	}
+	sig, err := base64.StdEncoding.Strict().DecodeString(req.Sig)
+	t := time.UnixMilli(req.Time)
+	if err != nil || !ed25519.Verify(req.Host.PublicKey(), joinMessage(&req), sig) ||
+		t.Before(now.Add(-room.ClockWindow)) || t.After(now.Add(room.ClockWindow)) {
+		return nil, nil, room.CodeUnauthorized
+	}
+	secret, err := base64.RawURLEncoding.Strict().DecodeString(req.Secret)
+	if err != nil || len(secret) != secretBytes {
+		return nil, nil, CodeInvalidJoinCode
+	}
+	return &req, secret, ""
+}
+
+// addMember adds host to the roster of room id (owned by this host), persists it and
+// publishes it.
+func (s *Service) addMember(ctx context.Context, id string, host room.HostID, name string) (store.RoomRecord, error) {
+	s.rosterMu.Lock()
+	defer s.rosterMu.Unlock()
+	s.mu.Lock()
+	rec, ok := s.joined[id]
+	if !ok {
+		s.mu.Unlock()
+		return rec, errorf(CodeInvalidJoinCode, "the join code is malformed, unknown, used or expired")
+	}
+	next := rec
+	next.Members = append([]store.RoomMember(nil), rec.Members...)
+	found := false
+	for i, m := range next.Members {
+		if m.Host == string(host) {
+			next.Members[i].Name, found = name, true
+		}
+	}
+	if !found {
+		if len(next.Members) >= room.MaxMembers {
+			s.mu.Unlock()
+			return rec, errorf(room.CodeBusy, "the room has %d members", room.MaxMembers)
+		}
+		next.Members = append(next.Members, store.RoomMember{Host: string(host), Name: name})
+	}
+	next.Version++
+	s.mu.Unlock()
+	if err := s.cfg.Store.PutRoom(next); err != nil {
+		return rec, err
+	}
+	if err := s.sync.PublishRoster(ctx, rosterOf(next)); err != nil {
+		return rec, asError(err)
+	}
+	s.mu.Lock()
+	s.joined[id] = next
+	s.mu.Unlock()
+	return next, nil
+}

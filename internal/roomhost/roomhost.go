@@ -1,0 +1,421 @@
+// Package roomhost is the room service airlockd runs: it starts the embedded bus or joins
+// another daemon's, loads the host key, keeps the rooms this host created or joined and its
+// publications in the durable store, answers room calls to its published capabilities
+// through the capability supervisor, makes calls as a caller, holds per-call approvals, and
+// keeps a bounded log of calls for the owner's surfaces (socket, CLI, web page).
+//
+// The room rules themselves (signed rosters, projections and calls, provider-side
+// authorization at dispatch and at result) are package room's; the NATS wiring is package
+// bus's. This package joins them to the daemon.
+//
+// # Secrets
+//
+// Nothing this package returns, logs or writes to the bus holds a capability handle, adapter
+// output other than a capability's bounded result, an endpoint or the host's private key. A
+// join code is returned once, to the owner who asked for it, and is never logged; the owner
+// keeps only its SHA-256 digest, in memory, until it is used or expires.
+package roomhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/bus"
+	"github.com/airlockhq/airlock/internal/busport"
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+// Defaults of the service.
+const (
+	// DefaultInviteTTL is how long a join code stays valid: long enough to pass it to the
+	// other operator, short enough that a leaked code is soon worthless.
+	DefaultInviteTTL = 10 * time.Minute
+	// MaxInvites bounds the join codes waiting to be used at one host.
+	MaxInvites = 64
+	// DefaultCallLogEntries bounds the call log kept in memory.
+	DefaultCallLogEntries = 256
+	// SubscriberBuffer bounds the events queued for one subscriber; a slow one loses the
+	// oldest.
+	SubscriberBuffer = 64
+	// MaxSubscribers bounds the call-log subscribers at once.
+	MaxSubscribers = 32
+	// busTimeout bounds one bus operation the service makes for an operator's request.
+	busTimeout = 10 * time.Second
+)
+
+// Capabilities is the local capability supervisor, as the room service uses it: the
+// provider's invoker, and the descriptors that publications are checked against.
+type Capabilities interface {
+	room.Invoker
+	Describe(id string) (capadapter.Descriptor, error)
+}
+
+// Config configures a Service. StateDir, Store and Capabilities are required.
+type Config struct {
+	// StateDir holds the host key (room.HostKeyFile) and, for the embedded server, its
+	// JetStream store.
+	StateDir     string
+	Store        *store.Store
+	Capabilities Capabilities
+	Logger       *slog.Logger
+
+	// NATSURL joins another daemon's server (nats://127.0.0.1:PORT) instead of embedding
+	// one.
+	NATSURL string
+	// Listen is the embedded server's listen address; empty means 127.0.0.1 on a random
+	// port. A non-loopback address is refused.
+	Listen string
+
+	// ApprovalWait is how long this host's calls to a publication with per-call approval
+	// wait for the provider's decision (at most, and by default, room.ApprovalTimeout).
+	ApprovalWait time.Duration
+	// InviteTTL is how long a join code is valid; zero means DefaultInviteTTL.
+	InviteTTL time.Duration
+	// PresenceTTL overrides room.PresenceTTL (tests).
+	PresenceTTL time.Duration
+	// CallLogEntries bounds the call log; zero means DefaultCallLogEntries.
+	CallLogEntries int
+	// RoomClosed, when set, is called after CloseRoom closed or left room id, on its
+	// goroutine and with none of the service's locks held; the daemon stops the temporary
+	// adapters tied to the room there. ctx is CloseRoom's.
+	RoomClosed func(ctx context.Context, id string)
+
+	// clock replaces time.Now for invites and join requests (tests).
+	clock func() time.Time
+}
+
+// Service is a running room service.
+type Service struct {
+	cfg      Config
+	log      *slog.Logger
+	key      *room.HostKey
+	server   *bus.Server // nil when joined to another daemon's server
+	conn     *bus.Conn
+	url      string
+	dir      *room.Directory
+	pubs     *room.Publications
+	approve  *room.Approvals
+	sync     *room.Sync
+	provider *room.Provider
+	caller   *room.Caller
+	rooms    busport.Bucket
+	catalogs busport.Bucket
+	joinSub  busport.Subscription
+	events   *callLog
+	// now is the clock of invites and join requests (tests move it).
+	now func() time.Time
+
+	// rosterMu serializes changes of the rosters this host owns (joins, close).
+	rosterMu sync.Mutex
+
+	mu      sync.Mutex
+	joined  map[string]store.RoomRecord
+	invites map[[32]byte]invite
+	version map[string]uint64 // last projection version written per room
+	closed  bool
+}
+
+// Start loads the host key, starts or joins the bus, and rejoins the stored rooms with their
+// publications.
+func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
+	if cfg.StateDir == "" || cfg.Store == nil || cfg.Capabilities == nil {
+		return nil, errors.New("roomhost: incomplete configuration")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.InviteTTL <= 0 {
+		cfg.InviteTTL = DefaultInviteTTL
+	}
+	if cfg.ApprovalWait <= 0 || cfg.ApprovalWait > room.ApprovalTimeout {
+		cfg.ApprovalWait = room.ApprovalTimeout
+	}
+	if cfg.clock == nil {
+		cfg.clock = time.Now
+	}
+	if cfg.CallLogEntries <= 0 {
+		cfg.CallLogEntries = DefaultCallLogEntries
+	}
+	key, created, err := room.LoadOrCreateHostKey(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg: cfg, log: cfg.Logger, key: key,
+		dir: room.NewDirectory(), pubs: room.NewPublications(),
+		events:  newCallLog(cfg.CallLogEntries),
+		now:     cfg.clock,
+		joined:  make(map[string]store.RoomRecord),
+		invites: make(map[[32]byte]invite),
+		version: make(map[string]uint64),
+	}
+	s.approve = room.NewApprovals(s.pending)
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if created {
+		s.log.Info("room host key created", "hostId", key.ID())
+	}
+
+	dial := bus.DialConfig{URL: cfg.NATSURL, Name: string(key.ID()), InboxPrefix: "_INBOX." + string(key.ID())}
+	if cfg.NATSURL == "" {
+		s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Listen: cfg.Listen})
+		if err != nil {
+			return nil, err
+		}
+		dial.Server = s.server
+		s.url = s.server.ClientURL()
+	} else {
+		s.url = cfg.NATSURL
+	}
+	if s.conn, err = bus.Dial(dial); err != nil {
+		return nil, err
+	}
+	if s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes}); err != nil {
+		return nil, err
+	}
+	if s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes}); err != nil {
+		return nil, err
+	}
+	if s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL}); err != nil {
+		return nil, err
+	}
+	s.provider, err = room.NewProvider(room.ProviderConfig{
+		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: cfg.Capabilities,
+		Approvals: s.approve, ErrorCode: capadapter.WireCode, OnCall: s.provided,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := s.provider.Start(); err != nil {
+		return nil, err
+	}
+	s.caller = room.NewCaller(key, s.conn, s.dir)
+	if s.joinSub, err = s.conn.Serve(joinSubject("*", key.ID()), 4, (*joinHandler)(s)); err != nil {
+		return nil, err
+	}
+	if err := s.restore(ctx); err != nil {
+		return nil, err
+	}
+	s.log.Info("rooms ready", "hostId", key.ID(), "embedded", s.server != nil, "rooms", len(s.joined))
+	return s, nil
+}
+
+// restore rejoins every stored room and republishes this host's publications into them.
+func (s *Service) restore(ctx context.Context) error {
+	recs, err := s.cfg.Store.Rooms()
+	if err != nil {
+		return err
+	}
+	pubs, err := s.cfg.Store.Publications()
+	if err != nil {
+		return err
+	}
+	for _, p := range pubs {
+		if err := s.pubs.Publish(publicationOf(p)); err != nil {
+			s.log.Warn("stored publication not restored", "room", p.Room, "capability", p.Capability, "code", room.CodeOf(err))
+		}
+	}
+	for _, r := range recs {
+		if err := s.rejoin(ctx, r); err != nil {
+			s.log.Warn("room not rejoined", "room", r.ID, "code", codeOf(err), "err", err)
+			continue
+		}
+	}
+	return nil
+}
+
+func (s *Service) rejoin(ctx context.Context, r store.RoomRecord) error {
+	owner := room.HostID(r.Owner)
+	if err := s.dir.Trust(r.ID, owner); err != nil {
+		return err
+	}
+	if owner == s.key.ID() {
+		if err := s.sync.PublishRoster(ctx, rosterOf(r)); err != nil {
+			return err
+		}
+	}
+	if err := s.sync.Join(ctx, r.ID); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.joined[r.ID] = r
+	s.mu.Unlock()
+	return s.project(ctx, r.ID)
+}
+
+// Close leaves the bus: the provider stops answering, this host's presence is withdrawn, the
+// connection drains and the embedded server, if any, stops. It is idempotent.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	var errs []error
+	if s.provider != nil {
+		errs = append(errs, s.provider.Close())
+	}
+	if s.joinSub != nil {
+		errs = append(errs, s.joinSub.Stop())
+	}
+	if s.sync != nil {
+		errs = append(errs, s.sync.Close())
+	}
+	if s.conn != nil {
+		errs = append(errs, s.conn.Close())
+	}
+	if s.server != nil {
+		errs = append(errs, s.server.Close())
+	}
+	s.events.closeAll()
+	return errors.Join(errs...)
+}
+
+// HostID is this host's public identity.
+func (s *Service) HostID() room.HostID { return s.key.ID() }
+
+// Status is what the owner sees of the room service.
+type Status struct {
+	HostID room.HostID `json:"hostId"`
+	// NATSURL is the bus this host is on: its embedded server's client URL (which a second
+	// daemon passes to --nats-url) or the URL it joined.
+	NATSURL  string `json:"natsUrl"`
+	Embedded bool   `json:"embedded"`
+	Rooms    int    `json:"rooms"`
+}
+
+// Status reports the service's identity and bus.
+func (s *Service) Status() Status {
+	s.mu.Lock()
+	n := len(s.joined)
+	s.mu.Unlock()
+	return Status{HostID: s.key.ID(), NATSURL: s.url, Embedded: s.server != nil, Rooms: n}
+}
+
+// Error is every error the service returns: a stable machine code and a message that quotes
+// no argument, result, join code or key.
+type Error struct {
+	code  string
+	msg   string
+	cause error
+}
+
+// Error codes of the service beyond package room's, which pass through unchanged.
+const (
+	// CodeUnknownRoom: this host is not in a room of that id.
+	CodeUnknownRoom = "unknown_room"
+	// CodeRoomExists: a room of that id exists already.
+	CodeRoomExists = "room_exists"
+	// CodeNotOwner: only the room's owner may do that (invite).
+	CodeNotOwner = "not_owner"
+	// CodeUnknownCapability: no local capability of that id, or no visible capability of
+	// that provider in the room.
+	CodeUnknownCapability = "unknown_capability"
+	// CodeInvalidJoinCode: a join code that is malformed, unknown, used or expired; all
+	// look the same to the joiner.
+	CodeInvalidJoinCode = "invalid_join_code"
+	// CodeTooManyInvites: MaxInvites join codes are waiting to be used.
+	CodeTooManyInvites = "too_many_invites"
+)
+
+func (e *Error) Error() string {
+	if e.msg == "" {
+		return e.code
+	}
+	return e.code + ": " + e.msg
+}
+
+// Code is the error's stable machine code.
+func (e *Error) Code() string { return e.code }
+
+// Message is the error's message without its code.
+func (e *Error) Message() string { return e.msg }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Is compares by code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.code == e.code
+}
+
+func errorf(code, format string, args ...any) *Error {
+	return &Error{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// asError gives any error the service's form: a room error keeps its code and detail, a
+// capability error its wire code, anything else is internal without detail (the cause is
+// kept for the log).
+func asError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	var re *room.Error
+	if errors.As(err, &re) {
+		msg := re.Detail
+		if msg == "" {
+			msg = remoteMessage(re.Code)
+		}
+		return &Error{code: re.Code, msg: msg, cause: err}
+	}
+	var ce *capadapter.Error
+	if errors.As(err, &ce) {
+		return &Error{code: capadapter.WireCode(err), msg: ce.Error(), cause: err}
+	}
+	return &Error{code: room.CodeInternal, msg: "internal error", cause: err}
+}
+
+// remoteMessage describes a code a provider answered with, which comes without detail.
+func remoteMessage(code string) string {
+	switch code {
+	case room.CodeUnauthorized:
+		return "the provider did not authorize the call"
+	case room.CodeUnavailable:
+		return "the capability or its provider is unavailable"
+	case room.CodeBusy:
+		return "the provider is busy; try again"
+	case room.CodeTimeout:
+		return "no result within the call deadline"
+	case room.CodeApprovalDenied:
+		return "the provider's operator denied the call"
+	case room.CodeApprovalTimeout:
+		return "the provider's operator did not decide in time"
+	case room.CodeDuplicateRequest:
+		return "the request id was used for another call"
+	}
+	return "the provider answered " + code
+}
+
+func codeOf(err error) string {
+	var e *Error
+	if errors.As(asError(err), &e) {
+		return e.code
+	}
+	return ""
+}
+
+// marshal is json.Marshal for values that always marshal.
+func marshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`null`)
+	}
+	return b
+}

@@ -1,0 +1,387 @@
+package roomhost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// lamp is a capability supervisor with one capability, lamp, outside what this package
+// tests: the daemon's binary tests run the real supervisor and adapter.
+type lamp struct {
+	mu      sync.Mutex
+	invokes int
+	gone    bool
+}
+
+var lampDescriptor = capadapter.Descriptor{CapabilityID: "lamp", Title: "Lamp", Version: "1", Observe: true,
+	Actions: []capadapter.Action{
+		{Name: "set_color", Title: "Set color", Input: capadapter.Input{Type: "object", Properties: map[string]string{"color": "string"}, Required: []string{"color"}}},
+		{Name: "reboot", Title: "Reboot", Input: capadapter.Input{Type: "object", Properties: map[string]string{}}},
+	}}
+
+func (l *lamp) Describe(id string) (capadapter.Descriptor, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if id != "lamp" || l.gone {
+		return capadapter.Descriptor{}, &capadapter.Error{Code: capadapter.CodeUnknownCapability}
+	}
+	return lampDescriptor, nil
+}
+
+func (l *lamp) Observe(context.Context, string) (json.RawMessage, error) {
+	return json.RawMessage(`{"on":true}`), nil
+}
+
+func (l *lamp) Invoke(_ context.Context, _, action string, args json.RawMessage) (json.RawMessage, error) {
+	l.mu.Lock()
+	l.invokes++
+	l.mu.Unlock()
+	return json.RawMessage(`{"done":"` + action + `"}`), nil
+}
+
+func (l *lamp) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.invokes
+}
+
+type host struct {
+	svc   *Service
+	st    *store.Store
+	dir   string
+	caps  *lamp
+	clock *atomic.Int64 // offset added to time.Now, ns
+}
+
+func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+		if err := os.Chmod(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &host{st: st, dir: dir, caps: &lamp{}, clock: new(atomic.Int64)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, NATSURL: url, ApprovalWait: wait,
+		PresenceTTL: 3 * time.Second, clock: func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) }})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *host) stop() {
+	if h.svc != nil {
+		h.svc.Close()
+		h.st.Close()
+		h.svc = nil
+	}
+}
+
+func codeIs(t *testing.T, err error, want string) {
+	t.Helper()
+	var e interface{ Code() string }
+	if !errors.As(err, &e) || e.Code() != want {
+		t.Fatalf("error %v, want code %s", err, want)
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 500 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// twoHosts starts A (embedded server) and B (joined to it), with A's room "home" joined by B.
+func twoHosts(t *testing.T, wait time.Duration) (a, b *host) {
+	a = startHost(t, "", "", 0)
+	st := a.svc.Status()
+	if !st.Embedded || !strings.HasPrefix(st.NATSURL, "nats://127.0.0.1:") {
+		t.Fatalf("status %+v", st)
+	}
+	b = startHost(t, st.NATSURL, "", wait)
+	if b.svc.Status().Embedded {
+		t.Fatal("B embeds a server although it joined A's")
+	}
+	if _, err := a.svc.Create(ctx(t), "home", "Home"); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := a.svc.Invite(ctx(t), "home", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.svc.Join(ctx(t), inv.Code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID != "home" || r.Owner != a.svc.HostID() || r.Members != 2 {
+		t.Fatalf("joined %+v", r)
+	}
+	return a, b
+}
+
+func TestTwoHostsPublishInvokeWithdraw(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "nope"}); err == nil {
+		t.Fatal("published an unknown capability")
+	} else {
+		codeIs(t, err, CodeUnknownCapability)
+	}
+	_, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"shout"}})
+	codeIs(t, err, room.CodeInvalidRequest)
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"set_color"}, Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	var caps []Capability
+	waitFor(t, "B sees A's lamp", func() bool {
+		caps, _ = b.svc.Capabilities(bg, "home")
+		return len(caps) == 1 && caps[0].Title == "Lamp"
+	})
+	if c := caps[0]; c.Provider != a.svc.HostID() || c.ProviderSelf || !c.Observe || len(c.Actions) != 1 || c.Actions[0].Name != "set_color" ||
+		!strings.Contains(string(c.Actions[0].Input), `"color":"string"`) {
+		t.Fatalf("B sees %+v", c)
+	}
+	d, err := b.svc.Room(bg, "home")
+	if err != nil || len(d.Members) != 2 || len(d.Capabilities) != 1 {
+		t.Fatalf("Room = %+v, %v", d, err)
+	}
+
+	res, err := b.svc.Observe(bg, "home", string(a.svc.HostID()), "lamp")
+	if err != nil || string(res) != `{"on":true}` {
+		t.Fatalf("observe = %s, %v", res, err)
+	}
+	res, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
+	if err != nil || string(res) != `{"done":"set_color"}` {
+		t.Fatalf("invoke = %s, %v", res, err)
+	}
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil)
+	codeIs(t, err, room.CodeUnauthorized)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "other", "set_color", nil)
+	codeIs(t, err, room.CodeUnauthorized)
+	_, err = b.svc.Invoke(bg, "elsewhere", string(a.svc.HostID()), "lamp", "set_color", nil)
+	codeIs(t, err, CodeUnknownRoom)
+	if n := a.caps.count(); n != 1 {
+		t.Fatalf("A's lamp ran %d invokes, want 1", n)
+	}
+
+	if ok, err := a.svc.Unpublish(bg, "home", "lamp"); !ok || err != nil {
+		t.Fatalf("Unpublish = %v, %v", ok, err)
+	}
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#123456"}`))
+	codeIs(t, err, room.CodeUnauthorized)
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil); err != nil {
+		t.Fatalf("all actions published: %v", err)
+	}
+	a.caps.mu.Lock()
+	a.caps.gone = true
+	a.caps.mu.Unlock()
+	a.svc.Withdraw([]string{"lamp"})
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", nil)
+	codeIs(t, err, room.CodeUnauthorized)
+	if pubs, _ := a.st.Publications(); len(pubs) != 0 {
+		t.Fatalf("withdrawn publications still stored: %+v", pubs)
+	}
+	waitFor(t, "B sees the withdrawal", func() bool {
+		caps, _ = b.svc.Capabilities(bg, "home")
+		return len(caps) == 0
+	})
+	if n := a.caps.count(); n != 2 {
+		t.Fatalf("A's lamp ran %d invokes, want 2", n)
+	}
+
+	// The call log of each side, without args or results.
+	var provided, made int
+	for _, e := range a.svc.Calls() {
+		if e.Kind == EventCall && e.Caller == b.svc.HostID() {
+			provided++
+		}
+	}
+	for _, e := range b.svc.Calls() {
+		if e.Kind == EventCall && e.Caller == b.svc.HostID() {
+			made++
+		}
+	}
+	// B's call into a room it is not in never left B.
+	if provided != 7 || made != 7 {
+		t.Fatalf("A logged %d calls of B, B logged %d of its own; want 7 and 7", provided, made)
+	}
+}
+
+func TestInviteOneTimeAndExpiry(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	c := startHost(t, a.svc.Status().NATSURL, "", 0)
+
+	// A used code is refused, as is one for a room B is already in.
+	inv, err := a.svc.Invite(bg, "home", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.svc.Join(bg, inv.Code); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.svc.Join(bg, inv.Code)
+	codeIs(t, err, CodeInvalidJoinCode)
+
+	// An expired code.
+	inv, err = a.svc.Invite(bg, "home", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.clock.Store(int64(DefaultInviteTTL + time.Second))
+	c.clock.Store(int64(DefaultInviteTTL + time.Second))
+	_, err = c.svc.Join(bg, inv.Code)
+	codeIs(t, err, CodeInvalidJoinCode)
+
+	// Malformed codes, and a code with a changed secret.
+	for _, code := range []string{"", "ajc1.home", strings.Replace(inv.Code, "ajc1", "ajc2", 1), inv.Code[:len(inv.Code)-2] + "AA"} {
+		_, err = c.svc.Join(bg, code)
+		codeIs(t, err, CodeInvalidJoinCode)
+	}
+	// Only the owner invites.
+	_, err = b.svc.Invite(bg, "home", "")
+	codeIs(t, err, CodeNotOwner)
+	_, err = a.svc.Create(bg, "home", "")
+	codeIs(t, err, CodeRoomExists)
+	_, err = c.svc.Create(bg, "home", "")
+	codeIs(t, err, CodeRoomExists)
+}
+
+func TestApprovals(t *testing.T) {
+	a, b := twoHosts(t, 500*time.Millisecond)
+	bg := ctx(t)
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"set_color"}, ApproveEach: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B sees the lamp", func() bool { caps, _ := b.svc.Capabilities(bg, "home"); return len(caps) == 1 })
+	events, err := a.svc.Subscribe(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := json.RawMessage(`{"color":"#000000"}`)
+	decide := func(approve bool) error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args)
+			done <- err
+		}()
+		var pending []Approval
+		waitFor(t, "the approval", func() bool { pending, _ = a.svc.Approvals(bg); return len(pending) == 1 })
+		if p := pending[0]; p.Caller != b.svc.HostID() || p.Action != "set_color" || len(p.ArgsDigest) != 64 {
+			t.Fatalf("pending %+v", p)
+		}
+		if err := a.svc.Decide(bg, pending[0].ID, approve); err != nil {
+			t.Fatal(err)
+		}
+		codeIs(t, a.svc.Decide(bg, pending[0].ID, approve), room.CodeUnknownApproval)
+		return <-done
+	}
+	if err := decide(true); err != nil {
+		t.Fatalf("approved call: %v", err)
+	}
+	codeIs(t, decide(false), room.CodeApprovalDenied)
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args)
+	codeIs(t, err, room.CodeApprovalTimeout)
+	if n := a.caps.count(); n != 1 {
+		t.Fatalf("the lamp ran %d invokes, want 1", n)
+	}
+	// A's own call skips approval.
+	if _, err := a.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", args); err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for len(outcomes) < 8 {
+		e := <-events
+		outcomes = append(outcomes, e.Kind+":"+e.Outcome)
+	}
+	// The decision and the call it lets run are logged in either order.
+	slices.Sort(outcomes)
+	want := "approval:approved approval:denied approval:pending approval:pending approval:pending call:approval_denied call:approval_timeout call:ok"
+	if got := strings.Join(outcomes, " "); got != want {
+		t.Fatalf("events\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestRestartKeepsRoomsAndPublications(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"set_color"}}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(b.dir, room.HostKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bID := b.svc.HostID()
+	url := a.svc.Status().NATSURL
+	b.stop()
+	b = startHost(t, url, b.dir, 0)
+	if b.svc.HostID() != bID {
+		t.Fatal("B's host id changed over a restart")
+	}
+	if again, _ := os.ReadFile(filepath.Join(b.dir, room.HostKeyFile)); string(again) != string(key) {
+		t.Fatal("the host key file changed")
+	}
+	rooms, err := b.svc.Rooms(bg)
+	if err != nil || len(rooms) != 1 || rooms[0].ID != "home" {
+		t.Fatalf("rooms after restart: %+v, %v", rooms, err)
+	}
+	waitFor(t, "B sees the lamp again", func() bool { caps, _ := b.svc.Capabilities(bg, "home"); return len(caps) == 1 })
+	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A closes the room: B's calls are refused.
+	if err := a.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#111111"}`))
+	if err == nil {
+		t.Fatal("invoke after the room closed")
+	}
+	if rooms, _ := a.st.Rooms(); len(rooms) != 0 {
+		t.Fatalf("closed room still stored: %+v", rooms)
+	}
+}
