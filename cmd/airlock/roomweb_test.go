@@ -338,7 +338,7 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 	// Tied to a room this host is not in: removed once the room service starts again.
 	h.cli("", "adapter", "register", "--room", "nowhere", "lamp", "--", lamp).wantCode(t, exitOK)
 	h.d.Stop()
-	h2 := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Socket: h.d.Socket, StateDir: h.d.StateDir})}
+	h2 := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Socket: h.d.Socket, StateDir: h.d.StateDir, Args: []string{"--adapter-start-timeout", "10s"}})}
 	waitFor(t, "the room service after the restart", func() bool { return h2.cli("", "room", "status").code == exitOK })
 	waitFor(t, "the adapter tied to no room to go", func() bool {
 		h2.data(&list, "adapter", "list")

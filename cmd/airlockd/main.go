@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/paths"
@@ -74,6 +75,9 @@ func run(args []string, stderr io.Writer) error {
 	fs.StringVar(&rooms.Listen, "nats-listen", "", "the embedded room bus's listen `address` (loopback only; default 127.0.0.1 on a random port)")
 	fs.DurationVar(&rooms.ApprovalWait, "room-approval-wait", room.ApprovalTimeout, "how long this host's calls wait for a provider's per-call approval (at most 60s)")
 	fs.DurationVar(&rooms.InviteTTL, "room-invite-ttl", roomhost.DefaultInviteTTL, "how long a room join code stays valid")
+	var adapters capclient.Options
+	fs.DurationVar(&adapters.StartTimeout, "adapter-start-timeout", capclient.DefaultStartTimeout, "deadline for a capability adapter to start and describe its capabilities")
+	fs.DurationVar(&adapters.CallTimeout, "adapter-call-timeout", capclient.DefaultCallTimeout, "deadline of one observe or invoke of a capability adapter")
 	httpAddr := fs.String("http", "", "serve the operator's web page on `127.0.0.1:PORT` (off by default; loopback only unless --http-allow-non-loopback); airlock room open-ui prints a login URL")
 	httpAnyAddr := fs.Bool("http-allow-non-loopback", false, "let --http listen on a non-loopback address (the page still answers only requests naming that address)")
 	var providers providerFlags
@@ -140,6 +144,7 @@ func run(args []string, stderr io.Writer) error {
 		Version:     version.Version,
 		Providers:   configured,
 		Turns:       turns,
+		Adapters:    adapters,
 		Rooms:       roomsConfig(*roomsOn, rooms),
 		Web:         webConfig(*httpAddr, *httpAnyAddr),
 	})

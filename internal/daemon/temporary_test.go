@@ -118,7 +118,7 @@ func processGone(pid int) bool {
 // A leased adapter stops and its registration disappears when the lease ends: while the
 // daemon runs (the supervisor's timer) and when it ended while the daemon was down (at start).
 func TestBinaryTemporaryAdapterLease(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{})
+	d := daemontest.Start(t, daemontest.Options{Args: slowAdapterStart})
 	c := d.Dial()
 	light, _ := pythonLight(t, "light")
 	light["leaseSeconds"] = 1
@@ -141,7 +141,7 @@ func TestBinaryTemporaryAdapterLease(t *testing.T) {
 	for time.Now().Before(a.LeaseExpiresAt) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	c2 := d2.Dial()
 	if !daemontest.WaitFor(20*time.Second, func() bool {
 		return strings.Contains(d2.Stderr(), "temporary adapter registration removed at start")
@@ -152,7 +152,7 @@ func TestBinaryTemporaryAdapterLease(t *testing.T) {
 		t.Fatalf("after restart: %+v", m)
 	}
 	d2.Stop()
-	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	if m := listAdapters(t, d3.Dial()); len(m) != 0 {
 		t.Fatalf("the expired registration is still stored: %+v", m)
 	}
@@ -161,7 +161,7 @@ func TestBinaryTemporaryAdapterLease(t *testing.T) {
 // A session-tied adapter goes when its generation ends: a newer generation opened, or the
 // generation closed. A tie to a generation that is not resident is refused.
 func TestBinaryTemporaryAdapterSession(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{})
+	d := daemontest.Start(t, daemontest.Options{Args: slowAdapterStart})
 	c := d.Dial()
 	cwd := t.TempDir()
 	if r := call(t, c, client.Command{Operation: "open", SessionID: "s", Generation: gen(1), Payload: openPayload(cwd)}); !r.OK {
@@ -207,7 +207,7 @@ func TestBinaryTemporaryAdapterSession(t *testing.T) {
 		t.Fatal("the child of a removed adapter still runs")
 	}
 	d.Stop()
-	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	if m := listAdapters(t, d2.Dial()); len(m) != 0 {
 		t.Fatalf("a removed session adapter is still stored: %+v", m)
 	}
@@ -217,7 +217,7 @@ func TestBinaryTemporaryAdapterSession(t *testing.T) {
 // re-register and at daemon start, until approveAdapter, after which it runs and stays
 // approved across a restart.
 func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{})
+	d := daemontest.Start(t, daemontest.Options{Args: slowAdapterStart})
 	c := d.Dial()
 	light, script := pythonLight(t, "light")
 	a := register(t, c, light)
@@ -248,7 +248,7 @@ func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 
 	// At daemon start it is not started either.
 	d.Stop()
-	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	c2 := d2.Dial()
 	waitAdapters(t, c2, "changed at start", func(m map[string]adapterView) bool {
 		return m["light"].State == "changed" && m["light"].LastFailure == "adapter_changed"
@@ -281,7 +281,7 @@ func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 		t.Fatalf("approve unknown: %s", code(r))
 	}
 	d2.Stop()
-	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	waitAdapters(t, d3.Dial(), "approved digests persisted", func(m map[string]adapterView) bool { return m["light"].State == "ready" })
 }
 
@@ -289,7 +289,7 @@ func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 // migrated at start and gets its digests recorded at its first start, durably.
 func TestBinaryLegacyRegistrationGetsDigests(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
-	d := daemontest.Start(t, daemontest.Options{})
+	d := daemontest.Start(t, daemontest.Options{Args: slowAdapterStart})
 	register(t, d.Dial(), map[string]any{"name": "lamp", "command": lamp})
 	d.Stop()
 	db, err := bolt.Open(filepath.Join(d.StateDir, "airlock.db"), 0o600, nil)
@@ -306,7 +306,7 @@ func TestBinaryLegacyRegistrationGetsDigests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	m := waitAdapters(t, d2.Dial(), "legacy restored", func(m map[string]adapterView) bool { return m["lamp"].State == "ready" })
 	if len(m["lamp"].Digests) != 1 || m["lamp"].Digests[0].Role != "executable" {
 		t.Fatalf("legacy registration: %+v", m["lamp"])
@@ -325,3 +325,7 @@ func TestBinaryLegacyRegistrationGetsDigests(t *testing.T) {
 		return nil
 	})
 }
+
+// slowAdapterStart gives the Python adapters these tests start time to come up on a loaded
+// machine (a race build beside other test binaries): the default start deadline is 1.5 s.
+var slowAdapterStart = []string{"--adapter-start-timeout", "10s"}
