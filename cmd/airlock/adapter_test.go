@@ -78,6 +78,12 @@ func TestAdapterTemporaryAndApproveCommands(t *testing.T) {
 		code := run(context.Background(), append([]string{"--socket", d.Socket}, args...), nil, &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
+	// The room must exist: once the room service runs, it removes an adapter tied to a room this
+	// host is not in.
+	waitFor(t, "the room service", func() bool { code, _, _ := cli("room", "status"); return code == 0 })
+	if code, out, errOut := cli("room", "create", "kitchen"); code != 0 {
+		t.Fatalf("room create: %d %q %q", code, out, errOut)
+	}
 	code, out, errOut := cli("adapter", "register", "--room", "kitchen", "--lease", "2h", "lamp", "--", lamp)
 	if code != 0 || !strings.Contains(out, "temporary: room kitchen, lease until ") {
 		t.Fatalf("register: %d %q %q", code, out, errOut)
