@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -641,5 +642,141 @@ func testPartition(t *testing.T, pinned bool) {
 	// timed out after the provider ran it); none ran twice.
 	if n := inv.count(); n < final.ok || n > final.ok+failures {
 		t.Fatalf("the invoker ran %d times for %d acknowledged results and %d failures", n, final.ok, failures)
+	}
+}
+
+func TestDefaultRoomSchemeIsTheRoomLayers(t *testing.T) {
+	s := bus.DefaultRoomScheme
+	h := room.HostID(strings.Repeat("ab", 32))
+	if s.RoomsBucket != room.RoomsBucket || s.PresenceBucket != room.PresenceBucket ||
+		room.CallSubject("living", h) != s.CallPrefix+".living.call."+string(h) {
+		t.Fatalf("the scheme %+v is not room's", s)
+	}
+}
+
+// TestFabricLeafNodeReachesTheClusterThroughTheHub runs a fourth node as a leaf of the
+// cluster (TLS, authenticated at the hub as its host's nkey user): its host D reads the
+// room's roster from the hub's JetStream (under the hub's domain, with its permissions applied
+// at the hub) and its requests reach a subscriber on n1.
+func TestFabricLeafNodeReachesTheClusterThroughTheHub(t *testing.T) {
+	tf := newTestFabric(t)
+	leafPort := freePorts(t)[0]
+	d, _ := room.GenerateHostKey()
+	dSeed, _ := nkeys.CreateUser()
+	dPub, _ := dSeed.PublicKey()
+	for i := range nodeIPs {
+		editFabric(t, tf.file(i), func(f *bus.FabricFile) {
+			f.Users = append(f.Users, bus.FabricUser{Host: string(d.ID()), Nkey: dPub, Rooms: []string{fabricRoom}})
+			if i == 0 {
+				f.Cluster.LeafListen = net.JoinHostPort(nodeIPs[0], strconv.Itoa(leafPort))
+			}
+		})
+	}
+	leafDir := filepath.Join(tf.dir, "leaf")
+	if err := os.Mkdir(leafDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := dSeed.Seed()
+	if err := os.WriteFile(filepath.Join(leafDir, "host.nk"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf := bus.FabricFile{Version: bus.FabricVersion, Node: "leaf1", Mode: bus.ModeLeaf,
+		TLS:  bus.FabricTLS{CA: "../n1/ca.pem", Cert: "../n1/node.pem", Key: "../n1/node-key.pem"},
+		Leaf: &bus.FabricLeaf{URLs: []string{net.JoinHostPort(nodeIPs[0], strconv.Itoa(leafPort))}, Domain: "airlock-test", Replicas: 3},
+		Host: bus.FabricHost{ID: string(d.ID()), Seed: "host.nk"}}
+	data, _ := json.Marshal(leaf)
+	if err := os.WriteFile(filepath.Join(leafDir, "fabric.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	var nodes []*node
+	for i := range nodeIPs {
+		nodes = append(nodes, tf.start(t, i, t.TempDir()))
+	}
+	waitFormed(t, nodes[0].srv, 2)
+	lfb, err := bus.LoadFabric(filepath.Join(leafDir, "fabric.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir(), Fabric: lfb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Close() })
+	if !waitUntil(20*time.Second, func() bool { st, _ := ls.Status(); return len(st.Leaves) == 1 && st.Leaves[0].Hub }) {
+		st, _ := ls.Status()
+		t.Fatalf("the leaf did not connect to its hub: %+v", st)
+	}
+	if st, _ := nodes[0].srv.Status(); len(st.Leaves) != 1 || st.Leaves[0].Hub {
+		t.Fatalf("the hub's view of its leaf: %+v", st.Leaves)
+	}
+	cfgs := [3]bus.DialConfig{tf.load(t, 0).DialConfig(nodes[0].srv), tf.load(t, 1).DialConfig(nodes[1].srv), tf.load(t, 2).DialConfig(nodes[2].srv)}
+	_, inv := roomOnFabric(t, tf, cfgs)
+
+	dh := dialHost(t, lfb.DialConfig(ls), d, tf.keys[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := dh.sync.Join(ctx, fabricRoom); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := dh.dir.Roster(fabricRoom); !ok || r.Version != 1 {
+		t.Fatalf("D's roster through the leaf: %+v %v", r, ok)
+	}
+	// Request/reply through the leaf. The hub tells a leaf of a subscription only when the
+	// leaf's user may publish to all of it, so A's provider subscription, which covers every
+	// room ("airlock.room.*.call.<A>"), is not announced to D's leaf, which may call into
+	// "living" only; a subscription per room is. (Room calls through a leaf need the provider
+	// to serve one subject per room; docs/fabric.md.)
+	a := tf.keys[0].ID()
+	req := lightCall
+	req.Provider = a
+	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer ccancel()
+	if _, err := room.NewCaller(d, dh.conn, dh.dir).Call(cctx, req); room.CodeOf(err) != room.CodeUnavailable || inv.count() != 0 {
+		t.Fatalf("D's room call through the leaf: %v (invoker %d)", err, inv.count())
+	}
+	sub, err := hostsConn(t, tf, nodes[0]).Serve(room.CallSubject(fabricRoom, a), 4, nopHandler{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	// Now the hub announces the subject to the leaf, and D's requests are answered (by the
+	// per-room subscription or by A's provider, both in the one queue group).
+	var reply []byte
+	if !waitUntil(10*time.Second, func() bool {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer ccancel()
+		reply, err = dh.conn.Request(cctx, room.CallSubject(fabricRoom, a), []byte("{}"))
+		return err == nil
+	}) || len(reply) == 0 {
+		t.Fatalf("D's request through the leaf: %q %v", reply, err)
+	}
+}
+
+// hostsConn is A's second connection to n1 (A may subscribe to its own call subjects).
+func hostsConn(t testing.TB, tf *testFabric, n *node) *bus.Conn {
+	t.Helper()
+	c, err := bus.Dial(tf.load(t, 0).DialConfig(n.srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func editFabric(t testing.TB, path string, edit func(*bus.FabricFile)) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := bus.ParseFabric(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(f)
+	data, _ = json.Marshal(f)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -53,6 +53,9 @@ type DialConfig struct {
 	Nkey nkeys.KeyPair
 	// TLS, when set, is required of a URL connection and verifies the server with it.
 	TLS *tls.Config
+	// JetStreamDomain, when set, reaches JetStream under that domain (a leaf node's hosts
+	// use their hub's).
+	JetStreamDomain string
 	// Pinned keeps a URL connection on URL: it reconnects there and never to the other
 	// nodes the cluster advertises. Unpinned, a connection fails over to another node.
 	Pinned bool
@@ -130,7 +133,12 @@ func Dial(cfg DialConfig) (*Conn, error) {
 	if limit := int(nc.MaxPayload()); limit < c.maxPayload {
 		c.maxPayload = limit
 	}
-	js, err := jetstream.New(nc)
+	var js jetstream.JetStream
+	if cfg.JetStreamDomain != "" {
+		js, err = jetstream.NewWithDomain(nc, cfg.JetStreamDomain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)

@@ -31,7 +31,7 @@ import (
 //	}
 //
 // A leaf node has "mode": "leaf" and, instead of "cluster",
-// "leaf": {"urls": ["10.0.0.9:7422"], "replicas": 3}; it authenticates to the hub with the
+// "leaf": {"urls": ["10.0.0.9:7422"], "domain": "airlock", "replicas": 3}; it authenticates to the hub with the
 // host's nkey seed and keeps no JetStream store of its own.
 
 // FabricVersion is the only version of the fabric file this package reads.
@@ -102,10 +102,18 @@ type FabricCluster struct {
 	LeafListen string `json:"leafListen,omitempty"`
 }
 
+// JetStreamDomain is the JetStream domain of a cluster's nodes: its name. A leaf node's hosts
+// reach the cluster's JetStream under it ($JS.<domain>.API); the cluster's own clients use
+// the plain API as well.
+func (c *FabricCluster) JetStreamDomain() string { return c.Name }
+
 // FabricLeaf makes the node a leaf node of an existing deployment.
 type FabricLeaf struct {
 	// URLs are the hub's leaf listeners (IP:port or host:port), dialled with TLS.
 	URLs []string `json:"urls"`
+	// Domain is the hub's JetStream domain (an airlock cluster's name), under which this
+	// node's hosts use the hub's JetStream.
+	Domain string `json:"domain"`
 	// Replicas is how many copies of a bucket this node's host creates keeps in the hub's
 	// JetStream: 1 to 5, at most the hub cluster's size. Zero means 1.
 	Replicas int `json:"replicas,omitempty"`
@@ -239,6 +247,9 @@ func (f *FabricFile) check() error {
 			if _, _, err := net.SplitHostPort(u); err != nil || len(u) > 255 {
 				return invalid(fmt.Sprintf("leaf.urls[%d]", i), "want host:port")
 			}
+		}
+		if !validServerName(f.Leaf.Domain) {
+			return invalid("leaf.domain", "want the hub's JetStream domain")
 		}
 		if f.Leaf.Replicas < 0 || f.Leaf.Replicas > 5 {
 			return invalid("leaf.replicas", "want 1 to 5")

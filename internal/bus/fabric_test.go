@@ -63,7 +63,7 @@ func TestParseFabric(t *testing.T) {
 	delete(leaf, "cluster")
 	delete(leaf, "users")
 	leaf["mode"] = "leaf"
-	leaf["leaf"] = map[string]any{"urls": []any{"hub.example:7422"}}
+	leaf["leaf"] = map[string]any{"urls": []any{"hub.example:7422"}, "domain": "airlock"}
 	if f, err := ParseFabric(encode(t, leaf)); err != nil || f.Replicas() != 1 {
 		t.Fatalf("leaf: %v", err)
 	}
@@ -117,13 +117,19 @@ func TestParseFabric(t *testing.T) {
 		{name: "leaf with users", edit: func(m map[string]any) {
 			delete(m, "cluster")
 			m["mode"] = "leaf"
-			m["leaf"] = map[string]any{"urls": []any{"hub:7422"}}
+			m["leaf"] = map[string]any{"urls": []any{"hub:7422"}, "domain": "airlock"}
 		}, code: CodeFabricInvalid, field: "users"},
+		{name: "leaf domain", edit: func(m map[string]any) {
+			delete(m, "cluster")
+			delete(m, "users")
+			m["mode"] = "leaf"
+			m["leaf"] = map[string]any{"urls": []any{"hub:7422"}, "domain": "a.b"}
+		}, code: CodeFabricInvalid, field: "leaf.domain"},
 		{name: "leaf replicas", edit: func(m map[string]any) {
 			delete(m, "cluster")
 			delete(m, "users")
 			m["mode"] = "leaf"
-			m["leaf"] = map[string]any{"urls": []any{"hub:7422"}, "replicas": 9}
+			m["leaf"] = map[string]any{"urls": []any{"hub:7422"}, "domain": "airlock", "replicas": 9}
 		}, code: CodeFabricInvalid, field: "leaf.replicas"},
 	}
 	for _, c := range cases {
@@ -151,7 +157,7 @@ func TestParseFabric(t *testing.T) {
 // every bound the servers are configured from.
 func FuzzParseFabric(f *testing.F) {
 	f.Add(encode(f, validFabric(f)))
-	f.Add([]byte(`{"version":1,"node":"n1","mode":"leaf","tls":{"ca":"a","cert":"b","key":"c"},"host":{"id":"` + hostA + `","seed":"s"},"leaf":{"urls":["hub:7422"],"replicas":3}}`))
+	f.Add([]byte(`{"version":1,"node":"n1","mode":"leaf","tls":{"ca":"a","cert":"b","key":"c"},"host":{"id":"` + hostA + `","seed":"s"},"leaf":{"urls":["hub:7422"],"domain":"airlock","replicas":3}}`))
 	f.Add([]byte(`{"version":1,"version":1}`))
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

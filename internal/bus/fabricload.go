@@ -143,6 +143,9 @@ func (fb *Fabric) HostID() string { return fb.File.Host.ID }
 // in process, as the host's nkey user, with the host's inbox prefix and the fabric's replicas.
 func (fb *Fabric) DialConfig(s *Server) DialConfig {
 	cfg := DialConfig{Server: s, Name: fb.File.Host.ID, InboxPrefix: InboxPrefix(fb.File.Host.ID), Replicas: fb.Replicas()}
+	if fb.File.Mode == ModeLeaf {
+		cfg.JetStreamDomain = fb.File.Leaf.Domain
+	}
 	if fb.File.Mode == ModeCluster {
 		// A leaf node has no users of its own (the hub authorizes its leaf connection), so
 		// the host connects to it without credentials.
@@ -154,8 +157,12 @@ func (fb *Fabric) DialConfig(s *Server) DialConfig {
 // RemoteDialConfig is the configuration of the host's connection to another node's client
 // listener at url (nats://IP:port), with TLS verified against the fabric's CA.
 func (fb *Fabric) RemoteDialConfig(url string) DialConfig {
-	return DialConfig{URL: url, Name: fb.File.Host.ID, InboxPrefix: InboxPrefix(fb.File.Host.ID),
+	cfg := DialConfig{URL: url, Name: fb.File.Host.ID, InboxPrefix: InboxPrefix(fb.File.Host.ID),
 		Replicas: fb.Replicas(), Nkey: fb.user, TLS: fb.dialTLS.Clone()}
+	if fb.File.Mode == ModeLeaf {
+		cfg.JetStreamDomain = fb.File.Leaf.Domain
+	}
+	return cfg
 }
 
 // apply makes opts a node of the fabric.
@@ -177,6 +184,7 @@ func (fb *Fabric) apply(opts *server.Options) error {
 		c := f.Cluster
 		ap, _ := parseHostPort(c.Listen)
 		opts.Cluster.Name = c.Name
+		opts.JetStreamDomain = c.JetStreamDomain()
 		opts.Cluster.Host, opts.Cluster.Port = ap.Addr().String(), int(ap.Port())
 		// Routes are mutually authenticated by certificates of the fabric's CA, whatever
 		// their address: a route carries every message of the cluster.
@@ -198,18 +206,24 @@ func (fb *Fabric) apply(opts *server.Options) error {
 			for _, r := range u.Rooms {
 				rooms = append(rooms, Membership{Room: r, Owner: contains(u.Owns, r)})
 			}
-			opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: HostPermissions(DefaultRoomScheme, u.Host, rooms)})
+			perms := withDomain(HostPermissions(DefaultRoomScheme, u.Host, rooms), c.JetStreamDomain())
+			opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms})
 		}
 		return nil
 	}
 	// Leaf mode: the hub's JetStream keeps the buckets, so this node keeps none of its own
 	// and JetStream requests travel to the hub.
 	opts.JetStream = false
-	remote := &server.RemoteLeafOpts{TLS: true, TLSConfig: fb.dialTLS.Clone(), TLSTimeout: tlsTimeout, Nkey: fb.userPub,
-		SignatureCB: func(nonce []byte) (string, []byte, error) {
-			sig, err := fb.user.Sign(nonce)
-			return fb.userPub, sig, err
-		}}
+	// Without the hint a leaf without JetStream denies its clients the hub's JetStream API.
+	opts.JetStreamExtHint = "will_extend"
+	seed, err := fb.user.Seed()
+	if err != nil {
+		return &FabricError{Code: CodeFabricFile, Field: "host.seed", Err: err}
+	}
+	// The leaf authenticates to the hub as the host's nkey user (RemoteLeafOpts.Nkey is the
+	// seed, kept in the server's memory only), so the hub applies the host's permissions to
+	// everything the leaf carries.
+	remote := &server.RemoteLeafOpts{TLS: true, TLSConfig: fb.dialTLS.Clone(), TLSTimeout: tlsTimeout, Nkey: string(seed)}
 	for _, u := range f.Leaf.URLs {
 		remote.URLs = append(remote.URLs, &url.URL{Scheme: "nats-leaf", Host: u})
 	}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -89,4 +90,23 @@ func HostPermissions(scheme RoomScheme, host string, rooms []Membership) *server
 		Subscribe: &server.SubjectPermission{Allow: sub},
 		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: responseTTL},
 	}
+}
+
+// withDomain adds, for every JetStream API and bucket subject perms allows, the same subject
+// under domain ($JS.<domain>.API.…), which is how a leaf node's hosts reach the hub's
+// JetStream.
+// The broker checks permissions on the subject as sent, before it maps the domain away.
+func withDomain(perms *server.Permissions, domain string) *server.Permissions {
+	var add []string
+	for _, s := range perms.Publish.Allow {
+		if rest, ok := strings.CutPrefix(s, "$JS.API."); ok {
+			add = append(add, "$JS."+domain+".API."+rest)
+		}
+		// Under a domain, nats.go sends a bucket's writes under the API prefix too.
+		if strings.HasPrefix(s, "$KV.") {
+			add = append(add, "$JS."+domain+".API."+s)
+		}
+	}
+	perms.Publish.Allow = append(perms.Publish.Allow, add...)
+	return perms
 }
