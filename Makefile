@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-fabric clean
 
 all: build
 
@@ -50,6 +50,12 @@ bench-turns:
 # observe through airlockd against a stdio echo and an MCP Go SDK tools/call.
 bench-observe:
 	$(GO) test -run '^$$' -bench ObserveRoundTrip -benchtime 5000x ./internal/bench/
+
+# A room invoke across a three-node TLS cluster (127.0.0.2-4) against a bare NATS request on the
+# same path, then 200 hosts in 20 rooms in one process (invokes/s, heap per host).
+bench-fabric:
+	$(GO) test -run '^$$' -bench FabricInvoke -benchtime 3000x ./internal/bus/
+	$(GO) test -run '^$$' -bench FabricRooms -benchtime 4000x ./internal/bus/
 
 clean:
 	rm -rf $(BIN)
