@@ -373,11 +373,32 @@ func TestFabricClusterRoutesReplicatesAndConfinesHosts(t *testing.T) {
 	for i := range nodeIPs {
 		nodes = append(nodes, tf.start(t, i, t.TempDir()))
 	}
+	leaders := 0
 	for _, n := range nodes {
 		st := waitFormed(t, n.srv, 2)
 		if st.Mode != bus.ModeCluster || st.Cluster != "airlock-test" || st.JetStream.ClusterSize != 3 {
 			t.Fatalf("status: %+v", st)
 		}
+		for _, r := range st.Routes {
+			if r.RTTMicros <= 0 && !waitUntil(5*time.Second, func() bool { s, _ := n.srv.Status(); return s.Routes[0].RTTMicros > 0 }) {
+				t.Fatalf("route without an RTT: %+v", st.Routes)
+			}
+		}
+		if st.JetStream.IsLeader {
+			leaders++
+			var out strings.Builder
+			if err := bus.WriteStatus(&out, st); err != nil {
+				t.Fatal(err)
+			}
+			text := out.String()
+			if strings.Count(text, "\nroute  ") != 2 || !strings.Contains(text, "jetstream: leader "+st.Node+", cluster of 3") ||
+				strings.Count(text, "  peer ") != 2 {
+				t.Fatalf("status text:\n%s", text)
+			}
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d meta leaders", leaders)
 	}
 	var cfgs [3]bus.DialConfig
 	for i, n := range nodes {

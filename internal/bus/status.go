@@ -57,7 +57,10 @@ type JetStreamStatus struct {
 	Enabled bool `json:"enabled"`
 	// Leader is the meta leader's name ("" while there is none: no quorum).
 	Leader string `json:"leader,omitempty"`
-	// ClusterSize is the meta group's known size; Peers its members as this node sees them.
+	// IsLeader: this node is the meta leader.
+	IsLeader bool `json:"isLeader"`
+	// ClusterSize is the meta group's known size; Peers are its other members as the leader
+	// sees them (on the leader only: followers do not track each other).
 	ClusterSize int          `json:"clusterSize,omitempty"`
 	Peers       []PeerStatus `json:"peers,omitempty"`
 	// Streams and Messages are this node's counts.
@@ -111,7 +114,12 @@ func (s *Server) Status() (FabricStatus, error) {
 	st.JetStream.Streams, st.JetStream.Messages = jz.Streams, jz.Messages
 	if m := jz.Meta; m != nil {
 		st.JetStream.Leader, st.JetStream.ClusterSize = m.Leader, m.Size
+		// Only the leader keeps its peers' state current; a follower's copy is stale.
+		st.JetStream.IsLeader = m.Leader == st.Node
 		for _, p := range m.Replicas {
+			if !st.JetStream.IsLeader {
+				break
+			}
 			st.JetStream.Peers = append(st.JetStream.Peers, PeerStatus{Name: p.Name, Current: p.Current, Offline: p.Offline,
 				ActiveMillis: p.Active.Milliseconds(), Lag: p.Lag})
 		}
