@@ -399,6 +399,16 @@ func TestFabricClusterRoutesReplicatesAndConfinesHosts(t *testing.T) {
 	if leaders != 1 {
 		t.Fatalf("%d meta leaders", leaders)
 	}
+	// No seed or key reaches the status.
+	for i, n := range nodes {
+		st, _ := n.srv.Status()
+		data, _ := json.Marshal(st)
+		seed, _ := os.ReadFile(filepath.Join(tf.dir, fmt.Sprintf("n%d", i+1), "host.nk"))
+		key, _ := os.ReadFile(filepath.Join(tf.dir, fmt.Sprintf("n%d", i+1), "node-key.pem"))
+		if strings.Contains(string(data), strings.TrimSpace(string(seed))) || strings.Contains(string(data), "PRIVATE") || len(key) == 0 {
+			t.Fatalf("node %d's status holds a secret", i+1)
+		}
+	}
 	var cfgs [3]bus.DialConfig
 	for i, n := range nodes {
 		cfgs[i] = tf.load(t, i).DialConfig(n.srv)
@@ -618,5 +628,77 @@ func editFabric(t testing.TB, path string, edit func(*bus.FabricFile)) {
 	data, _ = json.Marshal(f)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFabricSetUsersGrantsAndRevokesAtRuntime makes the outsider a member of the room on node
+// 2 without a restart: its call then passes the broker (and reaches A, who refuses it: the
+// roster does not list it); taken out again, the broker refuses it again.
+func TestFabricSetUsersGrantsAndRevokesAtRuntime(t *testing.T) {
+	tf := newTestFabric(t)
+	var nodes []*node
+	for i := range nodeIPs {
+		nodes = append(nodes, tf.start(t, i, t.TempDir()))
+	}
+	waitFormed(t, nodes[1].srv, 2)
+	cfgs := [3]bus.DialConfig{tf.load(t, 0).DialConfig(nodes[0].srv), tf.load(t, 1).DialConfig(nodes[1].srv), tf.load(t, 2).DialConfig(nodes[2].srv)}
+	hosts, inv := roomOnFabric(t, tf, cfgs)
+	a := hosts[0].key.ID()
+	out, err := bus.Dial(bus.DialConfig{Server: nodes[1].srv, Name: "outsider", Nkey: tf.outSeed, Replicas: 3,
+		InboxPrefix: bus.InboxPrefix(string(tf.outsider.ID()))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	call := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := out.Request(ctx, room.CallSubject(fabricRoom, a), []byte(`{}`))
+		return err
+	}
+	if err := call(); !errors.Is(err, busport.ErrTimeout) || !waitUntil(5*time.Second, func() bool { return out.Refusals() == 1 }) {
+		t.Fatalf("before: %v, refusals %d", err, out.Refusals())
+	}
+	users := tf.load(t, 1).File.Users
+	for i := range users {
+		if users[i].Host == string(tf.outsider.ID()) {
+			users[i].Rooms = []string{fabricRoom}
+		}
+	}
+	if err := nodes[1].srv.SetUsers(users); err != nil {
+		t.Fatal(err)
+	}
+	// A answers (a refusal of a malformed call, signed); the broker let it through.
+	if err := call(); err != nil || out.Refusals() != 1 {
+		t.Fatalf("after the grant: %v, refusals %d", err, out.Refusals())
+	}
+	for i := range users {
+		users[i].Rooms, users[i].Owns = nil, nil
+	}
+	if err := nodes[1].srv.SetUsers(users); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(); !errors.Is(err, busport.ErrTimeout) || !waitUntil(5*time.Second, func() bool { return out.Refusals() == 2 }) {
+		t.Fatalf("after the revocation: %v, refusals %d", err, out.Refusals())
+	}
+	if inv.count() != 0 {
+		t.Fatalf("the invoker ran %d times", inv.count())
+	}
+	// Users without the node's own host, or malformed, are refused.
+	if err := nodes[1].srv.SetUsers(users[:0]); !errors.Is(err, &bus.FabricError{Code: bus.CodeFabricInvalid}) {
+		t.Fatalf("no users: %v", err)
+	}
+	bad := append([]bus.FabricUser(nil), users...)
+	bad[0].Rooms = []string{"a.b"}
+	if err := nodes[1].srv.SetUsers(bad); !errors.Is(err, &bus.FabricError{Code: bus.CodeFabricInvalid}) {
+		t.Fatalf("bad room: %v", err)
+	}
+	local, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	if err := local.SetUsers(users); !errors.Is(err, bus.ErrConfig) {
+		t.Fatalf("a server without a fabric: %v", err)
 	}
 }

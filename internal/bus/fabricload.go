@@ -201,14 +201,7 @@ func (fb *Fabric) apply(opts *server.Options) error {
 			cfg.ClientAuth = tls.NoClientCert
 			opts.LeafNode.TLSConfig, opts.LeafNode.TLSTimeout = cfg, tlsTimeout
 		}
-		for _, u := range f.Users {
-			rooms := make([]Membership, 0, len(u.Rooms))
-			for _, r := range u.Rooms {
-				rooms = append(rooms, Membership{Room: r, Owner: contains(u.Owns, r)})
-			}
-			perms := withDomain(HostPermissions(DefaultRoomScheme, u.Host, rooms), c.JetStreamDomain())
-			opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms})
-		}
+		opts.Nkeys = nkeyUsers(f.Users, c.JetStreamDomain())
 		return nil
 	}
 	// Leaf mode: the hub's JetStream keeps the buckets, so this node keeps none of its own
@@ -228,6 +221,47 @@ func (fb *Fabric) apply(opts *server.Options) error {
 		remote.URLs = append(remote.URLs, &url.URL{Scheme: "nats-leaf", Host: u})
 	}
 	opts.LeafNode.Remotes = []*server.RemoteLeafOpts{remote}
+	return nil
+}
+
+// nkeyUsers turns fabric users into the server's nkey users with their permissions.
+func nkeyUsers(users []FabricUser, domain string) []*server.NkeyUser {
+	out := make([]*server.NkeyUser, 0, len(users))
+	for _, u := range users {
+		rooms := make([]Membership, 0, len(u.Rooms))
+		for _, r := range u.Rooms {
+			rooms = append(rooms, Membership{Room: r, Owner: contains(u.Owns, r)})
+		}
+		perms := withDomain(HostPermissions(DefaultRoomScheme, u.Host, rooms), domain)
+		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms})
+	}
+	return out
+}
+
+// SetUsers replaces the users of a cluster node, and with them their permissions, without a
+// restart: a host that joined or left a room gets its new permissions on its next message
+// (the server re-evaluates its connected clients). users are checked as a fabric file's are,
+// and must still include the node's own host.
+func (s *Server) SetUsers(users []FabricUser) error {
+	if s.fabric == nil || s.fabric.File.Mode != ModeCluster {
+		return fmt.Errorf("%w: only a cluster node has users", ErrConfig)
+	}
+	f := *s.fabric.File
+	f.Users = users
+	if err := f.checkUsers(); err != nil {
+		return err
+	}
+	if len(users) == 0 || !hasUser(&f, f.Host.ID, s.fabric.userPub) {
+		return invalid("users", "no user for this node's host")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.opts.Clone()
+	next.Nkeys = nkeyUsers(users, f.Cluster.JetStreamDomain())
+	if err := s.ns.ReloadOptions(next); err != nil {
+		return fmt.Errorf("bus: set users: %w", err)
+	}
+	s.opts = next
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -75,6 +76,9 @@ type Server struct {
 	ns         *server.Server
 	maxPayload int
 	fabric     *Fabric
+
+	mu   sync.Mutex // guards opts, the options the server runs with (SetUsers replaces them)
+	opts *server.Options
 }
 
 // ErrConfig is wrapped by the errors StartServer returns for a configuration it refuses.
@@ -133,7 +137,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("bus: server not ready within %v", readyTimeout)
 	}
-	return &Server{ns: ns, maxPayload: maxPayload, fabric: cfg.Fabric}, nil
+	return &Server{ns: ns, maxPayload: maxPayload, fabric: cfg.Fabric, opts: opts}, nil
 }
 
 // listenAddress parses a Listen value into the server's host and port (-1: random).
