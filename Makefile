@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp bench-rooms mcp-clients clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp bench-rooms bench-fabric mcp-clients clean
 
 all: build
 
@@ -64,6 +64,12 @@ bench-mcp: mcp-clients
 # NATS request/reply on the same embedded server and a local invokeCapability.
 bench-rooms:
 	$(GO) test -run '^$$' -bench RoomInvoke -benchtime 3000x ./internal/bench/
+
+# A room invoke across a three-node TLS cluster (127.0.0.2-4) against a bare NATS request on the
+# same path, then 200 hosts in 20 rooms in one process (invokes/s, heap per host).
+bench-fabric:
+	$(GO) test -run '^$$' -bench FabricInvoke -benchtime 3000x ./internal/bus/
+	$(GO) test -run '^$$' -bench FabricRooms -benchtime 4000x ./internal/bus/
 
 clean:
 	rm -rf $(BIN)

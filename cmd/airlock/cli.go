@@ -82,6 +82,8 @@ func commandTable() []command {
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"mcp", "--session S --generation N [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",
 			"serve the session's granted tools and the named capabilities as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
+		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
+			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},
 		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
 		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
 		{"help", "", "print this help", (*app).help},

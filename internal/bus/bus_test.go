@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -17,7 +19,32 @@ import (
 	"github.com/airlockhq/airlock/internal/busport"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// With the child-node variables set, the test binary is a fabric node for a test in this
+// package (cluster_test.go) to SIGKILL: it starts the node, says "ready" and runs until
+// killed or until its stdin closes.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("AIRLOCK_BUS_TEST_NODE"); path != "" {
+		os.Exit(runChildNode(path, os.Getenv("AIRLOCK_BUS_TEST_STATE")))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runChildNode(path, state string) int {
+	fb, err := LoadFabric(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := StartServer(ServerConfig{StateDir: state, Fabric: fb})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = s.Close()
+	return 0
+}
 
 // startServer starts an embedded server in a temporary state directory, closed at cleanup.
 func startServer(t testing.TB, cfg ServerConfig) *Server {

@@ -2,13 +2,16 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/airlockhq/airlock/internal/busport"
 )
@@ -46,6 +49,16 @@ type DialConfig struct {
 	MaxPayload int
 	// Replicas is how many copies of a bucket this connection creates keeps; zero means 1.
 	Replicas int
+	// Nkey, when set, authenticates the connection as that nkey user (Fabric.DialConfig).
+	Nkey nkeys.KeyPair
+	// TLS, when set, is required of a URL connection and verifies the server with it.
+	TLS *tls.Config
+	// JetStreamDomain, when set, reaches JetStream under that domain (a leaf node's hosts
+	// use their hub's).
+	JetStreamDomain string
+	// Pinned keeps a URL connection on URL: it reconnects there and never to the other
+	// nodes the cluster advertises. Unpinned, a connection fails over to another node.
+	Pinned bool
 }
 
 // Conn is a connection to a NATS server implementing busport.Conn.
@@ -56,6 +69,7 @@ type Conn struct {
 	replicas   int
 	closed     chan struct{}
 	closeOnce  sync.Once
+	refusals   atomic.Uint64
 
 	mu   sync.Mutex // guards subs
 	subs map[busport.Subscription]struct{}
@@ -79,9 +93,28 @@ func Dial(cfg DialConfig) (*Conn, error) {
 		nats.DrainTimeout(drainTimeout),
 		nats.MaxReconnects(-1),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
-		// Errors of asynchronous work (a slow subscription dropping messages) surface as
-		// timeouts of the callers concerned; the default handler would print them.
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		// Errors of asynchronous work (a slow subscription dropping messages, a message the
+		// broker refused) surface as timeouts of the callers concerned; the default handler
+		// would print them. Refusals are counted for status and tests.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				c.refusals.Add(1)
+			}
+		}),
+	}
+	if cfg.Nkey != nil {
+		kp := cfg.Nkey
+		pub, err := kp.PublicKey()
+		if err != nil {
+			return nil, fmt.Errorf("%w: nkey: %v", ErrConfig, err)
+		}
+		opts = append(opts, nats.Nkey(pub, kp.Sign))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, nats.Secure(cfg.TLS))
+	}
+	if cfg.Pinned {
+		opts = append(opts, nats.IgnoreDiscoveredServers())
 	}
 	if cfg.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(cfg.InboxPrefix))
@@ -100,7 +133,12 @@ func Dial(cfg DialConfig) (*Conn, error) {
 	if limit := int(nc.MaxPayload()); limit < c.maxPayload {
 		c.maxPayload = limit
 	}
-	js, err := jetstream.New(nc)
+	var js jetstream.JetStream
+	if cfg.JetStreamDomain != "" {
+		js, err = jetstream.NewWithDomain(nc, cfg.JetStreamDomain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
@@ -108,6 +146,10 @@ func Dial(cfg DialConfig) (*Conn, error) {
 	c.nc, c.js = nc, js
 	return c, nil
 }
+
+// Refusals is how many of this connection's publications and subscriptions the broker has
+// refused for want of permission (HostPermissions). A refused request times out.
+func (c *Conn) Refusals() uint64 { return c.refusals.Load() }
 
 // MaxPayload implements busport.Conn.
 func (c *Conn) MaxPayload() int { return c.maxPayload }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"sync"
@@ -39,11 +40,42 @@ func (c *Conn) Bucket(ctx context.Context, cfg busport.BucketConfig) (busport.Bu
 		kc.TTL = cfg.TTL
 		kc.LimitMarkerTTL = max(cfg.TTL, minMarkerTTL)
 	}
-	kv, err := c.js.CreateOrUpdateKeyValue(ctx, kc)
+	kv, err := c.openKeyValue(ctx, kc)
 	if err != nil {
 		return nil, mapError(err)
 	}
 	return &bucket{kv: kv, conn: c, maxValue: maxValue}, nil
+}
+
+// openKeyValue binds to the bucket when it exists as kc says, creates it when it does not,
+// and updates it otherwise. Binding first lets a host whose broker permissions allow creating
+// the room buckets but not changing them (HostPermissions) open one another host created.
+func (c *Conn) openKeyValue(ctx context.Context, kc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := c.js.KeyValue(ctx, kc.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		kv, err = c.js.CreateKeyValue(ctx, kc)
+		if !errors.Is(err, jetstream.ErrBucketExists) {
+			return kv, err
+		}
+		// Another host created it a moment ago: bind to it.
+		kv, err = c.js.KeyValue(ctx, kc.Bucket)
+		if err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	si := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+	if si.Config.MaxAge == kc.TTL && si.Config.MaxMsgSize == kc.MaxValueSize && si.Config.Replicas == kc.Replicas &&
+		si.Config.SubjectDeleteMarkerTTL == kc.LimitMarkerTTL && si.Config.MaxMsgsPerSubject == int64(kc.History) {
+		return kv, nil
+	}
+	return c.js.CreateOrUpdateKeyValue(ctx, kc)
 }
 
 // bucket is one opened busport.Bucket.

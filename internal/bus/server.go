@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -64,12 +65,20 @@ type ServerConfig struct {
 	Name string
 	// MaxPayload bounds one message; zero means DefaultMaxPayload.
 	MaxPayload int
+	// Fabric, when set, makes the server a node of a room fabric (see LoadFabric): its
+	// name, client listener, cluster or leaf connections, TLS and users come from it, and
+	// Name, Listen and AllowRemote are ignored.
+	Fabric *Fabric
 }
 
 // Server is a running embedded NATS server with JetStream.
 type Server struct {
 	ns         *server.Server
 	maxPayload int
+	fabric     *Fabric
+
+	mu   sync.Mutex // guards opts, the options the server runs with (SetUsers replaces them)
+	opts *server.Options
 }
 
 // ErrConfig is wrapped by the errors StartServer returns for a configuration it refuses.
@@ -97,7 +106,15 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		NoSigs:             true,
 		DontListen:         cfg.NoListen,
 	}
-	if !cfg.NoListen {
+	if cfg.Fabric != nil {
+		if cfg.NoListen {
+			return nil, fmt.Errorf("%w: a fabric node listens", ErrConfig)
+		}
+		opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+		if err := cfg.Fabric.apply(opts); err != nil {
+			return nil, err
+		}
+	} else if !cfg.NoListen {
 		host, port, err := listenAddress(cfg.Listen, cfg.AllowRemote)
 		if err != nil {
 			return nil, err
@@ -120,7 +137,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("bus: server not ready within %v", readyTimeout)
 	}
-	return &Server{ns: ns, maxPayload: maxPayload}, nil
+	return &Server{ns: ns, maxPayload: maxPayload, fabric: cfg.Fabric, opts: opts}, nil
 }
 
 // listenAddress parses a Listen value into the server's host and port (-1: random).

@@ -1,0 +1,275 @@
+package bus
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// tlsTimeout bounds a TLS handshake of a client, route or leaf connection, in seconds: a
+// handshake across sites is a few round trips.
+const tlsTimeout = 5
+
+// Fabric is a loaded fabric file: checked, with its TLS material and the host's nkey read.
+// The nkey seed stays in memory; nothing prints it.
+type Fabric struct {
+	// File is the checked file.
+	File *FabricFile
+	// serverTLS serves every listener; dialTLS dials routes, the hub and other nodes.
+	serverTLS, dialTLS *tls.Config
+	user               nkeys.KeyPair
+	userPub            string
+}
+
+// LoadFabric reads and checks the fabric file at path and the files it names.
+func LoadFabric(path string) (*Fabric, error) {
+	data, err := readBounded(path, MaxFabricBytes)
+	if err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: path, Err: err}
+	}
+	f, err := ParseFabric(data)
+	if err != nil {
+		return nil, err
+	}
+	return openFabric(f, filepath.Dir(path))
+}
+
+// openFabric loads f's files, relative to dir.
+func openFabric(f *FabricFile, dir string) (*Fabric, error) {
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(dir, p)
+	}
+	caPEM, err := readBounded(abs(f.TLS.CA), 64<<10)
+	if err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "tls.ca", Err: err}
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "tls.ca", Detail: "no PEM certificate"}
+	}
+	if err := checkPrivate(abs(f.TLS.Key)); err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "tls.key", Err: err}
+	}
+	cert, err := tls.LoadX509KeyPair(abs(f.TLS.Cert), abs(f.TLS.Key))
+	if err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "tls.cert", Err: err}
+	}
+	if err := checkPrivate(abs(f.Host.Seed)); err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "host.seed", Err: err}
+	}
+	seed, err := readBounded(abs(f.Host.Seed), 4<<10)
+	if err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "host.seed", Err: err}
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(seed))))
+	if err != nil {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "host.seed", Detail: "not an nkey seed"}
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return nil, &FabricError{Code: CodeFabricFile, Field: "host.seed", Detail: "not an nkey user seed"}
+	}
+	if f.Mode == ModeCluster && !hasUser(f, f.Host.ID, pub) {
+		return nil, invalid("users", "no user for this node's host (host.id with the seed's public key)")
+	}
+	fb := &Fabric{File: f, user: kp, userPub: pub}
+	fb.serverTLS = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientCAs:    pool,
+		RootCAs:      pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+	}
+	fb.dialTLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, RootCAs: pool}
+	return fb, nil
+}
+
+func hasUser(f *FabricFile, host, nkey string) bool {
+	for _, u := range f.Users {
+		if u.Host == host && u.Nkey == nkey {
+			return true
+		}
+	}
+	return false
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return data, nil
+}
+
+// checkPrivate refuses a secret file that others may read.
+func checkPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%s has mode %04o; a key file must be 0600", path, fi.Mode().Perm())
+	}
+	return nil
+}
+
+// Replicas is how many copies of a bucket a host on this node creates keeps.
+func (fb *Fabric) Replicas() int { return fb.File.Replicas() }
+
+// HostID is the id of the host this node serves.
+func (fb *Fabric) HostID() string { return fb.File.Host.ID }
+
+// DialConfig is the configuration of the host's connection to s, the server started with fb:
+// in process, as the host's nkey user, with the host's inbox prefix and the fabric's replicas.
+func (fb *Fabric) DialConfig(s *Server) DialConfig {
+	cfg := DialConfig{Server: s, Name: fb.File.Host.ID, InboxPrefix: InboxPrefix(fb.File.Host.ID), Replicas: fb.Replicas()}
+	if fb.File.Mode == ModeLeaf {
+		cfg.JetStreamDomain = fb.File.Leaf.Domain
+	}
+	if fb.File.Mode == ModeCluster {
+		// A leaf node has no users of its own (the hub authorizes its leaf connection), so
+		// the host connects to it without credentials.
+		cfg.Nkey = fb.user
+	}
+	return cfg
+}
+
+// RemoteDialConfig is the configuration of the host's connection to another node's client
+// listener at url (nats://IP:port), with TLS verified against the fabric's CA.
+func (fb *Fabric) RemoteDialConfig(url string) DialConfig {
+	cfg := DialConfig{URL: url, Name: fb.File.Host.ID, InboxPrefix: InboxPrefix(fb.File.Host.ID),
+		Replicas: fb.Replicas(), Nkey: fb.user, TLS: fb.dialTLS.Clone()}
+	if fb.File.Mode == ModeLeaf {
+		cfg.JetStreamDomain = fb.File.Leaf.Domain
+	}
+	return cfg
+}
+
+// apply makes opts a node of the fabric.
+func (fb *Fabric) apply(opts *server.Options) error {
+	f := fb.File
+	opts.ServerName = f.Node
+	if f.Listen != "" {
+		ap, _ := parseHostPort(f.Listen)
+		opts.Host, opts.Port = ap.Addr().String(), int(ap.Port())
+		// A fabric's client listener is there for other machines' hosts, so it is served
+		// with TLS even on a loopback address (tests run fabrics on 127.0.0.2–4). Clients
+		// authenticate with their nkey; TLS protects the link and the server's certificate
+		// proves the node. A client certificate is not required.
+		cfg := fb.serverTLS.Clone()
+		cfg.ClientAuth = tls.NoClientCert
+		opts.TLSConfig, opts.TLS, opts.TLSTimeout = cfg, true, tlsTimeout
+	}
+	if f.Mode == ModeCluster {
+		c := f.Cluster
+		ap, _ := parseHostPort(c.Listen)
+		opts.Cluster.Name = c.Name
+		opts.JetStreamDomain = c.JetStreamDomain()
+		opts.Cluster.Host, opts.Cluster.Port = ap.Addr().String(), int(ap.Port())
+		// Routes are mutually authenticated by certificates of the fabric's CA, whatever
+		// their address: a route carries every message of the cluster.
+		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = fb.serverTLS.Clone(), tlsTimeout
+		for _, r := range c.Routes {
+			opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", Host: r})
+		}
+		if c.LeafListen != "" {
+			lp, _ := parseHostPort(c.LeafListen)
+			opts.LeafNode.Host, opts.LeafNode.Port = lp.Addr().String(), int(lp.Port())
+			// A leaf authenticates as a user (its host's nkey) and gets that user's
+			// permissions; TLS protects the link. Leaves need no certificate of ours.
+			cfg := fb.serverTLS.Clone()
+			cfg.ClientAuth = tls.NoClientCert
+			opts.LeafNode.TLSConfig, opts.LeafNode.TLSTimeout = cfg, tlsTimeout
+		}
+		opts.Nkeys = nkeyUsers(f.Users, c.JetStreamDomain())
+		return nil
+	}
+	// Leaf mode: the hub's JetStream keeps the buckets, so this node keeps none of its own
+	// and JetStream requests travel to the hub.
+	opts.JetStream = false
+	// Without the hint a leaf without JetStream denies its clients the hub's JetStream API.
+	opts.JetStreamExtHint = "will_extend"
+	seed, err := fb.user.Seed()
+	if err != nil {
+		return &FabricError{Code: CodeFabricFile, Field: "host.seed", Err: err}
+	}
+	// The leaf authenticates to the hub as the host's nkey user (RemoteLeafOpts.Nkey is the
+	// seed, kept in the server's memory only), so the hub applies the host's permissions to
+	// everything the leaf carries.
+	remote := &server.RemoteLeafOpts{TLS: true, TLSConfig: fb.dialTLS.Clone(), TLSTimeout: tlsTimeout, Nkey: string(seed)}
+	for _, u := range f.Leaf.URLs {
+		remote.URLs = append(remote.URLs, &url.URL{Scheme: "nats-leaf", Host: u})
+	}
+	opts.LeafNode.Remotes = []*server.RemoteLeafOpts{remote}
+	return nil
+}
+
+// nkeyUsers turns fabric users into the server's nkey users with their permissions.
+func nkeyUsers(users []FabricUser, domain string) []*server.NkeyUser {
+	out := make([]*server.NkeyUser, 0, len(users))
+	for _, u := range users {
+		rooms := make([]Membership, 0, len(u.Rooms))
+		for _, r := range u.Rooms {
+			rooms = append(rooms, Membership{Room: r, Owner: contains(u.Owns, r)})
+		}
+		perms := withDomain(HostPermissions(DefaultRoomScheme, u.Host, rooms), domain)
+		out = append(out, &server.NkeyUser{Nkey: u.Nkey, Permissions: perms})
+	}
+	return out
+}
+
+// SetUsers replaces the users of a cluster node, and with them their permissions, without a
+// restart: a host that joined or left a room gets its new permissions on its next message
+// (the server re-evaluates its connected clients). users are checked as a fabric file's are,
+// and must still include the node's own host.
+func (s *Server) SetUsers(users []FabricUser) error {
+	if s.fabric == nil || s.fabric.File.Mode != ModeCluster {
+		return fmt.Errorf("%w: only a cluster node has users", ErrConfig)
+	}
+	f := *s.fabric.File
+	f.Users = users
+	if err := f.checkUsers(); err != nil {
+		return err
+	}
+	if len(users) == 0 || !hasUser(&f, f.Host.ID, s.fabric.userPub) {
+		return invalid("users", "no user for this node's host")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := s.opts.Clone()
+	next.Nkeys = nkeyUsers(users, f.Cluster.JetStreamDomain())
+	if err := s.ns.ReloadOptions(next); err != nil {
+		return fmt.Errorf("bus: set users: %w", err)
+	}
+	s.opts = next
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
