@@ -49,6 +49,7 @@ type conn struct {
 	finish   bool     // no more input: the writer exits once the queue is empty
 	broken   bool     // the connection failed: drop everything
 	writing  bool     // someone is writing to the socket: the writer or a direct write in run
+	closing  bool     // evicted while an answer was being written: close once the queue is out
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
@@ -126,13 +127,28 @@ func (c *conn) evict() {
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// An idle connection has nothing queued and nobody writing: one attempt that does not
-	// wait, and the descriptor is released at once, whatever a flood's pace.
-	if !c.writing && len(c.queue) == 0 && !c.broken && c.direct.Ready() {
-		c.direct.Write(line)
+	if c.broken || c.closing {
+		return
 	}
-	c.failLocked()
+	// An idle connection usually has nothing queued and nobody writing: one attempt that does
+	// not wait, and the descriptor is released at once, whatever a flood's pace.
+	if !c.writing && len(c.queue) == 0 {
+		if c.direct.Ready() {
+			c.direct.Write(line)
+		}
+		c.failLocked()
+		return
+	}
+	// A command's hold ends as its answer is handed over, so the answer may still be going out:
+	// the notice goes after it and the writer closes the connection once both are written. A
+	// client that does not read holds the descriptor no longer than the deadline.
+	c.enqueueLocked(line)
+	c.closing = true
+	_ = c.nc.SetWriteDeadline(time.Now().Add(evictWriteTimeout))
 }
+
+// evictWriteTimeout bounds how long an evicted connection's last answer and notice may take.
+const evictWriteTimeout = time.Second
 
 // handle admits one command line. It returns false when the connection must stop reading.
 func (c *conn) handle(line []byte) bool {
@@ -323,7 +339,7 @@ func (c *conn) Deliver(line []byte) {
 // connection is failed rather than allowed to grow: a client that does not read cannot make the
 // daemon hold unbounded memory.
 func (c *conn) enqueueLocked(line []byte) bool {
-	if c.broken || line == nil {
+	if c.broken || c.closing || line == nil {
 		return false
 	}
 	if c.queued+len(line) > c.srv.limits.MaxOutboundBytes {
@@ -384,6 +400,8 @@ func (c *conn) writeLoop() {
 				c.log.Debug("connection write failed", "err", err)
 			}
 			c.failLocked()
+		} else if c.closing && len(c.queue) == 0 {
+			c.failLocked() // evicted: its last answer and the notice are out
 		}
 		c.mu.Unlock()
 		// The batch is written, or failed: nothing refers to its pooled buffers any more.
