@@ -158,7 +158,7 @@ func startBenchEnv(b *testing.B) *benchEnv {
 	b.Cleanup(func() { fsrv.Close() })
 	session, gen := "bench", int64(1)
 	grant := func(session string) json.RawMessage {
-		ops := []string{"fs.stat", "fs.read", "fs.search"}
+		ops := []string{"fs.stat", "fs.read", "fs.search", "fs.list"}
 		n := func(v int64) *int64 { return &v }
 		desc, perr := fsrv.Grant(&server.AdminRequest{Op: server.OpGrant, Root: &e.root, HostInstanceID: &host,
 			SessionID: &session, Generation: &gen, Operations: &ops, Limits: &server.LimitsRequest{

@@ -3,6 +3,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -57,6 +58,47 @@ func (r *Response) Err() error {
 		return &protocol.Error{Code: protocol.CodeInternal, Message: "daemon answered ok:false without an error"}
 	}
 	return r.Error
+}
+
+// lineMembers is a line from the daemon split into the members of a Response by one walk
+// (ndjson.DecodeAliased: slices of the line, which also refuses duplicate keys). The walk is
+// about ten times as fast as encoding/json's two passes over a response's data (its syntax
+// check, then skipping the member), which for a large fs.read answer were most of the
+// client's time; only the small members then go through encoding/json.
+type lineMembers struct {
+	ProtocolVersion json.RawMessage `json:"protocolVersion"`
+	Kind            json.RawMessage `json:"kind"`
+	RequestID       json.RawMessage `json:"requestId"`
+	HostInstanceID  json.RawMessage `json:"hostInstanceId"`
+	SessionID       json.RawMessage `json:"sessionId"`
+	Sequence        json.RawMessage `json:"sequence"`
+	OK              json.RawMessage `json:"ok"`
+	Data            json.RawMessage `json:"data"`
+	Error           json.RawMessage `json:"error"`
+}
+
+// decode fills r as json.Unmarshal of the whole line would: each member present is decoded
+// into its field, and the data is copied out of the line as it stands.
+func (m *lineMembers) decode(r *Response) error {
+	for _, f := range []struct {
+		raw json.RawMessage
+		v   any
+	}{
+		{m.ProtocolVersion, &r.ProtocolVersion}, {m.Kind, &r.Kind}, {m.RequestID, &r.RequestID},
+		{m.HostInstanceID, &r.HostInstanceID}, {m.SessionID, &r.SessionID}, {m.Sequence, &r.Sequence},
+		{m.OK, &r.OK}, {m.Error, &r.Error},
+	} {
+		if f.raw == nil {
+			continue
+		}
+		if err := json.Unmarshal(f.raw, f.v); err != nil {
+			return err
+		}
+	}
+	if m.Data != nil {
+		r.Data = bytes.Clone(m.Data)
+	}
+	return nil
 }
 
 // Decode decodes the response data into v, or returns the response's error.
@@ -253,20 +295,18 @@ func (c *Client) readLoop() {
 			c.events <- append(json.RawMessage(nil), line...)
 			continue
 		}
-		var head struct {
-			Kind      string `json:"kind"`
-			RequestID string `json:"requestId"`
-		}
-		if json.Unmarshal(line, &head) != nil {
+		var m lineMembers
+		if ndjson.DecodeAliased(line, &m, ndjson.Open) != nil {
 			err = fmt.Errorf("%w: malformed JSON", ErrProtocol)
 			break
 		}
-		if head.Kind == protocol.KindEvent {
+		var kind string
+		if m.Kind != nil && json.Unmarshal(m.Kind, &kind) == nil && kind == protocol.KindEvent {
 			c.events <- append(json.RawMessage(nil), line...)
 			continue
 		}
 		var resp Response
-		if err = json.Unmarshal(line, &resp); err != nil {
+		if err = m.decode(&resp); err != nil {
 			err = fmt.Errorf("%w: malformed response: %v", ErrProtocol, err)
 			break
 		}

@@ -25,6 +25,8 @@ const (
 	benchBig     = 1 << 20
 	benchEntries = 1000
 	benchWarmup  = 50 // calls per server before a row is measured (Node.js compiles hot code)
+	// benchFloorCalls is how many calls clientFloor makes per answer.
+	benchFloorCalls = 200
 )
 
 // benchRow is one operation, as each server spells it.
@@ -34,6 +36,8 @@ type benchRow struct {
 	// check validates one answer of each server (the first of each row), so that a row never
 	// measures an error.
 	checkAir, checkRef func(*sdk.CallToolResult) error
+	// firstAir and firstRef are each server's first answer, for clientFloor.
+	firstAir, firstRef *sdk.CallToolResult
 }
 
 // benchStats are one server's figures for one row.
@@ -55,8 +59,12 @@ type benchStats struct {
 // b.N calls from 16 goroutines in turn. Each row reports p50, p99 and calls/s of both, and the
 // reference p50 over airlock's (the target is ≥ 2 on every row). The 1 MiB read needs more than
 // the default 1 MiB response limits: the grant allows 2 MiB responses (--max-response-bytes)
-// and airlockd is started with --max-response-bytes 2 MiB. After the rows, both advisories'
-// attacks (advisory_test.go) go to both servers and their outcomes are printed. Run it as
+// and airlockd is started with --max-response-bytes 2 MiB. After the rows, each server's first
+// answer of each row is replayed to a fresh client by a stand-in that answers at once
+// (clientFloor): what the client alone spends on that answer, a part of that server's p50 no
+// server can save, and so the best ratio any server with airlock's answers could reach. Then
+// both advisories' attacks (advisory_test.go) go to both servers and their outcomes are
+// printed. Run it as
 //
 //	go test -run '^$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
 func BenchmarkMCPFilesystem(b *testing.B) {
@@ -128,7 +136,8 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 	}
 	var results []result
 	minRatio := 0.0
-	for _, row := range rows {
+	for i := range rows {
+		row := &rows[i]
 		for _, conc := range []int{1, 16} {
 			name := fmt.Sprintf("%s/c%d", row.name, conc)
 			b.Run(name, func(b *testing.B) {
@@ -161,6 +170,23 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 	}
 	if len(results) > 0 {
 		fmt.Fprintf(&sb, "smallest ratio %.2f× (target ≥ 2×)\n", minRatio)
+		// What the client alone spends on each server's answer bounds the ratio any server
+		// could reach: airlock at zero cost would still take its client floor.
+		fmt.Fprintf(&sb, "\ngo-sdk client's own p50 per answer (a stand-in that answers at once, %d calls)\n", benchFloorCalls)
+		fmt.Fprintf(&sb, "%-10s | %12s %12s | %s\n", "row", "air answer", "ref answer", "ref c1 p50 / air answer (best ratio possible)")
+		for _, row := range rows {
+			if row.firstAir == nil || row.firstRef == nil {
+				continue
+			}
+			fa, fr := clientFloor(b, row.firstAir, benchFloorCalls), clientFloor(b, row.firstRef, benchFloorCalls)
+			best := ""
+			for _, x := range results {
+				if x.row == row.name && x.conc == 1 {
+					best = fmt.Sprintf("%.2f×", float64(x.ref.p50)/float64(fa))
+				}
+			}
+			fmt.Fprintf(&sb, "%-10s | %12s %12s | %s\n", row.name, round(fa), round(fr), best)
+		}
 	}
 
 	// The advisories, against both servers: airlock's second session and a reference server
@@ -258,7 +284,7 @@ func benchClient(b *testing.B, cmd *exec.Cmd) *sdk.ClientSession {
 
 // measureRow runs warm-up calls, checks one answer of each server, then n measured calls of
 // each at conc concurrent calls.
-func measureRow(b *testing.B, air, ref *sdk.ClientSession, row benchRow, conc, n int) (benchStats, benchStats) {
+func measureRow(b *testing.B, air, ref *sdk.ClientSession, row *benchRow, conc, n int) (benchStats, benchStats) {
 	b.Helper()
 	ctx := context.Background()
 	for i := range benchWarmup {
@@ -266,10 +292,12 @@ func measureRow(b *testing.B, air, ref *sdk.ClientSession, row benchRow, conc, n
 			cs    *sdk.ClientSession
 			p     *sdk.CallToolParams
 			check func(*sdk.CallToolResult) error
-		}{{air, row.air, row.checkAir}, {ref, row.ref, row.checkRef}} {
+			first **sdk.CallToolResult
+		}{{air, row.air, row.checkAir, &row.firstAir}, {ref, row.ref, row.checkRef, &row.firstRef}} {
 			r, err := s.cs.CallTool(ctx, s.p)
 			if err == nil && i == 0 {
 				err = s.check(r)
+				*s.first = r
 			}
 			if err != nil {
 				b.Fatalf("%s: %v", row.name, err)

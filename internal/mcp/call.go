@@ -134,22 +134,26 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 	}
 	unreadable := errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"})
 	definite = true
+	// invokeTool's data is a protocol.ToolResult; its own data, the adapter's result, is
+	// found by one walk of the daemon's answer (a slice of it) instead of encoding/json's
+	// syntax check and skip, two slower passes over up to megabytes. The daemon sends it
+	// checked against the operation's result schema and compact.
+	var res struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := ndjson.DecodeAliased(resp.Data, &res, ndjson.Open); err != nil || len(res.Data) == 0 || res.Data[0] != '{' {
+		return unreadable, nil
+	}
 	if s.operation == tooladapter.OpRead {
-		// The file's text is both the structured content and the text rendering. It is
-		// decoded once, and the SDK gets a Go value, which it encodes in one pass where it
-		// would validate and compact raw JSON at every level of its encoding: for a 1 MiB
-		// read that was most of the bridge's own time.
-		var r struct {
-			Data readResult `json:"data"`
-		}
-		if err := json.Unmarshal(resp.Data, &r); err != nil {
+		// The file's text is both the structured content and the text rendering: it is
+		// decoded once. Whether the SDK gets the structured content as this Go value or
+		// as the raw result makes no measurable difference to its encoding (make
+		// bench-mcp's analysis, docs/mcp.md); it costs what the text's length costs.
+		var r readResult
+		if err := json.Unmarshal(res.Data, &r); err != nil {
 			return unreadable, nil
 		}
-		return &sdk.CallToolResult{StructuredContent: r.Data, Content: []sdk.Content{&sdk.TextContent{Text: r.Data.Content}}}, nil
-	}
-	var res protocol.ToolResult
-	if err := json.Unmarshal(resp.Data, &res); err != nil {
-		return unreadable, nil
+		return &sdk.CallToolResult{StructuredContent: r, Content: []sdk.Content{&sdk.TextContent{Text: r.Content}}}, nil
 	}
 	out := &sdk.CallToolResult{StructuredContent: res.Data}
 	text := string(res.Data)

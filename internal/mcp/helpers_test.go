@@ -168,7 +168,7 @@ type conn struct {
 	prog    []*sdk.ProgressNotificationParams
 }
 
-func (e *env) connect(t *testing.T, cfg mcp.Config) *conn {
+func (e *env) connect(t testing.TB, cfg mcp.Config) *conn {
 	t.Helper()
 	cfg.Socket = e.d.Socket
 	if cfg.PollInterval == 0 {
@@ -225,7 +225,7 @@ func (cn *conn) tools(t *testing.T) map[string]*sdk.Tool {
 	return out
 }
 
-func (cn *conn) call(t *testing.T, name string, args any) *sdk.CallToolResult {
+func (cn *conn) call(t testing.TB, name string, args any) *sdk.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

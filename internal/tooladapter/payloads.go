@@ -331,6 +331,38 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 	return *p, nil
 }
 
+// listEntry checks one entry of fs.list's result data; nil is a missing member.
+func (c *shapeCheck) listEntry(name, typ *string, size *int64, modifiedAt *string) {
+	if c.required("entries.name", name != nil) && !validEntryName(*name) {
+		c.fail("entries.name")
+	}
+	c.entryType("entries.type", typ)
+	c.intRange("entries.size", size, 0, maxSafeInteger, true)
+	c.modifiedAt("entries.modifiedAt", modifiedAt)
+}
+
+// ValidateListEntries checks fs.list result data given as the values an adapter is about to
+// encode rather than as JSON: n entries, entry i's members as entry(i) returns them, with ""
+// for a modifiedAt the encoding omits. It applies exactly ValidateResult's checks, so that an
+// adapter can check a listing before sending it without decoding its own encoding, which for
+// thousands of entries costs more than the listing itself. The values must encode as
+// themselves: strings that are valid UTF-8 (a name that is not fails the check anyway).
+func ValidateListEntries(n int, entry func(i int) (name, typ string, size int64, modifiedAt string)) *protocol.Error {
+	c := &shapeCheck{code: CodeProtocolInvalid}
+	if n > MaxListEntries {
+		c.fail("entries")
+	}
+	for i := 0; i < n && c.ok(); i++ {
+		name, typ, size, modifiedAt := entry(i)
+		var at *string
+		if modifiedAt != "" {
+			at = &modifiedAt
+		}
+		c.listEntry(&name, &typ, &size, at)
+	}
+	return c.err("data")
+}
+
 // ValidateResult checks the data of a successful result against the closed result schema of
 // op. Failures are adapter_protocol_invalid: an adapter that answers out of contract is broken.
 func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
@@ -345,12 +377,7 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 					c.fail("entries")
 				}
 				for _, en := range *v.Entries {
-					if c.required("entries.name", en.Name != nil) && !validEntryName(*en.Name) {
-						c.fail("entries.name")
-					}
-					c.entryType("entries.type", en.Type)
-					c.intRange("entries.size", en.Size, 0, maxSafeInteger, true)
-					c.modifiedAt("entries.modifiedAt", en.ModifiedAt)
+					c.listEntry(en.Name, en.Type, en.Size, en.ModifiedAt)
 				}
 			}
 			c.required("truncated", v.Truncated != nil)

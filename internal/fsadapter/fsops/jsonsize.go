@@ -136,5 +136,8 @@ func formatTime(sec, nsec int64) string {
 	if y := t.Year(); y < 0 || y > 9999 {
 		return ""
 	}
-	return t.Format("2006-01-02T15:04:05.999999999Z")
+	// For a UTC time within those years, RFC3339Nano writes exactly the wire's layout
+	// (2006-01-02T15:04:05.999999999Z), and the time package formats it without parsing the
+	// layout: a third of the time, which a listing pays once per entry.
+	return t.Format(time.RFC3339Nano)
 }

@@ -3,7 +3,8 @@ package fsops
 import (
 	"context"
 	"errors"
-	"sort"
+	"slices"
+	"strings"
 	"unicode/utf8"
 	"unsafe"
 
@@ -67,7 +68,7 @@ func (r *Root) List(ctx context.Context, p ListPayload) (*ListResult, *protocol.
 	if err != nil {
 		return nil, errnoError(err, "directory")
 	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].name < ents[j].name })
+	slices.SortFunc(ents, func(a, b dirent) int { return strings.Compare(a.name, b.name) })
 
 	res := &ListResult{Entries: []ListEntry{}}
 	budget := r.opts.MaxResponseBytes - len(`{"entries":[],"truncated":false}`)

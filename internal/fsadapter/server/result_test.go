@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
+	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
@@ -98,5 +101,66 @@ func TestCheckResultRead(t *testing.T) {
 	}
 	if e := checkResult(tooladapter.OpStat, &fsops.StatResult{Type: "fifo"}, []byte(`{"type":"fifo","size":0}`)); e == nil {
 		t.Fatal("stat of an unknown type passed")
+	}
+}
+
+// TestCheckResultList checks that a listing, checked as its values, is held to exactly the
+// protocol's rules: each case gets the verdict and the field that tooladapter.ValidateResult
+// gives its encoding. The one difference is stricter: a name that is not UTF-8, which
+// encoding/json would send with U+FFFD in place of its bad bytes (naming no entry), is refused.
+func TestCheckResultList(t *testing.T) {
+	const at = "2026-01-02T03:04:05.123456789Z"
+	file := func(name string) fsops.ListEntry {
+		return fsops.ListEntry{Name: name, Type: fsops.TypeFile, Size: 2, ModifiedAt: at}
+	}
+	many := make([]fsops.ListEntry, tooladapter.MaxListEntries+1)
+	for i := range many {
+		many[i] = file(fmt.Sprintf("f%05d", i))
+	}
+	cases := []struct {
+		name     string
+		res      fsops.ListResult
+		field    string // "" when valid
+		stricter bool   // the encoding passes the protocol's check
+	}{
+		{"valid", fsops.ListResult{Entries: []fsops.ListEntry{file("a"), {Name: "d", Type: fsops.TypeDirectory}}}, "", false},
+		{"empty", fsops.ListResult{Entries: []fsops.ListEntry{}, Truncated: true}, "", false},
+		{"null entries", fsops.ListResult{}, "entries", false},
+		{"too many", fsops.ListResult{Entries: many}, "entries", false},
+		{"empty name", fsops.ListResult{Entries: []fsops.ListEntry{file("")}}, "entries.name", false},
+		{"dot dot", fsops.ListResult{Entries: []fsops.ListEntry{file("a"), file("..")}}, "entries.name", false},
+		{"slash", fsops.ListResult{Entries: []fsops.ListEntry{file("a/b")}}, "entries.name", false},
+		{"control", fsops.ListResult{Entries: []fsops.ListEntry{file("a\x01")}}, "entries.name", false},
+		{"invalid UTF-8", fsops.ListResult{Entries: []fsops.ListEntry{file("a\xff")}}, "entries.name", true},
+		{"type", fsops.ListResult{Entries: []fsops.ListEntry{{Name: "p", Type: "fifo"}}}, "entries.type", false},
+		{"no type", fsops.ListResult{Entries: []fsops.ListEntry{{Name: "p"}}}, "entries.type", false},
+		{"size", fsops.ListResult{Entries: []fsops.ListEntry{{Name: "p", Type: fsops.TypeFile, Size: -1}}}, "entries.size", false},
+		{"size over 2^53", fsops.ListResult{Entries: []fsops.ListEntry{{Name: "p", Type: fsops.TypeFile, Size: 1 << 53}}}, "entries.size", false},
+		{"modifiedAt", fsops.ListResult{Entries: []fsops.ListEntry{{Name: "p", Type: fsops.TypeFile, ModifiedAt: "yesterday"}}}, "entries.modifiedAt", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data, err := json.Marshal(&c.res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tooladapter.ValidateResult(tooladapter.OpList, data)
+			got := checkResult(tooladapter.OpList, &c.res, data)
+			field := func(e *protocol.Error) any {
+				if e == nil {
+					return ""
+				}
+				return e.Details[tooladapter.DetailField]
+			}
+			if c.stricter {
+				want = got
+			}
+			if field(got) != c.field || field(want) != c.field {
+				t.Fatalf("field %q, the encoding's check %q, want %q (%v; %v)", field(got), field(want), c.field, got, want)
+			}
+			if got != nil && (got.Code != want.Code || got.Message != want.Message) {
+				t.Fatalf("checkResult %v, ValidateResult of the encoding %v", got, want)
+			}
+		})
 	}
 }

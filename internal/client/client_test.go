@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakeDaemon accepts one connection on a socket of its own and answers every line it reads
+// with the lines reply returns for it (with "{rid}" replaced by the line's requestId).
+func fakeDaemon(t *testing.T, reply func(requestID string) []string) string {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		dec := json.NewDecoder(nc)
+		for {
+			var cmd struct {
+				RequestID string `json:"requestId"`
+			}
+			if dec.Decode(&cmd) != nil {
+				return
+			}
+			for _, l := range reply(cmd.RequestID) {
+				if _, err := nc.Write([]byte(strings.ReplaceAll(l, "{rid}", cmd.RequestID) + "\n")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	return socket
+}
+
+func dialT(t *testing.T, socket string) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestResponsesAndEvents checks that a response is decoded member by member as the whole line
+// would be, its data kept byte for byte (whitespace included), and that an event ahead of it
+// reaches Events as it was sent.
+func TestResponsesAndEvents(t *testing.T) {
+	big := strings.Repeat(`x\n\"`, 1<<18)
+	event := `{"protocolVersion":"2.0","kind":"event","event":"sessionClosed","hostInstanceId":"h","sessionId":"s","generation":1,"sequence":7,"data":{"reason":"x"}}`
+	socket := fakeDaemon(t, func(string) []string {
+		return []string{event,
+			`{"protocolVersion":"2.0","kind":"response","requestId":"{rid}","hostInstanceId":"h","sessionId":"s","sequence":3,"ok":true,"data":{"content":"` + big + `", "eof" : true}}`}
+	})
+	c := dialT(t, socket)
+	r, err := c.Call(context.Background(), Command{Operation: "invokeTool", RequestID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := uint64(3)
+	want := &Response{ProtocolVersion: "2.0", Kind: "response", RequestID: "r1", HostInstanceID: "h", SessionID: "s", Sequence: &seq, OK: true,
+		Data: json.RawMessage(`{"content":"` + big + `", "eof" : true}`)}
+	if !reflect.DeepEqual(r, want) {
+		t.Fatalf("response differs: %.300v", r)
+	}
+	select {
+	case e := <-c.Events():
+		if string(e) != event {
+			t.Fatalf("event %s", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+}
+
+// TestRefusal checks that an error response comes back as the daemon's error.
+func TestRefusal(t *testing.T) {
+	socket := fakeDaemon(t, func(string) []string {
+		return []string{`{"protocolVersion":"2.0","kind":"response","requestId":"{rid}","hostInstanceId":"h","ok":false,"error":{"code":"session_not_found","message":"no","retryable":false}}`}
+	})
+	r, err := dialT(t, socket).Call(context.Background(), Command{Operation: "wake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OK || r.Error == nil || r.Error.Code != "session_not_found" || r.Data != nil {
+		t.Fatalf("refusal decoded as %+v", r)
+	}
+}
+
+// TestProtocolBreaks checks that lines that are not the protocol end the connection with
+// ErrProtocol: not JSON, duplicate keys, and members of the wrong type.
+func TestProtocolBreaks(t *testing.T) {
+	for name, line := range map[string]string{
+		"not JSON":      `{"kind":"response",`,
+		"not an object": `["response"]`,
+		"duplicate key": `{"kind":"response","requestId":"{rid}","ok":true,"ok":false}`,
+		"ok a string":   `{"kind":"response","requestId":"{rid}","ok":"yes"}`,
+		"bad error":     `{"kind":"response","requestId":"{rid}","ok":false,"error":"boom"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			socket := fakeDaemon(t, func(string) []string { return []string{line} })
+			c := dialT(t, socket)
+			if _, err := c.Call(context.Background(), Command{Operation: "status"}); err == nil {
+				t.Fatal("call succeeded")
+			}
+			<-c.Done()
+			if err := c.Err(); !errors.Is(err, ErrProtocol) || !errors.Is(err, ErrClosed) {
+				t.Fatalf("Err() = %v, want ErrProtocol and ErrClosed", err)
+			}
+		})
+	}
+}
+
+// FuzzLineMembers checks the member-by-member decoding of a daemon line against
+// json.Unmarshal of the whole line into a Response: whenever the walk accepts a line, both
+// succeed or fail together and agree on every field.
+func FuzzLineMembers(f *testing.F) {
+	for _, s := range []string{
+		`{"protocolVersion":"2.0","kind":"response","requestId":"r","hostInstanceId":"h","ok":true,"data":{"a":[1, 2]}}`,
+		`{"kind":"response","ok":false,"error":{"code":"x","message":"y","retryable":true,"details":{"k":1}}}`,
+		`{"kind":"response","sequence":null,"data":null,"error":null,"ok":null}`,
+		`{"kind":"event","event":"e","sequence":18446744073709551615}`,
+		`{"ok":"true"}`,
+		`{"data": "a\u0000b" , "other":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		var m lineMembers
+		if decodeErr := ndjson.DecodeAliased(line, &m, ndjson.Open); decodeErr != nil {
+			return
+		}
+		var got, want Response
+		gotErr := m.decode(&got)
+		wantErr := json.Unmarshal(line, &want)
+		if (gotErr == nil) != (wantErr == nil) {
+			t.Fatalf("member decoding %v, whole line %v", gotErr, wantErr)
+		}
+		if gotErr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("member decoding %+v, whole line %+v", got, want)
+		}
+	})
+}
