@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -300,6 +301,9 @@ func tokenProxy(t *testing.T, e *env, session string) (proxyURL string) {
 	}
 }
 
+// resultStamp matches the timestamp at the end of a conformance result directory's name.
+var resultStamp = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$`)
+
 // conformancePasses are the server scenarios of the 2025-11-25 requirement set that airlock mcp
 // passes; conformance-baseline.yml lists the others, and docs/mcp.md explains each.
 var conformancePasses = []string{
@@ -344,9 +348,9 @@ func TestConformance(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if i := strings.LastIndex(scenario, "-20"); i > 0 {
-			scenario = scenario[:i] // the directory ends in -<timestamp>
-		}
+		// The directory ends in -<timestamp>, such as -2026-12-04T03-37-01-667Z, whose
+		// milliseconds may themselves start with "20".
+		scenario = resultStamp.ReplaceAllString(scenario, "")
 		b, err := os.ReadFile(filepath.Join(results, d.Name(), "checks.json"))
 		if err != nil {
 			t.Fatal(err)
