@@ -213,19 +213,27 @@ func (p *InvokeCapabilityPayload) Validate() *Error {
 	if e := validCapabilityID(p.CapabilityID); e != nil {
 		return e
 	}
+	return validActionArgs(p.Action, p.Args, MaxCapabilityArgsBytes)
+}
+
+// validActionArgs checks an invoke's action (present, of the adapter protocol's action name
+// grammar) and its args: absent, or one JSON object (without duplicate keys) of at most
+// maxArgs bytes as sent. A local invokeCapability and a room invoke share these rules; only
+// the bound differs.
+func validActionArgs(action string, args json.RawMessage, maxArgs int) *Error {
 	switch {
-	case p.Action == "":
+	case action == "":
 		return invalidField("payload.action", "is required")
-	case !actionNameGrammar(p.Action):
+	case !actionNameGrammar(action):
 		return invalidField("payload.action", "must match %s", actionNamePattern.String())
 	}
-	if p.Args == nil {
+	if args == nil {
 		return nil
 	}
-	if len(p.Args) > MaxCapabilityArgsBytes {
-		return invalidField("payload.args", "must be at most %d bytes", MaxCapabilityArgsBytes)
+	if len(args) > maxArgs {
+		return invalidField("payload.args", "must be at most %d bytes", maxArgs)
 	}
-	if t := bytes.TrimLeft(p.Args, " \t\r\n"); len(t) == 0 || t[0] != '{' || ndjson.Valid(p.Args) != nil {
+	if t := bytes.TrimLeft(args, " \t\r\n"); len(t) == 0 || t[0] != '{' || ndjson.Valid(args) != nil {
 		return invalidField("payload.args", "must be a JSON object")
 	}
 	return nil

@@ -1,13 +1,10 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"regexp"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // Room operations (2.x): the owner's surface of the host's room service.
@@ -222,22 +219,7 @@ func (p *RoomCallPayload) Validate(invoke bool) *Error {
 		}
 		return nil
 	}
-	switch {
-	case p.Action == "":
-		return invalidField("payload.action", "is required")
-	case !actionNameGrammar(p.Action):
-		return invalidField("payload.action", "must match %s", actionNamePattern.String())
-	}
-	if p.Args == nil {
-		return nil
-	}
-	if len(p.Args) > MaxRoomArgsBytes {
-		return invalidField("payload.args", "must be at most %d bytes", MaxRoomArgsBytes)
-	}
-	if t := bytes.TrimLeft(p.Args, " \t\r\n"); len(t) == 0 || t[0] != '{' || ndjson.Valid(p.Args) != nil {
-		return invalidField("payload.args", "must be a JSON object")
-	}
-	return nil
+	return validActionArgs(p.Action, p.Args, MaxRoomArgsBytes)
 }
 
 // DecideApprovalPayload is the payload of decideApproval.
