@@ -15,54 +15,13 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/airlockhq/airlock/internal/browsertest"
+
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // browserTimeout bounds the browser session of TestRoomWebTwoDaemons.
 const browserTimeout = 120 * time.Second
-
-// chromiumPath finds Debian's chromium (or another Chromium build). Under CI=true a missing
-// browser fails the test: .ci/run installs it.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (apt-get install chromium); CI needs it")
-	}
-	t.Skip("chromium is not installed; install Debian's chromium to run the browser test")
-	return ""
-}
-
-// artifactDir is where screenshots go: $AIRLOCK_ARTIFACTS, or the test's temp dir.
-func artifactDir(t *testing.T) string {
-	if d := os.Getenv("AIRLOCK_ARTIFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	return t.TempDir()
-}
-
-// processesWith lists the pids whose command line mentions s.
-func processesWith(s string) []string {
-	var pids []string
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmd), s) {
-			pids = append(pids, d.Name())
-		}
-	}
-	return pids
-}
 
 // TestRoomWebTwoDaemons: two real airlockd, B joined to A's bus and serving its page with
 // --http. A registers the Python light and publishes set_color; B's human logs in through the
@@ -71,7 +30,7 @@ func processesWith(s string) []string {
 // screenshot is saved. No bulb endpoint, adapter stderr, host key, join code or login token
 // shows in the page, its console, the CLI outputs or either daemon's log.
 func TestRoomWebTwoDaemons(t *testing.T) {
-	exe := chromiumPath(t)
+	exe := browsertest.Chromium(t)
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed: the room test runs the Python light")
@@ -142,7 +101,7 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 		}
 		allocCancel()
 		consoleWG.Wait()
-		if left := processesWith(profile); len(left) > 0 {
+		if left := browsertest.ProcessesWith(profile); len(left) > 0 {
 			t.Errorf("chromium processes left after the test: %v", left)
 		}
 	}()
@@ -194,7 +153,7 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(artifactDir(t), "web-two-daemons.png")
+	path := filepath.Join(browsertest.ArtifactDir(t), "web-two-daemons.png")
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,44 +11,19 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlockhq/airlock/internal/browsertest"
 )
 
 // browserTimeout bounds the whole browser session of TestBrowser.
 const browserTimeout = 90 * time.Second
-
-// chromiumPath finds Debian's chromium (or another Chromium build). Under CI=true a missing
-// browser fails the test: .ci/run installs it.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed (apt-get install chromium); CI needs it")
-	}
-	t.Skip("chromium is not installed; install Debian's chromium to run the browser test")
-	return ""
-}
-
-// artifactDir is where the screenshot goes: $AIRLOCK_ARTIFACTS, or the test's temp dir.
-func artifactDir(t *testing.T) string {
-	if d := os.Getenv("AIRLOCK_ARTIFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	return t.TempDir()
-}
 
 // TestBrowser drives the page in headless Chromium against the scripted backend: log in with
 // the token URL, see the room and its capabilities, run set_color from its generated form,
 // see the result and the live call log entry, see a coded error as "code: message", approve
 // the pending call, take a screenshot, and scan the page for the backend's canary.
 func TestBrowser(t *testing.T) {
-	exe := chromiumPath(t)
+	exe := browsertest.Chromium(t)
 	b := newTestBackend()
 	s, _, _ := startServer(t, b)
 	loginURL, err := s.LoginURL()
@@ -87,7 +61,7 @@ func TestBrowser(t *testing.T) {
 		}
 		allocCancel()
 		consoleWG.Wait()
-		if left := processesWith(profile); len(left) > 0 {
+		if left := browsertest.ProcessesWith(profile); len(left) > 0 {
 			t.Errorf("chromium processes left after the test: %v", left)
 		}
 	}()
@@ -210,25 +184,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	path := filepath.Join(artifactDir(t), name)
+	path := filepath.Join(browsertest.ArtifactDir(t), name)
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
-}
-
-// processesWith lists the pids whose command line mentions s.
-func processesWith(s string) []string {
-	var pids []string
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		cmd, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err == nil && strings.Contains(string(cmd), s) {
-			pids = append(pids, d.Name())
-		}
-	}
-	return pids
 }
