@@ -484,6 +484,6 @@ func (a *app) roomOpenUI(ctx context.Context, args []string) int {
 			ExpiresAt time.Time `json:"expiresAt"`
 		}
 		_ = json.Unmarshal(data, &res)
-		fmt.Fprintf(w, "%s\nopen it in a browser on this host before %s; it logs in once\n", res.URL, res.ExpiresAt.Local().Format(time.Kitchen))
+		fmt.Fprintf(w, "%s\nopen it in a browser on this host before %s; it logs in once\n", res.URL, res.ExpiresAt.Local().Format(time.TimeOnly))
 	})
 }
