@@ -323,6 +323,15 @@ func (b *Bridge) refresh(ctx context.Context) error {
 		for _, s := range grantedTools(&d.Record, b.cfg.Generation) {
 			want[s.tool.Name] = s
 		}
+		if id := sessionRoom(&d.Record, b.cfg.Generation); id != "" {
+			specs, err := b.roomTools(ctx, id)
+			if err != nil {
+				return err
+			}
+			for _, s := range specs {
+				want[s.tool.Name] = s
+			}
+		}
 	case codeOf(err) != protocol.CodeSessionNotFound:
 		return err // a deleted session has no tools; anything else keeps them
 	}
@@ -344,10 +353,7 @@ func (b *Bridge) refresh(ctx context.Context) error {
 // (dormant and not quarantined). A generation a restart quarantined keeps its tools, whose
 // calls answer the recovery code, because reopening it with the same grant restores them.
 func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
-	if rec.Generation != gen || len(rec.Policy.ToolAdapter) == 0 {
-		return nil
-	}
-	if rec.Residency != protocol.Resident && rec.Recovery == nil {
+	if !liveGeneration(rec, gen) || len(rec.Policy.ToolAdapter) == 0 {
 		return nil
 	}
 	var sum tooladapter.Summary
@@ -362,6 +368,39 @@ func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
 		}
 	}
 	return out
+}
+
+// liveGeneration reports whether rec is generation gen, resident or quarantined by a restart.
+func liveGeneration(rec *protocol.CatalogRecord, gen int64) bool {
+	return rec.Generation == gen && (rec.Residency == protocol.Resident || rec.Recovery != nil)
+}
+
+// sessionRoom is the room whose publications generation gen of the session gets as tools
+// (session open --room), or "".
+func sessionRoom(rec *protocol.CatalogRecord, gen int64) string {
+	if !liveGeneration(rec, gen) {
+		return ""
+	}
+	return rec.Policy.Room
+}
+
+// roomTools lists what is published into room id now. A room this host has left or that
+// closed, or a room service that is not running, has no tools; only a daemon out of reach
+// keeps the tools as they are.
+func (b *Bridge) roomTools(ctx context.Context, id string) ([]toolSpec, error) {
+	var list struct {
+		Capabilities []roomCapability `json:"capabilities"`
+	}
+	err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListRoomCapabilities, Payload: protocol.RoomPayload{Room: id}}, &list)
+	switch {
+	case err == nil:
+		return roomTools(id, list.Capabilities), nil
+	case codeOf(err) == CodeDaemonUnreachable:
+		return nil, err
+	default:
+		b.log.Debug("no room tools", "room", id, "err", err)
+		return nil, nil
+	}
 }
 
 // capabilityTools lists the named capabilities that an adapter serves and that are available,

@@ -51,9 +51,18 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		case kindObserve:
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
-				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, "")
+				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}})
+		case kindRoomObserve:
+			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability,
+				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID}})
+		case kindRoomAction:
+			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeRoomCapability,
+				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID, Action: s.action, Args: args}},
+				callFingerprint(sessionID, s.tool.Name, args, explicit))
 		default:
-			return b.callAction(ctx, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
+			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeCapability,
+				Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}},
+				callFingerprint(sessionID, s.tool.Name, args, explicit))
 		}
 	}
 }
@@ -198,8 +207,9 @@ func (b *Bridge) abort(l *lease, rid string) {
 	}
 }
 
-// callCapability runs observeCapability or invokeCapability and renders its result.
-func (b *Bridge) callCapability(ctx context.Context, cmd client.Command, _ string) (*sdk.CallToolResult, error) {
+// callCapability runs an observe (of a local capability or of one published into the room)
+// and renders its result.
+func (b *Bridge) callCapability(ctx context.Context, cmd client.Command) (*sdk.CallToolResult, error) {
 	resp, err := b.send(ctx, cmd)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -223,16 +233,15 @@ func capabilityResult(resp *client.Response) *sdk.CallToolResult {
 	return &sdk.CallToolResult{StructuredContent: res.Result, Content: []sdk.Content{&sdk.TextContent{Text: string(res.Result)}}}
 }
 
-// callAction runs one capability action. invokeCapability has no idempotency key, so the
-// bridge itself makes a retry safe: the action runs on a detached context owned by the
-// Bridge, at most once per key, and a retry with an open key (a call whose client gave up, or
-// one still running) gets that run's outcome instead of running it again.
-func (b *Bridge) callAction(ctx context.Context, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
+// callAction runs one capability action, cmd: invokeCapability, or invokeRoomCapability for
+// an action published into the room. Neither has an idempotency key, so the bridge itself
+// makes a retry safe: the action runs on a detached context owned by the Bridge, at most once
+// per key fp, and a retry with an open key (a call whose client gave up, or one still
+// running) gets that run's outcome instead of running it again.
+func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string) (*sdk.CallToolResult, error) {
 	e := b.keys.acquire(fp)
 	first := b.keys.startRun(e)
 	if first {
-		cmd := client.Command{Operation: protocol.OpInvokeCapability,
-			Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}}
 		b.mu.Lock()
 		closed := b.closed
 		if !closed {

@@ -69,12 +69,16 @@ func TestKeyTableBound(t *testing.T) {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 func TestCapabilityBases(t *testing.T) {
-	got := capabilityBases([]string{"desk_lamp", "a.b", "a_b", "x:y", "fs"})
-	if got["desk_lamp"] != "desk_lamp" || got["x:y"] != "x_y" {
+	got := capabilityBases([]string{"desk_lamp", "a.b", "a_b", "x:y", "fs", "room", "room_lamp", "roomy"})
+	if got["desk_lamp"] != "desk_lamp" || got["x:y"] != "x_y" || got["roomy"] != "roomy" {
 		t.Fatalf("plain ids: %v", got)
 	}
 	if got["a.b"] == got["a_b"] || len(got["a.b"]) != len("a_b_")+8 || len(got["fs"]) != len("fs_")+8 {
 		t.Fatalf("colliding ids: %v", got)
+	}
+	// room_lamp_set_power would be the room tool of a published "lamp".
+	if len(got["room"]) != len("room_")+8 || len(got["room_lamp"]) != len("room_lamp_")+8 {
+		t.Fatalf("ids that meet the room tools' names: %v", got)
 	}
 }
 

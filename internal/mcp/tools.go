@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
@@ -18,9 +19,11 @@ import (
 type toolKind int
 
 const (
-	kindFS      toolKind = iota // invokeTool of a granted fs.* operation
-	kindObserve                 // observeCapability
-	kindAction                  // invokeCapability of one action
+	kindFS          toolKind = iota // invokeTool of a granted fs.* operation
+	kindObserve                     // observeCapability
+	kindAction                      // invokeCapability of one action
+	kindRoomObserve                 // observeRoomCapability of the session's room
+	kindRoomAction                  // invokeRoomCapability of one published action
 )
 
 // toolSpec is one MCP tool and what it calls. Two specs with the same fingerprint are the
@@ -31,6 +34,8 @@ type toolSpec struct {
 	operation    string // fs.*: the granted operation
 	capabilityID string // observe and actions
 	action       string // actions
+	room         string // room tools: the session's room
+	provider     string // room tools: the publishing host
 	fingerprint  string
 }
 
@@ -207,7 +212,7 @@ func capabilityTools(d capadapter.Descriptor, base string) []toolSpec {
 
 // capabilityBases maps each capability id to the prefix of its tool names. A capability id may
 // hold '.' and ':' (^[a-z0-9][a-z0-9._:-]{0,63}$); both become '_'. When two ids of the set
-// map to the same prefix, or a prefix would meet an fs tool's name, every one involved gets
+// map to the same prefix, or a prefix would meet an fs or room tool's name, every one involved gets
 // "_" and 8 hex digits of the SHA-256 of its id appended, so that the names stay stable and
 // distinct whatever else is listed.
 func capabilityBases(ids []string) map[string]string {
@@ -221,7 +226,8 @@ func capabilityBases(ids []string) map[string]string {
 	out := make(map[string]string, len(ids))
 	for _, id := range ids {
 		b := plain(id)
-		if count[b] > 1 || b == "fs" {
+		// "fs" and "room" begin the names of the fs and room tools.
+		if count[b] > 1 || b == "fs" || b == "room" || strings.HasPrefix(b, "room_") {
 			sum := sha256.Sum256([]byte(id))
 			b += "_" + hex.EncodeToString(sum[:4])
 		}
@@ -238,4 +244,78 @@ func sortedNames(specs map[string]toolSpec) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// roomCapability is one capability published into a room, as listRoomCapabilities answers it.
+type roomCapability struct {
+	Provider     string `json:"provider"`
+	ProviderSelf bool   `json:"providerSelf"`
+	CapabilityID string `json:"capabilityId"`
+	Title        string `json:"title"`
+	Observe      bool   `json:"observe"`
+	Actions      []struct {
+		Name  string `json:"name"`
+		Title string `json:"title"`
+		// Input is the action's closed input from the provider's descriptor.
+		Input       capadapter.Input `json:"input"`
+		ApproveEach bool             `json:"approveEach"`
+	} `json:"actions"`
+}
+
+// roomTools returns the tools of the capabilities published into room roomID: observe and
+// one tool per published action, named as an agent session's model sees them
+// (room.ToolName), each call a room call of this host that the provider authorizes.
+func roomTools(roomID string, caps []roomCapability) []toolSpec {
+	count := map[string]int{}
+	for _, c := range caps {
+		count[c.CapabilityID]++
+	}
+	var out []toolSpec
+	for _, c := range caps {
+		ambiguous := count[c.CapabilityID] > 1
+		where := "in room " + roomID
+		if !c.ProviderSelf && len(c.Provider) >= 12 {
+			where += ", provided by host " + c.Provider[:12]
+		}
+		title := c.Title
+		if title == "" {
+			title = c.CapabilityID
+		}
+		canon, _ := json.Marshal(c) // decoded from JSON, it encodes
+		fp := func(name string) string { return strings.Join([]string{"room", name, roomID, string(canon)}, "\x00") }
+		provider := room.HostID(c.Provider)
+		if c.Observe {
+			t := &sdk.Tool{
+				Name:         room.ToolName(c.CapabilityID, provider, "observe", ambiguous),
+				Title:        "Observe " + title,
+				Description:  fmt.Sprintf("Observe %s (capability %s %s): its current state.", title, c.CapabilityID, where),
+				InputSchema:  closedObject(nil, schema{}),
+				OutputSchema: capabilityResultSchema,
+				Annotations:  &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(true)},
+			}
+			out = append(out, toolSpec{tool: t, kind: kindRoomObserve, room: roomID, provider: c.Provider,
+				capabilityID: c.CapabilityID, fingerprint: fp(t.Name)})
+		}
+		for _, a := range c.Actions {
+			props := schema{}
+			for name, typ := range a.Input.Properties {
+				props[name] = schema{"type": typ}
+			}
+			desc := fmt.Sprintf("%s: action %s of %s (capability %s %s).", a.Title, a.Name, title, c.CapabilityID, where)
+			if a.ApproveEach {
+				desc += " Each call waits for the provider's operator to approve it."
+			}
+			t := &sdk.Tool{
+				Name:         room.ToolName(c.CapabilityID, provider, a.Name, ambiguous),
+				Title:        a.Title + " (" + title + ")",
+				Description:  desc,
+				InputSchema:  closedObject(append([]string(nil), a.Input.Required...), props),
+				OutputSchema: capabilityResultSchema,
+				Annotations:  &sdk.ToolAnnotations{DestructiveHint: new(true), OpenWorldHint: new(true)},
+			}
+			out = append(out, toolSpec{tool: t, kind: kindRoomAction, room: roomID, provider: c.Provider,
+				capabilityID: c.CapabilityID, action: a.Name, fingerprint: fp(t.Name)})
+		}
+	}
+	return out
 }

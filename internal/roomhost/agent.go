@@ -2,8 +2,6 @@ package roomhost
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -13,9 +11,6 @@ import (
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/turn"
 )
-
-// maxToolName bounds a tool name: the Chat Completions API allows 64 of [A-Za-z0-9_-].
-const maxToolName = 64
 
 // AgentTools returns the capabilities visible in room id as an agent session's tools: an
 // observe tool for each published observation and a tool for each published action, named
@@ -28,28 +23,9 @@ type agentTools struct {
 	room string
 }
 
-func toolToken(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
-			return r
-		}
-		return '_'
-	}, s)
-}
-
-// toolName names a capability operation: room_<capability>_<action or observe>, with the
-// provider's id when two providers publish the same capability, and a digest when that would
-// not fit.
+// toolName names a capability operation as every agent surface does (room.ToolName).
 func toolName(c Capability, op string, ambiguous bool) string {
-	name := "room_" + toolToken(c.CapabilityID) + "_" + op
-	if ambiguous {
-		name += "_" + string(c.Provider[:8])
-	}
-	if len(name) > maxToolName {
-		sum := sha256.Sum256([]byte(string(c.Provider) + "\x00" + c.CapabilityID))
-		name = "room_" + hex.EncodeToString(sum[:6]) + "_" + op
-	}
-	return name
+	return room.ToolName(c.CapabilityID, c.Provider, op, ambiguous)
 }
 
 func (a *agentTools) Tools(ctx context.Context) []turn.RoomTool {
