@@ -28,6 +28,15 @@ func roomData(t *testing.T, c *client.Client, op string, payload, v any) {
 	}
 }
 
+// waitRooms waits for e's room service, which starts after recovery and the adapters'
+// restore.
+func waitRooms(t *testing.T, e *env) {
+	t.Helper()
+	waitFor(t, "the room service", func() bool {
+		return call(t, e.c, client.Command{Operation: "roomStatus", Payload: map[string]any{}}).OK
+	})
+}
+
 // notified returns how many tools/list_changed notifications the client has had.
 func (cn *conn) notified() int {
 	cn.mu.Lock()
@@ -46,8 +55,10 @@ func TestRoomPublicationsAreTools(t *testing.T) {
 		HostID  string `json:"hostId"`
 		NATSURL string `json:"natsUrl"`
 	}
+	waitRooms(t, a)
 	roomData(t, a.c, "roomStatus", map[string]any{}, &st)
 	b := startEnvWith(t, daemontest.Options{Args: []string{"--nats-url", st.NATSURL}})
+	waitRooms(t, b)
 
 	roomData(t, a.c, "createRoom", map[string]any{"room": "home"}, nil)
 	var inv struct {
