@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,14 @@ func (a *app) raw(ctx context.Context, args []string) int {
 	if *wait < 0 {
 		return a.failUsage(o, usageErrorf("--wait must not be negative"))
 	}
+	// The daemon closes a connection whose first line does not come within its
+	// first-line timeout (5 s): a person typing at a terminal is not that quick, so raw
+	// dials only once stdin has something to send (or has ended). A terminal hands over a
+	// whole line at a time.
+	stdin := bufio.NewReader(a.stdin)
+	if err := waitInput(ctx, stdin); err != nil {
+		return o.fail(err)
+	}
 	dctx, cancel := context.WithTimeout(ctx, callTimeout)
 	c, err := client.DialRaw(dctx, a.socket)
 	cancel()
@@ -58,7 +67,7 @@ func (a *app) raw(ctx context.Context, args []string) int {
 			t.answered(line)
 		}
 	})
-	err = exchangeRaw(ctx, a.stdin, c, t, printed, *wait)
+	err = exchangeRaw(ctx, stdin, c, t, printed, *wait)
 	c.Close()
 	wg.Wait()
 	switch {
@@ -68,6 +77,23 @@ func (a *app) raw(ctx context.Context, args []string) int {
 		return o.fail(transportErrorf(exitFailure, "cannot write to stdout: %v", werr))
 	}
 	return exitOK
+}
+
+// waitInput returns once r has a byte to read or has ended, or with ctx's error. Like stdin's
+// reader in exchangeRaw, the goroutine that waits has no owner: it ends with stdin, or with
+// the process.
+func waitInput(ctx context.Context, r *bufio.Reader) error {
+	ready := make(chan struct{})
+	go func() {
+		_, _ = r.Peek(1) // an error shows again at the first read
+		close(ready)
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // exchangeRaw sends stdin to the daemon and waits, at most wait once stdin has ended, until

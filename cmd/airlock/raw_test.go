@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
@@ -148,5 +153,26 @@ func TestAnswers(t *testing.T) {
 	case <-a.settled:
 	default:
 		t.Fatal("not settled once everything was answered")
+	}
+}
+
+// TestRawWaitsForTheFirstLine: a person at a terminal takes longer than the daemon's
+// first-line timeout to type a command; raw dials only once stdin has a line, so the command is
+// answered instead of meeting line_timeout.
+func TestRawWaitsForTheFirstLine(t *testing.T) {
+	t.Parallel()
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--first-line-timeout", "100ms"}})
+	pr, pw := io.Pipe()
+	go func() {
+		time.Sleep(500 * time.Millisecond) // five first-line timeouts
+		io.WriteString(pw, `{"protocolVersion":"2.0","requestId":"slow","operation":"handshake","payload":{}}`+"\n")
+		pw.Close()
+	}()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"--socket", d.Socket, "raw"}, pr, &out, &errb); code != exitOK {
+		t.Fatalf("raw: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if a := answersByID(t, out.String())["slow"]; !a.OK {
+		t.Fatalf("answer %+v", a)
 	}
 }
