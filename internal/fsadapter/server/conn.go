@@ -172,8 +172,10 @@ func (s *Server) serveConn(nc *net.UnixConn, slot *ownersock.Slot) {
 		}
 	}
 	if g == nil {
-		// Nothing is written: a peer that does not hold a live handle learns nothing.
-		s.log.Warn("bind refused", "reason", reason)
+		// Nothing is written: a peer that does not hold a live handle learns nothing. The
+		// warning is rate-limited like the pool's own, so a peer that keeps presenting a dead
+		// handle cannot flood the log.
+		s.unbound.Warn("bind_refused", slot.PID(), "bind refused: "+reason)
 		return
 	}
 	defer c.end()

@@ -77,6 +77,11 @@ func TestBindRefusedWithoutAByte(t *testing.T) {
 	if strings.Contains(f.logs.String(), f.handle) || strings.Contains(f.logs.String(), other) {
 		t.Fatal("a handle reached the log")
 	}
+	// Refusals are warned of at most once per interval: a peer retrying a dead handle cannot
+	// flood the log.
+	if n := strings.Count(f.logs.String(), `msg="bind refused: `); n != 1 {
+		t.Fatalf("%d bind-refused warnings for %d refusals, want 1:\n%s", n, len(cases)+1, f.logs.String())
+	}
 }
 
 func TestOperations(t *testing.T) {
