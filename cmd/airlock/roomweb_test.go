@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/browsertest"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // browserTimeout bounds the browser session of TestRoomWebTwoDaemons.
@@ -250,7 +251,9 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 
 // TestRoomCloseStopsTemporaryAdapter: an adapter registered with --room stops when that room
 // closes on its host: its child exits, its registration is gone, and its publication in
-// another room is withdrawn. One tied to a room the host is not in is removed at the next start.
+// another room is withdrawn. A registration tied to a room the host is not in is refused;
+// one stored so anyway (the daemon stopped between forgetting a room and removing its
+// adapters) is removed at the next start.
 func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	h := startRoomHost(t)
@@ -294,9 +297,23 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 		t.Error("the daemon did not log the removal")
 	}
 
-	// Tied to a room this host is not in: removed once the room service starts again.
-	h.cli("", "adapter", "register", "--room", "nowhere", "lamp", "--", lamp).wantCode(t, exitOK)
+	// Tied to a room this host is not in: refused; stored anyway, removed once the room
+	// service starts again.
+	r := h.cli("", "adapter", "register", "--json", "--room", "home", "lamp", "--", lamp)
+	if env := envelopeOf(t, r, "adapter register", false); r.code != exitFailure || env.Error.Code != "unknown_room" {
+		t.Fatalf("register tied to a closed room: exit %d, %s", r.code, env.Error.Code)
+	}
 	h.d.Stop()
+	st, err := store.Open(h.d.StateDir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutRegistration(store.Registration{Name: "lamp", Command: lamp, Args: []string{}, Room: "nowhere"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 	h2 := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Socket: h.d.Socket, StateDir: h.d.StateDir, Args: []string{"--adapter-start-timeout", "10s"}})}
 	waitFor(t, "the room service after the restart", func() bool { return h2.cli("", "room", "status").code == exitOK })
 	waitFor(t, "the adapter tied to no room to go", func() bool {

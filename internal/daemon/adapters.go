@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -27,6 +28,9 @@ type adapterHost struct {
 	store    *store.Store
 	sessions sessionView
 	log      *slog.Logger
+	// checkRoom refuses a registration tied to a room this host is not in (the daemon sets
+	// Server.checkOpenRoom); nil refuses every room tie with unavailable.
+	checkRoom func(roomID string) *protocol.Error
 
 	// mu serializes register, approve and remove with their persistence, so the store and
 	// the supervisor never disagree about which registration is current.
@@ -219,6 +223,17 @@ func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterP
 		Session: p.SessionID, Generation: p.Generation}
 	if p.LeaseSeconds > 0 {
 		reg.LeaseExpires = time.Now().Add(time.Duration(p.LeaseSeconds) * time.Second).UTC().Round(time.Millisecond)
+	}
+	if p.Room != "" {
+		// A room that closes after this check (or that this host leaves) is forgotten by the
+		// room service before its RoomClosed hook runs RemoveForRoom, which waits for a.mu
+		// and so removes this registration once it is stored.
+		if a.checkRoom == nil {
+			return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+		}
+		if e := a.checkRoom(p.Room); e != nil {
+			return nil, e
+		}
 	}
 	if p.SessionID != "" {
 		// A generation that ends after this check waits for a.mu in sessionEnded, and so

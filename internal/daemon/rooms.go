@@ -131,7 +131,9 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	return svc.AgentTools(r.room).Call(ctx, t, args)
 }
 
-// checkOpenRoom refuses an open that names a room this host is not in.
+// checkOpenRoom refuses an open, or an adapter registration tied to a room, that names a
+// room this host is not in (unknown_room), or any room while the room service is not
+// running (unavailable). An empty roomID passes.
 func (s *Server) checkOpenRoom(roomID string) *protocol.Error {
 	if roomID == "" {
 		return nil

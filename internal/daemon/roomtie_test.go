@@ -46,8 +46,9 @@ func testAdapterHost(t *testing.T) *adapterHost {
 	return newAdapterHost(sup, st, noSessions{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
-// RemoveForRoom, the room service's hook for a closed room, removes exactly the registrations
-// tied to that room, durable records included, and every removal reaches the
+// A registration tied to a room is refused unless this host is in the room (unknown_room,
+// or unavailable without the room service). RemoveForRoom, the room service's hook for a
+// closed room, removes exactly the registrations tied to that room, durable records included, and every removal reaches the
 // OnAdapterRemoved hooks with its capability ids and reason.
 func TestRemoveForRoom(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
@@ -60,17 +61,37 @@ func TestRemoveForRoom(t *testing.T) {
 		mu.Unlock()
 	})
 	ctx := context.Background()
+	// Without the room service a room tie is refused, and nothing starts.
+	_, err := a.register(ctx, &protocol.RegisterAdapterPayload{Name: "lamp", Command: lamp, Room: "kitchen"})
+	if pe, ok := err.(*protocol.Error); !ok || pe.Code != "unavailable" || !pe.Retryable || len(a.sup.Status()) != 0 {
+		t.Fatalf("register tied to a room without the room service: %v", err)
+	}
+	// The room service's answer decides (the daemon's is Server.checkOpenRoom).
+	a.checkRoom = func(id string) *protocol.Error {
+		if id != "kitchen" {
+			return protocol.Errorf("unknown_room", "this host is not in that room")
+		}
+		return nil
+	}
+	_, err = a.register(ctx, &protocol.RegisterAdapterPayload{Name: "lamp", Command: lamp, Room: "hall"})
+	if pe, ok := err.(*protocol.Error); !ok || pe.Code != "unknown_room" || len(a.sup.Status()) != 0 {
+		t.Fatalf("register tied to a room this host is not in: %v", err)
+	}
+	if regs, err := a.store.Registrations(); err != nil || len(regs) != 0 {
+		t.Fatalf("stored after refused registrations: %v, %v", regs, err)
+	}
 	if _, err := a.register(ctx, &protocol.RegisterAdapterPayload{Name: "lamp", Command: lamp, Room: "kitchen", LeaseSeconds: 3600}); err != nil {
 		t.Fatal(err)
 	}
-	if names, err := a.RemoveForRoom(ctx, "hall"); err != nil || len(names) != 0 {
+	names, err := a.RemoveForRoom(ctx, "hall")
+	if err != nil || len(names) != 0 {
 		t.Fatalf("RemoveForRoom(hall) = %v, %v", names, err)
 	}
 	if len(a.sup.Status()) != 1 {
 		t.Fatal("another room's close removed the adapter")
 	}
 	pid := a.sup.Status()[0].PID
-	names, err := a.RemoveForRoom(ctx, "kitchen")
+	names, err = a.RemoveForRoom(ctx, "kitchen")
 	if err != nil || !slices.Equal(names, []string{"lamp"}) {
 		t.Fatalf("RemoveForRoom(kitchen) = %v, %v", names, err)
 	}
