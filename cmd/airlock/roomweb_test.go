@@ -321,3 +321,63 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 		return len(list.Adapters) == 0
 	})
 }
+
+// TestRoomOwnerCloseStopsMemberAdapter: when the owner closes a room, a member host notices
+// (the owner's last roster no longer lists it): it forgets the room, as its own leave would,
+// so its adapter tied to the room stops and is removed, and its publications are withdrawn.
+func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	a := startRoomHost(t)
+	var sa roomStatusData
+	a.data(&sa, "room", "status")
+	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	a.cli("", "room", "create", "home").wantCode(t, exitOK)
+	var inv struct {
+		Code string `json:"code"`
+	}
+	a.data(&inv, "room", "invite", "home")
+	b.cli(inv.Code+"\n", "room", "join", "-").wantCode(t, exitOK)
+	b.cli("", "adapter", "register", "--room", "home", "lamp", "--", lamp).wantCode(t, exitOK)
+	b.cli("", "room", "publish", "--room", "home", "--cap", "desk_lamp", "--observe").wantCode(t, exitOK)
+	var list struct {
+		Adapters []struct {
+			PID int `json:"pid"`
+		} `json:"adapters"`
+	}
+	b.data(&list, "adapter", "list")
+	if len(list.Adapters) != 1 || list.Adapters[0].PID <= 0 {
+		t.Fatalf("B's adapters %+v", list.Adapters)
+	}
+	pid := list.Adapters[0].PID
+	var caps struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	waitFor(t, "A to see B's lamp", func() bool {
+		a.data(&caps, "room", "caps", "--room", "home")
+		return len(caps.Capabilities) == 1
+	})
+
+	a.cli("", "room", "close", "home").wantCode(t, exitOK)
+	waitFor(t, "B's adapter tied to the closed room to go", func() bool {
+		b.data(&list, "adapter", "list")
+		return len(list.Adapters) == 0
+	})
+	if !daemontest.WaitFor(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatalf("B's adapter child %d still runs after its room closed", pid)
+	}
+	var rooms struct {
+		Rooms []struct {
+			ID string `json:"id"`
+		} `json:"rooms"`
+	}
+	b.data(&rooms, "room", "list")
+	if len(rooms.Rooms) != 0 {
+		t.Fatalf("B still lists %+v after the owner closed the room", rooms.Rooms)
+	}
+	b.refused("unknown_room", "room", "caps", "--room", "home")
+	for _, want := range []string{"room closed by its owner", "temporary adapter removed: its room closed"} {
+		if !strings.Contains(b.d.Stderr(), want) {
+			t.Errorf("B's log lacks %q", want)
+		}
+	}
+}
