@@ -83,6 +83,10 @@ func TestRemoveForRoom(t *testing.T) {
 	if _, err := a.register(ctx, &protocol.RegisterAdapterPayload{Name: "lamp", Command: lamp, Room: "kitchen", LeaseSeconds: 3600}); err != nil {
 		t.Fatal(err)
 	}
+	// The record keeps the capability ids, for a removal after a restart without the child.
+	if regs, err := a.store.Registrations(); err != nil || len(regs) != 1 || !slices.Equal(regs[0].Capabilities, []string{"desk_lamp"}) {
+		t.Fatalf("stored %+v, %v", regs, err)
+	}
 	names, err := a.RemoveForRoom(ctx, "hall")
 	if err != nil || len(names) != 0 {
 		t.Fatalf("RemoveForRoom(hall) = %v, %v", names, err)
@@ -129,4 +133,43 @@ func processGone(pid int) bool {
 		}
 	}
 	return false
+}
+
+// A registration whose child never ran still tells the OnAdapterRemoved hooks the capability
+// ids its record holds, so its publications are withdrawn: one removed at start because its
+// lease ended, and one restored without starting (its command is gone) and then removed.
+func TestRemovalOfUnrunAdapterTellsRecordedCapabilities(t *testing.T) {
+	a := testAdapterHost(t)
+	var mu sync.Mutex
+	var told []capclient.Removal
+	a.OnAdapterRemoved(func(r capclient.Removal) {
+		mu.Lock()
+		told = append(told, r)
+		mu.Unlock()
+	})
+	missing := filepath.Join(t.TempDir(), "lamp")
+	for _, r := range []store.Registration{
+		{Name: "expired", Command: missing, Args: []string{}, LeaseExpires: time.Now().Add(-time.Minute), Capabilities: []string{"old_lamp"}},
+		{Name: "gone", Command: missing, Args: []string{}, Capabilities: []string{"ghost"}},
+	} {
+		if err := a.store.PutRegistration(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if _, err := a.restore(ctx, a.log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.remove(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if regs, err := a.store.Registrations(); err != nil || len(regs) != 0 {
+		t.Fatalf("stored after the removals: %v, %v", regs, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 2 || told[0].Reason != capclient.ReasonLeaseExpired || !slices.Equal(told[0].Capabilities, []string{"old_lamp"}) ||
+		told[1].Reason != capclient.ReasonRemoved || !slices.Equal(told[1].Capabilities, []string{"ghost"}) {
+		t.Fatalf("hooks told %+v", told)
+	}
 }
