@@ -347,17 +347,23 @@ func TestRoomTwoDaemons(t *testing.T) {
 		}()
 		var ap struct {
 			Approvals []struct {
-				ID     string `json:"id"`
-				Caller string `json:"caller"`
-				Action string `json:"action"`
+				ID         string          `json:"id"`
+				Caller     string          `json:"caller"`
+				Action     string          `json:"action"`
+				Args       json.RawMessage `json:"args"`
+				ArgsDigest string          `json:"argsDigest"`
 			} `json:"approvals"`
 		}
 		waitFor(t, "the approval at A", func() bool {
 			a.data(&ap, "room", "approvals")
 			return len(ap.Approvals) == 1
 		})
-		if ap.Approvals[0].Caller != sb.HostID || ap.Approvals[0].Action != "set_color" {
-			t.Fatalf("approval %+v", ap.Approvals[0])
+		// A's operator sees the args to decide on, as --json and as text.
+		if p := ap.Approvals[0]; p.Caller != sb.HostID || p.Action != "set_color" || compact(t, p.Args) != `{"color":"#0000FF"}` || len(p.ArgsDigest) != 64 {
+			t.Fatalf("approval %+v", p)
+		}
+		if text := a.cli("", "room", "approvals").wantCode(t, exitOK).stdout; !strings.Contains(text, "ARGS") || !strings.Contains(text, `{"color":"#0000FF"}`) {
+			t.Fatalf("room approvals:\n%s", text)
 		}
 		a.cli("", "room", verb, ap.Approvals[0].ID).wantCode(t, exitOK)
 		a.refused("unknown_approval", "room", verb, ap.Approvals[0].ID)
@@ -464,6 +470,23 @@ func TestRoomTwoDaemons(t *testing.T) {
 		check("bus store file "+strconv.Itoa(i), rec)
 		if strings.Contains(rec, secret) {
 			t.Errorf("bus store file %d holds the join code", i)
+		}
+	}
+}
+
+// terminalJSON puts another host's JSON on one line with nothing a terminal acts on.
+func TestTerminalJSON(t *testing.T) {
+	for _, tc := range []struct{ name, raw, want string }{
+		{"compacted", "{ \"color\" :\n \"#0000FF\" }", `{"color":"#0000FF"}`},
+		{"escape kept", `{"t":"a\u001b[31mb"}`, `{"t":"a\u001b[31mb"}`},
+		{"raw C1 and DEL escaped", "{\"t\":\"a\u009b31m\u007fb\"}", `{"t":"a\u009b31m\u007fb"}`},
+		{"bidi override escaped", "{\"t\":\"a\u202eb\"}", `{"t":"a\u202eb"}`},
+		{"line separator escaped", "{\"t\":\"a\u2028b\"}", `{"t":"a\u2028b"}`},
+		{"not JSON quoted", "{\"t\":\"a\nb\x1b\"}", `"{\"t\":\"a\nb\x1b\"}"`},
+		{"unicode kept", `{"t":"Grün"}`, `{"t":"Grün"}`},
+	} {
+		if got := terminalJSON(json.RawMessage(tc.raw)); got != tc.want {
+			t.Errorf("%s: terminalJSON(%q) = %s, want %s", tc.name, tc.raw, got, tc.want)
 		}
 	}
 }

@@ -324,7 +324,7 @@ func TestApprovals(t *testing.T) {
 		}()
 		var pending []Approval
 		waitFor(t, "the approval", func() bool { pending, _ = a.svc.Approvals(bg); return len(pending) == 1 })
-		if p := pending[0]; p.Caller != b.svc.HostID() || p.Action != "set_color" || len(p.ArgsDigest) != 64 {
+		if p := pending[0]; p.Caller != b.svc.HostID() || p.Action != "set_color" || string(p.Args) != string(args) || len(p.ArgsDigest) != 64 {
 			t.Fatalf("pending %+v", p)
 		}
 		if err := a.svc.Decide(bg, pending[0].ID, approve); err != nil {
