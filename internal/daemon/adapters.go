@@ -64,8 +64,9 @@ func newAdapterHost(sup *capclient.Supervisor, st *store.Store, sessions session
 // capabilities: removed by the operator, replaced (by a registration of the same name or by
 // approveAdapter), its lease ended, its room closed or its session generation ended.
 // r.Capabilities are the capability ids it served (for an adapter whose child never ran,
-// those its durable record recorded), r.Reason one of the capclient.Reason* constants. The room service uses it to withdraw the publications of those capabilities;
-// it is the one place they are withdrawn, for every reason.
+// those its durable record recorded), r.Reason one of the capclient.Reason* constants. The
+// room service uses it to withdraw the publications of those capabilities; it is the one
+// place they are withdrawn, for every reason.
 //
 // fn runs synchronously (it is a capclient.Supervisor.OnRemove hook), before the old child
 // is stopped and, for a replacement, before the new child serves, on the removing

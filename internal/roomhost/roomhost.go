@@ -87,7 +87,8 @@ type Config struct {
 	// adapters tied to the room there. ctx is CloseRoom's. It is also called, on a goroutine
 	// of the service's (which Close waits for), after this host forgot a room because the
 	// owner's roster no longer lists it (the owner closed the room or removed this host);
-	// not for a room found so at Start, which the daemon handles once the service runs.
+	// not for a room found so while Start restores it, which the daemon handles once the
+	// service runs.
 	RoomClosed func(ctx context.Context, id string)
 
 	// clock replaces time.Now for invites and join requests (tests).
