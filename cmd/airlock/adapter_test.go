@@ -78,9 +78,11 @@ func TestAdapterTemporaryAndApproveCommands(t *testing.T) {
 		code := run(context.Background(), append([]string{"--socket", d.Socket}, args...), nil, &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
-	// The room must exist: once the room service runs, it removes an adapter tied to a room this
-	// host is not in.
+	// The room must exist: a registration tied to a room this host is not in is refused.
 	waitFor(t, "the room service", func() bool { code, _, _ := cli("room", "status"); return code == 0 })
+	if code, _, errOut := cli("adapter", "register", "--room", "kitchen", "lamp", "--", lamp); code != 1 || !strings.Contains(errOut, "unknown_room") {
+		t.Fatalf("register tied to a room this host is not in: %d %q", code, errOut)
+	}
 	if code, out, errOut := cli("room", "create", "kitchen"); code != 0 {
 		t.Fatalf("room create: %d %q %q", code, out, errOut)
 	}

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -435,19 +438,21 @@ func (a *app) roomApprovals(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "room approvals", protocol.OpListApprovals, args, "", nil, func(w io.Writer, data json.RawMessage) {
 		var r struct {
 			Approvals []struct {
-				ID         string    `json:"id"`
-				Room       string    `json:"room"`
-				Caller     string    `json:"caller"`
-				Capability string    `json:"capabilityId"`
-				Action     string    `json:"action"`
-				Expires    time.Time `json:"expiresAt"`
+				ID         string          `json:"id"`
+				Room       string          `json:"room"`
+				Caller     string          `json:"caller"`
+				Capability string          `json:"capabilityId"`
+				Action     string          `json:"action"`
+				Args       json.RawMessage `json:"args"`
+				Expires    time.Time       `json:"expiresAt"`
 			} `json:"approvals"`
 		}
 		_ = json.Unmarshal(data, &r)
 		t := newTable(w)
-		fmt.Fprintln(t, "APPROVAL\tROOM\tCALLER\tCAPABILITY\tACTION\tEXPIRES")
+		fmt.Fprintln(t, "APPROVAL\tROOM\tCALLER\tCAPABILITY\tACTION\tEXPIRES\tARGS")
 		for _, p := range r.Approvals {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Room, short(p.Caller), p.Capability, p.Action, p.Expires.Local().Format(time.TimeOnly))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Room, short(p.Caller), p.Capability, p.Action,
+				p.Expires.Local().Format(time.TimeOnly), terminalJSON(p.Args))
 		}
 		t.Flush()
 	})
@@ -486,4 +491,24 @@ func (a *app) roomOpenUI(ctx context.Context, args []string) int {
 		_ = json.Unmarshal(data, &res)
 		fmt.Fprintf(w, "%s\nopen it in a browser on this host before %s; it logs in once\n", res.URL, res.ExpiresAt.Local().Format(time.TimeOnly))
 	})
+}
+
+// terminalJSON is raw (another host's JSON) on one line and safe for a terminal: compact,
+// and with every control or bidirectional formatting character, which JSON allows raw in a
+// string but a terminal may act on, written as a \u escape (a valid JSON string escape; such
+// characters appear only inside strings). Text that is not JSON is quoted whole.
+func terminalJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return strconv.QuoteToASCII(string(raw))
+	}
+	var out strings.Builder
+	for _, r := range b.String() {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' {
+			fmt.Fprintf(&out, "\\u%04x", r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	return out.String()
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/cupstest"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -174,10 +175,16 @@ type roomCapData struct {
 	} `json:"actions"`
 }
 
+// printerQueue is the CUPS queue of the two-daemon test's printer: a canary too, since only
+// the adapter's config holds it.
+const printerQueue = "roomtest-q7"
+
 // TestRoomTwoDaemons runs two real airlockd on one machine, B joined to A's embedded bus: A
-// publishes the Python light (set_color) and the Go lamp's set_power; B observes and invokes
-// through its own socket; everything A did not publish, unpublished or removed is refused;
-// a per-call approval is approved, denied and timed out; and no secret leaks anywhere.
+// registers the Python light, the Go lamp and the CUPS printer and publishes the light
+// (set_color) and the lamp's set_power; B observes and invokes through its own socket;
+// everything A did not publish (the printer among it), unpublished or removed is refused;
+// a per-call approval is approved, denied and timed out; and no secret leaks anywhere. The
+// printer's part is skipped when CUPS cannot run here (not under CI=true, where it fails).
 func TestRoomTwoDaemons(t *testing.T) {
 	python, err := exec.LookPath("python3")
 	if err != nil {
@@ -188,6 +195,19 @@ func TestRoomTwoDaemons(t *testing.T) {
 	config := filepath.Join(t.TempDir(), "light.json")
 	if err := os.WriteFile(config, []byte(`{"bulb": "`+bl.base+`"}`), 0o600); err != nil {
 		t.Fatal(err)
+	}
+
+	cupsd, noCUPS := cupstest.TryStart(t)
+	var printerConfig string
+	if cupsd == nil {
+		t.Logf("the printer part is skipped: %s", noCUPS)
+	} else {
+		cupsd.AddQueue(t, printerQueue)
+		// The queue and the server are in the adapter's config file, never in its arguments.
+		printerConfig = filepath.Join(t.TempDir(), "printer.json")
+		if err := os.WriteFile(printerConfig, []byte(`{"queue": "`+printerQueue+`", "server": "`+cupsd.Socket+`"}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	a := startRoomHost(t)
@@ -214,6 +234,9 @@ func TestRoomTwoDaemons(t *testing.T) {
 
 	a.cli("", "adapter", "register", "light", "--", python, exampleFile(t, "python-light", "light.py"), config).wantCode(t, exitOK)
 	a.cli("", "adapter", "register", "lamp", "--", lamp).wantCode(t, exitOK)
+	if cupsd != nil {
+		a.cli("", "adapter", "register", "printer", "--", python, exampleFile(t, "cups-printer", "printer.py"), printerConfig).wantCode(t, exitOK)
+	}
 	a.cli("", "room", "create", "home", "--title", "Home").wantCode(t, exitOK)
 	var inv struct {
 		Code string `json:"code"`
@@ -281,6 +304,27 @@ func TestRoomTwoDaemons(t *testing.T) {
 	// What A did not publish: an action, an observation, a capability.
 	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--action", "set_brightness", "--args", `{"level":5}`)
 	b.refused("unauthorized", "room", "observe", "--room", "home", "--cap", "desk_lamp")
+	if cupsd != nil {
+		// A observes its printer locally; B does not see it, and its observe is refused.
+		var st struct {
+			Result struct {
+				State         string `json:"state"`
+				AcceptingJobs bool   `json:"acceptingJobs"`
+			} `json:"result"`
+		}
+		a.data(&st, "cap", "observe", "--id", "printer_status")
+		if st.Result.State != "idle" || !st.Result.AcceptingJobs {
+			t.Fatalf("A's printer: %+v", st.Result)
+		}
+		b.data(&caps, "room", "caps", "--room", "home")
+		for _, c := range caps.Capabilities {
+			if c.CapabilityID == "printer_status" {
+				t.Fatalf("B sees A's unpublished printer: %+v", c)
+			}
+		}
+		b.refused("unauthorized", "room", "observe", "--room", "home", "--cap", "printer_status", "--provider", sa.HostID)
+		b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "printer_status", "--provider", sa.HostID, "--action", "print")
+	}
 	a.cli("", "room", "unpublish", "--room", "home", "--cap", "desk_lamp").wantCode(t, exitOK)
 	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--provider", sa.HostID, "--action", "set_power", "--args", `{"on":false}`)
 	b.refused("unknown_room", "room", "invoke", "--room", "elsewhere", "--cap", "desk_lamp", "--provider", sa.HostID, "--action", "set_power")
@@ -303,17 +347,23 @@ func TestRoomTwoDaemons(t *testing.T) {
 		}()
 		var ap struct {
 			Approvals []struct {
-				ID     string `json:"id"`
-				Caller string `json:"caller"`
-				Action string `json:"action"`
+				ID         string          `json:"id"`
+				Caller     string          `json:"caller"`
+				Action     string          `json:"action"`
+				Args       json.RawMessage `json:"args"`
+				ArgsDigest string          `json:"argsDigest"`
 			} `json:"approvals"`
 		}
 		waitFor(t, "the approval at A", func() bool {
 			a.data(&ap, "room", "approvals")
 			return len(ap.Approvals) == 1
 		})
-		if ap.Approvals[0].Caller != sb.HostID || ap.Approvals[0].Action != "set_color" {
-			t.Fatalf("approval %+v", ap.Approvals[0])
+		// A's operator sees the args to decide on, as --json and as text.
+		if p := ap.Approvals[0]; p.Caller != sb.HostID || p.Action != "set_color" || compact(t, p.Args) != `{"color":"#0000FF"}` || len(p.ArgsDigest) != 64 {
+			t.Fatalf("approval %+v", p)
+		}
+		if text := a.cli("", "room", "approvals").wantCode(t, exitOK).stdout; !strings.Contains(text, "ARGS") || !strings.Contains(text, `{"color":"#0000FF"}`) {
+			t.Fatalf("room approvals:\n%s", text)
 		}
 		a.cli("", "room", verb, ap.Approvals[0].ID).wantCode(t, exitOK)
 		a.refused("unknown_approval", "room", verb, ap.Approvals[0].ID)
@@ -355,6 +405,9 @@ func TestRoomTwoDaemons(t *testing.T) {
 	// adapter's stderr, both hosts' private keys, and the join code, in any CLI output (but
 	// the invite's own), either daemon's log, or any room record on the bus.
 	canaries := map[string]string{"bulb endpoint": bl.base, "bulb port": strings.TrimPrefix(bl.base, "http://127.0.0.1")}
+	if cupsd != nil {
+		canaries["printer queue"], canaries["CUPS socket"], canaries["CUPS directory"] = printerQueue, cupsd.Socket, cupsd.Dir
+	}
 	for i, l := range logs.Lines {
 		if strings.TrimSpace(l) != "" && !strings.Contains(l, "airlock") {
 			canaries["adapter stderr "+strconv.Itoa(i)] = l
@@ -417,6 +470,23 @@ func TestRoomTwoDaemons(t *testing.T) {
 		check("bus store file "+strconv.Itoa(i), rec)
 		if strings.Contains(rec, secret) {
 			t.Errorf("bus store file %d holds the join code", i)
+		}
+	}
+}
+
+// terminalJSON puts another host's JSON on one line with nothing a terminal acts on.
+func TestTerminalJSON(t *testing.T) {
+	for _, tc := range []struct{ name, raw, want string }{
+		{"compacted", "{ \"color\" :\n \"#0000FF\" }", `{"color":"#0000FF"}`},
+		{"escape kept", `{"t":"a\u001b[31mb"}`, `{"t":"a\u001b[31mb"}`},
+		{"raw C1 and DEL escaped", "{\"t\":\"a\u009b31m\u007fb\"}", `{"t":"a\u009b31m\u007fb"}`},
+		{"bidi override escaped", "{\"t\":\"a\u202eb\"}", `{"t":"a\u202eb"}`},
+		{"line separator escaped", "{\"t\":\"a\u2028b\"}", `{"t":"a\u2028b"}`},
+		{"not JSON quoted", "{\"t\":\"a\nb\x1b\"}", `"{\"t\":\"a\nb\x1b\"}"`},
+		{"unicode kept", `{"t":"Grün"}`, `{"t":"Grün"}`},
+	} {
+		if got := terminalJSON(json.RawMessage(tc.raw)); got != tc.want {
+			t.Errorf("%s: terminalJSON(%q) = %s, want %s", tc.name, tc.raw, got, tc.want)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/browsertest"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/store"
 )
 
 // browserTimeout bounds the browser session of TestRoomWebTwoDaemons.
@@ -250,7 +251,9 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 
 // TestRoomCloseStopsTemporaryAdapter: an adapter registered with --room stops when that room
 // closes on its host: its child exits, its registration is gone, and its publication in
-// another room is withdrawn. One tied to a room the host is not in is removed at the next start.
+// another room is withdrawn. A registration tied to a room the host is not in is refused;
+// one stored so anyway (the daemon stopped between forgetting a room and removing its
+// adapters) is removed at the next start.
 func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	h := startRoomHost(t)
@@ -294,13 +297,87 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 		t.Error("the daemon did not log the removal")
 	}
 
-	// Tied to a room this host is not in: removed once the room service starts again.
-	h.cli("", "adapter", "register", "--room", "nowhere", "lamp", "--", lamp).wantCode(t, exitOK)
+	// Tied to a room this host is not in: refused; stored anyway, removed once the room
+	// service starts again.
+	r := h.cli("", "adapter", "register", "--json", "--room", "home", "lamp", "--", lamp)
+	if env := envelopeOf(t, r, "adapter register", false); r.code != exitFailure || env.Error.Code != "unknown_room" {
+		t.Fatalf("register tied to a closed room: exit %d, %s", r.code, env.Error.Code)
+	}
 	h.d.Stop()
+	st, err := store.Open(h.d.StateDir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutRegistration(store.Registration{Name: "lamp", Command: lamp, Args: []string{}, Room: "nowhere"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
 	h2 := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Socket: h.d.Socket, StateDir: h.d.StateDir, Args: []string{"--adapter-start-timeout", "10s"}})}
 	waitFor(t, "the room service after the restart", func() bool { return h2.cli("", "room", "status").code == exitOK })
 	waitFor(t, "the adapter tied to no room to go", func() bool {
 		h2.data(&list, "adapter", "list")
 		return len(list.Adapters) == 0
 	})
+}
+
+// TestRoomOwnerCloseStopsMemberAdapter: when the owner closes a room, a member host notices
+// (the owner's last roster no longer lists it): it forgets the room, as its own leave would,
+// so its adapter tied to the room stops and is removed, and its publications are withdrawn.
+func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	a := startRoomHost(t)
+	var sa roomStatusData
+	a.data(&sa, "room", "status")
+	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	a.cli("", "room", "create", "home").wantCode(t, exitOK)
+	var inv struct {
+		Code string `json:"code"`
+	}
+	a.data(&inv, "room", "invite", "home")
+	b.cli(inv.Code+"\n", "room", "join", "-").wantCode(t, exitOK)
+	b.cli("", "adapter", "register", "--room", "home", "lamp", "--", lamp).wantCode(t, exitOK)
+	b.cli("", "room", "publish", "--room", "home", "--cap", "desk_lamp", "--observe").wantCode(t, exitOK)
+	var list struct {
+		Adapters []struct {
+			PID int `json:"pid"`
+		} `json:"adapters"`
+	}
+	b.data(&list, "adapter", "list")
+	if len(list.Adapters) != 1 || list.Adapters[0].PID <= 0 {
+		t.Fatalf("B's adapters %+v", list.Adapters)
+	}
+	pid := list.Adapters[0].PID
+	var caps struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	waitFor(t, "A to see B's lamp", func() bool {
+		a.data(&caps, "room", "caps", "--room", "home")
+		return len(caps.Capabilities) == 1
+	})
+
+	a.cli("", "room", "close", "home").wantCode(t, exitOK)
+	waitFor(t, "B's adapter tied to the closed room to go", func() bool {
+		b.data(&list, "adapter", "list")
+		return len(list.Adapters) == 0
+	})
+	if !daemontest.WaitFor(5*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }) {
+		t.Fatalf("B's adapter child %d still runs after its room closed", pid)
+	}
+	var rooms struct {
+		Rooms []struct {
+			ID string `json:"id"`
+		} `json:"rooms"`
+	}
+	b.data(&rooms, "room", "list")
+	if len(rooms.Rooms) != 0 {
+		t.Fatalf("B still lists %+v after the owner closed the room", rooms.Rooms)
+	}
+	b.refused("unknown_room", "room", "caps", "--room", "home")
+	for _, want := range []string{"room closed by its owner", "temporary adapter removed: its room closed"} {
+		if !strings.Contains(b.d.Stderr(), want) {
+			t.Errorf("B's log lacks %q", want)
+		}
+	}
 }

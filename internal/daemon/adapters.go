@@ -11,6 +11,7 @@ import (
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
@@ -27,6 +28,9 @@ type adapterHost struct {
 	store    *store.Store
 	sessions sessionView
 	log      *slog.Logger
+	// checkRoom refuses a registration tied to a room this host is not in (the daemon sets
+	// Server.checkOpenRoom); nil refuses every room tie with unavailable.
+	checkRoom func(roomID string) *protocol.Error
 
 	// mu serializes register, approve and remove with their persistence, so the store and
 	// the supervisor never disagree about which registration is current.
@@ -34,6 +38,10 @@ type adapterHost struct {
 
 	hooksMu sync.Mutex
 	hooks   []func(capclient.Removal)
+	// recorded are the capability ids each registration recorded in its durable record
+	// (store.Registration.Capabilities), by name: a removal of an adapter whose child never
+	// ran tells the hooks these, since the supervisor knows none.
+	recorded map[string][]string
 }
 
 // sessionView is what the adapter host asks the session manager: whether a generation is
@@ -47,7 +55,7 @@ type sessionView interface {
 const adapterStopTimeout = 5 * time.Second
 
 func newAdapterHost(sup *capclient.Supervisor, st *store.Store, sessions sessionView, log *slog.Logger) *adapterHost {
-	a := &adapterHost{sup: sup, store: st, sessions: sessions, log: log}
+	a := &adapterHost{sup: sup, store: st, sessions: sessions, log: log, recorded: make(map[string][]string)}
 	sup.OnRemove(a.supervisorRemoved)
 	return a
 }
@@ -55,9 +63,10 @@ func newAdapterHost(sup *capclient.Supervisor, st *store.Store, sessions session
 // OnAdapterRemoved adds fn to the hooks told whenever a registration stops serving its
 // capabilities: removed by the operator, replaced (by a registration of the same name or by
 // approveAdapter), its lease ended, its room closed or its session generation ended.
-// r.Capabilities are the capability ids it served, r.Reason one of the capclient.Reason*
-// constants. The room service uses it to withdraw the publications of those capabilities;
-// it is the one place they are withdrawn, for every reason.
+// r.Capabilities are the capability ids it served (for an adapter whose child never ran,
+// those its durable record recorded), r.Reason one of the capclient.Reason* constants. The
+// room service uses it to withdraw the publications of those capabilities; it is the one
+// place they are withdrawn, for every reason.
 //
 // fn runs synchronously (it is a capclient.Supervisor.OnRemove hook), before the old child
 // is stopped and, for a replacement, before the new child serves, on the removing
@@ -112,7 +121,9 @@ func (a *adapterHost) removeTied(ctx context.Context, reason string, match func(
 			return names, err
 		}
 		// A stored registration the supervisor never ran is removed all the same.
-		_ = a.sup.RemoveBecause(ctx, r.Name, reason)
+		if err := a.sup.RemoveBecause(ctx, r.Name, reason); capadapter.CodeOf(err) == capadapter.CodeUnknownAdapter {
+			a.removedUnrun(r, reason)
+		}
 		names = append(names, r.Name)
 	}
 	return names, nil
@@ -131,12 +142,38 @@ func (a *adapterHost) supervisorRemoved(r capclient.Removal) {
 		}
 		a.log.Info("temporary adapter removed: its lease ended", "adapter", r.Registration.Name)
 	}
+	a.tell(r)
+}
+
+// tell passes removal r on to the OnAdapterRemoved hooks.
+func (a *adapterHost) tell(r capclient.Removal) {
 	a.hooksMu.Lock()
 	hooks := slices.Clone(a.hooks)
+	// An adapter restored but never started (backoff, changed code) has no descriptors.
+	if len(r.Capabilities) == 0 {
+		r.Capabilities = slices.Clone(a.recorded[r.Registration.Name])
+	}
+	if r.Reason != capclient.ReasonReplaced {
+		delete(a.recorded, r.Registration.Name)
+	}
 	a.hooksMu.Unlock()
 	for _, fn := range hooks {
 		fn(r)
 	}
+}
+
+// removedUnrun tells the hooks of the removal of stored registration r, which the supervisor
+// does not hold (it refused it at restore, or it is removed at start without running), with
+// the capability ids r recorded.
+func (a *adapterHost) removedUnrun(r store.Registration, reason string) {
+	a.tell(capclient.Removal{Registration: fromStore(r), Capabilities: slices.Clone(r.Capabilities), Reason: reason})
+}
+
+// record keeps the capability ids a stored registration recorded.
+func (a *adapterHost) record(r store.Registration) {
+	a.hooksMu.Lock()
+	a.recorded[r.Name] = slices.Clone(r.Capabilities)
+	a.hooksMu.Unlock()
 }
 
 // restore starts every persisted registration. An adapter that fails to start is kept and
@@ -153,26 +190,27 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 		return 0, err
 	}
 	for _, r := range regs {
-		ended := ""
+		ended, reason := "", ""
 		switch {
 		case !r.LeaseExpires.IsZero() && !time.Now().Before(r.LeaseExpires):
-			ended = "its lease ended"
+			ended, reason = "its lease ended", capclient.ReasonLeaseExpired
 		case r.Session != "":
 			if _, err := a.sessions.Session(r.Session, r.Generation, true); err != nil {
-				ended = "its session generation is not resident"
+				ended, reason = "its session generation is not resident", capclient.ReasonSessionEnded
 			}
 		}
 		if ended == "" {
+			a.record(r)
 			var got capclient.Registration
 			got, err = a.sup.Restore(ctx, fromStore(r))
 			switch {
 			case capadapter.CodeOf(err) == capadapter.CodeLeaseExpired:
-				ended = "its lease ended"
+				ended, reason = "its lease ended", capclient.ReasonLeaseExpired
 			case err != nil:
 				log.Error("capability adapter registration not restored", "adapter", r.Name, "code", capadapter.CodeOf(err), "err", err)
 				continue
 			case len(r.Digests) == 0 && len(got.Digests) > 0:
-				if err := a.store.PutRegistration(toStore(got)); err != nil {
+				if err := a.store.PutRegistration(toStore(got, r.Capabilities)); err != nil {
 					log.Error("capability adapter digests not recorded", "adapter", r.Name, "err", err)
 				}
 			}
@@ -182,6 +220,8 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 				log.Error("ended temporary adapter registration not deleted", "adapter", r.Name, "err", err)
 			}
 			log.Info("temporary adapter registration removed at start: "+ended, "adapter", r.Name)
+			// Its child never ran: the hooks withdraw the publications it recorded.
+			a.removedUnrun(r, reason)
 			continue
 		}
 		restored++
@@ -198,9 +238,10 @@ func fromStore(r store.Registration) capclient.Registration {
 	return c
 }
 
-func toStore(r capclient.Registration) store.Registration {
+// toStore is the durable record of r, recording capabilities (the ids it serves).
+func toStore(r capclient.Registration, capabilities []string) store.Registration {
 	s := store.Registration{Name: r.Name, Command: r.Command, Args: r.Args, Room: r.Room, Session: r.Session,
-		Generation: r.Generation, LeaseExpires: r.LeaseExpires}
+		Generation: r.Generation, LeaseExpires: r.LeaseExpires, Capabilities: slices.Clone(capabilities)}
 	for _, d := range r.Digests {
 		s.Digests = append(s.Digests, store.FileDigest(d))
 	}
@@ -220,6 +261,17 @@ func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterP
 	if p.LeaseSeconds > 0 {
 		reg.LeaseExpires = time.Now().Add(time.Duration(p.LeaseSeconds) * time.Second).UTC().Round(time.Millisecond)
 	}
+	if p.Room != "" {
+		// A room that closes after this check (or that this host leaves) is forgotten by the
+		// room service before its RoomClosed hook runs RemoveForRoom, which waits for a.mu
+		// and so removes this registration once it is stored.
+		if a.checkRoom == nil {
+			return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+		}
+		if e := a.checkRoom(p.Room); e != nil {
+			return nil, e
+		}
+	}
 	if p.SessionID != "" {
 		// A generation that ends after this check waits for a.mu in sessionEnded, and so
 		// removes this registration once it is stored.
@@ -231,12 +283,14 @@ func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterP
 	if err != nil {
 		return nil, adapterError(err, false)
 	}
-	if err := a.store.PutRegistration(toStore(reg)); err != nil {
+	st, _ := a.status(reg.Name)
+	rec := toStore(reg, st.Capabilities)
+	if err := a.store.PutRegistration(rec); err != nil {
 		// What is not persisted must not run: after a restart the operator would find it gone.
 		a.sup.Remove(context.WithoutCancel(ctx), reg.Name)
 		return nil, err
 	}
-	st, _ := a.status(reg.Name)
+	a.record(rec)
 	return &RegisterResult{Adapter: st}, nil
 }
 
@@ -257,13 +311,15 @@ func (a *adapterHost) approve(ctx context.Context, name string) (*ApproveResult,
 	if err != nil {
 		return nil, adapterError(err, false)
 	}
+	st, _ := a.status(name)
 	if ap.Restarted {
-		if err := a.store.PutRegistration(toStore(ap.Registration)); err != nil {
+		rec := toStore(ap.Registration, st.Capabilities)
+		if err := a.store.PutRegistration(rec); err != nil {
 			a.sup.Remove(context.WithoutCancel(ctx), name) // the stored, older digests stay
 			return nil, err
 		}
+		a.record(rec)
 	}
-	st, _ := a.status(name)
 	return &ApproveResult{Adapter: st, Restarted: ap.Restarted, Digests: nonNil(ap.Changes)}, nil
 }
 
@@ -284,6 +340,7 @@ func (a *adapterHost) remove(ctx context.Context, name string) (*RemoveResult, e
 	}
 	if err := a.sup.Remove(ctx, name); err != nil {
 		if stored && capadapter.CodeOf(err) == capadapter.CodeUnknownAdapter {
+			a.removedUnrun(store.Registration{Name: name}, capclient.ReasonRemoved)
 			return &RemoveResult{Removed: true}, nil
 		}
 		return nil, adapterError(err, false)

@@ -176,6 +176,8 @@ func Start(cfg Config) (*Daemon, error) {
 	})
 	d.srv.sessions = d.sessions
 	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
+	d.srv.adapters.checkRoom = d.srv.checkOpenRoom
+	d.srv.roomsPending = cfg.Rooms != nil
 	// Publications of a registration that stops serving are withdrawn before its child stops,
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })

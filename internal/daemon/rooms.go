@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -32,6 +33,11 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	if rc == nil {
 		return
 	}
+	defer func() {
+		d.srv.withdrawMu.Lock()
+		d.srv.roomsPending, d.srv.withdrawnEarly = false, nil
+		d.srv.withdrawMu.Unlock()
+	}()
 	svc, err := roomhost.Start(ctx, roomhost.Config{
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
 		NATSURL: rc.NATSURL, Listen: rc.Listen, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
@@ -41,7 +47,16 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		d.log.Error("room service not started; room operations answer unavailable", "err", err)
 		return
 	}
+	// A withdrawal while the service started (a lease that ended, a room-tied adapter removed)
+	// did not reach it: it holds the publications it restored until told.
+	d.srv.withdrawMu.Lock()
+	early := d.srv.withdrawnEarly
+	d.srv.withdrawnEarly = nil
+	if len(early) > 0 {
+		svc.Withdraw(early)
+	}
 	d.srv.rooms.Store(svc)
+	d.srv.withdrawMu.Unlock()
 	st := svc.Status()
 	d.log.Info("room service started", "hostId", st.HostID, "natsUrl", st.NATSURL, "embedded", st.Embedded)
 	d.removeForGoneRooms(ctx)
@@ -99,10 +114,29 @@ func (d *Daemon) stopRooms() {
 }
 
 // withdraw withdraws capabilities from every room: their adapter is being removed or
-// replaced.
+// replaced. Without the room service (before it starts, or with rooms off) their stored
+// publications are deleted, so that they do not come back when it starts, and a service
+// that is starting is told once it is installed.
 func (s *Server) withdraw(capabilities []string) {
-	if svc := s.rooms.Load(); svc != nil && len(capabilities) > 0 {
+	if len(capabilities) == 0 {
+		return
+	}
+	s.withdrawMu.Lock()
+	svc := s.rooms.Load()
+	if svc == nil && s.roomsPending {
+		s.withdrawnEarly = append(s.withdrawnEarly, capabilities...)
+		slices.Sort(s.withdrawnEarly)
+		s.withdrawnEarly = slices.Compact(s.withdrawnEarly)
+	}
+	s.withdrawMu.Unlock()
+	if svc != nil {
 		svc.Withdraw(capabilities)
+		return
+	}
+	for _, c := range capabilities {
+		if _, err := s.adapters.store.DeletePublications("", c); err != nil {
+			s.log.Error("withdrawn publications not deleted from the store", "capability", c, "err", err)
+		}
 	}
 }
 
@@ -131,7 +165,9 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	return svc.AgentTools(r.room).Call(ctx, t, args)
 }
 
-// checkOpenRoom refuses an open that names a room this host is not in.
+// checkOpenRoom refuses an open, or an adapter registration tied to a room, that names a
+// room this host is not in (unknown_room), or any room while the room service is not
+// running (unavailable). An empty roomID passes.
 func (s *Server) checkOpenRoom(roomID string) *protocol.Error {
 	if roomID == "" {
 		return nil

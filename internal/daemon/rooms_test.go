@@ -167,3 +167,43 @@ func lastToolOutput(msgs []model.Message) string {
 	}
 	return ""
 }
+
+// TestBinaryEndedLeaseWithdrawsPublications: a temporary adapter whose lease ended while the
+// daemon was down is removed at the next start without running, and its stored publication
+// goes with it (its registration recorded its capability ids): the room does not show it, and
+// an adapter registered later with the same capability is not published by the old act.
+func TestBinaryEndedLeaseWithdrawsPublications(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+	roomReady(t, c)
+	mustOK(t, c, "createRoom", map[string]any{"room": "home"})
+	const lease = 4 * time.Second
+	ends := time.Now().Add(lease)
+	mustOK(t, c, "registerAdapter", map[string]any{"name": "lamp", "command": lamp, "leaseSeconds": int(lease / time.Second)})
+	mustOK(t, c, "publishCapability", map[string]any{"room": "home", "capabilityId": "desk_lamp", "observe": true})
+	c.Close()
+	d.Stop()
+	stoppedFirst := time.Now().Before(ends)
+	time.Sleep(time.Until(ends))
+
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	c2 := d2.Dial()
+	st := roomReady(t, c2)
+	if stoppedFirst && !strings.Contains(d2.Stderr(), "temporary adapter registration removed at start: its lease ended") {
+		t.Fatalf("the ended lease was not removed at start:\n%s", d2.Stderr())
+	}
+	var caps struct {
+		Capabilities []json.RawMessage `json:"capabilities"`
+	}
+	if err := mustOK(t, c2, "listRoomCapabilities", map[string]any{"room": "home"}).Decode(&caps); err != nil || len(caps.Capabilities) != 0 {
+		t.Fatalf("home after the lease ended: %s, %v", caps.Capabilities, err)
+	}
+	mustOK(t, c2, "registerAdapter", map[string]any{"name": "lamp2", "command": lamp})
+	if err := mustOK(t, c2, "listRoomCapabilities", map[string]any{"room": "home"}).Decode(&caps); err != nil || len(caps.Capabilities) != 0 {
+		t.Fatalf("home after registering the capability again: %s, %v", caps.Capabilities, err)
+	}
+	if r := call(t, c2, client.Command{Operation: "observeRoomCapability", Payload: map[string]any{"room": "home", "provider": st["hostId"], "capabilityId": "desk_lamp"}}); code(r) != "unauthorized" {
+		t.Fatalf("observe of the withdrawn publication: %s", code(r))
+	}
+}

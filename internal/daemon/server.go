@@ -91,6 +91,12 @@ type Server struct {
 	adapters *adapterHost
 	// rooms is the room service once it runs (nil before, and without one).
 	rooms atomic.Pointer[roomhost.Service]
+	// withdrawMu orders withdrawals against the room service's installation in rooms;
+	// withdrawnEarly are the capabilities withdrawn while a configured service was not
+	// installed yet (roomsPending), which startRooms withdraws from it before installing it.
+	withdrawMu     sync.Mutex
+	roomsPending   bool
+	withdrawnEarly []string
 	// web is the operator's web page while it serves (nil without one).
 	web     atomic.Pointer[web.Server]
 	host    func(v2 bool) protocol.HostSnapshot

@@ -180,8 +180,7 @@ func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, a
 	return res, webError(err)
 }
 
-// Approvals lists the waiting calls. The room layer keeps only the digest of a waiting
-// call's args, so the page shows none.
+// Approvals lists the waiting calls, with their args (which the page shows as text).
 func (b *webBackend) Approvals(ctx context.Context) ([]web.Approval, error) {
 	svc, err := b.service()
 	if err != nil {
@@ -194,7 +193,7 @@ func (b *webBackend) Approvals(ctx context.Context) ([]web.Approval, error) {
 	out := make([]web.Approval, 0, len(ap))
 	for _, a := range ap {
 		out = append(out, web.Approval{ID: a.ID, Room: a.Room, Caller: string(a.Caller), Capability: a.Capability,
-			Action: a.Action, Expires: a.Expires})
+			Action: a.Action, Args: a.Args, Expires: a.Expires})
 	}
 	return out, nil
 }

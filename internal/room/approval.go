@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -21,13 +22,17 @@ const (
 )
 
 // PendingApproval is a call waiting for the provider's operator: what the operator sees to
-// decide. It holds the args' digest, never the args.
+// decide. It holds the call's args (a JSON object of at most MaxArgsBytes) while the call
+// waits, in memory only, and their digest.
 type PendingApproval struct {
 	ID         string
 	Room       string
 	Caller     HostID
 	Capability string
 	Action     string
+	// Args are the call's args, which the operator reads before deciding; they are shared
+	// with the waiting call and must not be modified.
+	Args       json.RawMessage
 	ArgsDigest string
 	RequestID  string
 	Since      time.Time

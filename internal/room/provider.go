@@ -288,7 +288,7 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 		}
 		d := argsDigest(c.Args)
 		err := p.cfg.Approvals.wait(ctx, PendingApproval{
-			Room: c.Room, Caller: c.Caller, Capability: c.Capability, Action: c.Action,
+			Room: c.Room, Caller: c.Caller, Capability: c.Capability, Action: c.Action, Args: c.Args,
 			ArgsDigest: hex.EncodeToString(d[:]), RequestID: c.RequestID, Since: now,
 		}, until)
 		if err != nil {

@@ -37,6 +37,11 @@ type SyncConfig struct {
 	Directory *Directory
 	// PresenceTTL overrides the package's PresenceTTL (tests); the refresh is a third of it.
 	PresenceTTL time.Duration
+	// Dropped, when set, is told that a verified roster of a joined room this host does not
+	// own no longer lists this host: its owner closed the room or removed the host. It runs
+	// on the watch's goroutine and must hand off without blocking (and must not call Leave
+	// there). It may be told more than once for one room.
+	Dropped func(room string)
 }
 
 // Sync keeps a Directory current from the bus for the rooms this host joined — rosters and
@@ -49,6 +54,7 @@ type Sync struct {
 	rooms    busport.Bucket
 	presence busport.Bucket
 	ttl      time.Duration
+	dropped  func(room string)
 
 	mu          sync.Mutex
 	joined      map[string][]busport.Subscription
@@ -77,7 +83,7 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 		return nil, fmt.Errorf("room: sync: %w", err)
 	}
 	s := &Sync{
-		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl,
+		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl, dropped: cfg.Dropped,
 		joined: make(map[string][]busport.Subscription), projections: make(map[string]map[HostID]Projection),
 		stop: make(chan struct{}),
 	}
@@ -213,7 +219,10 @@ func (s *Sync) roomEntry(room string, e busport.Entry) {
 	if rest == "roster" {
 		if !e.Deleted {
 			// A record that fails verification is ignored: the bus holds no authority.
-			_, _ = s.dir.ApplyRoster(room, e.Value)
+			r, err := s.dir.ApplyRoster(room, e.Value)
+			if err == nil && s.dropped != nil && r.Owner != s.key.ID() && !r.Has(s.key.ID()) {
+				s.dropped(room)
+			}
 		}
 		return
 	}

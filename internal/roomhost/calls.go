@@ -3,6 +3,7 @@ package roomhost
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,17 +41,19 @@ type Event struct {
 	ApprovalID string `json:"approvalId,omitempty"`
 }
 
-// Approval is a call waiting for this host's operator to approve or deny it. It shows the
-// args' SHA-256 digest, never the args: the provider does not keep them while it waits.
+// Approval is a call waiting for this host's operator to approve or deny it, with its args
+// (a JSON object of at most room.MaxArgsBytes, which the provider holds in memory while the
+// call waits and never stores or logs) and their SHA-256 digest.
 type Approval struct {
-	ID         string      `json:"id"`
-	Room       string      `json:"room"`
-	Caller     room.HostID `json:"caller"`
-	Capability string      `json:"capabilityId"`
-	Action     string      `json:"action"`
-	ArgsDigest string      `json:"argsDigest"`
-	Since      time.Time   `json:"since"`
-	Expires    time.Time   `json:"expiresAt"`
+	ID         string          `json:"id"`
+	Room       string          `json:"room"`
+	Caller     room.HostID     `json:"caller"`
+	Capability string          `json:"capabilityId"`
+	Action     string          `json:"action"`
+	Args       json.RawMessage `json:"args"`
+	ArgsDigest string          `json:"argsDigest"`
+	Since      time.Time       `json:"since"`
+	Expires    time.Time       `json:"expiresAt"`
 }
 
 // Observe observes capability of provider (a host id) in room id, as a caller: the call is signed by
@@ -126,7 +129,7 @@ func (s *Service) Approvals(ctx context.Context) ([]Approval, error) {
 	out := []Approval{}
 	for _, p := range s.approve.Pending() {
 		out = append(out, Approval{ID: p.ID, Room: p.Room, Caller: p.Caller, Capability: p.Capability, Action: p.Action,
-			ArgsDigest: p.ArgsDigest, Since: p.Since.UTC(), Expires: p.Deadline.UTC()})
+			Args: slices.Clone(p.Args), ArgsDigest: p.ArgsDigest, Since: p.Since.UTC(), Expires: p.Deadline.UTC()})
 	}
 	return out, nil
 }

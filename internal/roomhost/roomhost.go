@@ -84,7 +84,11 @@ type Config struct {
 	CallLogEntries int
 	// RoomClosed, when set, is called after CloseRoom closed or left room id, on its
 	// goroutine and with none of the service's locks held; the daemon stops the temporary
-	// adapters tied to the room there. ctx is CloseRoom's.
+	// adapters tied to the room there. ctx is CloseRoom's. It is also called, on a goroutine
+	// of the service's (which Close waits for), after this host forgot a room because the
+	// owner's roster no longer lists it (the owner closed the room or removed this host);
+	// not for a room found so while Start restores it, which the daemon handles once the
+	// service runs.
 	RoomClosed func(ctx context.Context, id string)
 
 	// clock replaces time.Now for invites and join requests (tests).
@@ -112,14 +116,21 @@ type Service struct {
 	// now is the clock of invites and join requests (tests move it).
 	now func() time.Time
 
-	// rosterMu serializes changes of the rosters this host owns (joins, close).
+	// rosterMu serializes changes of the rosters this host owns (joins, close) and the
+	// forgetting of rooms whose owner dropped this host.
 	rosterMu sync.Mutex
+	// wg counts the goroutines that forget a room whose owner dropped this host.
+	wg sync.WaitGroup
 
 	mu      sync.Mutex
 	joined  map[string]store.RoomRecord
 	invites map[[32]byte]invite
 	version map[string]uint64 // last projection version written per room
 	closed  bool
+	// live is set when Start is done: from then on a room whose owner dropped this host is
+	// forgotten at once and Config.RoomClosed told (before, restore forgets it and the
+	// daemon removes what was tied to it).
+	live bool
 }
 
 // Start loads the host key, starts or joins the bus, and rejoins the stored rooms with their
@@ -186,7 +197,8 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes}); err != nil {
 		return nil, err
 	}
-	if s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL}); err != nil {
+	if s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
+		Dropped: s.dropped}); err != nil {
 		return nil, err
 	}
 	s.provider, err = room.NewProvider(room.ProviderConfig{
@@ -205,6 +217,17 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	}
 	if err := s.restore(ctx); err != nil {
 		return nil, err
+	}
+	// A roster that dropped this host between its room's restore and now was not acted on.
+	s.mu.Lock()
+	s.live = true
+	ids := make([]string, 0, len(s.joined))
+	for id := range s.joined {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.dropped(id)
 	}
 	s.log.Info("rooms ready", "hostId", key.ID(), "embedded", s.server != nil, "rooms", len(s.joined))
 	return s, nil
@@ -230,6 +253,9 @@ func (s *Service) restore(ctx context.Context) error {
 			s.log.Warn("room not rejoined", "room", r.ID, "code", codeOf(err), "err", err)
 			continue
 		}
+		// Closed by its owner while this host was away: forgotten now, and the daemon removes
+		// what was tied to it once the service runs (its RoomClosed is not called here).
+		s.forgetDropped(ctx, r.ID)
 	}
 	return nil
 }
@@ -263,6 +289,7 @@ func (s *Service) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.wg.Wait()
 	var errs []error
 	if s.provider != nil {
 		errs = append(errs, s.provider.Close())

@@ -68,6 +68,15 @@ type host struct {
 	dir   string
 	caps  *lamp
 	clock *atomic.Int64 // offset added to time.Now, ns
+
+	mu     sync.Mutex
+	closed []string // the rooms Config.RoomClosed was told
+}
+
+func (h *host) roomsClosed() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.closed)
 }
 
 func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
@@ -86,7 +95,12 @@ func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, NATSURL: url, ApprovalWait: wait,
-		PresenceTTL: 3 * time.Second, clock: func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) }})
+		PresenceTTL: 3 * time.Second, clock: func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
+		RoomClosed: func(_ context.Context, id string) {
+			h.mu.Lock()
+			h.closed = append(h.closed, id)
+			h.mu.Unlock()
+		}})
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
@@ -310,7 +324,7 @@ func TestApprovals(t *testing.T) {
 		}()
 		var pending []Approval
 		waitFor(t, "the approval", func() bool { pending, _ = a.svc.Approvals(bg); return len(pending) == 1 })
-		if p := pending[0]; p.Caller != b.svc.HostID() || p.Action != "set_color" || len(p.ArgsDigest) != 64 {
+		if p := pending[0]; p.Caller != b.svc.HostID() || p.Action != "set_color" || string(p.Args) != string(args) || len(p.ArgsDigest) != 64 {
 			t.Fatalf("pending %+v", p)
 		}
 		if err := a.svc.Decide(bg, pending[0].ID, approve); err != nil {
@@ -383,5 +397,61 @@ func TestRestartKeepsRoomsAndPublications(t *testing.T) {
 	}
 	if rooms, _ := a.st.Rooms(); len(rooms) != 0 {
 		t.Fatalf("closed room still stored: %+v", rooms)
+	}
+}
+
+// The owner's close reaches a member: its room service forgets the room (its list, its
+// publications there, stored and projected) and tells RoomClosed, as its own leave would. A
+// member that was down when the room closed forgets it at its next start, without
+// RoomClosed (the daemon removes what was tied to the room once the service runs).
+func TestOwnerCloseDropsMember(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	if _, err := b.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A sees B's lamp", func() bool { caps, _ := a.svc.Capabilities(bg, "home"); return len(caps) == 1 })
+	if err := a.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B to forget the room", func() bool { rooms, _ := b.svc.Rooms(bg); return len(rooms) == 0 })
+	waitFor(t, "B's RoomClosed", func() bool { return slices.Equal(b.roomsClosed(), []string{"home"}) })
+	if pubs, err := b.st.Publications(); err != nil || len(pubs) != 0 {
+		t.Fatalf("B's stored publications after the close: %+v, %v", pubs, err)
+	}
+	if recs, err := b.st.Rooms(); err != nil || len(recs) != 0 {
+		t.Fatalf("B's stored rooms after the close: %+v, %v", recs, err)
+	}
+	_, err := b.svc.Capabilities(bg, "home")
+	codeIs(t, err, CodeUnknownRoom)
+	if got := a.roomsClosed(); !slices.Equal(got, []string{"home"}) {
+		t.Fatalf("A's RoomClosed told %v", got)
+	}
+
+	// Closed while the member was down.
+	if _, err := a.svc.Create(bg, "hall", ""); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := a.svc.Invite(bg, "hall", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Join(bg, inv.Code); err != nil {
+		t.Fatal(err)
+	}
+	url := a.svc.Status().NATSURL
+	b.stop()
+	if err := a.svc.CloseRoom(bg, "hall"); err != nil {
+		t.Fatal(err)
+	}
+	b = startHost(t, url, b.dir, 0)
+	if rooms, err := b.svc.Rooms(bg); err != nil || len(rooms) != 0 {
+		t.Fatalf("B's rooms after restarting into a closed room: %+v, %v", rooms, err)
+	}
+	if recs, err := b.st.Rooms(); err != nil || len(recs) != 0 {
+		t.Fatalf("B's stored rooms after restarting into a closed room: %+v, %v", recs, err)
+	}
+	if got := b.roomsClosed(); len(got) != 0 {
+		t.Fatalf("B's RoomClosed told %v at start", got)
 	}
 }

@@ -224,6 +224,48 @@ func (s *Service) closeRoom(ctx context.Context, id string) error {
 	return nil
 }
 
+// dropped is the sync's Dropped hook: the owner's roster of room id no longer lists this
+// host. It hands off to a goroutine of the service, which forgets the room as a leave
+// would and then tells Config.RoomClosed.
+func (s *Service) dropped(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.live {
+		return
+	}
+	s.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), busTimeout)
+		defer cancel()
+		if s.forgetDropped(ctx, id) && s.cfg.RoomClosed != nil {
+			s.cfg.RoomClosed(ctx, id)
+		}
+	})
+}
+
+// forgetDropped forgets room id, withdrawing this host's publications there, when this host
+// is in it, does not own it and the owner's current roster no longer lists it. It reports
+// whether it did.
+func (s *Service) forgetDropped(ctx context.Context, id string) bool {
+	s.rosterMu.Lock()
+	defer s.rosterMu.Unlock()
+	r, err := s.record(id)
+	if err != nil || room.HostID(r.Owner) == s.key.ID() {
+		return false
+	}
+	if ros, ok := s.dir.Roster(id); !ok || ros.Has(s.key.ID()) {
+		return false
+	}
+	for _, p := range s.pubs.InRoom(id) {
+		s.pubs.Unpublish(id, p.Capability)
+	}
+	if err := s.project(ctx, id); err != nil {
+		s.log.Warn("room projection not withdrawn", "room", id, "err", err)
+	}
+	s.forget(ctx, id)
+	s.log.Info("room closed by its owner", "room", id)
+	return true
+}
+
 func rosterOf(r store.RoomRecord) room.Roster {
 	ros := room.Roster{Room: r.ID, Title: r.Title, Owner: room.HostID(r.Owner), Version: r.Version}
 	for _, m := range r.Members {

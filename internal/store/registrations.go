@@ -25,6 +25,8 @@ const (
 	MaxRegistrationBytes = 64 << 10
 	// MaxRegistrationNameBytes bounds a registration's name, which is also its key.
 	MaxRegistrationNameBytes = 64
+	// maxRecordedCapabilities bounds Registration.Capabilities: an adapter serves at most 8.
+	maxRecordedCapabilities = 8
 )
 
 // RegistrationVersion is the version of the registration record this build reads and
@@ -50,6 +52,12 @@ type Registration struct {
 	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
 
 	Digests []FileDigest `json:"digests,omitempty"`
+
+	// Capabilities are the capability ids the registration served when it was last
+	// registered or approved, so that its publications can be withdrawn when it ends without
+	// its child running (a lease that ended while the daemon was down, say). Records stored
+	// before they were recorded have none.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // FileDigest is the recorded SHA-256 of one file of a registration: role "executable" or
@@ -81,6 +89,9 @@ func (s *Store) PutRegistration(r Registration) error {
 	}
 	rc := r
 	rc.Version, rc.Args = RegistrationVersion, append([]string{}, r.Args...)
+	if len(rc.Capabilities) > maxRecordedCapabilities {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q records more than %d capabilities", r.Name, maxRecordedCapabilities)
+	}
 	if !validDigests(rc.Digests) {
 		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q has an invalid digest", r.Name)
 	}
@@ -177,6 +188,9 @@ func (s *Store) decodeRegistration(key, v []byte) (*Registration, error) {
 	}
 	if !validDigests(r.Digests) {
 		return nil, corrupt("%s: registration %q has an invalid digest", s.path, key)
+	}
+	if len(r.Capabilities) > maxRecordedCapabilities {
+		return nil, corrupt("%s: registration %q records more than %d capabilities", s.path, key, maxRecordedCapabilities)
 	}
 	return &r, nil
 }

@@ -164,14 +164,15 @@ func TestRegistrationsCorrupt(t *testing.T) {
 	}
 }
 
-// A temporary registration keeps its tie, lease and digests across a reopen.
+// A temporary registration keeps its tie, lease, digests and capability ids across a reopen.
 func TestTemporaryRegistrationRoundTrip(t *testing.T) {
 	dir := newDir(t)
 	s := openT(t, dir)
 	sum := strings.Repeat("ab", 32)
 	r := Registration{Name: "tmp", Command: "/usr/bin/python3", Args: []string{"/w/light.py"}, Session: "s1", Generation: 3,
 		LeaseExpires: time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC),
-		Digests:      []FileDigest{{Role: "executable", Path: "/usr/bin/python3", SHA256: sum}, {Role: "script", Path: "/w/light.py", SHA256: sum}}}
+		Digests:      []FileDigest{{Role: "executable", Path: "/usr/bin/python3", SHA256: sum}, {Role: "script", Path: "/w/light.py", SHA256: sum}},
+		Capabilities: []string{"living_room_light"}}
 	if err := s.PutRegistration(r); err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +180,11 @@ func TestTemporaryRegistrationRoundTrip(t *testing.T) {
 	bad.Name, bad.Digests = "bad", []FileDigest{{Role: "script", Path: "/x", SHA256: "XYZ"}}
 	if err := s.PutRegistration(bad); err == nil {
 		t.Fatal("a registration with an invalid digest was stored")
+	}
+	bad = r
+	bad.Name, bad.Capabilities = "bad", strings.Split("a b c d e f g h i", " ")
+	if err := s.PutRegistration(bad); err == nil {
+		t.Fatal("a registration recording 9 capabilities was stored")
 	}
 	s.Close()
 	s2 := openT(t, dir)

@@ -41,7 +41,7 @@ func newTestBackend() *testBackend {
 		subs:   make(map[chan Event]struct{}),
 		approvals: []Approval{{
 			ID: "ap-1", Room: "kitchen", Caller: hostB, Capability: "printer", Action: "print",
-			Args: json.RawMessage(`{"text":"hello"}`), Expires: time.Now().Add(time.Minute),
+			Args: json.RawMessage(`{"text":"<b>hello</b>"}`), Expires: time.Now().Add(time.Minute),
 		}},
 		decided: make(map[string]bool),
 	}

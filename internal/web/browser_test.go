@@ -140,6 +140,9 @@ func TestBrowser(t *testing.T) {
 	poll("the coded error", `document.querySelector('`+lightForm+` pre.result.error')?.textContent === 'busy: the light is busy'`)
 
 	poll("the pending approval", `document.querySelector('#approval-list li[data-approval="ap-1"] button.approve') !== null`)
+	// Its args, as text: the caller's markup is not markup.
+	poll("the pending approval's args", `(document.querySelector('#approval-list li[data-approval="ap-1"] pre')||{}).textContent === '{\n  "text": "<b>hello</b>"\n}' &&
+		document.querySelector('#approval-list li[data-approval="ap-1"] pre b') === null`)
 	screenshot(t, bctx, "web-room-pending.png")
 	step("approve", chromedp.Click(chromedp.CSS(`#approval-list li[data-approval="ap-1"] button.approve`)))
 	poll("the approval to leave the list", `document.querySelector('#approval-list li[data-approval]') === null`)

@@ -10,5 +10,6 @@
 //
 // The package has no code of its own; the tests and their helpers are in package
 // conformance_test. A test skips only when its language runtime (python3, node, go) or, for
-// cups-printer, CUPS itself is absent.
+// cups-printer, CUPS itself is absent (under CI=true a missing CUPS fails it: .ci/run installs
+// it; see internal/cupstest).
 package conformance
