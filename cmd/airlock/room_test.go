@@ -216,7 +216,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 	if !sa.Embedded || !strings.HasPrefix(sa.NATSURL, "nats://127.0.0.1:") || len(sa.HostID) != 64 {
 		t.Fatalf("A's room status %+v", sa)
 	}
-	b := startRoomHost(t, "--nats-url", sa.NATSURL, "--room-approval-wait", "1s")
+	b := startRoomHost(t, "--nats-url", sa.NATSURL, "--room-approval-wait", "3s")
 	var sb roomStatusData
 	b.data(&sb, "room", "status")
 	if sb.Embedded || sb.NATSURL != sa.NATSURL || sb.HostID == sa.HostID {
@@ -333,7 +333,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 	a.cli("", "room", "unpublish", "--room", "home", "--cap", "living_room_light").wantCode(t, exitOK)
 	b.refused("unauthorized", "room", "invoke", "--room", "home", "--cap", "living_room_light", "--provider", sa.HostID, "--action", "set_color", "--args", `{"color":"#000000"}`)
 
-	// Per-call approval: approved, denied, timed out (B waits 1 s).
+	// Per-call approval: approved, denied, timed out (B waits 3 s, time for A to list and decide on a loaded machine).
 	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--approve-each").wantCode(t, exitOK)
 	waitFor(t, "B to see the approval requirement", func() bool {
 		b.data(&caps, "room", "caps", "--room", "home")
