@@ -172,6 +172,39 @@ func (c *Conn) Request(ctx context.Context, subject string, payload []byte) ([]b
 	return m.Data, nil
 }
 
+// RequestMsg implements busport.Conn.
+func (c *Conn) RequestMsg(ctx context.Context, subject string, m busport.Msg) (busport.Msg, error) {
+	if n := msgBytes(m.Header, m.Data); n > c.maxPayload {
+		return busport.Msg{}, fmt.Errorf("request of %d bytes: %w", n, busport.ErrTooLarge)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return busport.Msg{}, fmt.Errorf("bus: request without a deadline")
+	}
+	r, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: nats.Header(m.Header), Data: m.Data})
+	if err != nil {
+		return busport.Msg{}, mapError(err)
+	}
+	if n := msgBytes(r.Header, r.Data); n > c.maxPayload {
+		return busport.Msg{}, fmt.Errorf("reply of %d bytes: %w", n, busport.ErrTooLarge)
+	}
+	return busport.Msg{Header: r.Header, Data: r.Data}, nil
+}
+
+// msgBytes is the size of a message's header block and data as the wire carries them
+// ("NATS/1.0\r\n", a "name: value\r\n" line per value, a blank line).
+func msgBytes(h map[string][]string, data []byte) int {
+	n := len(data)
+	if len(h) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range h {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+	}
+	return n
+}
+
 // mapError maps nats.go's errors onto busport's.
 func mapError(err error) error {
 	switch {
@@ -194,11 +227,20 @@ func mapError(err error) error {
 
 // Serve implements busport.Conn.
 func (c *Conn) Serve(subject string, limit int, h busport.Handler) (busport.Subscription, error) {
+	return c.serve(subject, limit, &serving{h: h})
+}
+
+// ServeMsg implements busport.Conn.
+func (c *Conn) ServeMsg(subject string, limit int, h busport.MsgHandler) (busport.Subscription, error) {
+	return c.serve(subject, limit, &serving{mh: h})
+}
+
+func (c *Conn) serve(subject string, limit int, s *serving) (busport.Subscription, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: serve limit %d", ErrConfig, limit)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &serving{h: h, ctx: ctx, cancel: cancel, slots: make(chan struct{}, limit), maxPayload: c.maxPayload}
+	s.ctx, s.cancel, s.slots, s.maxPayload = ctx, cancel, make(chan struct{}, limit), c.maxPayload
 	sub, err := c.nc.QueueSubscribe(subject, queueGroup, s.deliver)
 	if err != nil {
 		cancel()
@@ -246,7 +288,8 @@ func (c *Conn) untrack(s busport.Subscription) {
 // serving is one Serve subscription. Its handlers run on goroutines it owns; Stop waits for
 // them.
 type serving struct {
-	h          busport.Handler
+	h          busport.Handler    // one of h and mh is set
+	mh         busport.MsgHandler // for ServeMsg
 	ctx        context.Context
 	cancel     context.CancelFunc
 	slots      chan struct{}
@@ -262,13 +305,17 @@ type serving struct {
 
 // deliver runs on the subscription's delivery goroutine, one message at a time.
 func (s *serving) deliver(m *nats.Msg) {
-	if len(m.Data) > s.maxPayload || m.Reply == "" {
+	if msgBytes(m.Header, m.Data) > s.maxPayload || m.Reply == "" {
 		return
 	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+		if s.mh != nil {
+			respondMsg(m, s.mh.OverloadedMsg(m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
+		} else {
+			respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+		}
 		return
 	}
 	s.mu.Lock()
@@ -282,7 +329,11 @@ func (s *serving) deliver(m *nats.Msg) {
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
-		respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
+		if s.mh != nil {
+			respondMsg(m, s.mh.ServeMsg(s.ctx, m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
+		} else {
+			respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
+		}
 	}()
 }
 
@@ -292,6 +343,15 @@ func respond(m *nats.Msg, reply []byte, maxPayload int) {
 		return
 	}
 	_ = m.Respond(reply)
+}
+
+// respondMsg sends a reply with header fields within the bound, as respond does; a reply with
+// neither header nor data is not sent.
+func respondMsg(m *nats.Msg, reply busport.Msg, maxPayload int) {
+	if (reply.Header == nil && reply.Data == nil) || msgBytes(reply.Header, reply.Data) > maxPayload {
+		return
+	}
+	_ = m.RespondMsg(&nats.Msg{Header: nats.Header(reply.Header), Data: reply.Data})
 }
 
 // Stop implements busport.Subscription: no new deliveries, running handlers' ctx cancelled,

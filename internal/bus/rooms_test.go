@@ -126,7 +126,8 @@ func TestRoomCallsBetweenTwoHostsOnOneServer(t *testing.T) {
 	var seenMu sync.Mutex
 	var seen []string
 	snoopSub, err := snoop.Subscribe(">", func(m *nats.Msg) {
-		if strings.Contains(string(m.Data), `"result"`) {
+		// A result is a reply (no operation field) that carries data.
+		if m.Header != nil && m.Header["provider"] != nil && m.Header["operation"] == nil && len(m.Data) > 0 {
 			seenMu.Lock()
 			seen = append(seen, m.Subject)
 			seenMu.Unlock()
@@ -298,10 +299,10 @@ func TestRoomKeysTravelAsSignedRecords(t *testing.T) {
 	}
 
 	// B's call, captured on the wire and sent again with one bit of its MAC flipped.
-	calls := make(chan []byte, 4)
+	calls := make(chan *nats.Msg, 4)
 	sub, err := raw.Subscribe(room.CallSubject(roomID, a.key.ID()), func(m *nats.Msg) {
 		select {
-		case calls <- m.Data:
+		case calls <- m:
 		default:
 		}
 	})
@@ -315,32 +316,31 @@ func TestRoomKeysTravelAsSignedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The copy may still be on its way to the raw connection when B has its reply.
-	var captured []byte
+	var captured *nats.Msg
 	select {
 	case captured = <-calls:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the raw connection never saw B's call")
 	}
 	_ = sub.Unsubscribe()
-	var w map[string]any
-	if err := json.Unmarshal(captured, &w); err != nil {
-		t.Fatal(err)
-	}
-	mac, err := base64.StdEncoding.DecodeString(w["mac"].(string))
+	mac, err := base64.StdEncoding.DecodeString(captured.Header.Get("mac"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mac[0] ^= 1
-	w["mac"], w["requestId"] = base64.StdEncoding.EncodeToString(mac), "forged-1"
-	tampered, _ := json.Marshal(w)
+	tampered := nats.NewMsg(room.CallSubject(roomID, a.key.ID()))
+	tampered.Data = captured.Data
+	for k, vs := range captured.Header {
+		tampered.Header[k] = vs
+	}
+	tampered.Header["mac"], tampered.Header["requestId"] = []string{base64.StdEncoding.EncodeToString(mac)}, []string{"forged-1"}
 	runs := inv.count()
-	reply, err := raw.Request(room.CallSubject(roomID, a.key.ID()), tampered, 10*time.Second)
+	reply, err := raw.RequestMsg(tampered, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rw map[string]any
-	if err := json.Unmarshal(reply.Data, &rw); err != nil || rw["code"] != room.CodeUnauthorized || rw["sig"] == nil || rw["mac"] != nil {
-		t.Fatalf("reply to a tampered call: %s %v", reply.Data, err)
+	if reply.Header.Get("code") != room.CodeUnauthorized || reply.Header.Get("sig") == "" || reply.Header.Get("mac") != "" || len(reply.Data) != 0 {
+		t.Fatalf("reply to a tampered call: %v %q", reply.Header, reply.Data)
 	}
 	if inv.count() != runs {
 		t.Fatal("a tampered call ran")

@@ -47,6 +47,29 @@ type Conn interface {
 	Bucket(ctx context.Context, cfg BucketConfig) (Bucket, error)
 	// MaxPayload is the largest payload, reply or value this connection sends or accepts.
 	MaxPayload() int
+	// RequestMsg is Request with header fields: m's header travels with its data, and the
+	// reply's header comes back with the reply's data. The limit of MaxPayload applies to
+	// the data and header together.
+	RequestMsg(ctx context.Context, subject string, m Msg) (Msg, error)
+	// ServeMsg is Serve for a handler of requests with header fields.
+	ServeMsg(subject string, limit int, h MsgHandler) (Subscription, error)
+}
+
+// Msg is a payload with header fields, for a protocol that keeps a fixed envelope of short
+// fields out of its payload: the bus carries the header as it is, and reading a field is a
+// map lookup instead of a decode of the payload. Header maps a field name (case-sensitive)
+// to its values, in order; a name repeated on the wire has several. Values hold no CR or LF.
+type Msg struct {
+	Header map[string][]string
+	Data   []byte
+}
+
+// MsgHandler answers requests with header fields delivered by Conn.ServeMsg. Its methods
+// have the contracts of Handler's Serve and Overloaded; a reply with neither header nor data
+// sends none.
+type MsgHandler interface {
+	ServeMsg(ctx context.Context, subject string, m Msg) Msg
+	OverloadedMsg(subject string, m Msg) Msg
 }
 
 // Handler answers requests delivered by Conn.Serve.

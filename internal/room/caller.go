@@ -38,7 +38,7 @@ type Request struct {
 type Prepared struct {
 	call *Call
 	link *linkKeys
-	data []byte
+	data busport.Msg
 }
 
 // RequestID is the call's request id.
@@ -106,7 +106,7 @@ func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 func (c *Caller) Send(ctx context.Context, p *Prepared) (json.RawMessage, error) {
 	ctx, cancel := context.WithDeadline(ctx, p.call.Time.Add(p.call.Timeout))
 	defer cancel()
-	data, err := c.conn.Request(ctx, CallSubject(p.call.Room, p.call.Provider), p.data)
+	data, err := c.conn.RequestMsg(ctx, CallSubject(p.call.Room, p.call.Provider), p.data)
 	switch {
 	case errors.Is(err, busport.ErrNoResponders), errors.Is(err, busport.ErrClosed):
 		return nil, newError(CodeUnavailable, "the provider is not on the bus")

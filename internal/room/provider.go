@@ -110,7 +110,7 @@ func (p *Provider) Start() error {
 	if p.cfg.Conn == nil {
 		return errors.New("room: provider: no bus connection")
 	}
-	sub, err := p.cfg.Conn.Serve(providerSubject(p.id), p.cfg.Concurrency, (*providerHandler)(p))
+	sub, err := p.cfg.Conn.ServeMsg(providerSubject(p.id), p.cfg.Concurrency, (*providerHandler)(p))
 	if err != nil {
 		return fmt.Errorf("room: provider: %w", err)
 	}
@@ -131,32 +131,24 @@ func (p *Provider) Close() error {
 	return sub.Stop()
 }
 
-// providerHandler is the Provider as a busport.Handler.
+// providerHandler is the Provider as a busport.MsgHandler.
 type providerHandler Provider
 
-func (h *providerHandler) Serve(ctx context.Context, subject string, payload []byte) []byte {
-	return (*Provider)(h).serve(ctx, subject, payload, time.Now())
+func (h *providerHandler) ServeMsg(ctx context.Context, subject string, m busport.Msg) busport.Msg {
+	return (*Provider)(h).serve(ctx, subject, m, time.Now())
 }
 
-func (h *providerHandler) Overloaded(_ string, payload []byte) []byte {
+func (h *providerHandler) OverloadedMsg(_ string, m busport.Msg) busport.Msg {
 	p := (*Provider)(h)
-	r := replyTo(payload)
+	r := replyTo(m)
 	r.Code = CodeBusy
 	return p.refuse(r)
 }
 
-// replyTo is an error reply addressed as well as payload allows, for calls refused before or
-// without a full decode.
-func replyTo(payload []byte) *Reply {
-	var w struct {
-		Room      string `json:"room"`
-		Caller    HostID `json:"caller"`
-		RequestID string `json:"requestId"`
-	}
-	if len(payload) <= MaxCallBytes {
-		_ = json.Unmarshal(payload, &w)
-	}
-	return &Reply{Room: w.Room, Caller: w.Caller, RequestID: w.RequestID}
+// replyTo is an error reply addressed as well as m's header allows, for calls refused before
+// or without a full decode.
+func replyTo(m busport.Msg) *Reply {
+	return &Reply{Room: field(m.Header, hdrRoom), Caller: HostID(field(m.Header, hdrCaller)), RequestID: field(m.Header, hdrRequestID)}
 }
 
 // refuse authenticates a refusal of a call that was not decoded or not verified: busy, when
@@ -164,7 +156,7 @@ func replyTo(payload []byte) *Reply {
 // member whose key this host already holds (cheap, and a busy it could not have asked for is
 // of no use to anyone); any other refusal, and a busy to an unknown caller, with the host key.
 // Neither reads the bus, so an overloaded provider answers at once.
-func (p *Provider) refuse(r *Reply) []byte {
+func (p *Provider) refuse(r *Reply) busport.Msg {
 	var link *linkKeys
 	if r.Code == CodeBusy && r.Caller.Valid() && ValidRoomID(r.Room) {
 		if pub, ok := p.cfg.Directory.memberKey(context.Background(), r.Room, r.Caller, false); ok {
@@ -175,10 +167,10 @@ func (p *Provider) refuse(r *Reply) []byte {
 }
 
 // serve answers one call received at now.
-func (p *Provider) serve(ctx context.Context, subject string, payload []byte, now time.Time) []byte {
-	c, err := DecodeCall(payload)
+func (p *Provider) serve(ctx context.Context, subject string, m busport.Msg, now time.Time) busport.Msg {
+	c, err := DecodeCall(m)
 	if err != nil {
-		r := replyTo(payload)
+		r := replyTo(m)
 		r.Code = CodeOf(err)
 		return p.refuse(r)
 	}
@@ -193,12 +185,12 @@ func (p *Provider) serve(ctx context.Context, subject string, payload []byte, no
 }
 
 // answer decides the reply to a decoded call, and whether it was a retry's recorded reply.
-func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time.Time) ([]byte, bool, string) {
+func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time.Time) (busport.Msg, bool, string) {
 	// link is the caller's link to this host once the call's MAC verified under it; until
 	// then a refusal is signed with the host key, so that a caller with a stale key still
 	// gets a refusal it can authenticate, and a forged call no MAC of the caller's link.
 	var link *linkKeys
-	fail := func(err error) ([]byte, bool, string) {
+	fail := func(err error) (busport.Msg, bool, string) {
 		code := CodeOf(err)
 		return sealReply(p.cfg.Key, link, &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: code}), false, code
 	}
@@ -251,13 +243,7 @@ func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time
 }
 
 // replyCode is the code a recorded reply carries, for the call log.
-func replyCode(reply []byte) string {
-	var w struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(reply, &w)
-	return w.Code
-}
+func replyCode(reply busport.Msg) string { return field(reply.Header, hdrCode) }
 
 // authorize checks that c's caller and this host are members of the room's current roster
 // and that a publication allows the call. Every refusal is the same unauthorized, so a caller

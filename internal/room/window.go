@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/busport"
 )
 
 // Bounds of a provider's memory of recent calls, per caller host (facts §5.1).
@@ -45,7 +47,7 @@ type entry struct {
 	signed   time.Time
 	admitted time.Time
 	done     chan struct{}
-	reply    []byte
+	reply    busport.Msg
 }
 
 func newWindow() *window { return &window{callers: make(map[HostID]*callerWindow)} }
@@ -88,7 +90,7 @@ func (w *window) admit(c *Call, auth []byte, now time.Time) (*entry, bool, error
 }
 
 // finish records e's reply and wakes its retries.
-func (w *window) finish(caller HostID, e *entry, reply []byte) {
+func (w *window) finish(caller HostID, e *entry, reply busport.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e.reply = reply
