@@ -398,25 +398,28 @@ func TestCloseStopsServesAndWatches(t *testing.T) {
 	}
 }
 
-// headerEcho replies with the request's header and data, and a "served" field; overloaded, it
-// replies with a "busy" field alone.
+// headerEcho replies with the request's header and data, and a "served" field, from a
+// goroutine of its own; overloaded, it replies with a "busy" field alone.
 type headerEcho struct{ block, entered chan struct{} }
 
-func (h headerEcho) ServeMsg(ctx context.Context, _ string, m busport.Msg) busport.Msg {
-	if h.entered != nil {
-		h.entered <- struct{}{}
-	}
-	if h.block != nil {
-		select {
-		case <-h.block:
-		case <-ctx.Done():
+func (h headerEcho) ServeMsg(ctx context.Context, _ string, m busport.Msg, respond func(busport.Msg)) {
+	go func() {
+		if h.entered != nil {
+			h.entered <- struct{}{}
 		}
-	}
-	out := map[string][]string{"served": {"1"}}
-	for k, vs := range m.Header {
-		out[k] = vs
-	}
-	return busport.Msg{Header: out, Data: m.Data}
+		if h.block != nil {
+			select {
+			case <-h.block:
+			case <-ctx.Done():
+			}
+		}
+		out := map[string][]string{"served": {"1"}}
+		for k, vs := range m.Header {
+			out[k] = vs
+		}
+		respond(busport.Msg{Header: out, Data: m.Data})
+		respond(busport.Msg{Data: []byte("a second answer is not sent")})
+	}()
 }
 
 func (headerEcho) OverloadedMsg(string, busport.Msg) busport.Msg {

@@ -326,14 +326,22 @@ func (s *serving) deliver(m *nats.Msg) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if s.mh != nil {
+		// The handler answers when it can, here or from a goroutine that ends the request.
+		var once sync.Once
+		s.mh.ServeMsg(s.ctx, m.Subject, busport.Msg{Header: m.Header, Data: m.Data}, func(r busport.Msg) {
+			once.Do(func() {
+				respondMsg(m, r, s.maxPayload)
+				<-s.slots
+				s.wg.Done()
+			})
+		})
+		return
+	}
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
-		if s.mh != nil {
-			respondMsg(m, s.mh.ServeMsg(s.ctx, m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
-		} else {
-			respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
-		}
+		respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
 	}()
 }
 

@@ -64,11 +64,15 @@ type Msg struct {
 	Data   []byte
 }
 
-// MsgHandler answers requests with header fields delivered by Conn.ServeMsg. Its methods
-// have the contracts of Handler's Serve and Overloaded; a reply with neither header nor data
-// sends none.
+// MsgHandler answers requests with header fields delivered by Conn.ServeMsg. Unlike a
+// Handler it may answer after it returns: ServeMsg runs on the delivery goroutine, one
+// request at a time, and must not block; it calls respond exactly once, from any goroutine,
+// before or after it returns, and hands whatever waits to a goroutine of its own. A request
+// holds one of the limit slots until respond is called, ctx ends when the subscription
+// stops, and Stop returns once respond was called for every request delivered. A reply with
+// neither header nor data sends none. OverloadedMsg has Handler.Overloaded's contract.
 type MsgHandler interface {
-	ServeMsg(ctx context.Context, subject string, m Msg) Msg
+	ServeMsg(ctx context.Context, subject string, m Msg, respond func(Msg))
 	OverloadedMsg(subject string, m Msg) Msg
 }
 

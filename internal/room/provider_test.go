@@ -495,3 +495,28 @@ func TestInvokeTimeoutAndProviderStop(t *testing.T) {
 		wantCode(t, <-errc, CodeUnavailable)
 	})
 }
+
+// TestProviderWithAStartInvoker runs the provider's tests again with an invoker that starts
+// each call and ends it on another goroutine, as the daemon's capability supervisor does: the
+// provider then runs the call without a goroutine of its own, and every check, bound and
+// re-authorization must hold exactly as with an invoker that runs calls to their end.
+func TestProviderWithAStartInvoker(t *testing.T) {
+	withStartInvoker = true
+	defer func() { withStartInvoker = false }()
+	for _, test := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"authorization matrix", TestProviderAuthorizationMatrix},
+		{"reauthorizes at result time", TestProviderReauthorizesAtResultTime},
+		{"duplicate window", TestDuplicateWindow},
+		{"duplicate window expires", TestDuplicateWindowExpires},
+		{"retry while running", TestRetryWhileRunningWaitsForTheFirstCopy},
+		{"in-flight bound", TestInFlightBoundPerCaller},
+		{"overloaded", TestOverloadedIsBusy},
+		{"per-call approval", TestPerCallApproval},
+		{"invoke timeout and stop", TestInvokeTimeoutAndProviderStop},
+	} {
+		t.Run(test.name, test.f)
+	}
+}
