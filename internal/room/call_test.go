@@ -365,3 +365,52 @@ func TestOpenReplyRefusesMalformedReplies(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOpenReply holds the reply decoder to its properties: whatever it accepts answers the
+// call it was opened for, has exactly one outcome (a valid code and no result, or a result
+// that is one JSON value without duplicate keys), is within the bound, and is authenticated:
+// resealed by the provider with the same link (or its host key), it carries the same MAC (or
+// a signature that verifies).
+func FuzzOpenReply(f *testing.F) {
+	link := mustLink(f, fuzzKey, fuzzProvider)
+	atProvider, err := fuzzProvider.link(fuzzKey.ID(), fuzzProvider.ID(), fuzzKey.kx.PublicKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := &Call{Room: "r1", Provider: fuzzProvider.ID(), Caller: fuzzKey.ID(), Capability: "light", Operation: Observe, RequestID: "1", Timeout: CallTimeout}
+	for _, r := range []*Reply{
+		{Result: json.RawMessage(`{"on":true,"brightness":42}`)},
+		{Code: CodeBusy},
+	} {
+		r.Room, r.Caller, r.RequestID = c.Room, c.Caller, c.RequestID
+		m := sealReply(fuzzProvider, atProvider, r)
+		f.Add(headerText(m.Header), m.Data)
+		s := sealReply(fuzzProvider, nil, r)
+		f.Add(headerText(s.Header), s.Data)
+	}
+	f.Fuzz(func(t *testing.T, hdr string, data []byte) {
+		m := busport.Msg{Header: parseHeader(hdr), Data: data}
+		r, err := openReply(m, c, link)
+		if err != nil {
+			if CodeOf(err) != CodeInvalidReply && CodeOf(err) != CodeTooLarge {
+				t.Fatalf("unexpected code %v", err)
+			}
+			return
+		}
+		if r.Room != c.Room || r.Provider != c.Provider || r.Caller != c.Caller || r.RequestID != c.RequestID ||
+			len(r.Result) > MaxResultBytes || (r.Code != "") == (r.Result != nil) || (r.Code != "" && !validCode(r.Code)) ||
+			(r.Result != nil && ndjson.Valid(r.Result) != nil) {
+			t.Fatalf("accepted a reply out of bounds: %+v", r)
+		}
+		again := &Reply{Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID, Code: r.Code, Result: r.Result}
+		switch {
+		case r.MAC != nil:
+			sealReply(fuzzProvider, atProvider, again)
+			if !hmac.Equal(again.MAC, r.MAC) {
+				t.Fatal("accepted a reply whose MAC the provider would not make")
+			}
+		case !ed25519.Verify(fuzzProvider.ID().PublicKey(), again.authBytes(), r.Sig):
+			t.Fatal("accepted a reply whose signature does not verify")
+		}
+	})
+}
