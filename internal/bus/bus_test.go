@@ -474,3 +474,72 @@ func TestRequestMsgCarriesHeaderFields(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestStartRequestMsgEndsOnceWithTheReplyOrItsFailure(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, true)
+	sub, err := a.ServeMsg("svc.h", 32, headerEcho{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	block := make(chan struct{})
+	slow, err := a.ServeMsg("svc.slow", 4, headerEcho{block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		m   busport.Msg
+		err error
+	}
+	start := func(ctx context.Context, subject string, m busport.Msg) chan answer {
+		ch := make(chan answer, 2) // room for a second answer, which must never come
+		b.StartRequestMsg(ctx, subject, m, func(m busport.Msg, err error) { ch <- answer{m, err} })
+		return ch
+	}
+	once := func(ch chan answer) answer {
+		t.Helper()
+		got := <-ch
+		time.Sleep(10 * time.Millisecond)
+		if len(ch) != 0 {
+			t.Fatal("done was called twice")
+		}
+		return got
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Header: map[string][]string{"k": {"v"}}, Data: []byte("x")})); got.err != nil ||
+		string(got.m.Data) != "x" || !slices.Equal(got.m.Header["k"], []string{"v"}) {
+		t.Fatalf("reply = %+v", got)
+	}
+	// Many at once, each gets its own reply.
+	var chans []chan answer
+	for i := range 20 {
+		chans = append(chans, start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Data: []byte{byte('a' + i)}}))
+	}
+	for i, ch := range chans {
+		if got := <-ch; got.err != nil || string(got.m.Data) != string(rune('a'+i)) {
+			t.Fatalf("reply %d = %+v", i, got)
+		}
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.none", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrNoResponders) {
+		t.Fatalf("no responders: %+v", got)
+	}
+	if got := once(start(ctxTimeout(t, 100*time.Millisecond), "svc.slow", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrTimeout) {
+		t.Fatalf("timeout: %+v", got)
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Data: make([]byte, DefaultMaxPayload+1)})); !errors.Is(got.err, busport.ErrTooLarge) {
+		t.Fatalf("too large: %+v", got)
+	}
+	if got := once(start(context.Background(), "svc.h", busport.Msg{Data: []byte("x")})); got.err == nil {
+		t.Fatal("a request without a deadline was sent")
+	}
+	close(block)
+	if err := slow.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := once(start(ctxTimeout(t, time.Second), "svc.h", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrClosed) {
+		t.Fatalf("after Close: %+v", got)
+	}
+}

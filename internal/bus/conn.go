@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,20 @@ type Conn struct {
 
 	mu   sync.Mutex // guards subs
 	subs map[busport.Subscription]struct{}
+
+	// replies routes the replies of StartRequestMsg: one subscription to a private inbox
+	// prefix, made on first use, and the requests waiting, by token.
+	replyMu  sync.Mutex // guards the fields below
+	replySub *nats.Subscription
+	replyTo  string // the inbox prefix, with its trailing dot
+	nextTok  uint64
+	waiting  map[string]*waitingReply
+}
+
+// waitingReply is a request of StartRequestMsg waiting for its reply.
+type waitingReply struct {
+	done func(busport.Msg, error)
+	stop func() bool // stops the context's AfterFunc
 }
 
 var _ busport.Conn = (*Conn)(nil)
@@ -188,6 +203,82 @@ func (c *Conn) RequestMsg(ctx context.Context, subject string, m busport.Msg) (b
 		return busport.Msg{}, fmt.Errorf("reply of %d bytes: %w", n, busport.ErrTooLarge)
 	}
 	return busport.Msg{Header: r.Header, Data: r.Data}, nil
+}
+
+// StartRequestMsg implements busport.Conn. The reply comes to a subject under this
+// connection's own inbox prefix, as RequestMsg's does; the request ends at ctx's end.
+func (c *Conn) StartRequestMsg(ctx context.Context, subject string, m busport.Msg, done func(busport.Msg, error)) {
+	if n := msgBytes(m.Header, m.Data); n > c.maxPayload {
+		done(busport.Msg{}, fmt.Errorf("request of %d bytes: %w", n, busport.ErrTooLarge))
+		return
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		done(busport.Msg{}, fmt.Errorf("bus: request without a deadline"))
+		return
+	}
+	reply, err := c.await(ctx, done)
+	if err != nil {
+		done(busport.Msg{}, mapError(err))
+		return
+	}
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(m.Header), Data: m.Data}); err != nil {
+		if w := c.takeReply(reply); w != nil {
+			w.stop()
+			w.done(busport.Msg{}, mapError(err))
+		}
+	}
+}
+
+// await registers a request waiting for its reply and returns its reply subject. The
+// request ends with ctx's error when ctx ends first.
+func (c *Conn) await(ctx context.Context, done func(busport.Msg, error)) (string, error) {
+	c.replyMu.Lock()
+	defer c.replyMu.Unlock()
+	if c.replySub == nil {
+		prefix := c.nc.NewInbox() + "."
+		sub, err := c.nc.Subscribe(prefix+"*", c.onReply)
+		if err != nil {
+			return "", err
+		}
+		c.replySub, c.replyTo, c.waiting = sub, prefix, make(map[string]*waitingReply)
+	}
+	c.nextTok++
+	reply := c.replyTo + strconv.FormatUint(c.nextTok, 36)
+	w := &waitingReply{done: done}
+	c.waiting[reply] = w
+	w.stop = context.AfterFunc(ctx, func() {
+		if w := c.takeReply(reply); w != nil {
+			w.done(busport.Msg{}, mapError(ctx.Err()))
+		}
+	})
+	return reply, nil
+}
+
+// takeReply removes and returns the request waiting on reply, nil if it has ended.
+func (c *Conn) takeReply(reply string) *waitingReply {
+	c.replyMu.Lock()
+	defer c.replyMu.Unlock()
+	w := c.waiting[reply]
+	delete(c.waiting, reply)
+	return w
+}
+
+// onReply ends the request a reply answers, on the reply subscription's goroutine. A reply
+// to a request that has ended is dropped.
+func (c *Conn) onReply(m *nats.Msg) {
+	w := c.takeReply(m.Subject)
+	if w == nil {
+		return
+	}
+	w.stop()
+	switch {
+	case len(m.Data) == 0 && m.Header.Get("Status") == "503":
+		w.done(busport.Msg{}, fmt.Errorf("%w: %v", busport.ErrNoResponders, nats.ErrNoResponders))
+	case msgBytes(m.Header, m.Data) > c.maxPayload:
+		w.done(busport.Msg{}, fmt.Errorf("reply of %d bytes: %w", msgBytes(m.Header, m.Data), busport.ErrTooLarge))
+	default:
+		w.done(busport.Msg{Header: m.Header, Data: m.Data}, nil)
+	}
 }
 
 // msgBytes is the size of a message's header block and data as the wire carries them

@@ -443,3 +443,63 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(s)
 	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
 }
+
+// TestRoomCallStartsWithoutWaiting drives Caller.Start, the path of the owner socket's room
+// calls: the call goes out at once and its result (or typed failure) comes to done on the
+// bus's reply goroutine; a call that would have to read the bus first is left to Call.
+func TestRoomCallStartsWithoutWaiting(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	a, b, _, _, prov := twoHosts(t, s)
+	caller := room.NewCaller(b.key, b.conn, b.dir)
+	req := room.Request{Room: roomID, Provider: a.key.ID(), Capability: "living_room_light", Operation: room.Invoke,
+		Action: "set_color", Args: json.RawMessage(`{"color":"#123456"}`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Call reads A's key record from the bus if B's watch has not brought it yet.
+	if _, err := caller.Call(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		raw json.RawMessage
+		err error
+	}
+	start := func(c *room.Caller, req room.Request) (answer, bool) {
+		ch := make(chan answer, 2)
+		if !c.Start(ctx, req, time.Now(), func(raw json.RawMessage, err error) { ch <- answer{raw, err} }) {
+			return answer{}, false
+		}
+		got := <-ch
+		time.Sleep(10 * time.Millisecond)
+		if len(ch) != 0 {
+			t.Fatal("done was called twice")
+		}
+		return got, true
+	}
+	if got, ok := start(caller, req); !ok || got.err != nil || string(got.raw) != `{"ok":true,"action":"set_color"}` {
+		t.Fatalf("Start = %s %v %v", got.raw, got.err, ok)
+	}
+	bad := req
+	bad.Action = "explode"
+	if got, ok := start(caller, bad); !ok || room.CodeOf(got.err) != room.CodeUnauthorized {
+		t.Fatalf("unpublished action: %v %v", got.err, ok)
+	}
+	bad = req
+	bad.Room = "Bad.Room"
+	if got, ok := start(caller, bad); !ok || room.CodeOf(got.err) != room.CodeInvalidRequest {
+		t.Fatalf("bad room: %v %v", got.err, ok)
+	}
+	// A directory that does not know A yet: Start leaves the call to Call.
+	if _, ok := start(room.NewCaller(b.key, b.conn, room.NewDirectory()), req); ok {
+		t.Fatal("Start sent a call whose provider key it does not hold")
+	}
+	if err := prov.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := start(caller, req); !ok || room.CodeOf(got.err) != room.CodeUnavailable {
+		t.Fatalf("provider gone: %v %v", got.err, ok)
+	}
+}

@@ -51,6 +51,11 @@ type Conn interface {
 	// reply's header comes back with the reply's data. The limit of MaxPayload applies to
 	// the data and header together.
 	RequestMsg(ctx context.Context, subject string, m Msg) (Msg, error)
+	// StartRequestMsg is RequestMsg without the wait: done receives exactly what RequestMsg
+	// would return, exactly once — on the connection's reply goroutine, on a goroutine that
+	// ends the request when ctx does, or before StartRequestMsg returns when the request
+	// cannot be sent. done must not block. ctx must have a deadline.
+	StartRequestMsg(ctx context.Context, subject string, m Msg, done func(Msg, error))
 	// ServeMsg is Serve for a handler of requests with header fields.
 	ServeMsg(subject string, limit int, h MsgHandler) (Subscription, error)
 }
