@@ -90,11 +90,13 @@ func (c *Caller) prepare(req Request, now time.Time, fetch bool) (*Prepared, boo
 	if !ValidRoomID(req.Room) || !req.Provider.Valid() {
 		return nil, true, newError(CodeInvalidRequest, "call: bad room or provider")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
-	pub, ok := c.dir.memberKey(ctx, req.Room, req.Provider, fetch)
-	cancel()
+	pub, ok := c.dir.memberKey(context.Background(), req.Room, req.Provider, false)
 	if !ok && !fetch {
 		return nil, false, nil
+	}
+	if !ok {
+		// Read the provider's key record from the bus (memberKey bounds it by syncTimeout).
+		pub, ok = c.dir.memberKey(context.Background(), req.Room, req.Provider, true)
 	}
 	if !ok {
 		return nil, true, newError(CodeUnavailable, "the provider is not a member with a known key in the room")
