@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/airlockhq/airlock/internal/bus"
+	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/room"
 )
 
@@ -66,13 +67,13 @@ func BenchmarkFabricInvoke(b *testing.B) {
 	// The bare reply is as large as a signed ok reply of the light (v, room, provider, caller,
 	// requestId, ok, result and a base64 MAC: 330 bytes give or take the ids' lengths).
 	var callBytes atomic.Int64
-	sub, err := cc.Serve(bareSubject, 16, measuringEcho{reply: make([]byte, 330), seen: &callBytes})
+	probe, err := cc.ServeMsg(bareSubject, 16, sizeProbe{seen: &callBytes})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sub.Stop()
-	// The bare request is as large as a room call: one call to C, sent to C's subject where
-	// the echo measures it (the echo's reply is not a valid room reply, so Send fails).
+	// The bare request is as large as a room call, header fields and args: one call to C,
+	// sent to C's subject where the probe measures it (its empty reply is not a valid room
+	// reply, so Send fails).
 	creq := req
 	creq.Provider = tf.keys[1].ID()
 	waitUntil(10*time.Second, func() bool {
@@ -86,6 +87,14 @@ func BenchmarkFabricInvoke(b *testing.B) {
 		return callBytes.Load() > 0
 	})
 	payload := make([]byte, callBytes.Load())
+	if err := probe.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := cc.Serve(bareSubject, 16, measuringEcho{reply: make([]byte, 330)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Stop()
 
 	invoke := func() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -135,17 +144,27 @@ func BenchmarkFabricInvoke(b *testing.B) {
 	}
 }
 
-// measuringEcho answers a bare request and records the size of the last one.
-type measuringEcho struct {
-	reply []byte
-	seen  *atomic.Int64
-}
+// measuringEcho answers a bare request with reply.
+type measuringEcho struct{ reply []byte }
 
-func (e measuringEcho) Serve(_ context.Context, _ string, payload []byte) []byte {
-	e.seen.Store(int64(len(payload)))
-	return e.reply
+func (e measuringEcho) Serve(context.Context, string, []byte) []byte { return e.reply }
+func (e measuringEcho) Overloaded(string, []byte) []byte             { return nil }
+
+// sizeProbe records the size of the last request it saw, header fields and data, and answers
+// with an empty message.
+type sizeProbe struct{ seen *atomic.Int64 }
+
+func (p sizeProbe) ServeMsg(_ context.Context, _ string, m busport.Msg, respond func(busport.Msg)) {
+	n := len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	p.seen.Store(int64(n))
+	respond(busport.Msg{Data: []byte{}})
 }
-func (e measuringEcho) Overloaded(string, []byte) []byte { return nil }
+func (sizeProbe) OverloadedMsg(string, busport.Msg) busport.Msg { return busport.Msg{} }
 
 // simHost is one simulated airlockd: its connection, room state, provider and caller.
 type simHost struct {

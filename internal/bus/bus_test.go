@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -393,5 +395,151 @@ func TestCloseStopsServesAndWatches(t *testing.T) {
 	}
 	if _, err := c.Serve("svc.y", 1, &echoHandler{}); err == nil {
 		t.Fatal("Serve after Close succeeded")
+	}
+}
+
+// headerEcho replies with the request's header and data, and a "served" field, from a
+// goroutine of its own; overloaded, it replies with a "busy" field alone.
+type headerEcho struct{ block, entered chan struct{} }
+
+func (h headerEcho) ServeMsg(ctx context.Context, _ string, m busport.Msg, respond func(busport.Msg)) {
+	go func() {
+		if h.entered != nil {
+			h.entered <- struct{}{}
+		}
+		if h.block != nil {
+			select {
+			case <-h.block:
+			case <-ctx.Done():
+			}
+		}
+		out := map[string][]string{"served": {"1"}}
+		for k, vs := range m.Header {
+			out[k] = vs
+		}
+		respond(busport.Msg{Header: out, Data: m.Data})
+		respond(busport.Msg{Data: []byte("a second answer is not sent")})
+	}()
+}
+
+func (headerEcho) OverloadedMsg(string, busport.Msg) busport.Msg {
+	return busport.Msg{Header: map[string][]string{"busy": {"1"}}}
+}
+
+func TestRequestMsgCarriesHeaderFields(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, true)
+	sub, err := a.ServeMsg("svc.h", 1, headerEcho{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	got, err := b.RequestMsg(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Header: map[string][]string{"room": {"r1"}, "Room": {"x", "y"}}, Data: []byte("args")})
+	if err != nil || string(got.Data) != "args" || !slices.Equal(got.Header["room"], []string{"r1"}) ||
+		!slices.Equal(got.Header["Room"], []string{"x", "y"}) || !slices.Equal(got.Header["served"], []string{"1"}) {
+		t.Fatalf("RequestMsg = %+v, %v", got, err)
+	}
+	// A header alone is a reply; data alone is a request.
+	if got, err := b.RequestMsg(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Data: []byte("x")}); err != nil || string(got.Data) != "x" || len(got.Header) != 1 {
+		t.Fatalf("RequestMsg without a header = %+v, %v", got, err)
+	}
+	big := busport.Msg{Header: map[string][]string{"k": {strings.Repeat("v", DefaultMaxPayload/2)}}, Data: make([]byte, DefaultMaxPayload/2)}
+	if _, err := b.RequestMsg(ctxTimeout(t, 5*time.Second), "svc.h", big); !errors.Is(err, busport.ErrTooLarge) {
+		t.Fatalf("header and data over the limit: %v", err)
+	}
+	if _, err := b.RequestMsg(ctxTimeout(t, 5*time.Second), "svc.none", busport.Msg{Data: []byte("x")}); !errors.Is(err, busport.ErrNoResponders) {
+		t.Fatalf("no responders: %v", err)
+	}
+
+	// The one slot taken, a second request is answered by OverloadedMsg.
+	block, entered := make(chan struct{}), make(chan struct{})
+	slow, err := a.ServeMsg("svc.slow", 1, headerEcho{block: block, entered: entered})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.RequestMsg(ctxTimeout(t, 10*time.Second), "svc.slow", busport.Msg{Data: []byte("1")})
+		first <- err
+	}()
+	<-entered
+	if busy, err := b.RequestMsg(ctxTimeout(t, 5*time.Second), "svc.slow", busport.Msg{Data: []byte("2")}); err != nil || busy.Header["busy"] == nil || len(busy.Data) != 0 {
+		t.Fatalf("overloaded reply = %+v, %v", busy, err)
+	}
+	close(block)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := slow.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStartRequestMsgEndsOnceWithTheReplyOrItsFailure(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	a, b := dial(t, s, false), dial(t, s, true)
+	sub, err := a.ServeMsg("svc.h", 32, headerEcho{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	block := make(chan struct{})
+	slow, err := a.ServeMsg("svc.slow", 4, headerEcho{block: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		m   busport.Msg
+		err error
+	}
+	start := func(ctx context.Context, subject string, m busport.Msg) chan answer {
+		ch := make(chan answer, 2) // room for a second answer, which must never come
+		b.StartRequestMsg(ctx, subject, m, func(m busport.Msg, err error) { ch <- answer{m, err} })
+		return ch
+	}
+	once := func(ch chan answer) answer {
+		t.Helper()
+		got := <-ch
+		time.Sleep(10 * time.Millisecond)
+		if len(ch) != 0 {
+			t.Fatal("done was called twice")
+		}
+		return got
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Header: map[string][]string{"k": {"v"}}, Data: []byte("x")})); got.err != nil ||
+		string(got.m.Data) != "x" || !slices.Equal(got.m.Header["k"], []string{"v"}) {
+		t.Fatalf("reply = %+v", got)
+	}
+	// Many at once, each gets its own reply.
+	var chans []chan answer
+	for i := range 20 {
+		chans = append(chans, start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Data: []byte{byte('a' + i)}}))
+	}
+	for i, ch := range chans {
+		if got := <-ch; got.err != nil || string(got.m.Data) != string(rune('a'+i)) {
+			t.Fatalf("reply %d = %+v", i, got)
+		}
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.none", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrNoResponders) {
+		t.Fatalf("no responders: %+v", got)
+	}
+	if got := once(start(ctxTimeout(t, 100*time.Millisecond), "svc.slow", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrTimeout) {
+		t.Fatalf("timeout: %+v", got)
+	}
+	if got := once(start(ctxTimeout(t, 5*time.Second), "svc.h", busport.Msg{Data: make([]byte, DefaultMaxPayload+1)})); !errors.Is(got.err, busport.ErrTooLarge) {
+		t.Fatalf("too large: %+v", got)
+	}
+	if got := once(start(context.Background(), "svc.h", busport.Msg{Data: []byte("x")})); got.err == nil {
+		t.Fatal("a request without a deadline was sent")
+	}
+	close(block)
+	if err := slow.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := once(start(ctxTimeout(t, time.Second), "svc.h", busport.Msg{Data: []byte("x")})); !errors.Is(got.err, busport.ErrClosed) {
+		t.Fatalf("after Close: %+v", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,20 @@ type Conn struct {
 
 	mu   sync.Mutex // guards subs
 	subs map[busport.Subscription]struct{}
+
+	// replies routes the replies of StartRequestMsg: one subscription to a private inbox
+	// prefix, made on first use, and the requests waiting, by token.
+	replyMu  sync.Mutex // guards the fields below
+	replySub *nats.Subscription
+	replyTo  string // the inbox prefix, with its trailing dot
+	nextTok  uint64
+	waiting  map[string]*waitingReply
+}
+
+// waitingReply is a request of StartRequestMsg waiting for its reply.
+type waitingReply struct {
+	done func(busport.Msg, error)
+	stop func() bool // stops the context's AfterFunc
 }
 
 var _ busport.Conn = (*Conn)(nil)
@@ -172,6 +187,115 @@ func (c *Conn) Request(ctx context.Context, subject string, payload []byte) ([]b
 	return m.Data, nil
 }
 
+// RequestMsg implements busport.Conn.
+func (c *Conn) RequestMsg(ctx context.Context, subject string, m busport.Msg) (busport.Msg, error) {
+	if n := msgBytes(m.Header, m.Data); n > c.maxPayload {
+		return busport.Msg{}, fmt.Errorf("request of %d bytes: %w", n, busport.ErrTooLarge)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return busport.Msg{}, fmt.Errorf("bus: request without a deadline")
+	}
+	r, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Header: nats.Header(m.Header), Data: m.Data})
+	if err != nil {
+		return busport.Msg{}, mapError(err)
+	}
+	if n := msgBytes(r.Header, r.Data); n > c.maxPayload {
+		return busport.Msg{}, fmt.Errorf("reply of %d bytes: %w", n, busport.ErrTooLarge)
+	}
+	return busport.Msg{Header: r.Header, Data: r.Data}, nil
+}
+
+// StartRequestMsg implements busport.Conn. The reply comes to a subject under this
+// connection's own inbox prefix, as RequestMsg's does; the request ends at ctx's end.
+func (c *Conn) StartRequestMsg(ctx context.Context, subject string, m busport.Msg, done func(busport.Msg, error)) {
+	if n := msgBytes(m.Header, m.Data); n > c.maxPayload {
+		done(busport.Msg{}, fmt.Errorf("request of %d bytes: %w", n, busport.ErrTooLarge))
+		return
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		done(busport.Msg{}, fmt.Errorf("bus: request without a deadline"))
+		return
+	}
+	reply, err := c.await(ctx, done)
+	if err != nil {
+		done(busport.Msg{}, mapError(err))
+		return
+	}
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: nats.Header(m.Header), Data: m.Data}); err != nil {
+		if w := c.takeReply(reply); w != nil {
+			w.stop()
+			w.done(busport.Msg{}, mapError(err))
+		}
+	}
+}
+
+// await registers a request waiting for its reply and returns its reply subject. The
+// request ends with ctx's error when ctx ends first.
+func (c *Conn) await(ctx context.Context, done func(busport.Msg, error)) (string, error) {
+	c.replyMu.Lock()
+	defer c.replyMu.Unlock()
+	if c.replySub == nil {
+		prefix := c.nc.NewInbox() + "."
+		sub, err := c.nc.Subscribe(prefix+"*", c.onReply)
+		if err != nil {
+			return "", err
+		}
+		c.replySub, c.replyTo, c.waiting = sub, prefix, make(map[string]*waitingReply)
+	}
+	c.nextTok++
+	reply := c.replyTo + strconv.FormatUint(c.nextTok, 36)
+	w := &waitingReply{done: done}
+	c.waiting[reply] = w
+	w.stop = context.AfterFunc(ctx, func() {
+		if w := c.takeReply(reply); w != nil {
+			w.done(busport.Msg{}, mapError(ctx.Err()))
+		}
+	})
+	return reply, nil
+}
+
+// takeReply removes and returns the request waiting on reply, nil if it has ended.
+func (c *Conn) takeReply(reply string) *waitingReply {
+	c.replyMu.Lock()
+	defer c.replyMu.Unlock()
+	w := c.waiting[reply]
+	delete(c.waiting, reply)
+	return w
+}
+
+// onReply ends the request a reply answers, on the reply subscription's goroutine. A reply
+// to a request that has ended is dropped.
+func (c *Conn) onReply(m *nats.Msg) {
+	w := c.takeReply(m.Subject)
+	if w == nil {
+		return
+	}
+	w.stop()
+	switch {
+	case len(m.Data) == 0 && m.Header.Get("Status") == "503":
+		w.done(busport.Msg{}, fmt.Errorf("%w: %v", busport.ErrNoResponders, nats.ErrNoResponders))
+	case msgBytes(m.Header, m.Data) > c.maxPayload:
+		w.done(busport.Msg{}, fmt.Errorf("reply of %d bytes: %w", msgBytes(m.Header, m.Data), busport.ErrTooLarge))
+	default:
+		w.done(busport.Msg{Header: m.Header, Data: m.Data}, nil)
+	}
+}
+
+// msgBytes is the size of a message's header block and data as the wire carries them
+// ("NATS/1.0\r\n", a "name: value\r\n" line per value, a blank line).
+func msgBytes(h map[string][]string, data []byte) int {
+	n := len(data)
+	if len(h) > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+		for k, vs := range h {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+	}
+	return n
+}
+
 // mapError maps nats.go's errors onto busport's.
 func mapError(err error) error {
 	switch {
@@ -194,11 +318,20 @@ func mapError(err error) error {
 
 // Serve implements busport.Conn.
 func (c *Conn) Serve(subject string, limit int, h busport.Handler) (busport.Subscription, error) {
+	return c.serve(subject, limit, &serving{h: h})
+}
+
+// ServeMsg implements busport.Conn.
+func (c *Conn) ServeMsg(subject string, limit int, h busport.MsgHandler) (busport.Subscription, error) {
+	return c.serve(subject, limit, &serving{mh: h})
+}
+
+func (c *Conn) serve(subject string, limit int, s *serving) (busport.Subscription, error) {
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: serve limit %d", ErrConfig, limit)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &serving{h: h, ctx: ctx, cancel: cancel, slots: make(chan struct{}, limit), maxPayload: c.maxPayload}
+	s.ctx, s.cancel, s.slots, s.maxPayload = ctx, cancel, make(chan struct{}, limit), c.maxPayload
 	sub, err := c.nc.QueueSubscribe(subject, queueGroup, s.deliver)
 	if err != nil {
 		cancel()
@@ -246,7 +379,8 @@ func (c *Conn) untrack(s busport.Subscription) {
 // serving is one Serve subscription. Its handlers run on goroutines it owns; Stop waits for
 // them.
 type serving struct {
-	h          busport.Handler
+	h          busport.Handler    // one of h and mh is set
+	mh         busport.MsgHandler // for ServeMsg
 	ctx        context.Context
 	cancel     context.CancelFunc
 	slots      chan struct{}
@@ -262,13 +396,17 @@ type serving struct {
 
 // deliver runs on the subscription's delivery goroutine, one message at a time.
 func (s *serving) deliver(m *nats.Msg) {
-	if len(m.Data) > s.maxPayload || m.Reply == "" {
+	if msgBytes(m.Header, m.Data) > s.maxPayload || m.Reply == "" {
 		return
 	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+		if s.mh != nil {
+			respondMsg(m, s.mh.OverloadedMsg(m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
+		} else {
+			respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+		}
 		return
 	}
 	s.mu.Lock()
@@ -279,6 +417,18 @@ func (s *serving) deliver(m *nats.Msg) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if s.mh != nil {
+		// The handler answers when it can, here or from a goroutine that ends the request.
+		var once sync.Once
+		s.mh.ServeMsg(s.ctx, m.Subject, busport.Msg{Header: m.Header, Data: m.Data}, func(r busport.Msg) {
+			once.Do(func() {
+				respondMsg(m, r, s.maxPayload)
+				<-s.slots
+				s.wg.Done()
+			})
+		})
+		return
+	}
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
@@ -292,6 +442,15 @@ func respond(m *nats.Msg, reply []byte, maxPayload int) {
 		return
 	}
 	_ = m.Respond(reply)
+}
+
+// respondMsg sends a reply with header fields within the bound, as respond does; a reply with
+// neither header nor data is not sent.
+func respondMsg(m *nats.Msg, reply busport.Msg, maxPayload int) {
+	if (reply.Header == nil && reply.Data == nil) || msgBytes(reply.Header, reply.Data) > maxPayload {
+		return
+	}
+	_ = m.RespondMsg(&nats.Msg{Header: nats.Header(reply.Header), Data: reply.Data})
 }
 
 // Stop implements busport.Subscription: no new deliveries, running handlers' ctx cancelled,

@@ -126,7 +126,8 @@ func TestRoomCallsBetweenTwoHostsOnOneServer(t *testing.T) {
 	var seenMu sync.Mutex
 	var seen []string
 	snoopSub, err := snoop.Subscribe(">", func(m *nats.Msg) {
-		if strings.Contains(string(m.Data), `"result"`) {
+		// A result is a reply (no operation field) that carries data.
+		if m.Header != nil && m.Header["provider"] != nil && m.Header["operation"] == nil && len(m.Data) > 0 {
 			seenMu.Lock()
 			seen = append(seen, m.Subject)
 			seenMu.Unlock()
@@ -298,10 +299,10 @@ func TestRoomKeysTravelAsSignedRecords(t *testing.T) {
 	}
 
 	// B's call, captured on the wire and sent again with one bit of its MAC flipped.
-	calls := make(chan []byte, 4)
+	calls := make(chan *nats.Msg, 4)
 	sub, err := raw.Subscribe(room.CallSubject(roomID, a.key.ID()), func(m *nats.Msg) {
 		select {
-		case calls <- m.Data:
+		case calls <- m:
 		default:
 		}
 	})
@@ -315,32 +316,31 @@ func TestRoomKeysTravelAsSignedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The copy may still be on its way to the raw connection when B has its reply.
-	var captured []byte
+	var captured *nats.Msg
 	select {
 	case captured = <-calls:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the raw connection never saw B's call")
 	}
 	_ = sub.Unsubscribe()
-	var w map[string]any
-	if err := json.Unmarshal(captured, &w); err != nil {
-		t.Fatal(err)
-	}
-	mac, err := base64.StdEncoding.DecodeString(w["mac"].(string))
+	mac, err := base64.StdEncoding.DecodeString(captured.Header.Get("mac"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mac[0] ^= 1
-	w["mac"], w["requestId"] = base64.StdEncoding.EncodeToString(mac), "forged-1"
-	tampered, _ := json.Marshal(w)
+	tampered := nats.NewMsg(room.CallSubject(roomID, a.key.ID()))
+	tampered.Data = captured.Data
+	for k, vs := range captured.Header {
+		tampered.Header[k] = vs
+	}
+	tampered.Header["mac"], tampered.Header["requestId"] = []string{base64.StdEncoding.EncodeToString(mac)}, []string{"forged-1"}
 	runs := inv.count()
-	reply, err := raw.Request(room.CallSubject(roomID, a.key.ID()), tampered, 10*time.Second)
+	reply, err := raw.RequestMsg(tampered, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rw map[string]any
-	if err := json.Unmarshal(reply.Data, &rw); err != nil || rw["code"] != room.CodeUnauthorized || rw["sig"] == nil || rw["mac"] != nil {
-		t.Fatalf("reply to a tampered call: %s %v", reply.Data, err)
+	if reply.Header.Get("code") != room.CodeUnauthorized || reply.Header.Get("sig") == "" || reply.Header.Get("mac") != "" || len(reply.Data) != 0 {
+		t.Fatalf("reply to a tampered call: %v %q", reply.Header, reply.Data)
 	}
 	if inv.count() != runs {
 		t.Fatal("a tampered call ran")
@@ -402,8 +402,8 @@ func BenchmarkRoomInvokeVsBareRequest(b *testing.B) {
 	caller := room.NewCaller(hb.key, hb.conn, hb.dir)
 	req := room.Request{Room: roomID, Provider: a.key.ID(), Capability: "living_room_light", Operation: room.Invoke,
 		Action: "set_color", Args: json.RawMessage(`{"color":"#123456"}`)}
-	// A bare request of about an authenticated call's size.
-	payload := make([]byte, 700)
+	// A bare request of about an authenticated call's size: header fields and args.
+	payload := make([]byte, 390)
 
 	var bare, rooms []time.Duration
 	ctx := context.Background()
@@ -442,4 +442,64 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s[len(s)/2], s[min(len(s)-1, len(s)*99/100)]
+}
+
+// TestRoomCallStartsWithoutWaiting drives Caller.Start, the path of the owner socket's room
+// calls: the call goes out at once and its result (or typed failure) comes to done on the
+// bus's reply goroutine; a call that would have to read the bus first is left to Call.
+func TestRoomCallStartsWithoutWaiting(t *testing.T) {
+	s, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	a, b, _, _, prov := twoHosts(t, s)
+	caller := room.NewCaller(b.key, b.conn, b.dir)
+	req := room.Request{Room: roomID, Provider: a.key.ID(), Capability: "living_room_light", Operation: room.Invoke,
+		Action: "set_color", Args: json.RawMessage(`{"color":"#123456"}`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Call reads A's key record from the bus if B's watch has not brought it yet.
+	if _, err := caller.Call(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		raw json.RawMessage
+		err error
+	}
+	start := func(c *room.Caller, req room.Request) (answer, bool) {
+		ch := make(chan answer, 2)
+		if !c.Start(ctx, req, time.Now(), func(raw json.RawMessage, err error) { ch <- answer{raw, err} }) {
+			return answer{}, false
+		}
+		got := <-ch
+		time.Sleep(10 * time.Millisecond)
+		if len(ch) != 0 {
+			t.Fatal("done was called twice")
+		}
+		return got, true
+	}
+	if got, ok := start(caller, req); !ok || got.err != nil || string(got.raw) != `{"ok":true,"action":"set_color"}` {
+		t.Fatalf("Start = %s %v %v", got.raw, got.err, ok)
+	}
+	bad := req
+	bad.Action = "explode"
+	if got, ok := start(caller, bad); !ok || room.CodeOf(got.err) != room.CodeUnauthorized {
+		t.Fatalf("unpublished action: %v %v", got.err, ok)
+	}
+	bad = req
+	bad.Room = "Bad.Room"
+	if got, ok := start(caller, bad); !ok || room.CodeOf(got.err) != room.CodeInvalidRequest {
+		t.Fatalf("bad room: %v %v", got.err, ok)
+	}
+	// A directory that does not know A yet: Start leaves the call to Call.
+	if _, ok := start(room.NewCaller(b.key, b.conn, room.NewDirectory()), req); ok {
+		t.Fatal("Start sent a call whose provider key it does not hold")
+	}
+	if err := prov.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := start(caller, req); !ok || room.CodeOf(got.err) != room.CodeUnavailable {
+		t.Fatalf("provider gone: %v %v", got.err, ok)
+	}
 }

@@ -47,6 +47,38 @@ type Conn interface {
 	Bucket(ctx context.Context, cfg BucketConfig) (Bucket, error)
 	// MaxPayload is the largest payload, reply or value this connection sends or accepts.
 	MaxPayload() int
+	// RequestMsg is Request with header fields: m's header travels with its data, and the
+	// reply's header comes back with the reply's data. The limit of MaxPayload applies to
+	// the data and header together.
+	RequestMsg(ctx context.Context, subject string, m Msg) (Msg, error)
+	// StartRequestMsg is RequestMsg without the wait: done receives exactly what RequestMsg
+	// would return, exactly once — on the connection's reply goroutine, on a goroutine that
+	// ends the request when ctx does, or before StartRequestMsg returns when the request
+	// cannot be sent. done must not block. ctx must have a deadline.
+	StartRequestMsg(ctx context.Context, subject string, m Msg, done func(Msg, error))
+	// ServeMsg is Serve for a handler of requests with header fields.
+	ServeMsg(subject string, limit int, h MsgHandler) (Subscription, error)
+}
+
+// Msg is a payload with header fields, for a protocol that keeps a fixed envelope of short
+// fields out of its payload: the bus carries the header as it is, and reading a field is a
+// map lookup instead of a decode of the payload. Header maps a field name (case-sensitive)
+// to its values, in order; a name repeated on the wire has several. Values hold no CR or LF.
+type Msg struct {
+	Header map[string][]string
+	Data   []byte
+}
+
+// MsgHandler answers requests with header fields delivered by Conn.ServeMsg. Unlike a
+// Handler it may answer after it returns: ServeMsg runs on the delivery goroutine, one
+// request at a time, and must not block; it calls respond exactly once, from any goroutine,
+// before or after it returns, and hands whatever waits to a goroutine of its own. A request
+// holds one of the limit slots until respond is called, ctx ends when the subscription
+// stops, and Stop returns once respond was called for every request delivered. A reply with
+// neither header nor data sends none. OverloadedMsg has Handler.Overloaded's contract.
+type MsgHandler interface {
+	ServeMsg(ctx context.Context, subject string, m Msg, respond func(Msg))
+	OverloadedMsg(subject string, m Msg) Msg
 }
 
 // Handler answers requests delivered by Conn.Serve.

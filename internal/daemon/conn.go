@@ -18,8 +18,9 @@ import (
 
 // conn is one client connection. The reader runs on the goroutine that serves the connection;
 // each command runs on its own goroutine, bounded by the in-flight limit, except those that run
-// inline and the adapter calls (invokeTool, observeCapability, invokeCapability), which are
-// answered by the goroutine that ends them; one writer goroutine owns the writes that cannot
+// inline and the adapter and room calls (invokeTool, observeCapability, invokeCapability,
+// observeRoomCapability, invokeRoomCapability), which are answered by the goroutine that ends
+// them; one writer goroutine owns the writes that cannot
 // be made at once. Nothing else touches the socket.
 type conn struct {
 	srv    *Server
@@ -189,6 +190,9 @@ func (c *conn) handle(line []byte) bool {
 			return true
 		case protocol.OpObserveCapability, protocol.OpInvokeCapability:
 			c.startCapability(cmd)
+			return true
+		case protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability:
+			c.startRoomCall(cmd)
 			return true
 		}
 	}

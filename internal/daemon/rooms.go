@@ -260,6 +260,55 @@ func (s *Server) runRooms(ctx context.Context, cmd *protocol.Command) (any, erro
 	return data, nil
 }
 
+// startRoomCall runs an admitted observeRoomCapability or invokeRoomCapability command
+// without a goroutine of its own, as startCapability does the local calls: the reader
+// goroutine decodes and checks it, and the room service authenticates the call and puts it
+// on the bus at once; the answer is sent by the goroutine that ends the call, normally the
+// bus connection's reply goroutine once the provider's reply is verified. A call that cannot
+// start without waiting (the room service not running, the provider's key record still to be
+// read from the bus) runs on a goroutine of its own like any other room operation. The
+// handlers group counts the call until its answer is queued, so that close answers it first.
+func (c *conn) startRoomCall(cmd *protocol.Command) {
+	c.handlers.Add(1)
+	svc := c.srv.rooms.Load()
+	if svc == nil {
+		go c.runHandler(cmd)
+		return
+	}
+	var p protocol.RoomCallPayload
+	if e := protocol.DecodePayload(cmd, &p); e != nil {
+		c.endCapability(cmd, nil, e)
+		return
+	}
+	invoke := cmd.Operation == protocol.OpInvokeRoomCapability
+	if e := p.Validate(invoke); e != nil {
+		c.endCapability(cmd, nil, e)
+		return
+	}
+	done := func(raw json.RawMessage, err error) {
+		if err != nil {
+			c.endCapability(cmd, nil, roomError(err))
+			return
+		}
+		c.endCapability(cmd, &RoomCallResult{Room: p.Room, Provider: p.Provider, CapabilityID: p.CapabilityID, Action: p.Action, Result: raw}, nil)
+	}
+	var started bool
+	if invoke {
+		started = svc.StartInvoke(c.ctx, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args, done)
+	} else {
+		started = svc.StartObserve(c.ctx, p.Room, p.Provider, p.CapabilityID, done)
+	}
+	if !started {
+		go c.runHandler(cmd)
+	}
+}
+
+// runHandler runs cmd on a handler goroutine counted in c.handlers.
+func (c *conn) runHandler(cmd *protocol.Command) {
+	defer c.handlers.Done()
+	c.run(cmd)
+}
+
 func decodeRoom[P any, PP interface {
 	*P
 	Validate() *protocol.Error

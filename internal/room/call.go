@@ -7,10 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
@@ -44,8 +45,27 @@ const (
 )
 
 // wireVersion is the version of the call and reply encodings: 2 since calls and replies
-// carry link MACs instead of Ed25519 signatures.
-const wireVersion = 2
+// carry link MACs instead of Ed25519 signatures, 3 since their envelope travels in header
+// fields and the args or result alone in the data.
+const wireVersion = "3"
+
+// Header fields of calls and replies on the bus (docs/rooms.md, "On the bus"). Names are
+// case-sensitive; every field holds exactly one value.
+const (
+	hdrVersion    = "v"
+	hdrRoom       = "room"
+	hdrProvider   = "provider"
+	hdrCaller     = "caller"
+	hdrCapability = "capability"
+	hdrOperation  = "operation"
+	hdrAction     = "action"
+	hdrRequestID  = "requestId"
+	hdrTime       = "time"
+	hdrTimeout    = "timeoutMs"
+	hdrCode       = "code"
+	hdrMAC        = "mac"
+	hdrSig        = "sig"
+)
 
 // Call is an authenticated call request: what the caller's host authenticates and the
 // provider verifies.
@@ -68,23 +88,6 @@ type Call struct {
 	// MAC is the HMAC-SHA256 of AuthBytes under the call key of the link from the caller to
 	// the provider.
 	MAC []byte
-}
-
-// wireCall is a Call on the bus.
-type wireCall struct {
-	V          int             `json:"v"`
-	Room       string          `json:"room"`
-	Provider   HostID          `json:"provider"`
-	Caller     HostID          `json:"caller"`
-	Capability string          `json:"capability"`
-	Operation  Operation       `json:"operation"`
-	Action     string          `json:"action,omitempty"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	ArgsDigest string          `json:"argsDigest"`
-	RequestID  string          `json:"requestId"`
-	Time       int64           `json:"time"`
-	TimeoutMS  int64           `json:"timeoutMs"`
-	MAC        string          `json:"mac"`
 }
 
 // argsDigest is the SHA-256 of the args bytes (of nothing, for observe).
@@ -151,75 +154,132 @@ func (c *Call) check() error {
 
 // sealCall fills c's Caller, Time (to the millisecond) and MAC as key's host at now, with
 // the keys of the link from key's host to c.Provider, and returns the encoded call.
-func sealCall(key *HostKey, link *linkKeys, c *Call, now time.Time) ([]byte, error) {
+func sealCall(key *HostKey, link *linkKeys, c *Call, now time.Time) (busport.Msg, error) {
 	c.Caller = key.ID()
 	c.Time = time.UnixMilli(now.UnixMilli())
 	if c.Args != nil {
 		// The bus encoding compacts the args; the digest is of what travels.
 		compact, err := ndjson.AppendCompact(nil, c.Args)
 		if err != nil {
-			return nil, newError(CodeInvalidRequest, "call: args must be a JSON object")
+			return busport.Msg{}, newError(CodeInvalidRequest, "call: args must be a JSON object")
 		}
 		c.Args = compact
 	}
 	if err := c.check(); err != nil {
-		return nil, err
+		return busport.Msg{}, err
 	}
 	c.MAC = link.macCall(c.AuthBytes())
 	return EncodeCall(c)
 }
 
-// EncodeCall encodes an authenticated call for the bus.
-func EncodeCall(c *Call) ([]byte, error) {
-	d := argsDigest(c.Args)
-	out, err := marshal(wireCall{
-		V: wireVersion, Room: c.Room, Provider: c.Provider, Caller: c.Caller, Capability: c.Capability,
-		Operation: c.Operation, Action: c.Action, Args: c.Args, ArgsDigest: hex.EncodeToString(d[:]),
-		RequestID: c.RequestID, Time: c.Time.UnixMilli(), TimeoutMS: c.Timeout.Milliseconds(),
-		MAC: base64.StdEncoding.EncodeToString(c.MAC),
-	})
-	if err != nil {
-		return nil, err
+// EncodeCall encodes an authenticated call for the bus: its envelope in header fields, its
+// args (nothing, for observe) as the data.
+func EncodeCall(c *Call) (busport.Msg, error) {
+	h := map[string][]string{
+		hdrVersion: {wireVersion}, hdrRoom: {c.Room}, hdrProvider: {string(c.Provider)}, hdrCaller: {string(c.Caller)},
+		hdrCapability: {c.Capability}, hdrOperation: {string(c.Operation)}, hdrRequestID: {c.RequestID},
+		hdrTime: {strconv.FormatInt(c.Time.UnixMilli(), 10)}, hdrTimeout: {strconv.FormatInt(c.Timeout.Milliseconds(), 10)},
+		hdrMAC: {base64.StdEncoding.EncodeToString(c.MAC)},
 	}
-	if len(out) > MaxCallBytes {
-		return nil, newError(CodeTooLarge, "call over MaxCallBytes")
+	if c.Action != "" {
+		h[hdrAction] = []string{c.Action}
 	}
-	return out, nil
+	m := busport.Msg{Header: h, Data: c.Args}
+	if headerBytes(h)+len(c.Args) > MaxCallBytes {
+		return busport.Msg{}, newError(CodeTooLarge, "call over MaxCallBytes")
+	}
+	return m, nil
 }
 
-// DecodeCall parses an encoded call strictly (duplicate, case-variant and unknown keys
-// refused; every field's grammar and bound checked; the args digest recomputed). It does not
-// verify the MAC: the provider does, with the link key of the caller the call names. The args
-// are a copy, not a slice of data.
-func DecodeCall(data []byte) (*Call, error) {
-	if len(data) > MaxCallBytes {
+// callFields and replyFields are the header fields a call and a reply may carry.
+var (
+	callFields = map[string]bool{hdrVersion: true, hdrRoom: true, hdrProvider: true, hdrCaller: true, hdrCapability: true,
+		hdrOperation: true, hdrAction: true, hdrRequestID: true, hdrTime: true, hdrTimeout: true, hdrMAC: true}
+	replyFields = map[string]bool{hdrVersion: true, hdrRoom: true, hdrProvider: true, hdrCaller: true, hdrRequestID: true,
+		hdrCode: true, hdrMAC: true, hdrSig: true}
+)
+
+// checkHeader refuses a header with a field outside known (a case variant of a known name
+// is another name, so it is refused too), a field repeated or empty, or no version field of
+// this wire version.
+func checkHeader(h map[string][]string, known map[string]bool) bool {
+	for k, vs := range h {
+		if !known[k] || len(vs) != 1 || vs[0] == "" {
+			return false
+		}
+	}
+	return field(h, hdrVersion) == wireVersion
+}
+
+// field is the value of a header field, or "" when it is absent.
+func field(h map[string][]string, name string) string {
+	if vs := h[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// headerBytes is the size of a header's fields, as a bound counts them.
+func headerBytes(h map[string][]string) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
+}
+
+// millis parses a time or timeout field: decimal digits, no sign and no leading zero, up to
+// 16 digits (2^50 ms is 35,000 years).
+func millis(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 16 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
+// DecodeCall parses a call from the bus strictly: the header holds each known field once,
+// and nothing else (a case-variant or unknown field, a repeated or empty one, is refused);
+// every field's grammar and bound is checked; the data is the args, one JSON object without
+// duplicate keys (nothing, for observe). It does not verify the MAC: the provider does, with
+// the link key of the caller the call names. The args are a copy, not a slice of m's data.
+func DecodeCall(m busport.Msg) (*Call, error) {
+	if headerBytes(m.Header)+len(m.Data) > MaxCallBytes {
 		return nil, newError(CodeTooLarge, "call over MaxCallBytes")
 	}
-	var w wireCall
-	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != wireVersion {
+	h := m.Header
+	if !checkHeader(h, callFields) {
 		return nil, newError(CodeInvalidRequest, "malformed call")
 	}
-	m, err := base64.StdEncoding.Strict().DecodeString(w.MAC)
-	if err != nil || len(m) != sha256.Size {
+	mac, err := base64.StdEncoding.Strict().DecodeString(field(h, hdrMAC))
+	if err != nil || len(mac) != sha256.Size {
 		return nil, newError(CodeInvalidRequest, "call: malformed MAC")
 	}
-	if w.TimeoutMS <= 0 || w.TimeoutMS > MaxCallTimeout.Milliseconds() || w.Time <= 0 || w.Time > 1<<50 {
+	t, okT := millis(field(h, hdrTime))
+	timeout, okD := millis(field(h, hdrTimeout))
+	if !okT || !okD || timeout <= 0 || timeout > MaxCallTimeout.Milliseconds() || t <= 0 || t > 1<<50 {
 		return nil, newError(CodeInvalidRequest, "call: bad time or timeout")
 	}
 	c := &Call{
-		Room: w.Room, Provider: w.Provider, Caller: w.Caller, Capability: w.Capability,
-		Operation: w.Operation, Action: w.Action, RequestID: w.RequestID,
-		Time: time.UnixMilli(w.Time), Timeout: time.Duration(w.TimeoutMS) * time.Millisecond, MAC: m,
+		Room: field(h, hdrRoom), Provider: HostID(field(h, hdrProvider)), Caller: HostID(field(h, hdrCaller)),
+		Capability: field(h, hdrCapability), Operation: Operation(field(h, hdrOperation)), Action: field(h, hdrAction),
+		RequestID: field(h, hdrRequestID), Time: time.UnixMilli(t), Timeout: time.Duration(timeout) * time.Millisecond, MAC: mac,
 	}
-	if w.Args != nil {
-		c.Args = bytes.Clone(w.Args)
+	if len(m.Data) > 0 {
+		if len(m.Data) <= MaxArgsBytes && ndjson.Valid(m.Data) != nil {
+			return nil, newError(CodeInvalidRequest, "call: args must be a JSON object")
+		}
+		c.Args = bytes.Clone(m.Data)
 	}
 	if err := c.check(); err != nil {
 		return nil, err
-	}
-	d := argsDigest(c.Args)
-	if w.ArgsDigest != hex.EncodeToString(d[:]) {
-		return nil, newError(CodeInvalidRequest, "call: args digest mismatch")
 	}
 	return c, nil
 }
@@ -253,19 +313,6 @@ type Reply struct {
 	Sig []byte
 }
 
-type wireReply struct {
-	V         int             `json:"v"`
-	Room      string          `json:"room"`
-	Provider  HostID          `json:"provider"`
-	Caller    HostID          `json:"caller"`
-	RequestID string          `json:"requestId"`
-	OK        bool            `json:"ok"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Code      string          `json:"code,omitempty"`
-	MAC       string          `json:"mac,omitempty"`
-	Sig       string          `json:"sig,omitempty"`
-}
-
 func (r *Reply) authBytes() []byte {
 	d := sha256.Sum256(r.Result)
 	b := make([]byte, 0, 256)
@@ -278,57 +325,62 @@ func (r *Reply) authBytes() []byte {
 	return append(b, d[:]...)
 }
 
-// sealReply authenticates and encodes r as key's host: with link's reply key, or with the
-// host key when link is nil.
-func sealReply(key *HostKey, link *linkKeys, r *Reply) []byte {
+// sealReply authenticates and encodes r as key's host, with link's reply key, or with the
+// host key when link is nil: its envelope in header fields, its result (nothing, for an
+// error) as the data.
+func sealReply(key *HostKey, link *linkKeys, r *Reply) busport.Msg {
 	r.Provider = key.ID()
-	w := wireReply{
-		V: wireVersion, Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID,
-		OK: r.Code == "", Result: r.Result, Code: r.Code,
+	h := map[string][]string{
+		hdrVersion: {wireVersion}, hdrRoom: {r.Room}, hdrProvider: {string(r.Provider)}, hdrCaller: {string(r.Caller)},
+		hdrRequestID: {r.RequestID},
+	}
+	if r.Code != "" {
+		h[hdrCode] = []string{r.Code}
 	}
 	if link != nil {
 		r.MAC, r.Sig = link.macReply(r.authBytes()), nil
-		w.MAC = base64.StdEncoding.EncodeToString(r.MAC)
+		h[hdrMAC] = []string{base64.StdEncoding.EncodeToString(r.MAC)}
 	} else {
 		r.MAC, r.Sig = nil, key.Sign(r.authBytes())
-		w.Sig = base64.StdEncoding.EncodeToString(r.Sig)
+		h[hdrSig] = []string{base64.StdEncoding.EncodeToString(r.Sig)}
 	}
-	out, err := marshal(w)
-	if err != nil {
-		// Every field is a string or already-valid JSON; a failure is a broken invariant.
-		panic("room: encoding a reply: " + err.Error())
-	}
-	return out
+	return busport.Msg{Header: h, Data: r.Result}
 }
 
-// openReply decodes a reply strictly and checks that it answers c and is authenticated by
-// c's provider: a MAC under link's reply key, or the provider's host-key signature.
-func openReply(data []byte, c *Call, link *linkKeys) (*Reply, error) {
-	if len(data) > MaxReplyBytes {
+// openReply decodes a reply strictly, as DecodeCall does a call, and checks that it answers c
+// and is authenticated by c's provider: a MAC under link's reply key, or the provider's
+// host-key signature. A reply with a code has no data; one without has a result, one JSON
+// value without duplicate keys.
+func openReply(m busport.Msg, c *Call, link *linkKeys) (*Reply, error) {
+	if headerBytes(m.Header)+len(m.Data) > MaxReplyBytes {
 		return nil, newError(CodeInvalidReply, "reply over MaxReplyBytes")
 	}
-	var w wireReply
-	if err := ndjson.Decode(data, &w, ndjson.Closed); err != nil || w.V != wireVersion {
+	h := m.Header
+	if !checkHeader(h, replyFields) {
 		return nil, newError(CodeInvalidReply, "malformed reply")
 	}
-	if w.OK != (w.Code == "") || (w.Code != "" && (w.Result != nil || !validCode(w.Code))) ||
-		(w.OK && w.Result == nil) {
+	r := &Reply{Room: field(h, hdrRoom), Provider: HostID(field(h, hdrProvider)), Caller: HostID(field(h, hdrCaller)),
+		RequestID: field(h, hdrRequestID), Code: field(h, hdrCode)}
+	if len(m.Data) > 0 {
+		r.Result = m.Data
+	}
+	if (r.Code != "" && (r.Result != nil || !validCode(r.Code))) || (r.Code == "" && (r.Result == nil || ndjson.Valid(r.Result) != nil)) {
 		return nil, newError(CodeInvalidReply, "reply with an inconsistent outcome")
 	}
-	if w.Room != c.Room || w.Provider != c.Provider || w.Caller != c.Caller || w.RequestID != c.RequestID {
+	if r.Room != c.Room || r.Provider != c.Provider || r.Caller != c.Caller || r.RequestID != c.RequestID {
 		return nil, newError(CodeInvalidReply, "reply to another call")
 	}
-	r := &Reply{Room: w.Room, Provider: w.Provider, Caller: w.Caller, RequestID: w.RequestID, Code: w.Code, Result: w.Result}
 	var ok bool
+	mac, sig := field(h, hdrMAC), field(h, hdrSig)
 	switch {
-	case w.MAC != "" && w.Sig == "" && link != nil:
-		m, err := base64.StdEncoding.Strict().DecodeString(w.MAC)
-		r.MAC = m
-		ok = err == nil && hmac.Equal(link.macReply(r.authBytes()), m)
-	case w.Sig != "" && w.MAC == "":
-		sig, err := base64.StdEncoding.Strict().DecodeString(w.Sig)
-		r.Sig = sig
-		ok = err == nil && ed25519.Verify(c.Provider.PublicKey(), r.authBytes(), sig)
+	case mac != "" && sig == "" && link != nil:
+		got, err := base64.StdEncoding.Strict().DecodeString(mac)
+		r.MAC = got
+		ok = err == nil && hmac.Equal(link.macReply(r.authBytes()), got)
+	case sig != "" && mac == "":
+		got, err := base64.StdEncoding.Strict().DecodeString(sig)
+		r.Sig = got
+		ok = err == nil && ed25519.Verify(c.Provider.PublicKey(), r.authBytes(), got)
 	}
 	if !ok {
 		return nil, newError(CodeInvalidReply, "reply not authenticated by the provider")

@@ -5,9 +5,14 @@ import (
 	"crypto/ed25519"
 	"crypto/hmac"
 	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/busport"
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // fuzzKey and fuzzProvider are fixed keys, so seeds stay valid MACs from one run to the next.
@@ -72,34 +77,86 @@ func TestCallRoundTripsAndVerifies(t *testing.T) {
 	}
 }
 
+// cloneMsg copies m's header so that a test can edit it.
+func cloneMsg(m busport.Msg) busport.Msg {
+	h := make(map[string][]string, len(m.Header))
+	for k, vs := range m.Header {
+		h[k] = slices.Clone(vs)
+	}
+	return busport.Msg{Header: h, Data: bytes.Clone(m.Data)}
+}
+
 func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 	provider := mustKey(t)
-	c := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Observe, RequestID: "x", Timeout: CallTimeout}
 	link := mustLink(t, fuzzKey, provider)
-	good, err := sealCall(fuzzKey, link, c, time.Now())
+	good, err := sealCall(fuzzKey, link, &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Observe, RequestID: "x", Timeout: CallTimeout}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	edit := func(old, new string) []byte { return []byte(strings.Replace(string(good), old, new, 1)) }
+	invoke, err := sealCall(fuzzKey, link, &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Invoke, Action: "set",
+		Args: json.RawMessage(`{"on":true}`), RequestID: "y", Timeout: CallTimeout}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeCall(good); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeCall(invoke); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(m busport.Msg, f func(h map[string][]string, m *busport.Msg)) busport.Msg {
+		m = cloneMsg(m)
+		f(m.Header, &m)
+		return m
+	}
+	set := func(m busport.Msg, name string, vs ...string) busport.Msg {
+		return edit(m, func(h map[string][]string, _ *busport.Msg) {
+			if vs == nil {
+				delete(h, name)
+			} else {
+				h[name] = vs
+			}
+		})
+	}
+	rename := func(m busport.Msg, from, to string) busport.Msg {
+		return edit(m, func(h map[string][]string, _ *busport.Msg) { h[to] = h[from]; delete(h, from) })
+	}
+	data := func(m busport.Msg, d string) busport.Msg {
+		return edit(m, func(_ map[string][]string, m *busport.Msg) { m.Data = []byte(d) })
+	}
 	for name, tc := range map[string]struct {
-		data []byte
+		m    busport.Msg
 		code string
 	}{
-		"duplicate key":     {edit(`"room":"r1"`, `"room":"r1","room":"r1"`), CodeInvalidRequest},
-		"case variant":      {edit(`"room"`, `"Room"`), CodeInvalidRequest},
-		"unknown key":       {edit(`"v":2`, `"v":2,"extra":0`), CodeInvalidRequest},
-		"version 1":         {edit(`"v":2`, `"v":1`), CodeInvalidRequest},
-		"signature":         {edit(`"mac":"`, `"sig":"`), CodeInvalidRequest},
-		"observe with args": {edit(`"argsDigest"`, `"args":{},"argsDigest"`), CodeInvalidRequest},
-		"bad op":            {edit(`"observe"`, `"delete"`), CodeInvalidRequest},
-		"bad room":          {edit(`"r1"`, `"R.1"`), CodeInvalidRequest},
-		"digest":            {edit(`"argsDigest":"e3`, `"argsDigest":"f3`), CodeInvalidRequest},
-		"timeout":           {edit(`"timeoutMs":10000`, `"timeoutMs":999999999`), CodeInvalidRequest},
-		"short mac":         {edit(`"mac":"`, `"mac":"AA`), CodeInvalidRequest},
-		"too large":         {append(good, bytes.Repeat([]byte(" "), MaxCallBytes)...), CodeTooLarge},
-		"not json":          {[]byte("{"), CodeInvalidRequest},
+		"repeated field":      {set(good, hdrRoom, "r1", "r1"), CodeInvalidRequest},
+		"empty field":         {set(good, hdrRoom, ""), CodeInvalidRequest},
+		"missing field":       {set(good, hdrRequestID), CodeInvalidRequest},
+		"case variant":        {rename(good, hdrRoom, "Room"), CodeInvalidRequest},
+		"unknown field":       {set(good, "extra", "0"), CodeInvalidRequest},
+		"version 2":           {set(good, hdrVersion, "2"), CodeInvalidRequest},
+		"no version":          {set(good, hdrVersion), CodeInvalidRequest},
+		"signature":           {rename(good, hdrMAC, hdrSig), CodeInvalidRequest},
+		"no header":           {busport.Msg{Data: []byte(`{}`)}, CodeInvalidRequest},
+		"observe with args":   {data(good, `{}`), CodeInvalidRequest},
+		"observe with action": {set(good, hdrAction, "set"), CodeInvalidRequest},
+		"invoke without args": {data(invoke, ""), CodeInvalidRequest},
+		"args not an object":  {data(invoke, `[1]`), CodeInvalidRequest},
+		"args not json":       {data(invoke, `{"on":`), CodeInvalidRequest},
+		"args duplicate key":  {data(invoke, `{"on":true,"on":false}`), CodeInvalidRequest},
+		"args too large":      {data(invoke, `{"x":"`+strings.Repeat("y", MaxArgsBytes)+`"}`), CodeTooLarge},
+		"bad op":              {set(good, hdrOperation, "delete"), CodeInvalidRequest},
+		"bad room":            {set(good, hdrRoom, "R.1"), CodeInvalidRequest},
+		"bad caller":          {set(good, hdrCaller, strings.ToUpper(string(fuzzKey.ID()))), CodeInvalidRequest},
+		"timeout":             {set(good, hdrTimeout, "999999999"), CodeInvalidRequest},
+		"zero timeout":        {set(good, hdrTimeout, "0"), CodeInvalidRequest},
+		"signed timeout":      {set(good, hdrTimeout, "+10000"), CodeInvalidRequest},
+		"leading zero":        {set(good, hdrTimeout, "010000"), CodeInvalidRequest},
+		"time not a number":   {set(good, hdrTime, "1e12"), CodeInvalidRequest},
+		"negative time":       {set(good, hdrTime, "-1"), CodeInvalidRequest},
+		"short mac":           {set(good, hdrMAC, "AA"+field(good.Header, hdrMAC)), CodeInvalidRequest},
+		"too large":           {set(good, hdrRequestID, strings.Repeat("x", MaxCallBytes)), CodeTooLarge},
 	} {
-		if _, err := DecodeCall(tc.data); CodeOf(err) != tc.code {
+		if _, err := DecodeCall(tc.m); CodeOf(err) != tc.code {
 			t.Errorf("%s: %v, want %s", name, err, tc.code)
 		}
 	}
@@ -115,6 +172,28 @@ func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 	}
 }
 
+// headerText and parseHeader are the fuzz target's text form of a header: "name:value" lines,
+// a name repeated for each of its values, as the bus carries them.
+func headerText(h map[string][]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			b.WriteString(k + ":" + v + "\n")
+		}
+	}
+	return b.String()
+}
+
+func parseHeader(s string) map[string][]string {
+	h := map[string][]string{}
+	for line := range strings.SplitSeq(s, "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			h[k] = append(h[k], v)
+		}
+	}
+	return h
+}
+
 // FuzzDecodeCall holds the decoder to its properties: whatever it accepts is within every
 // bound and grammar, re-encodes to a call that decodes to the same authenticated bytes and
 // MAC, and verifies under the link of fuzzKey to fuzzProvider only if its MAC is that link's
@@ -127,23 +206,24 @@ func FuzzDecodeCall(f *testing.F) {
 		{Room: "living-room", Provider: fuzzProvider.ID(), Capability: "living_room_light", Operation: Invoke, Action: "set_led",
 			Args: json.RawMessage(`{"color":"#123456","on":true,"n":1.5e3}`), RequestID: "a.b:c_d-9", Timeout: MaxCallTimeout},
 	} {
-		data, err := sealCall(fuzzKey, link, c, at)
+		m, err := sealCall(fuzzKey, link, c, at)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(data)
+		f.Add(headerText(m.Header), m.Data)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := DecodeCall(data)
+	f.Fuzz(func(t *testing.T, hdr string, data []byte) {
+		m := busport.Msg{Header: parseHeader(hdr), Data: data}
+		c, err := DecodeCall(m)
 		if err != nil {
 			if CodeOf(err) != CodeInvalidRequest && CodeOf(err) != CodeTooLarge {
 				t.Fatalf("unexpected code %v", err)
 			}
 			return
 		}
-		if len(data) > MaxCallBytes || len(c.Args) > MaxArgsBytes || !ValidRoomID(c.Room) || !c.Caller.Valid() ||
+		if headerBytes(m.Header)+len(data) > MaxCallBytes || len(c.Args) > MaxArgsBytes || !ValidRoomID(c.Room) || !c.Caller.Valid() ||
 			!c.Provider.Valid() || !ValidRequestID(c.RequestID) || c.Timeout > MaxCallTimeout || c.Timeout <= 0 ||
-			len(c.MAC) != 32 {
+			len(c.MAC) != 32 || (c.Args != nil && ndjson.Valid(c.Args) != nil) {
 			t.Fatalf("accepted a call out of bounds: %+v", c)
 		}
 		again, err := EncodeCall(c)
@@ -234,4 +314,103 @@ func TestRecordsVerifyTheirSigner(t *testing.T) {
 	if _, err := d.ApplyRoster("r2", data); CodeOf(err) != CodeUnauthorized {
 		t.Fatalf("roster applied to another room: %v", err)
 	}
+}
+
+func TestOpenReplyRefusesMalformedReplies(t *testing.T) {
+	provider := mustKey(t)
+	link := mustLink(t, fuzzKey, provider)
+	c := &Call{Room: "r1", Provider: provider.ID(), Capability: "light", Operation: Observe, RequestID: "x", Timeout: CallTimeout}
+	if _, err := sealCall(fuzzKey, link, c, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	atProvider, err := provider.link(fuzzKey.ID(), provider.ID(), fuzzKey.kx.PublicKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// reply seals r as the provider, after edit changes it.
+	reply := func(r Reply, edit func(m *busport.Msg)) busport.Msg {
+		r.Room, r.Caller, r.RequestID = c.Room, c.Caller, c.RequestID
+		m := cloneMsg(sealReply(provider, atProvider, &r))
+		if edit != nil {
+			edit(&m)
+		}
+		return m
+	}
+	ok := Reply{Result: json.RawMessage(`{"on":true}`)}
+	if r, err := openReply(reply(ok, nil), c, link); err != nil || string(r.Result) != `{"on":true}` {
+		t.Fatalf("good reply: %+v %v", r, err)
+	}
+	if r, err := openReply(reply(Reply{Code: CodeBusy}, nil), c, link); err != nil || r.Code != CodeBusy {
+		t.Fatalf("good refusal: %+v %v", r, err)
+	}
+	for name, m := range map[string]busport.Msg{
+		"repeated field":   reply(ok, func(m *busport.Msg) { m.Header[hdrRoom] = []string{"r1", "r1"} }),
+		"empty field":      reply(ok, func(m *busport.Msg) { m.Header[hdrCode] = []string{""} }),
+		"case variant":     reply(ok, func(m *busport.Msg) { m.Header["Room"] = m.Header[hdrRoom]; delete(m.Header, hdrRoom) }),
+		"unknown field":    reply(ok, func(m *busport.Msg) { m.Header["ok"] = []string{"true"} }),
+		"version 2":        reply(ok, func(m *busport.Msg) { m.Header[hdrVersion] = []string{"2"} }),
+		"no result":        reply(ok, func(m *busport.Msg) { m.Data = nil }),
+		"result not json":  reply(ok, func(m *busport.Msg) { m.Data = []byte(`{"on":`) }),
+		"result duplicate": reply(Reply{Result: json.RawMessage(`{"on":true,"on":false}`)}, nil),
+		"code and result":  reply(Reply{Code: CodeBusy}, func(m *busport.Msg) { m.Data = []byte(`{}`) }),
+		"bad code":         reply(Reply{Code: "Busy!"}, nil),
+		"both mac and sig": reply(ok, func(m *busport.Msg) { m.Header[hdrSig] = m.Header[hdrMAC] }),
+		"another request":  reply(ok, func(m *busport.Msg) { m.Header[hdrRequestID] = []string{"y"} }),
+		"tampered result":  reply(ok, func(m *busport.Msg) { m.Data = []byte(`{"on":false}`) }),
+		"too large":        reply(Reply{Result: json.RawMessage(`"` + strings.Repeat("x", MaxReplyBytes) + `"`)}, nil),
+		"no header":        {Data: []byte(`{}`)},
+	} {
+		if _, err := openReply(m, c, link); CodeOf(err) != CodeInvalidReply {
+			t.Errorf("%s: %v, want %s", name, err, CodeInvalidReply)
+		}
+	}
+}
+
+// FuzzOpenReply holds the reply decoder to its properties: whatever it accepts answers the
+// call it was opened for, has exactly one outcome (a valid code and no result, or a result
+// that is one JSON value without duplicate keys), is within the bound, and is authenticated:
+// resealed by the provider with the same link (or its host key), it carries the same MAC (or
+// a signature that verifies).
+func FuzzOpenReply(f *testing.F) {
+	link := mustLink(f, fuzzKey, fuzzProvider)
+	atProvider, err := fuzzProvider.link(fuzzKey.ID(), fuzzProvider.ID(), fuzzKey.kx.PublicKey())
+	if err != nil {
+		f.Fatal(err)
+	}
+	c := &Call{Room: "r1", Provider: fuzzProvider.ID(), Caller: fuzzKey.ID(), Capability: "light", Operation: Observe, RequestID: "1", Timeout: CallTimeout}
+	for _, r := range []*Reply{
+		{Result: json.RawMessage(`{"on":true,"brightness":42}`)},
+		{Code: CodeBusy},
+	} {
+		r.Room, r.Caller, r.RequestID = c.Room, c.Caller, c.RequestID
+		m := sealReply(fuzzProvider, atProvider, r)
+		f.Add(headerText(m.Header), m.Data)
+		s := sealReply(fuzzProvider, nil, r)
+		f.Add(headerText(s.Header), s.Data)
+	}
+	f.Fuzz(func(t *testing.T, hdr string, data []byte) {
+		m := busport.Msg{Header: parseHeader(hdr), Data: data}
+		r, err := openReply(m, c, link)
+		if err != nil {
+			if CodeOf(err) != CodeInvalidReply && CodeOf(err) != CodeTooLarge {
+				t.Fatalf("unexpected code %v", err)
+			}
+			return
+		}
+		if r.Room != c.Room || r.Provider != c.Provider || r.Caller != c.Caller || r.RequestID != c.RequestID ||
+			len(r.Result) > MaxResultBytes || (r.Code != "") == (r.Result != nil) || (r.Code != "" && !validCode(r.Code)) ||
+			(r.Result != nil && ndjson.Valid(r.Result) != nil) {
+			t.Fatalf("accepted a reply out of bounds: %+v", r)
+		}
+		again := &Reply{Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID, Code: r.Code, Result: r.Result}
+		switch {
+		case r.MAC != nil:
+			sealReply(fuzzProvider, atProvider, again)
+			if !hmac.Equal(again.MAC, r.MAC) {
+				t.Fatal("accepted a reply whose MAC the provider would not make")
+			}
+		case !ed25519.Verify(fuzzProvider.ID().PublicKey(), again.authBytes(), r.Sig):
+			t.Fatal("accepted a reply whose signature does not verify")
+		}
+	})
 }

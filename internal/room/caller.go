@@ -38,7 +38,7 @@ type Request struct {
 type Prepared struct {
 	call *Call
 	link *linkKeys
-	data []byte
+	data busport.Msg
 }
 
 // RequestID is the call's request id.
@@ -63,6 +63,13 @@ func NewCaller(key *HostKey, conn busport.Conn, dir *Directory) *Caller {
 // A provider that is not in the room's current roster, or whose key record this host has
 // not verified (nor could read from the bus), gives unavailable.
 func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
+	p, _, err := c.prepare(req, now, true)
+	return p, err
+}
+
+// prepare is Prepare; without fetch it does not read the bus, and returns false (and no
+// call) where Prepare would.
+func (c *Caller) prepare(req Request, now time.Time, fetch bool) (*Prepared, bool, error) {
 	id := req.RequestID
 	if id == "" {
 		var b [16]byte
@@ -81,23 +88,28 @@ func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 		Action: req.Action, Args: req.Args, RequestID: id, Timeout: timeout,
 	}
 	if !ValidRoomID(req.Room) || !req.Provider.Valid() {
-		return nil, newError(CodeInvalidRequest, "call: bad room or provider")
+		return nil, true, newError(CodeInvalidRequest, "call: bad room or provider")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
-	pub, ok := c.dir.memberKey(ctx, req.Room, req.Provider, true)
-	cancel()
+	pub, ok := c.dir.memberKey(context.Background(), req.Room, req.Provider, false)
+	if !ok && !fetch {
+		return nil, false, nil
+	}
 	if !ok {
-		return nil, newError(CodeUnavailable, "the provider is not a member with a known key in the room")
+		// Read the provider's key record from the bus (memberKey bounds it by syncTimeout).
+		pub, ok = c.dir.memberKey(context.Background(), req.Room, req.Provider, true)
+	}
+	if !ok {
+		return nil, true, newError(CodeUnavailable, "the provider is not a member with a known key in the room")
 	}
 	link, err := c.key.link(c.key.ID(), req.Provider, pub)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	data, err := sealCall(c.key, link, call, now)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
-	return &Prepared{call: call, link: link, data: data}, nil
+	return &Prepared{call: call, link: link, data: data}, true, nil
 }
 
 // Send sends a prepared call and waits for its result until the call's deadline or ctx's,
@@ -106,7 +118,23 @@ func (c *Caller) Prepare(req Request, now time.Time) (*Prepared, error) {
 func (c *Caller) Send(ctx context.Context, p *Prepared) (json.RawMessage, error) {
 	ctx, cancel := context.WithDeadline(ctx, p.call.Time.Add(p.call.Timeout))
 	defer cancel()
-	data, err := c.conn.Request(ctx, CallSubject(p.call.Room, p.call.Provider), p.data)
+	data, err := c.conn.RequestMsg(ctx, CallSubject(p.call.Room, p.call.Provider), p.data)
+	return c.result(p, data, err)
+}
+
+// StartSend is Send without the wait: done receives exactly what Send would return, exactly
+// once, on the goroutine that ends the call (the bus connection's reply goroutine, normally)
+// or before StartSend returns. done must not block.
+func (c *Caller) StartSend(ctx context.Context, p *Prepared, done func(json.RawMessage, error)) {
+	ctx, cancel := context.WithDeadline(ctx, p.call.Time.Add(p.call.Timeout))
+	c.conn.StartRequestMsg(ctx, CallSubject(p.call.Room, p.call.Provider), p.data, func(data busport.Msg, err error) {
+		cancel()
+		done(c.result(p, data, err))
+	})
+}
+
+// result opens the bus's answer to p.
+func (c *Caller) result(p *Prepared, data busport.Msg, err error) (json.RawMessage, error) {
 	switch {
 	case errors.Is(err, busport.ErrNoResponders), errors.Is(err, busport.ErrClosed):
 		return nil, newError(CodeUnavailable, "the provider is not on the bus")
@@ -125,6 +153,22 @@ func (c *Caller) Send(ctx context.Context, p *Prepared) (json.RawMessage, error)
 		return nil, &Error{Code: r.Code, Remote: true}
 	}
 	return r.Result, nil
+}
+
+// Start prepares req at now and sends it as StartSend does, if it can without waiting: when
+// the provider's key record would have to be read from the bus first, it returns false and
+// does nothing, and the call is for Call, on a goroutine that may wait.
+func (c *Caller) Start(ctx context.Context, req Request, now time.Time, done func(json.RawMessage, error)) bool {
+	p, ok, err := c.prepare(req, now, false)
+	switch {
+	case !ok:
+		return false
+	case err != nil:
+		done(nil, err)
+	default:
+		c.StartSend(ctx, p, done)
+	}
+	return true
 }
 
 // Call prepares req now and sends it.

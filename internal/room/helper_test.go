@@ -72,6 +72,21 @@ func (s *scriptedInvoker) Invoke(ctx context.Context, capability, action string,
 	return s.run(ctx, capability+"/"+action)
 }
 
+// startingInvoker is a scriptedInvoker as a StartInvoker: each call ends on a goroutine of
+// its own, as the capability supervisor's end on its adapter's reader.
+type startingInvoker struct{ *scriptedInvoker }
+
+func (s startingInvoker) StartObserve(ctx context.Context, capability string, done func(json.RawMessage, error)) {
+	go func() { done(s.Observe(ctx, capability)) }()
+}
+
+func (s startingInvoker) StartInvoke(ctx context.Context, capability, action string, args json.RawMessage, done func(json.RawMessage, error)) {
+	go func() { done(s.Invoke(ctx, capability, action, args)) }()
+}
+
+// withStartInvoker makes newFixture give its provider a startingInvoker.
+var withStartInvoker bool
+
 // fixture is one provider host A, owner of room r1 with member B; C is no member. dir is A's
 // directory; peers is the directory the callers use, with the same rosters. Both hold the key
 // records of A, B and C.
@@ -109,8 +124,12 @@ func newFixture(t testing.TB) *fixture {
 	if err := f.pubs.Publish(Publication{Room: testRoom, Capability: "printer", Observe: false, ApproveEach: true}); err != nil {
 		t.Fatal(err)
 	}
+	var inv Invoker = f.inv
+	if withStartInvoker {
+		inv = startingInvoker{f.inv}
+	}
 	p, err := NewProvider(ProviderConfig{
-		Key: f.a, Directory: f.dir, Publications: f.pubs, Invoker: f.inv, Approvals: f.appr,
+		Key: f.a, Directory: f.dir, Publications: f.pubs, Invoker: inv, Approvals: f.appr,
 		ErrorCode: func(err error) string { return "unsupported_action" },
 		OnCall: func(r CallRecord) {
 			f.recordMu.Lock()

@@ -30,6 +30,18 @@ type Invoker interface {
 	Invoke(ctx context.Context, capability, action string, args json.RawMessage) (json.RawMessage, error)
 }
 
+// StartInvoker is an Invoker that can also start a call without waiting for it: done
+// receives exactly what Observe or Invoke would return, exactly once, on the goroutine that
+// ends the call (before the Start method returns, when the call is refused at once). The
+// Start methods must not block, and done may not be called with a lock held that the
+// provider's callbacks could need. The daemon's capability supervisor is one; a provider
+// whose invoker is one runs a call without a goroutine of its own.
+type StartInvoker interface {
+	Invoker
+	StartObserve(ctx context.Context, capability string, done func(json.RawMessage, error))
+	StartInvoke(ctx context.Context, capability, action string, args json.RawMessage, done func(json.RawMessage, error))
+}
+
 // CallRecord describes one call a provider answered, for a call log. It holds no args and no
 // result.
 type CallRecord struct {
@@ -110,7 +122,7 @@ func (p *Provider) Start() error {
 	if p.cfg.Conn == nil {
 		return errors.New("room: provider: no bus connection")
 	}
-	sub, err := p.cfg.Conn.Serve(providerSubject(p.id), p.cfg.Concurrency, (*providerHandler)(p))
+	sub, err := p.cfg.Conn.ServeMsg(providerSubject(p.id), p.cfg.Concurrency, (*providerHandler)(p))
 	if err != nil {
 		return fmt.Errorf("room: provider: %w", err)
 	}
@@ -131,32 +143,24 @@ func (p *Provider) Close() error {
 	return sub.Stop()
 }
 
-// providerHandler is the Provider as a busport.Handler.
+// providerHandler is the Provider as a busport.MsgHandler.
 type providerHandler Provider
 
-func (h *providerHandler) Serve(ctx context.Context, subject string, payload []byte) []byte {
-	return (*Provider)(h).serve(ctx, subject, payload, time.Now())
+func (h *providerHandler) ServeMsg(ctx context.Context, subject string, m busport.Msg, respond func(busport.Msg)) {
+	(*Provider)(h).start(ctx, subject, m, time.Now(), respond)
 }
 
-func (h *providerHandler) Overloaded(_ string, payload []byte) []byte {
+func (h *providerHandler) OverloadedMsg(_ string, m busport.Msg) busport.Msg {
 	p := (*Provider)(h)
-	r := replyTo(payload)
+	r := replyTo(m)
 	r.Code = CodeBusy
 	return p.refuse(r)
 }
 
-// replyTo is an error reply addressed as well as payload allows, for calls refused before or
-// without a full decode.
-func replyTo(payload []byte) *Reply {
-	var w struct {
-		Room      string `json:"room"`
-		Caller    HostID `json:"caller"`
-		RequestID string `json:"requestId"`
-	}
-	if len(payload) <= MaxCallBytes {
-		_ = json.Unmarshal(payload, &w)
-	}
-	return &Reply{Room: w.Room, Caller: w.Caller, RequestID: w.RequestID}
+// replyTo is an error reply addressed as well as m's header allows, for calls refused before
+// or without a full decode.
+func replyTo(m busport.Msg) *Reply {
+	return &Reply{Room: field(m.Header, hdrRoom), Caller: HostID(field(m.Header, hdrCaller)), RequestID: field(m.Header, hdrRequestID)}
 }
 
 // refuse authenticates a refusal of a call that was not decoded or not verified: busy, when
@@ -164,7 +168,7 @@ func replyTo(payload []byte) *Reply {
 // member whose key this host already holds (cheap, and a busy it could not have asked for is
 // of no use to anyone); any other refusal, and a busy to an unknown caller, with the host key.
 // Neither reads the bus, so an overloaded provider answers at once.
-func (p *Provider) refuse(r *Reply) []byte {
+func (p *Provider) refuse(r *Reply) busport.Msg {
 	var link *linkKeys
 	if r.Code == CodeBusy && r.Caller.Valid() && ValidRoomID(r.Room) {
 		if pub, ok := p.cfg.Directory.memberKey(context.Background(), r.Room, r.Caller, false); ok {
@@ -174,90 +178,129 @@ func (p *Provider) refuse(r *Reply) []byte {
 	return sealReply(p.cfg.Key, link, r)
 }
 
-// serve answers one call received at now.
-func (p *Provider) serve(ctx context.Context, subject string, payload []byte, now time.Time) []byte {
-	c, err := DecodeCall(payload)
-	if err != nil {
-		r := replyTo(payload)
-		r.Code = CodeOf(err)
-		return p.refuse(r)
-	}
-	reply, retry, code := p.answer(ctx, subject, c, now)
-	if p.cfg.OnCall != nil {
-		p.cfg.OnCall(CallRecord{
-			Room: c.Room, Caller: c.Caller, Capability: c.Capability, Operation: c.Operation,
-			Action: c.Action, RequestID: c.RequestID, Code: code, Retry: retry, Duration: time.Since(now),
-		})
-	}
-	return reply
+// serve answers one call received at now and returns the reply, once it is decided.
+func (p *Provider) serve(ctx context.Context, subject string, m busport.Msg, now time.Time) busport.Msg {
+	ch := make(chan busport.Msg, 1)
+	p.start(ctx, subject, m, now, func(r busport.Msg) { ch <- r })
+	return <-ch
 }
 
-// answer decides the reply to a decoded call, and whether it was a retry's recorded reply.
-func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time.Time) ([]byte, bool, string) {
+// start answers one call received at now through respond, which it calls exactly once. The
+// checks run on the calling goroutine, and so does the start of the invoke when the invoker
+// is a StartInvoker: then the reply is sealed and sent by whichever goroutine ends the
+// invoke, and no goroutine of the provider's own waits for it. Whatever else waits — a key
+// record read from the bus, a retry waiting for its first copy, a per-call approval, an
+// invoker that only runs calls to their end — runs on a goroutine of its own, so start never
+// blocks.
+func (p *Provider) start(ctx context.Context, subject string, m busport.Msg, now time.Time, respond func(busport.Msg)) {
+	c, err := DecodeCall(m)
+	if err != nil {
+		r := replyTo(m)
+		r.Code = CodeOf(err)
+		respond(p.refuse(r))
+		return
+	}
+	p.answer(ctx, subject, c, now, false, func(reply busport.Msg, retry bool, code string) {
+		if p.cfg.OnCall != nil {
+			p.cfg.OnCall(CallRecord{
+				Room: c.Room, Caller: c.Caller, Capability: c.Capability, Operation: c.Operation,
+				Action: c.Action, RequestID: c.RequestID, Code: code, Retry: retry, Duration: time.Since(now),
+			})
+		}
+		respond(reply)
+	})
+}
+
+// answer decides the reply to a decoded call and gives it to done, with whether it was a
+// retry's recorded reply and its code. With mayWait false it must not block: it goes on in a
+// goroutine of its own (with mayWait) where the call needs to wait.
+func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time.Time, mayWait bool, done func(busport.Msg, bool, string)) {
 	// link is the caller's link to this host once the call's MAC verified under it; until
 	// then a refusal is signed with the host key, so that a caller with a stale key still
 	// gets a refusal it can authenticate, and a forged call no MAC of the caller's link.
 	var link *linkKeys
-	fail := func(err error) ([]byte, bool, string) {
+	fail := func(err error) {
 		code := CodeOf(err)
-		return sealReply(p.cfg.Key, link, &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: code}), false, code
+		done(sealReply(p.cfg.Key, link, &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: code}), false, code)
 	}
 	if c.Provider != p.id || roomOfSubject(subject) != c.Room {
-		return fail(newError(CodeUnauthorized, "call addressed to another provider or room"))
+		fail(newError(CodeUnauthorized, "call addressed to another provider or room"))
+		return
 	}
 	// The caller must be a member whose key record this host verified; its MAC is then
-	// checked with the key of the link from it to this host.
-	callerKey, ok := p.cfg.Directory.memberKey(ctx, c.Room, c.Caller, true)
+	// checked with the key of the link from it to this host. A record not yet seen is read
+	// from the bus, which waits.
+	callerKey, ok := p.cfg.Directory.memberKey(ctx, c.Room, c.Caller, mayWait)
+	if !ok && !mayWait {
+		go p.answer(ctx, subject, c, now, true, done)
+		return
+	}
 	if !ok {
-		return fail(newError(CodeUnauthorized, "the caller is not a member with a known key"))
+		fail(newError(CodeUnauthorized, "the caller is not a member with a known key"))
+		return
 	}
 	l, err := p.cfg.Key.link(c.Caller, p.id, callerKey)
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	auth := c.AuthBytes()
 	if err := verifyCall(c, auth, l, now); err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	link = l
 	pub, err := p.authorize(c)
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	// The caller's deadline, on this host's clock: its timeout less the time the call has
 	// already spent since signing (as far as the clocks agree).
 	deadline := now.Add(c.Timeout - min(max(now.Sub(c.Time), 0), c.Timeout))
 	e, retry, err := p.window.admit(c, auth, now)
 	if err != nil {
-		return fail(err)
+		fail(err)
+		return
 	}
 	if retry {
-		timer := time.NewTimer(time.Until(deadline))
-		defer timer.Stop()
-		select {
-		case <-e.done:
-			return e.reply, true, replyCode(e.reply)
-		case <-timer.C:
-			return fail(newError(CodeTimeout, "the first copy of the call is still running"))
-		case <-ctx.Done():
-			return fail(newError(CodeUnavailable, "the provider is stopping"))
+		if !mayWait {
+			go p.awaitFirst(ctx, e, deadline, fail, done)
+		} else {
+			p.awaitFirst(ctx, e, deadline, fail, done)
 		}
+		return
 	}
 	departed, _ := p.cfg.Directory.departures(c.Room, c.Caller)
-	r := p.run(ctx, c, pub, now, deadline, departed)
-	reply := sealReply(p.cfg.Key, link, r)
-	p.window.finish(c.Caller, e, reply)
-	return reply, false, r.Code
+	end := func(r *Reply) {
+		reply := sealReply(p.cfg.Key, link, r)
+		p.window.finish(c.Caller, e, reply)
+		done(reply, false, r.Code)
+	}
+	_, async := p.cfg.Invoker.(StartInvoker)
+	if !mayWait && (!async || (pub.ApproveEach && c.Operation == Invoke && c.Caller != p.id)) {
+		go p.run(ctx, c, pub, now, deadline, departed, end)
+		return
+	}
+	p.run(ctx, c, pub, now, deadline, departed, end)
+}
+
+// awaitFirst answers a retry with the first copy's recorded reply, once it has one.
+func (p *Provider) awaitFirst(ctx context.Context, e *entry, deadline time.Time, fail func(error), done func(busport.Msg, bool, string)) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-e.done:
+		done(e.reply, true, replyCode(e.reply))
+	case <-timer.C:
+		fail(newError(CodeTimeout, "the first copy of the call is still running"))
+	case <-ctx.Done():
+		fail(newError(CodeUnavailable, "the provider is stopping"))
+	}
 }
 
 // replyCode is the code a recorded reply carries, for the call log.
-func replyCode(reply []byte) string {
-	var w struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(reply, &w)
-	return w.Code
-}
+func replyCode(reply busport.Msg) string { return field(reply.Header, hdrCode) }
 
 // authorize checks that c's caller and this host are members of the room's current roster
 // and that a publication allows the call. Every refusal is the same unauthorized, so a caller
@@ -275,16 +318,18 @@ func (p *Provider) authorize(c *Call) (Publication, error) {
 }
 
 // run waits for approval when pub asks for it, invokes, bounds the result and authorizes
-// again. It returns the reply unauthenticated.
-func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadline time.Time, departed uint64) *Reply {
+// again; it gives the reply, unauthenticated, to end. With a StartInvoker it returns once
+// the invoke has started, and end runs on the goroutine that ends it.
+func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadline time.Time, departed uint64, end func(*Reply)) {
 	r := &Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID}
-	fail := func(code string) *Reply { r.Code = code; return r }
+	fail := func(code string) { r.Code = code; end(r) }
 
 	if pub.ApproveEach && c.Operation == Invoke && c.Caller != p.id {
 		// The invoke keeps InvokeTimeout of the caller's deadline after the decision.
 		until := earliest(now.Add(ApprovalTimeout), deadline.Add(-InvokeTimeout))
 		if !until.After(now) {
-			return fail(CodeApprovalTimeout)
+			fail(CodeApprovalTimeout)
+			return
 		}
 		d := argsDigest(c.Args)
 		err := p.cfg.Approvals.wait(ctx, PendingApproval{
@@ -292,48 +337,71 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 			ArgsDigest: hex.EncodeToString(d[:]), RequestID: c.RequestID, Since: now,
 		}, until)
 		if err != nil {
-			return fail(CodeOf(err))
+			fail(CodeOf(err))
+			return
 		}
 		// The wait was long: the publication or the roster may have changed meanwhile.
 		if _, err := p.authorize(c); err != nil {
-			return fail(CodeUnauthorized)
+			fail(CodeUnauthorized)
+			return
 		}
 	}
 
 	ictx, cancel := context.WithDeadline(ctx, earliest(deadline, time.Now().Add(InvokeTimeout)))
-	defer cancel()
-	var result json.RawMessage
-	var err error
-	if c.Operation == Observe {
-		result, err = p.cfg.Invoker.Observe(ictx, c.Capability)
-	} else {
-		result, err = p.cfg.Invoker.Invoke(ictx, c.Capability, c.Action, c.Args)
+	finish := func(result json.RawMessage, err error) {
+		p.result(ctx, ictx, c, departed, r, result, err)
+		cancel()
+		end(r)
 	}
+	if si, ok := p.cfg.Invoker.(StartInvoker); ok {
+		if c.Operation == Observe {
+			si.StartObserve(ictx, c.Capability, finish)
+		} else {
+			si.StartInvoke(ictx, c.Capability, c.Action, c.Args, finish)
+		}
+		return
+	}
+	if c.Operation == Observe {
+		finish(p.cfg.Invoker.Observe(ictx, c.Capability))
+	} else {
+		finish(p.cfg.Invoker.Invoke(ictx, c.Capability, c.Action, c.Args))
+	}
+}
+
+// result fills r from the invoker's answer: the error's code, or the result bounded,
+// compacted and authorized again.
+func (p *Provider) result(ctx, ictx context.Context, c *Call, departed uint64, r *Reply, result json.RawMessage, err error) {
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return fail(CodeUnavailable)
+		r.Code = CodeUnavailable
+		return
 	case err != nil && (ictx.Err() != nil || errors.Is(err, context.DeadlineExceeded)):
-		return fail(CodeTimeout)
+		r.Code = CodeTimeout
+		return
 	case err != nil:
-		return fail(p.errorCode(err))
+		r.Code = p.errorCode(err)
+		return
 	case len(result) > MaxResultBytes:
-		return fail(CodeTooLarge)
+		r.Code = CodeTooLarge
+		return
 	}
 	compact, cerr := ndjson.AppendCompact(nil, result)
 	if cerr != nil || len(compact) == 0 {
-		return fail(CodeInternal)
+		r.Code = CodeInternal
+		return
 	}
 
 	// Authorized again at result time: still published to the caller, the caller still a
 	// member, and no departure of the caller seen since the call was admitted.
 	if _, err := p.authorize(c); err != nil {
-		return fail(CodeUnauthorized)
+		r.Code = CodeUnauthorized
+		return
 	}
 	if now, ok := p.cfg.Directory.departures(c.Room, c.Caller); !ok || now != departed {
-		return fail(CodeUnauthorized)
+		r.Code = CodeUnauthorized
+		return
 	}
 	r.Result = compact
-	return r
 }
 
 func (p *Provider) errorCode(err error) string {

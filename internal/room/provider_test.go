@@ -50,13 +50,12 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 	})
 	t.Run("another provider or room subject", func(t *testing.T) {
 		prep := sealDirect(t, f.b, f.c, Request{Room: testRoom, Capability: "light", Operation: Observe}, now)
-		var w wireReply
-		if err := json.Unmarshal(f.p.serve(context.Background(), CallSubject(testRoom, f.c.ID()), prep.data, now), &w); err != nil || w.Code != CodeUnauthorized {
-			t.Fatalf("call to another provider: %+v %v", w, err)
+		if w := f.p.serve(context.Background(), CallSubject(testRoom, f.c.ID()), prep.data, now); replyCode(w) != CodeUnauthorized {
+			t.Fatalf("call to another provider: %+v", w)
 		}
 		prep = f.prepare(t, f.b, Request{Room: testRoom, Capability: "light", Operation: Observe}, now)
-		if err := json.Unmarshal(f.p.serve(context.Background(), CallSubject("r9", f.a.ID()), prep.data, now), &w); err != nil || w.Code != CodeUnauthorized {
-			t.Fatalf("call on another room's subject: %+v %v", w, err)
+		if w := f.p.serve(context.Background(), CallSubject("r9", f.a.ID()), prep.data, now); replyCode(w) != CodeUnauthorized {
+			t.Fatalf("call on another room's subject: %+v", w)
 		}
 		// A reply from another provider than the one called is refused by the caller.
 		if _, err := openReply(sealReply(f.c, nil, &Reply{Room: testRoom, Caller: f.b.ID(), RequestID: prep.RequestID(), Result: json.RawMessage(`{}`)}), prep.call, prep.link); CodeOf(err) != CodeInvalidReply {
@@ -138,8 +137,8 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		// MACs as A's answer.
 		good := f.prepare(t, f.b, invoke("light", "set_color", `{}`), now)
 		r := &Reply{Room: testRoom, Provider: f.a.ID(), Caller: f.b.ID(), RequestID: good.RequestID(), Result: json.RawMessage(`{}`)}
-		forged, _ := marshal(wireReply{V: wireVersion, Room: r.Room, Provider: r.Provider, Caller: r.Caller, RequestID: r.RequestID,
-			OK: true, Result: r.Result, MAC: base64.StdEncoding.EncodeToString(good.link.macCall(r.authBytes()))})
+		forged := cloneMsg(sealReply(f.a, good.link, r))
+		forged.Header[hdrMAC] = []string{base64.StdEncoding.EncodeToString(good.link.macCall(r.authBytes()))}
 		if _, err := openReply(forged, good.call, good.link); CodeOf(err) != CodeInvalidReply {
 			t.Fatalf("a call MAC opened as a reply: %v", err)
 		}
@@ -151,7 +150,7 @@ func TestProviderAuthorizationMatrix(t *testing.T) {
 		prep := f.prepare(t, f.b, invoke("light", "set_color", `{"color":"#000000"}`), now)
 		signed := prep.call.AuthBytes()
 		prep.call.Args = json.RawMessage(`{"color":"#ffffff"}`)
-		prep.data, _ = EncodeCall(prep.call) // the digest follows the new args; the MAC does not
+		prep.data, _ = EncodeCall(prep.call) // the args travel changed; the MAC is the old one
 		if string(signed) == string(prep.call.AuthBytes()) {
 			t.Fatal("the args are not covered by the authenticated bytes")
 		}
@@ -367,13 +366,13 @@ func TestInFlightBoundPerCaller(t *testing.T) {
 func TestOverloadedIsBusy(t *testing.T) {
 	f := newFixture(t)
 	prep := f.prepare(t, f.b, invoke("light", "set_color", `{}`), time.Now())
-	r, err := openReply((*providerHandler)(f.p).Overloaded("", prep.data), prep.call, prep.link)
+	r, err := openReply((*providerHandler)(f.p).OverloadedMsg("", prep.data), prep.call, prep.link)
 	if err != nil || r.Code != CodeBusy || r.MAC == nil {
 		t.Fatalf("overloaded reply = %+v, %v", r, err)
 	}
 	// A caller A has no key for gets a busy signed with A's host key.
 	prep = sealDirect(t, f.c, f.a, invoke("light", "set_color", `{}`), time.Now())
-	r, err = openReply((*providerHandler)(f.p).Overloaded("", prep.data), prep.call, prep.link)
+	r, err = openReply((*providerHandler)(f.p).OverloadedMsg("", prep.data), prep.call, prep.link)
 	if err != nil || r.Code != CodeBusy || r.Sig == nil {
 		t.Fatalf("overloaded reply to a non-member = %+v, %v", r, err)
 	}
@@ -495,4 +494,29 @@ func TestInvokeTimeoutAndProviderStop(t *testing.T) {
 		cancel()
 		wantCode(t, <-errc, CodeUnavailable)
 	})
+}
+
+// TestProviderWithAStartInvoker runs the provider's tests again with an invoker that starts
+// each call and ends it on another goroutine, as the daemon's capability supervisor does: the
+// provider then runs the call without a goroutine of its own, and every check, bound and
+// re-authorization must hold exactly as with an invoker that runs calls to their end.
+func TestProviderWithAStartInvoker(t *testing.T) {
+	withStartInvoker = true
+	defer func() { withStartInvoker = false }()
+	for _, test := range []struct {
+		name string
+		f    func(*testing.T)
+	}{
+		{"authorization matrix", TestProviderAuthorizationMatrix},
+		{"reauthorizes at result time", TestProviderReauthorizesAtResultTime},
+		{"duplicate window", TestDuplicateWindow},
+		{"duplicate window expires", TestDuplicateWindowExpires},
+		{"retry while running", TestRetryWhileRunningWaitsForTheFirstCopy},
+		{"in-flight bound", TestInFlightBoundPerCaller},
+		{"overloaded", TestOverloadedIsBusy},
+		{"per-call approval", TestPerCallApproval},
+		{"invoke timeout and stop", TestInvokeTimeoutAndProviderStop},
+	} {
+		t.Run(test.name, test.f)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/busport"
 )
 
 // Bounds of a provider's memory of recent calls, per caller host (facts §5.1).
@@ -33,19 +35,30 @@ type window struct {
 	swept   time.Time
 }
 
+// callerWindow is one caller's part of a window. Admitting a call looks at its entries at
+// most twice, and without a map walk: list holds them for the scans, oldest skips the expiry
+// scan while no entry can have expired.
 type callerWindow struct {
-	entries  map[string]*entry
+	entries map[string]*entry
+	list    []*entry // the entries of entries, in no order
+	// oldest is at most the earliest admission time among the entries (it may be earlier,
+	// after an eviction): while now is within DuplicateWindow of it, nothing has expired.
+	oldest   time.Time
 	floor    time.Time
 	inFlight int
 }
 
-// entry is one admitted call. reply is written once before done closes.
+// entry is one admitted call. reply is written once, and ended set, before done closes; ended
+// and index are read and written under the window's mutex.
 type entry struct {
+	id       string
 	digest   [32]byte
 	signed   time.Time
 	admitted time.Time
 	done     chan struct{}
-	reply    []byte
+	ended    bool
+	index    int // in its callerWindow's list
+	reply    busport.Msg
 }
 
 func newWindow() *window { return &window{callers: make(map[HostID]*callerWindow)} }
@@ -81,17 +94,36 @@ func (w *window) admit(c *Call, auth []byte, now time.Time) (*entry, bool, error
 	if len(cw.entries) >= DuplicateWindowEntries {
 		cw.evictOldest()
 	}
-	e := &entry{digest: digest, signed: c.Time, admitted: now, done: make(chan struct{})}
-	cw.entries[c.RequestID] = e
+	e := &entry{id: c.RequestID, digest: digest, signed: c.Time, admitted: now, done: make(chan struct{})}
+	if len(cw.entries) == 0 || now.Before(cw.oldest) {
+		cw.oldest = now
+	}
+	cw.add(e)
 	cw.inFlight++
 	return e, false, nil
 }
 
+// add records e.
+func (cw *callerWindow) add(e *entry) {
+	cw.entries[e.id] = e
+	e.index = len(cw.list)
+	cw.list = append(cw.list, e)
+}
+
+// remove forgets e.
+func (cw *callerWindow) remove(e *entry) {
+	delete(cw.entries, e.id)
+	last := cw.list[len(cw.list)-1]
+	cw.list[e.index], last.index = last, e.index
+	cw.list[len(cw.list)-1] = nil
+	cw.list = cw.list[:len(cw.list)-1]
+}
+
 // finish records e's reply and wakes its retries.
-func (w *window) finish(caller HostID, e *entry, reply []byte) {
+func (w *window) finish(caller HostID, e *entry, reply busport.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	e.reply = reply
+	e.reply, e.ended = reply, true
 	close(e.done)
 	if cw := w.callers[caller]; cw != nil {
 		cw.inFlight--
@@ -101,27 +133,37 @@ func (w *window) finish(caller HostID, e *entry, reply []byte) {
 // expire forgets the ended entries admitted more than DuplicateWindow ago. A forgotten
 // entry's signing time is past the clock window, so no copy of it is accepted again.
 func (cw *callerWindow) expire(now time.Time) {
-	for id, e := range cw.entries {
-		if isDone(e) && now.Sub(e.admitted) > DuplicateWindow {
-			delete(cw.entries, id)
-		}
+	if len(cw.list) == 0 || now.Sub(cw.oldest) <= DuplicateWindow {
+		return
 	}
+	oldest := now
+	for i := 0; i < len(cw.list); {
+		e := cw.list[i]
+		if e.ended && now.Sub(e.admitted) > DuplicateWindow {
+			cw.remove(e) // moves the last entry to i
+			continue
+		}
+		if e.admitted.Before(oldest) {
+			oldest = e.admitted
+		}
+		i++
+	}
+	cw.oldest = oldest
 }
 
 // evictOldest forgets the ended entry signed earliest and raises floor to its signing time.
 // With at most MaxInFlightPerCaller entries running, a full window always has one.
 func (cw *callerWindow) evictOldest() {
-	var oldestID string
 	var oldest *entry
-	for id, e := range cw.entries {
-		if isDone(e) && (oldest == nil || e.signed.Before(oldest.signed)) {
-			oldestID, oldest = id, e
+	for _, e := range cw.list {
+		if e.ended && (oldest == nil || e.signed.Before(oldest.signed)) {
+			oldest = e
 		}
 	}
 	if oldest == nil {
 		return
 	}
-	delete(cw.entries, oldestID)
+	cw.remove(oldest)
 	if oldest.signed.After(cw.floor) {
 		cw.floor = oldest.signed
 	}
@@ -135,14 +177,5 @@ func (w *window) sweep(now time.Time) {
 		if len(cw.entries) == 0 && cw.inFlight == 0 && now.Sub(cw.floor) > DuplicateWindow {
 			delete(w.callers, id)
 		}
-	}
-}
-
-func isDone(e *entry) bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
 	}
 }

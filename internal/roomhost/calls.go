@@ -74,21 +74,65 @@ func (s *Service) Invoke(ctx context.Context, id, provider, capability, action s
 }
 
 func (s *Service) call(ctx context.Context, req room.Request) (json.RawMessage, error) {
-	if _, err := s.record(req.Room); err != nil {
+	start, err := s.begin(&req)
+	if err != nil {
 		return nil, err
-	}
-	if !req.Provider.Valid() {
-		return nil, errorf(room.CodeInvalidRequest, "a provider is a host id: 64 lowercase hex digits")
-	}
-	start := time.Now()
-	if pub, ok := s.lookup(req.Room, req.Provider, req.Capability); ok && pub.ApproveEach && req.Operation == room.Invoke && req.Provider != s.key.ID() {
-		req.AwaitApproval, req.ApprovalWait = true, s.cfg.ApprovalWait
 	}
 	p, err := s.caller.Prepare(req, start)
 	var result json.RawMessage
 	if err == nil {
 		result, err = s.caller.Send(ctx, p)
 	}
+	return s.end(req, start, result, err)
+}
+
+// StartObserve is Observe without the wait, as StartInvoke is Invoke without it.
+func (s *Service) StartObserve(ctx context.Context, id, provider, capability string, done func(json.RawMessage, error)) bool {
+	return s.startCall(ctx, room.Request{Room: id, Provider: room.HostID(provider), Capability: capability, Operation: room.Observe}, done)
+}
+
+// StartInvoke is Invoke without the wait: done receives exactly what Invoke would return,
+// exactly once, on the goroutine that ends the call or before StartInvoke returns. done must
+// not block. When the call could not start without waiting (the provider's key record must be
+// read from the bus first) StartInvoke returns false and does nothing: the call is for
+// Invoke, on a goroutine that may wait.
+func (s *Service) StartInvoke(ctx context.Context, id, provider, capability, action string, args json.RawMessage, done func(json.RawMessage, error)) bool {
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	return s.startCall(ctx, room.Request{Room: id, Provider: room.HostID(provider), Capability: capability, Operation: room.Invoke,
+		Action: action, Args: args}, done)
+}
+
+func (s *Service) startCall(ctx context.Context, req room.Request, done func(json.RawMessage, error)) bool {
+	start, err := s.begin(&req)
+	if err != nil {
+		done(nil, err)
+		return true
+	}
+	return s.caller.Start(ctx, req, start, func(result json.RawMessage, err error) {
+		done(s.end(req, start, result, err))
+	})
+}
+
+// begin checks a call of this host's and completes req, before it is prepared; it returns
+// the call's start.
+func (s *Service) begin(req *room.Request) (time.Time, error) {
+	if _, err := s.record(req.Room); err != nil {
+		return time.Time{}, err
+	}
+	if !req.Provider.Valid() {
+		return time.Time{}, errorf(room.CodeInvalidRequest, "a provider is a host id: 64 lowercase hex digits")
+	}
+	start := time.Now()
+	if pub, ok := s.lookup(req.Room, req.Provider, req.Capability); ok && pub.ApproveEach && req.Operation == room.Invoke && req.Provider != s.key.ID() {
+		req.AwaitApproval, req.ApprovalWait = true, s.cfg.ApprovalWait
+	}
+	return start, nil
+}
+
+// end logs a call of this host's that ended and maps its error.
+func (s *Service) end(req room.Request, start time.Time, result json.RawMessage, err error) (json.RawMessage, error) {
 	outcome := OutcomeOK
 	if err != nil {
 		outcome = room.CodeOf(err)
