@@ -307,6 +307,9 @@ func roomOnFabric(t testing.TB, tf *testFabric, cfgs [3]bus.DialConfig) (hosts [
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := prov.ServeRoom(fabricRoom); err != nil {
+		t.Fatal(err)
+	}
 	if err := prov.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +501,7 @@ func (nopHandler) Overloaded(string, []byte) []byte             { return nil }
 func TestDefaultRoomSchemeIsTheRoomLayers(t *testing.T) {
 	s := bus.DefaultRoomScheme
 	h := room.HostID(strings.Repeat("ab", 32))
-	if s.RoomsBucket != room.RoomsBucket || s.PresenceBucket != room.PresenceBucket ||
+	if s.RoomsBucket != room.RoomsBucket || s.PresenceBucket != room.PresenceBucket || s.CatalogBucket != room.CatalogBucket ||
 		room.CallSubject("living", h) != s.CallPrefix+".living.call."+string(h) {
 		t.Fatalf("the scheme %+v is not room's", s)
 	}
