@@ -171,19 +171,33 @@ func (s *Service) waitFabric(ctx context.Context) error {
 	}
 }
 
-// busAttempt bounds one attempt of retryBus.
-const busAttempt = 5 * time.Second
+// busAttempt bounds one attempt of retryBus; formingWait is its pause after an answer that
+// the cluster is still forming.
+const (
+	busAttempt  = 5 * time.Second
+	formingWait = 250 * time.Millisecond
+)
 
-// retryBus runs fn with attempts of busAttempt each until it does not time out or ctx ends. A
-// JetStream request that a node receives while its cluster elects a leader (a fabric node
-// that just started or lost a peer) gets no answer at all; the next attempt finds the leader.
+// retryBus runs fn with attempts of busAttempt each until it succeeds, fails otherwise than
+// by a fabric still forming, or ctx ends. A JetStream request that a node receives while its
+// cluster elects a leader gets no answer at all, or "temporarily unavailable"; a bucket with
+// more replicas than nodes up gets "no suitable peers". The next attempt, once enough nodes
+// are up, succeeds.
 func retryBus(ctx context.Context, fn func(context.Context) error) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, busAttempt)
 		err := fn(actx)
 		cancel()
-		if err == nil || !errors.Is(err, busport.ErrTimeout) || ctx.Err() != nil {
+		forming := bus.Forming(err)
+		if err == nil || !(forming || errors.Is(err, busport.ErrTimeout)) || ctx.Err() != nil {
 			return err
+		}
+		if forming {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(formingWait):
+			}
 		}
 	}
 }
