@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,56 +286,106 @@ func TestFabricThreeDaemons(t *testing.T) {
 		t.Fatalf("the lamp ran %d invokes after the outsiders, want 2", n)
 	}
 
-	fabricKillB(t, ds, effects)
+	// kill -9 of B's airlockd, restarted at once on its state directory.
+	fabricLoad(t, "kill -9 of B's airlockd", ds, filepath.Join(root, "effects.log"), effects, 300, func() {
+		ds[1].h.d.Kill9()
+		ds[1].start(t) // the load meets B's socket gone, then its room service starting
+	})
+	// kill -9 of C's airlockd, whose node is neither A's nor B's; restarted after 2 s.
+	fabricLoad(t, "kill -9 of C's airlockd (a third node)", ds, filepath.Join(root, "effects.log"), effects, 300, func() {
+		ds[2].h.d.Kill9()
+		time.Sleep(2 * time.Second)
+		ds[2].start(t)
+	})
+	// The restarted C is back in the room: its room service rejoined and its call goes through.
+	ds[2].waitRooms(t)
+	var back struct {
+		Provider string `json:"provider"`
+	}
+	ds[2].h.data(&back, "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--action", "set_power", "--args", `{"on":true}`)
+	// A partitioned for 5 s: its airlockd (node and provider) stopped with SIGSTOP.
+	fabricLoad(t, "A stopped for 5 s", ds, filepath.Join(root, "effects.log"), effects, 300, func() {
+		ds[0].h.d.Signal(syscall.SIGSTOP)
+		time.Sleep(5 * time.Second)
+		ds[0].h.d.Signal(syscall.SIGCONT)
+	})
 }
 
-// fabricKillB runs a load of invokes from B (one at a time through B's socket, each a new
-// room call) until 150 are acknowledged, within a minute, and SIGKILLs B's airlockd after
-// the first 50, restarting it on the same state directory at once. Every attempt either is
-// acknowledged (a result) or fails with a typed error (B's socket gone, its room service
-// starting); each attempt runs the lamp at most once, so the lamp's effects lie between the
-// acknowledged results (none lost) and the attempts (none duplicated).
-func fabricKillB(t *testing.T, ds []*fabricDaemon, effects func() int) {
-	const invokes = 150
+// loadPace is the least time between two invokes of fabricLoad.
+const loadPace = 20 * time.Millisecond
+
+// fabricLoad runs a load of invokes from B (one at a time through B's socket, at most one
+// every loadPace, each a new room call to A's lamp) until n are acknowledged, within two minutes, and disrupts the
+// fabric once n/3 are, while the load goes on: disrupt returns when the disruption is over
+// (the process restarted, resumed). Every attempt either is acknowledged (a result) or fails with a typed error; each
+// attempt runs the lamp at most once, so the lamp's effects lie between the acknowledged
+// results (none lost) and the attempts (none duplicated). Recovery is from the end of the
+// disruption to the first result after it.
+func fabricLoad(t *testing.T, what string, ds []*fabricDaemon, effectsLog string, effects func() int, n int, disrupt func()) {
+	t.Helper()
 	before := effects()
 	b := ds[1]
 	var acked, attempts int
 	codes := map[string]int{}
-	var killedAt, restartedAt, recoveredAt time.Time
-	deadline := time.Now().Add(time.Minute)
-	for acked < invokes && time.Now().Before(deadline) {
-		if acked == invokes/3 && killedAt.IsZero() {
-			b.h.d.Kill9()
-			killedAt = time.Now()
-			b.start(t)
-			restartedAt = time.Now()
+	var mu sync.Mutex
+	var disrupted, over, recovered, lastAck time.Time
+	var longest time.Duration
+	done := make(chan struct{})
+	deadline := time.Now().Add(2 * time.Minute)
+	var next time.Time
+	for acked < n && time.Now().Before(deadline) {
+		if acked == n/3 && disrupted.IsZero() {
+			disrupted = time.Now()
+			go func() {
+				defer close(done)
+				disrupt()
+				mu.Lock()
+				over = time.Now()
+				mu.Unlock()
+			}()
 		}
+		if wait := time.Until(next); wait > 0 {
+			time.Sleep(wait)
+		}
+		next = time.Now().Add(loadPace)
 		attempts++
 		r := cli(t, b.socket, "", "room", "invoke", "--room", "home", "--cap", "desk_lamp", "--action", "set_power",
 			"--args", `{"on":`+strconv.FormatBool(attempts%2 == 0)+`}`, "--json")
 		if r.code == exitOK {
 			acked++
-			if !killedAt.IsZero() && recoveredAt.IsZero() {
-				recoveredAt = time.Now()
+			now := time.Now()
+			if !lastAck.IsZero() && now.Sub(lastAck) > longest {
+				longest = now.Sub(lastAck)
 			}
+			lastAck = now
+			mu.Lock()
+			if !over.IsZero() && recovered.IsZero() {
+				recovered = now
+			}
+			mu.Unlock()
 			continue
 		}
 		var env jsonEnvelope
 		if err := json.Unmarshal([]byte(r.stdout), &env); err != nil || env.Error.Code == "" {
-			t.Fatalf("attempt %d: an untyped failure: exit %d %q %q", attempts, r.code, r.stdout, r.stderr)
+			t.Fatalf("%s: attempt %d: an untyped failure: exit %d %q %q", what, attempts, r.code, r.stdout, r.stderr)
 		}
 		codes[env.Error.Code]++
-		time.Sleep(50 * time.Millisecond)
+	}
+	if !disrupted.IsZero() {
+		<-done
 	}
 	ran := effects() - before
-	t.Logf("kill -9 of B's airlockd under invokes from B: %d attempts, %d acknowledged, %d typed failures %v, lamp ran %d "+
-		"(lost acknowledged %d, duplicated %d); B's process back %v after the kill, first result %v after that",
-		attempts, acked, attempts-acked, codes, ran, max(0, acked-ran), max(0, ran-attempts),
-		restartedAt.Sub(killedAt).Round(time.Millisecond), recoveredAt.Sub(restartedAt).Round(time.Millisecond))
-	if acked < invokes {
-		t.Fatalf("%d of %d invokes acknowledged within a minute", acked, invokes)
+	t.Logf("%s: %d attempts from B, %d acknowledged, %d typed failures %v, lamp ran %d "+
+		"(lost acknowledged %d, duplicated %d); disruption %v, first result %v after its end, longest gap between results %v",
+		what, attempts, acked, attempts-acked, codes, ran, max(0, acked-ran), max(0, ran-attempts),
+		over.Sub(disrupted).Round(time.Millisecond), recovered.Sub(over).Round(time.Millisecond), longest.Round(time.Millisecond))
+	if acked < n {
+		t.Fatalf("%s: %d of %d invokes acknowledged within two minutes", what, acked, n)
 	}
 	if ran < acked || ran > attempts {
-		t.Fatalf("the lamp ran %d invokes for %d acknowledged of %d attempts", ran, acked, attempts)
+		data, _ := os.ReadFile(effectsLog)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		t.Fatalf("%s: the lamp ran %d invokes for %d acknowledged of %d attempts; its last requests:\n%s", what, ran, acked, attempts,
+			strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	}
 }
