@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/store"
@@ -243,4 +245,109 @@ func TestFabricStatusWithoutFabric(t *testing.T) {
 	b := startHost(t, a.svc.Status().NATSURL, "", 0)
 	_, err = b.svc.FabricStatus()
 	codeIs(t, err, CodeNoFabricStatus)
+}
+
+// TestFabricLeafHostJoinsAndCalls runs a third host D on a leaf node of n1 (TLS, D's nkey user
+// applied at the hub, its rooms as n1's file lists them): D joins A's room with a join code and
+// invokes A's lamp through the hub, which announces A's per-room provider subscription to
+// the leaf because D's user may publish to all of it.
+func TestFabricLeafHostJoinsAndCalls(t *testing.T) {
+	fh := newFabric(t)
+	l, err := net.Listen("tcp", fabricIPs[0]+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafListen := l.Addr().String()
+	_ = l.Close()
+
+	dDir := t.TempDir()
+	if err := os.Chmod(dDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dKey, _, err := room.LoadOrCreateHostKey(dDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dSeed, _ := nkeys.CreateUser()
+	dPub, _ := dSeed.PublicKey()
+	editFile(t, fh[0].fabric, func(f *bus.FabricFile) {
+		f.Cluster.LeafListen = leafListen
+		f.Users = append(f.Users, bus.FabricUser{Host: string(dKey.ID()), Nkey: dPub, Rooms: []string{"home"}})
+	})
+	top := filepath.Dir(filepath.Dir(fh[0].fabric))
+	leafDir := filepath.Join(top, "leaf")
+	if err := os.Mkdir(leafDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := dSeed.Seed()
+	if err := os.WriteFile(filepath.Join(leafDir, "host.nk"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leaf := bus.FabricFile{Version: bus.FabricVersion, Node: "leaf1", Mode: bus.ModeLeaf,
+		TLS:  bus.FabricTLS{CA: "../n1/ca.pem", Cert: "../n1/node.pem", Key: "../n1/node-key.pem"},
+		Leaf: &bus.FabricLeaf{URLs: []string{leafListen}, Domain: "roomhost-test", Replicas: 2},
+		Host: bus.FabricHost{ID: string(dKey.ID()), Seed: "host.nk"}}
+	data, _ := json.Marshal(leaf)
+	if err := os.WriteFile(filepath.Join(leafDir, "fabric.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	hs := startFabricHosts(t, fh)
+	a := hs[0]
+	bg := ctx(t)
+	d, err := startFabricHost(bg, dDir, loadFabric(t, filepath.Join(leafDir, "fabric.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.stop)
+	if st, err := d.svc.FabricStatus(); err != nil || st.Mode != bus.ModeLeaf || len(st.Leaves) != 1 || !st.Leaves[0].Hub {
+		t.Fatalf("D's fabric status %+v, %v", st, err)
+	}
+
+	if _, err := a.svc.Create(bg, "home", "Home"); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := a.svc.Invite(bg, "home", "dora")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.svc.Join(bg, inv.Code); err != nil {
+		t.Fatalf("join through the leaf: %v (D's refusals %d)", err, d.svc.conn.Refusals())
+	}
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"set_color"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "D sees A's lamp", func() bool {
+		caps, _ := d.svc.Capabilities(bg, "home")
+		return len(caps) == 1
+	})
+	var res json.RawMessage
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err = d.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "set_color", json.RawMessage(`{"color":"#405060"}`))
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the hub announces A's subscription a moment after D's join
+	}
+	if err != nil || string(res) != `{"done":"set_color"}` || a.caps.count() != 1 {
+		t.Fatalf("D's invoke through the leaf = %s, %v (lamp ran %d)", res, err, a.caps.count())
+	}
+}
+
+func editFile(t *testing.T, path string, edit func(*bus.FabricFile)) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := bus.ParseFabric(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(f)
+	data, _ = json.Marshal(f)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
