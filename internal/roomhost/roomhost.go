@@ -330,7 +330,8 @@ func (s *Service) HostID() room.HostID { return s.key.ID() }
 type Status struct {
 	HostID room.HostID `json:"hostId"`
 	// NATSURL is the bus this host is on: its embedded server's client URL (which a second
-	// daemon passes to --nats-url) or the URL it joined.
+	// daemon passes to --nats-url; tls://… on a fabric node, which only nkey users of the
+	// fabric may join) or the URL it joined.
 	NATSURL  string `json:"natsUrl"`
 	Embedded bool   `json:"embedded"`
 	Rooms    int    `json:"rooms"`
