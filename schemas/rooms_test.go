@@ -47,6 +47,10 @@ func TestServerOutputRooms(t *testing.T) {
 	st := b.ok(b.call("roomStatus", "", `{}`), "roomStatusResult")
 	self := st["hostId"].(string)
 	a.fail(a.call("roomStatus", "", `{}`), "unknown_operation")
+	if fs := b.ok(b.call("fabricStatus", "", `{}`), "fabricStatusResult"); fs["mode"] != "local" {
+		t.Fatalf("fabricStatus without a fabric: %v", fs)
+	}
+	a.fail(a.call("fabricStatus", "", `{}`), "unknown_operation")
 
 	lamp := buildLamp(t)
 	b.ok(b.call("registerAdapter", "", `{"name":"lamp","command":`+jsonString(lamp)+`}`), "registerResult")

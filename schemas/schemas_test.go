@@ -136,7 +136,7 @@ func TestSchemasCompile(t *testing.T) {
 		"ticketPayload", "reconcilePayload", "conversationRef",
 		"roomPayload", "createRoomPayload", "inviteRoomPayload", "joinRoomPayload", "publishCapabilityPayload",
 		"roomCapabilityPayload", "roomObservePayload", "roomInvokePayload", "decideApprovalPayload",
-		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "roomResult", "roomList",
+		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "fabricStatusResult", "roomResult", "roomList",
 		"roomDetail", "roomClosed", "inviteResult", "publishResult", "unpublishResult", "roomCapabilityList",
 		"roomCallResult", "approval", "approvalList", "approvalDecision"} {
 		v.def(t, 2, d)
@@ -754,6 +754,8 @@ var baseAgreementCases = []agreementCase{
 	{"listApprovals", 2, line("2.0", "listApprovals", "", `{}`), true},
 	{"roomUILogin", 2, line("2.0", "roomUILogin", "", `{}`), true},
 	{"roomUILogin in 1.x", 1, line("1.0", "roomUILogin", "", `{}`), false},
+	{"fabricStatus", 2, line("2.0", "fabricStatus", "", `{}`), true},
+	{"fabricStatus in 1.x", 1, line("1.0", "fabricStatus", "", `{}`), false},
 	{"createRoom", 2, line("2.0", "createRoom", "", `{"room":"home","title":"Home"}`), true},
 	{"createRoom without title", 2, line("2.0", "createRoom", "", `{"room":"home"}`), true},
 	{"createRoom id 64", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 64)+`"}`), true},
@@ -917,7 +919,7 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin, protocol.OpFabricStatus:
 		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
 	case protocol.OpCreateRoom:
 		var p protocol.CreateRoomPayload

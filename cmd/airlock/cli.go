@@ -84,6 +84,7 @@ func commandTable() []command {
 			"serve the session's granted tools and the named capabilities as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
 		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
 			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},
+		{"fabric status", "[--json]", "show the room bus node of this host: with airlockd --fabric its routes and RTT, leaves and JetStream health; else the local node", (*app).fabricStatus},
 		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
 		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
 		{"help", "", "print this help", (*app).help},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -102,6 +103,17 @@ func (a *app) fabricInit(_ context.Context, args []string) int {
 		for _, n := range res.Nodes {
 			fmt.Fprintf(w, "  %-12s %-16s copy %s/ to that machine; start: airlockd --fabric <there>/fabric.json\n", n.Name, n.IP, n.Dir)
 		}
+	})
+}
+
+// fabricStatus shows the daemon's room bus node: airlock fabric status [--json]. With
+// airlockd --fabric, the node's routes and their round trips, its leaf connections and
+// JetStream's meta leader with its peers; without, the single local node.
+func (a *app) fabricStatus(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "fabric status", protocol.OpFabricStatus, args, "", nil, func(w io.Writer, data json.RawMessage) {
+		var st bus.FabricStatus
+		_ = json.Unmarshal(data, &st)
+		_ = bus.WriteStatus(w, st)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/model"
@@ -73,6 +74,7 @@ func run(args []string, stderr io.Writer) error {
 	roomsOn := fs.Bool("rooms", true, "run the room service: an embedded NATS server on loopback, or the one --nats-url names")
 	fs.StringVar(&rooms.NATSURL, "nats-url", "", "join another daemon's room bus (`nats://127.0.0.1:PORT`, shown by airlock room status) instead of embedding one")
 	fs.StringVar(&rooms.Listen, "nats-listen", "", "the embedded room bus's listen `address` (loopback only; default 127.0.0.1 on a random port)")
+	fabricFile := fs.String("fabric", "", "make the embedded room bus a node of a room fabric: its fabric `FILE` (written by airlock fabric init; docs/fabric.md)")
 	fs.DurationVar(&rooms.ApprovalWait, "room-approval-wait", room.ApprovalTimeout, "how long this host's calls wait for a provider's per-call approval (at most 60s)")
 	fs.DurationVar(&rooms.InviteTTL, "room-invite-ttl", roomhost.DefaultInviteTTL, "how long a room join code stays valid")
 	var adapters capclient.Options
@@ -100,8 +102,11 @@ func run(args []string, stderr io.Writer) error {
 	if rooms.NATSURL != "" && rooms.Listen != "" {
 		return errors.New("--nats-listen configures the embedded room bus, which --nats-url replaces")
 	}
-	if !*roomsOn && (rooms.NATSURL != "" || rooms.Listen != "") {
-		return errors.New("--nats-url and --nats-listen need the room service (--rooms)")
+	if !*roomsOn && (rooms.NATSURL != "" || rooms.Listen != "" || *fabricFile != "") {
+		return errors.New("--nats-url, --nats-listen and --fabric need the room service (--rooms)")
+	}
+	if *fabricFile != "" && (rooms.NATSURL != "" || rooms.Listen != "") {
+		return errors.New("--fabric configures the embedded room bus from its file, without --nats-url or --nats-listen")
 	}
 	if rooms.ApprovalWait <= 0 || rooms.ApprovalWait > room.ApprovalTimeout {
 		return fmt.Errorf("--room-approval-wait must be in (0, %s]", room.ApprovalTimeout)
@@ -125,6 +130,11 @@ func run(args []string, stderr io.Writer) error {
 	log, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
 		return err
+	}
+	if *fabricFile != "" {
+		if rooms.Fabric, err = bus.LoadFabric(*fabricFile); err != nil {
+			return fmt.Errorf("--fabric: %w", err)
+		}
 	}
 	if *socket == "" {
 		*socket = paths.Socket()

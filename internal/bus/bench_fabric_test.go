@@ -271,6 +271,9 @@ func BenchmarkFabricRooms(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if err := prov.ServeRoom(s.room); err != nil {
+			b.Fatal(err)
+		}
 		if err := prov.Start(); err != nil {
 			b.Fatal(err)
 		}

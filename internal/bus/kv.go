@@ -217,3 +217,23 @@ func (ws *watching) Stop() error {
 	})
 	return nil
 }
+
+// JetStream's error codes while a cluster forms (nats-server's JSClusterNoPeersErr and
+// JSClusterNotAvailErr).
+const (
+	jsNoPeers      jetstream.ErrorCode = 10005
+	jsNotAvailable jetstream.ErrorCode = 10008
+)
+
+// Forming reports whether err is JetStream's answer while a fabric's cluster forms or
+// re-forms: no meta leader yet ("JetStream system temporarily unavailable", status 503) or
+// fewer nodes up than a new bucket's replicas ("no suitable peers for placement"). The same
+// operation succeeds once enough nodes are up, so a caller starting on a fabric retries it.
+func Forming(err error) bool {
+	var je jetstream.JetStreamError
+	if !errors.As(err, &je) || je.APIError() == nil {
+		return false
+	}
+	ae := je.APIError()
+	return ae.Code == 503 || ae.ErrorCode == jsNoPeers || ae.ErrorCode == jsNotAvailable
+}

@@ -11,18 +11,27 @@ import (
 // permissions of a host follow from it and from the rooms the host is a member of, without any
 // room logic here. DefaultRoomScheme is the layout package room uses; a test holds them equal.
 type RoomScheme struct {
-	// CallPrefix starts every call subject: "<prefix>.<room>.call.<provider>".
+	// CallPrefix starts every call subject, "<prefix>.<room>.call.<provider>", and every
+	// join request, "<prefix>.<room>.join.<owner>".
 	CallPrefix string
 	// RoomsBucket holds, per room, "<room>.roster", "<room>.projection.<host>" and
 	// "<room>.key.<host>".
 	RoomsBucket string
 	// PresenceBucket holds "<room>.<host>".
 	PresenceBucket string
+	// CatalogBucket holds "<room>.<host>": each provider's catalog of each room.
+	CatalogBucket string
 }
 
-// DefaultRoomScheme is package room's layout (room.CallSubject, room.RoomsBucket,
-// room.PresenceBucket).
-var DefaultRoomScheme = RoomScheme{CallPrefix: "airlock.room", RoomsBucket: "airlock_rooms", PresenceBucket: "airlock_presence"}
+// DefaultRoomScheme is the room layer's layout (room.CallSubject, room.RoomsBucket,
+// room.PresenceBucket, room.CatalogBucket, and package roomhost's join subject).
+var DefaultRoomScheme = RoomScheme{CallPrefix: "airlock.room", RoomsBucket: "airlock_rooms",
+	PresenceBucket: "airlock_presence", CatalogBucket: "airlock_room_catalogs"}
+
+// buckets are the scheme's key/value buckets; every key of each starts with its room.
+func (s RoomScheme) buckets() []string {
+	return []string{s.RoomsBucket, s.PresenceBucket, s.CatalogBucket}
+}
 
 // InboxPrefix is the reply-subject prefix of host's connections. Broker permissions let a host
 // subscribe below its own prefix only, so no other host can receive its replies.
@@ -41,21 +50,24 @@ type Membership struct {
 
 // HostPermissions is the broker permission set of host, a member of rooms, under scheme:
 //
-//   - subscribe: its own inbox (InboxPrefix) and its own provider subject
-//     "<call prefix>.*.call.<host>";
-//   - publish: calls into its rooms ("<call prefix>.<room>.call.*"); in the rooms bucket its
-//     own projection and key record per room, and the roster of a room it owns; its own
-//     presence per room; replies to requests it received (one each, within responseTTL);
-//   - JetStream: the account info, the two buckets' stream info and creation (not their
-//     update or deletion), direct reads and watches of its rooms' keys only, and the flow
-//     control of its watches.
+//   - subscribe: its own inbox (InboxPrefix), its own provider subject
+//     "<call prefix>.*.call.<host>" and the join requests to the rooms it owns
+//     "<call prefix>.*.join.<host>";
+//   - publish: calls into its rooms ("<call prefix>.<room>.call.*"); join requests to any
+//     room's owner ("<call prefix>.*.join.*": a host joins a room it is not a member of yet,
+//     and the owner checks the join code); in the rooms bucket its own projection and key
+//     record per room, and the roster of a room it owns; its own presence and catalog per
+//     room; replies to requests it received (one each, within responseTTL);
+//   - JetStream: the account info, the buckets' stream info and creation (not their update
+//     or deletion), direct reads and watches of its rooms' keys only, and the flow control of
+//     its watches.
 //
-// A host with no rooms can still open the buckets and read nothing in them. The permissions are
+// A host with no rooms can still open the buckets, read nothing in them, and ask to join. The permissions are
 // defence in depth: the provider's verification of every call stays the authority.
 func HostPermissions(scheme RoomScheme, host string, rooms []Membership) *server.Permissions {
-	pub := []string{"$JS.API.INFO"}
-	sub := []string{InboxPrefix(host) + ".>", scheme.CallPrefix + ".*.call." + host}
-	for _, b := range []string{scheme.RoomsBucket, scheme.PresenceBucket} {
+	pub := []string{"$JS.API.INFO", scheme.CallPrefix + ".*.join.*"}
+	sub := []string{InboxPrefix(host) + ".>", scheme.CallPrefix + ".*.call." + host, scheme.CallPrefix + ".*.join." + host}
+	for _, b := range scheme.buckets() {
 		stream := "KV_" + b
 		pub = append(pub,
 			"$JS.API.STREAM.INFO."+stream,
@@ -73,11 +85,12 @@ func HostPermissions(scheme RoomScheme, host string, rooms []Membership) *server
 			rooms+".projection."+host,
 			rooms+".key."+host,
 			presence+"."+host,
+			"$KV."+scheme.CatalogBucket+"."+r+"."+host,
 		)
 		if m.Owner {
 			pub = append(pub, rooms+".roster")
 		}
-		for _, b := range []string{scheme.RoomsBucket, scheme.PresenceBucket} {
+		for _, b := range scheme.buckets() {
 			stream, keys := "KV_"+b, "$KV."+b+"."+r+".>"
 			pub = append(pub,
 				"$JS.API.DIRECT.GET."+stream+"."+keys,

@@ -14,7 +14,9 @@ func TestHostPermissions(t *testing.T) {
 	for _, want := range []string{
 		"airlock.room.living.call.*", "airlock.room.kitchen.call.*",
 		"$KV.airlock_rooms.living.roster", "$KV.airlock_rooms.living.key." + hostA, "$KV.airlock_rooms.kitchen.projection." + hostA,
-		"$KV.airlock_presence.kitchen." + hostA,
+		"$KV.airlock_presence.kitchen." + hostA, "$KV.airlock_room_catalogs.living." + hostA,
+		"$JS.API.DIRECT.GET.KV_airlock_room_catalogs.$KV.airlock_room_catalogs.kitchen.>",
+		"$JS.API.STREAM.INFO.KV_airlock_room_catalogs", "airlock.room.*.join.*",
 		"$JS.API.DIRECT.GET.KV_airlock_rooms.$KV.airlock_rooms.kitchen.>",
 		"$JS.API.CONSUMER.CREATE.KV_airlock_presence.*.$KV.airlock_presence.living.>",
 		"$JS.API.STREAM.INFO.KV_airlock_rooms", "$JS.API.STREAM.CREATE.KV_airlock_presence",
@@ -25,6 +27,7 @@ func TestHostPermissions(t *testing.T) {
 	}
 	for _, never := range []string{
 		"$KV.airlock_rooms.kitchen.roster",             // not its room to own
+		"$KV.airlock_room_catalogs.living.*",           // not another host's catalog
 		"$JS.API.STREAM.UPDATE.KV_airlock_rooms",       // no reconfiguring the buckets
 		"$JS.API.STREAM.DELETE.KV_airlock_rooms",       // nor deleting them
 		"$JS.API.CONSUMER.CREATE.KV_airlock_rooms.*",   // no unfiltered watch
@@ -40,7 +43,7 @@ func TestHostPermissions(t *testing.T) {
 			t.Errorf("publish allows an inbox: %s (replies go by the response permission)", s)
 		}
 	}
-	if !slices.Equal(sub, []string{"_INBOX." + hostA + ".>", "airlock.room.*.call." + hostA}) {
+	if !slices.Equal(sub, []string{"_INBOX." + hostA + ".>", "airlock.room.*.call." + hostA, "airlock.room.*.join." + hostA}) {
 		t.Errorf("subscribe: %v", sub)
 	}
 	if p.Response == nil || p.Response.MaxMsgs != 1 || p.Response.Expires != responseTTL {
@@ -49,6 +52,9 @@ func TestHostPermissions(t *testing.T) {
 
 	none := HostPermissions(DefaultRoomScheme, hostB, nil)
 	for _, s := range none.Publish.Allow {
+		if s == "airlock.room.*.join.*" {
+			continue // asking an owner to join: the join code is the authority
+		}
 		if strings.Contains(s, "airlock.room.") || strings.HasPrefix(s, "$KV.") || strings.Contains(s, "DIRECT.GET") {
 			t.Errorf("a host with no room may publish %s", s)
 		}

@@ -102,6 +102,9 @@ func twoHosts(t testing.TB, s *bus.Server) (a, b *roomHost, inv *lightInvoker, p
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := prov.ServeRoom(roomID); err != nil {
+		t.Fatal(err)
+	}
 	if err := prov.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
@@ -19,6 +20,9 @@ type RoomsConfig struct {
 	NATSURL string
 	// Listen is the embedded server's address; empty means 127.0.0.1 on a random port.
 	Listen string
+	// Fabric makes the embedded server a node of a room fabric (bus.LoadFabric); exclusive
+	// with NATSURL and Listen.
+	Fabric *bus.Fabric
 	// ApprovalWait bounds how long this host's calls wait for a provider's per-call approval.
 	ApprovalWait time.Duration
 	// InviteTTL is how long a join code stays valid.
@@ -40,7 +44,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	}()
 	svc, err := roomhost.Start(ctx, roomhost.Config{
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
-		NATSURL: rc.NATSURL, Listen: rc.Listen, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
+		NATSURL: rc.NATSURL, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})
 	if err != nil {
@@ -329,13 +333,19 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
 	switch cmd.Operation {
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpFabricStatus:
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
 			return nil, e
 		}
 		switch cmd.Operation {
 		case protocol.OpRoomStatus:
 			return svc.Status(), nil
+		case protocol.OpFabricStatus:
+			st, err := svc.FabricStatus()
+			if err != nil {
+				return nil, err
+			}
+			return &st, nil
 		case protocol.OpListRooms:
 			rooms, err := svc.Rooms(ctx)
 			return &RoomList{Rooms: rooms}, err

@@ -93,6 +93,7 @@ var operations = map[string]opSpec{
 	OpListApprovals:         {2, idNone},
 	OpDecideApproval:        {2, idNone},
 	OpRoomUILogin:           {2, idNone},
+	OpFabricStatus:          {2, idNone},
 }
 
 // v1Operations is the handshake order of the version 1 operations.

@@ -297,7 +297,7 @@ func TestOperationTables(t *testing.T) {
 		"ticket", "reconcile", "abortTool",
 		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
 		"publishCapability", "unpublishCapability", "listRoomCapabilities",
-		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin")
+		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -374,6 +374,7 @@ var identityRules = map[string][3]presence{
 	"listApprovals":         {ignored, ignored, ignored},
 	"decideApproval":        {ignored, ignored, ignored},
 	"roomUILogin":           {ignored, ignored, ignored},
+	"fabricStatus":          {ignored, ignored, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

@@ -25,6 +25,9 @@ const (
 	OpDecideApproval        = "decideApproval"
 	// OpRoomUILogin mints a one-time login URL for the host's web page (airlockd --http).
 	OpRoomUILogin = "roomUILogin"
+	// OpFabricStatus reports the embedded room bus node: its fabric's routes, leaves and
+	// JetStream health, or the single local node (airlock fabric status).
+	OpFabricStatus = "fabricStatus"
 )
 
 // roomOperations are the room operations in handshake order.
@@ -32,7 +35,7 @@ var roomOperations = []string{
 	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
 	OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
 	OpObserveRoomCapability, OpInvokeRoomCapability, OpListApprovals, OpDecideApproval,
-	OpRoomUILogin,
+	OpRoomUILogin, OpFabricStatus,
 }
 
 // Bounds and grammars of the room operations' payloads: the room layer's rules

@@ -58,15 +58,12 @@ func ValidAction(name string) bool { return matchName(name, 32, lower, actionRes
 // ValidRequestID reports whether id is a call's request id: 1–64 of [A-Za-z0-9._:-].
 func ValidRequestID(id string) bool { return matchName(id, 64, requestByte, requestByte) }
 
-// CallSubject is the bus subject of calls to provider in room. A provider serves
-// "airlock.room.*.call.<its id>"; broker permissions per host (issue #14) can confine each
-// host to the rooms it is a member of and to its own provider subject.
+// CallSubject is the bus subject of calls to provider in room. A provider serves it for each
+// room it is in; broker permissions per host (docs/fabric.md) confine each host to the rooms
+// it is a member of and to its own provider subjects.
 func CallSubject(room string, provider HostID) string {
 	return "airlock.room." + room + ".call." + string(provider)
 }
-
-// providerSubject is the subject pattern a provider serves.
-func providerSubject(provider HostID) string { return "airlock.room.*.call." + string(provider) }
 
 // roomOfSubject returns the room token of a call subject.
 func roomOfSubject(subject string) string {

@@ -89,13 +89,20 @@ type ProviderConfig struct {
 // publication asks for one. It then runs the invoker, bounds the result, authorizes again —
 // the publication, the roster and the caller's presence may have changed — and only then
 // sends the result, to the caller's reply inbox alone.
+//
+// A provider serves one subject per room it serves (ServeRoom), without wildcard: a NATS hub
+// tells a leaf node about a subscription only when the leaf's user may publish to all of it,
+// and a host's broker permissions allow calls into its own rooms only.
 type Provider struct {
 	cfg    ProviderConfig
 	id     HostID
 	window *window
+	// slots bounds the calls running at once over all rooms' subscriptions.
+	slots chan struct{}
 
-	mu  sync.Mutex
-	sub busport.Subscription
+	mu      sync.Mutex
+	started bool
+	rooms   map[string]busport.Subscription // nil value: to serve at Start
 }
 
 // NewProvider returns a provider; Start makes it serve.
@@ -109,33 +116,67 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultProviderConcurrency
 	}
-	return &Provider{cfg: cfg, id: cfg.Key.ID(), window: newWindow()}, nil
+	return &Provider{cfg: cfg, id: cfg.Key.ID(), window: newWindow(),
+		slots: make(chan struct{}, cfg.Concurrency), rooms: make(map[string]busport.Subscription)}, nil
 }
 
-// Start serves this host's provider subject on the bus.
+// Start makes the provider serve the rooms ServeRoom named, and from then on each room at
+// once when ServeRoom names it.
 func (p *Provider) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.sub != nil {
+	if p.started {
 		return nil
 	}
 	if p.cfg.Conn == nil {
 		return errors.New("room: provider: no bus connection")
 	}
-	sub, err := p.cfg.Conn.ServeMsg(providerSubject(p.id), p.cfg.Concurrency, (*providerHandler)(p))
-	if err != nil {
-		return fmt.Errorf("room: provider: %w", err)
+	p.started = true
+	for room, sub := range p.rooms {
+		if sub != nil {
+			continue
+		}
+		if err := p.serveRoom(room); err != nil {
+			return err
+		}
 	}
-	p.sub = sub
 	return nil
 }
 
-// Close stops serving; calls still running see their context cancelled and are answered
-// before Close returns. It is idempotent.
-func (p *Provider) Close() error {
+// ServeRoom serves calls to this host in room, on the room's call subject; once started, it
+// returns when the subject is served. It is idempotent.
+func (p *Provider) ServeRoom(room string) error {
+	if !ValidRoomID(room) {
+		return fmt.Errorf("room: provider: invalid room id")
+	}
 	p.mu.Lock()
-	sub := p.sub
-	p.sub = nil
+	defer p.mu.Unlock()
+	if sub, ok := p.rooms[room]; ok && (sub != nil || !p.started) {
+		return nil
+	}
+	if !p.started {
+		p.rooms[room] = nil
+		return nil
+	}
+	return p.serveRoom(room)
+}
+
+// serveRoom subscribes room's call subject; p.mu is held.
+func (p *Provider) serveRoom(room string) error {
+	sub, err := p.cfg.Conn.ServeMsg(CallSubject(room, p.id), p.cfg.Concurrency, (*providerHandler)(p))
+	if err != nil {
+		return fmt.Errorf("room: provider: %w", err)
+	}
+	p.rooms[room] = sub
+	return nil
+}
+
+// StopRoom stops serving room: calls of the room still running see their context cancelled
+// and are answered before it returns. It is idempotent.
+func (p *Provider) StopRoom(room string) error {
+	p.mu.Lock()
+	sub := p.rooms[room]
+	delete(p.rooms, room)
 	p.mu.Unlock()
 	if sub == nil {
 		return nil
@@ -143,11 +184,40 @@ func (p *Provider) Close() error {
 	return sub.Stop()
 }
 
+// Close stops serving every room; calls still running see their context cancelled and are
+// answered before Close returns. It is idempotent.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	subs := p.rooms
+	p.rooms = make(map[string]busport.Subscription)
+	p.started = false
+	p.mu.Unlock()
+	var errs []error
+	for _, sub := range subs {
+		if sub != nil {
+			errs = append(errs, sub.Stop())
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // providerHandler is the Provider as a busport.MsgHandler.
 type providerHandler Provider
 
+// ServeMsg takes one of the slots shared by every room's subscription until the call is
+// answered, or answers busy at once when none is free.
 func (h *providerHandler) ServeMsg(ctx context.Context, subject string, m busport.Msg, respond func(busport.Msg)) {
-	(*Provider)(h).start(ctx, subject, m, time.Now(), respond)
+	p := (*Provider)(h)
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		respond(h.OverloadedMsg(subject, m))
+		return
+	}
+	p.start(ctx, subject, m, time.Now(), func(r busport.Msg) {
+		respond(r)
+		<-p.slots
+	})
 }
 
 func (h *providerHandler) OverloadedMsg(_ string, m busport.Msg) busport.Msg {

@@ -72,6 +72,11 @@ type Config struct {
 	// Listen is the embedded server's listen address; empty means 127.0.0.1 on a random
 	// port. A non-loopback address is refused.
 	Listen string
+	// Fabric, when set, makes the embedded server a node of a room fabric (bus.LoadFabric):
+	// the host connects to it as its nkey user, with bus.InboxPrefix and the fabric's
+	// replicas, and on a cluster node its user's rooms follow the rooms this host is in.
+	// Its host id must be this host's. Exclusive with NATSURL and Listen.
+	Fabric *bus.Fabric
 
 	// ApprovalWait is how long this host's calls to a publication with per-call approval
 	// wait for the provider's decision (at most, and by default, room.ApprovalTimeout).
@@ -100,7 +105,8 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	key      *room.HostKey
-	server   *bus.Server // nil when joined to another daemon's server
+	server   *bus.Server  // nil when joined to another daemon's server
+	users    *brokerUsers // nil without a fabric cluster node
 	conn     *bus.Conn
 	url      string
 	dir      *room.Directory
@@ -154,9 +160,15 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if cfg.CallLogEntries <= 0 {
 		cfg.CallLogEntries = DefaultCallLogEntries
 	}
+	if cfg.Fabric != nil && (cfg.NATSURL != "" || cfg.Listen != "") {
+		return nil, errors.New("roomhost: a fabric node is configured by its fabric file, without a NATS URL or listen address")
+	}
 	key, created, err := room.LoadOrCreateHostKey(cfg.StateDir)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Fabric != nil && cfg.Fabric.HostID() != string(key.ID()) {
+		return nil, errorf(CodeFabricHost, "the fabric file serves host %s, but this daemon's host id is %s", cfg.Fabric.HostID(), key.ID())
 	}
 	s := &Service{
 		cfg: cfg, log: cfg.Logger, key: key,
@@ -177,13 +189,23 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		s.log.Info("room host key created", "hostId", key.ID())
 	}
 
-	dial := bus.DialConfig{URL: cfg.NATSURL, Name: string(key.ID()), InboxPrefix: "_INBOX." + string(key.ID())}
+	dial := bus.DialConfig{URL: cfg.NATSURL, Name: string(key.ID()), InboxPrefix: bus.InboxPrefix(string(key.ID()))}
 	if cfg.NATSURL == "" {
-		s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Listen: cfg.Listen})
+		s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Listen: cfg.Listen, Fabric: cfg.Fabric})
 		if err != nil {
 			return nil, err
 		}
 		dial.Server = s.server
+		if cfg.Fabric != nil {
+			dial = cfg.Fabric.DialConfig(s.server)
+			s.users = newBrokerUsers(s.server, cfg.Fabric)
+			if err := s.users.set(storedRooms(cfg.Store, key.ID())); err != nil {
+				return nil, err
+			}
+			if err := s.waitFabric(ctx); err != nil {
+				return nil, err
+			}
+		}
 		s.url = s.server.ClientURL()
 	} else {
 		s.url = cfg.NATSURL
@@ -191,14 +213,26 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if s.conn, err = bus.Dial(dial); err != nil {
 		return nil, err
 	}
-	if s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes}); err != nil {
+	err = retryBus(ctx, func(ctx context.Context) (err error) {
+		s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes}); err != nil {
+	err = retryBus(ctx, func(ctx context.Context) (err error) {
+		s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
-		Dropped: s.dropped}); err != nil {
+	err = retryBus(ctx, func(ctx context.Context) (err error) {
+		s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
+			Dropped: s.dropped})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	s.provider, err = room.NewProvider(room.ProviderConfig{
@@ -249,7 +283,7 @@ func (s *Service) restore(ctx context.Context) error {
 		}
 	}
 	for _, r := range recs {
-		if err := s.rejoin(ctx, r); err != nil {
+		if err := retryBus(ctx, func(ctx context.Context) error { return s.rejoin(ctx, r) }); err != nil {
 			s.log.Warn("room not rejoined", "room", r.ID, "code", codeOf(err), "err", err)
 			continue
 		}
@@ -265,12 +299,18 @@ func (s *Service) rejoin(ctx context.Context, r store.RoomRecord) error {
 	if err := s.dir.Trust(r.ID, owner); err != nil {
 		return err
 	}
+	if err := s.users.permit(r.ID, owner == s.key.ID()); err != nil {
+		return err
+	}
 	if owner == s.key.ID() {
 		if err := s.sync.PublishRoster(ctx, rosterOf(r)); err != nil {
 			return err
 		}
 	}
 	if err := s.sync.Join(ctx, r.ID); err != nil {
+		return err
+	}
+	if err := s.provider.ServeRoom(r.ID); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -317,7 +357,8 @@ func (s *Service) HostID() room.HostID { return s.key.ID() }
 type Status struct {
 	HostID room.HostID `json:"hostId"`
 	// NATSURL is the bus this host is on: its embedded server's client URL (which a second
-	// daemon passes to --nats-url) or the URL it joined.
+	// daemon passes to --nats-url; tls://… on a fabric node, which only nkey users of the
+	// fabric may join) or the URL it joined.
 	NATSURL  string `json:"natsUrl"`
 	Embedded bool   `json:"embedded"`
 	Rooms    int    `json:"rooms"`

@@ -81,20 +81,27 @@ func (s *Service) Create(ctx context.Context, id, title string) (Room, error) {
 		return Room{}, errorf(CodeRoomExists, "this host is already in that room")
 	}
 	// Room ids are one namespace on the bus: a roster there that this host did not sign
-	// belongs to another owner's room.
+	// belongs to another owner's room. On a fabric node this host may read the room's keys
+	// once its user has the room.
+	if err := s.users.permit(id, true); err != nil {
+		return Room{}, asError(err)
+	}
 	version := uint64(1)
 	if e, err := s.rooms.Get(ctx, id+".roster"); err == nil {
 		old, oerr := room.OpenRoster(e.Value, s.key.ID())
 		if oerr != nil {
+			s.unpermit(id)
 			return Room{}, errorf(CodeRoomExists, "another host's room has that id")
 		}
 		version = old.Version + 1
 	} else if !errors.Is(err, busport.ErrNotFound) {
+		s.unpermit(id)
 		return Room{}, errorf(room.CodeUnavailable, "the bus did not answer")
 	}
 	rec := store.RoomRecord{ID: id, Title: title, Owner: string(s.key.ID()), Version: version,
 		Members: []store.RoomMember{{Host: string(s.key.ID())}}}
 	if err := s.cfg.Store.PutRoom(rec); err != nil {
+		s.unpermit(id)
 		return Room{}, err
 	}
 	if err := s.rejoin(ctx, rec); err != nil {
@@ -120,6 +127,10 @@ func (s *Service) forget(ctx context.Context, id string) {
 	if err := s.sync.Leave(ctx, id); err != nil {
 		s.log.Warn("room presence not withdrawn", "room", id, "err", err)
 	}
+	if err := s.provider.StopRoom(id); err != nil {
+		s.log.Warn("room calls not stopped", "room", id, "err", err)
+	}
+	s.unpermit(id)
 	s.dir.Forget(id)
 	if _, err := s.cfg.Store.DeleteRoom(id); err != nil {
 		s.log.Error("room record not deleted", "room", id, "err", err)

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFabricFlags: --fabric excludes the flags that configure the bus otherwise, needs the
+// room service, and a file that cannot be loaded stops airlockd before it starts.
+func TestFabricFlags(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "fabric.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fabric", missing, "--nats-url", "nats://127.0.0.1:4222"}, "without --nats-url or --nats-listen"},
+		{[]string{"--fabric", missing, "--nats-listen", "127.0.0.1:4222"}, "without --nats-url or --nats-listen"},
+		{[]string{"--fabric", missing, "--rooms=false"}, "need the room service"},
+		{[]string{"--fabric", missing}, "--fabric: bus: fabric: fabric_file"},
+	} {
+		err := run(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
