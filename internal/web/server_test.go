@@ -235,12 +235,22 @@ func TestUnauthenticated(t *testing.T) {
 
 const invokeBody = `{"room":"kitchen","provider":"` + hostB + `","capability":"living_room_light","action":"set_color","args":{"color":"red"}}`
 
+// wrongToken is token with its first character changed: always another token (replacing the
+// last one with "A" was the same token whenever it already ended in "A", 1 run in 16).
+func wrongToken(token string) string {
+	c := byte('A')
+	if token[0] == c {
+		c = 'B'
+	}
+	return string(c) + token[1:]
+}
+
 func TestCSRF(t *testing.T) {
 	s, h := newTestServer(t, newTestBackend())
 	c := login(t, s, h)
 	for _, tc := range []struct {
 		name, csrf string
-	}{{"missing", ""}, {"wrong", c.csrf[:len(c.csrf)-1] + "A"}, {"other session's", login(t, s, h).csrf}} {
+	}{{"missing", ""}, {"wrong", wrongToken(c.csrf)}, {"other session's", login(t, s, h).csrf}} {
 		hdr := map[string]string{CSRFHeader: tc.csrf}
 		for _, path := range []string{"/api/invoke", "/api/observe", "/api/decide"} {
 			w := c.do("POST", path, invokeBody, hdr)
