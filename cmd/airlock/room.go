@@ -29,19 +29,6 @@ type roomView struct {
 	Self    bool   `json:"self"`
 }
 
-// roomCapability is a capability as the daemon shows it in a room.
-type roomCapability struct {
-	Provider     string `json:"provider"`
-	ProviderSelf bool   `json:"providerSelf"`
-	CapabilityID string `json:"capabilityId"`
-	Title        string `json:"title"`
-	Observe      bool   `json:"observe"`
-	Actions      []struct {
-		Name        string `json:"name"`
-		ApproveEach bool   `json:"approveEach"`
-	} `json:"actions"`
-}
-
 // short abbreviates a host id for tables; --json shows it whole.
 func short(id string) string {
 	if len(id) > 12 {
@@ -140,7 +127,7 @@ func (a *app) roomShow(ctx context.Context, args []string) int {
 					Self    bool   `json:"self"`
 					Present bool   `json:"present"`
 				} `json:"members"`
-				Capabilities []roomCapability `json:"capabilities"`
+				Capabilities []protocol.RoomCapability `json:"capabilities"`
 			}
 			_ = json.Unmarshal(data, &d)
 			fmt.Fprintf(w, "room %s (%s), owner %s\n\n", d.ID, d.Title, d.Owner)
@@ -159,7 +146,7 @@ func (a *app) roomShow(ctx context.Context, args []string) int {
 		})
 }
 
-func printRoomCaps(w io.Writer, caps []roomCapability) {
+func printRoomCaps(w io.Writer, caps []protocol.RoomCapability) {
 	t := newTable(w)
 	fmt.Fprintln(t, "PROVIDER\tCAPABILITY\tTITLE\tOBSERVE\tACTIONS")
 	for _, c := range caps {
@@ -281,11 +268,11 @@ func (a *app) roomPublish(ctx context.Context, args []string) int {
 	}
 	return o.succeed(data, func(w io.Writer) {
 		var r struct {
-			Capability roomCapability `json:"capability"`
+			Capability protocol.RoomCapability `json:"capability"`
 		}
 		_ = json.Unmarshal(data, &r)
 		fmt.Fprintf(w, "published %s into %s\n", *capID, *roomID)
-		printRoomCaps(w, []roomCapability{r.Capability})
+		printRoomCaps(w, []protocol.RoomCapability{r.Capability})
 	})
 }
 
@@ -335,7 +322,7 @@ func (a *app) roomCaps(ctx context.Context, args []string) int {
 	}
 	return o.succeed(data, func(w io.Writer) {
 		var r struct {
-			Capabilities []roomCapability `json:"capabilities"`
+			Capabilities []protocol.RoomCapability `json:"capabilities"`
 		}
 		_ = json.Unmarshal(data, &r)
 		printRoomCaps(w, r.Capabilities)
@@ -351,7 +338,7 @@ func (a *app) resolveProvider(ctx context.Context, roomID, capability string) (s
 		return "", err
 	}
 	var r struct {
-		Capabilities []roomCapability `json:"capabilities"`
+		Capabilities []protocol.RoomCapability `json:"capabilities"`
 	}
 	if err := decodeData(data, &r); err != nil {
 		return "", err

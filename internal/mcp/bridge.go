@@ -389,7 +389,7 @@ func sessionRoom(rec *protocol.CatalogRecord, gen int64) string {
 // keeps the tools as they are.
 func (b *Bridge) roomTools(ctx context.Context, id string) ([]toolSpec, error) {
 	var list struct {
-		Capabilities []roomCapability `json:"capabilities"`
+		Capabilities []protocol.RoomCapability `json:"capabilities"`
 	}
 	err := b.daemonCall(ctx, client.Command{Operation: protocol.OpListRoomCapabilities, Payload: protocol.RoomPayload{Room: id}}, &list)
 	switch {

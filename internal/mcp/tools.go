@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
@@ -246,26 +247,10 @@ func sortedNames(specs map[string]toolSpec) []string {
 	return names
 }
 
-// roomCapability is one capability published into a room, as listRoomCapabilities answers it.
-type roomCapability struct {
-	Provider     string `json:"provider"`
-	ProviderSelf bool   `json:"providerSelf"`
-	CapabilityID string `json:"capabilityId"`
-	Title        string `json:"title"`
-	Observe      bool   `json:"observe"`
-	Actions      []struct {
-		Name  string `json:"name"`
-		Title string `json:"title"`
-		// Input is the action's closed input from the provider's descriptor.
-		Input       capadapter.Input `json:"input"`
-		ApproveEach bool             `json:"approveEach"`
-	} `json:"actions"`
-}
-
 // roomTools returns the tools of the capabilities published into room roomID: observe and
 // one tool per published action, named as an agent session's model sees them
 // (room.ToolName), each call a room call of this host that the provider authorizes.
-func roomTools(roomID string, caps []roomCapability) []toolSpec {
+func roomTools(roomID string, caps []protocol.RoomCapability) []toolSpec {
 	count := map[string]int{}
 	for _, c := range caps {
 		count[c.CapabilityID]++
@@ -297,8 +282,10 @@ func roomTools(roomID string, caps []roomCapability) []toolSpec {
 				capabilityID: c.CapabilityID, fingerprint: fp(t.Name)})
 		}
 		for _, a := range c.Actions {
+			var input capadapter.Input // the provider's descriptor, checked when it published
+			_ = json.Unmarshal(a.Input, &input)
 			props := schema{}
-			for name, typ := range a.Input.Properties {
+			for name, typ := range input.Properties {
 				props[name] = schema{"type": typ}
 			}
 			desc := fmt.Sprintf("%s: action %s of %s (capability %s %s).", a.Title, a.Name, title, c.CapabilityID, where)
@@ -309,7 +296,7 @@ func roomTools(roomID string, caps []roomCapability) []toolSpec {
 				Name:         room.ToolName(c.CapabilityID, provider, a.Name, ambiguous),
 				Title:        a.Title + " (" + title + ")",
 				Description:  desc,
-				InputSchema:  closedObject(append([]string(nil), a.Input.Required...), props),
+				InputSchema:  closedObject(append([]string(nil), input.Required...), props),
 				OutputSchema: capabilityResultSchema,
 				Annotations:  &sdk.ToolAnnotations{DestructiveHint: new(true), OpenWorldHint: new(true)},
 			}

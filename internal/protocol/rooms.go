@@ -242,3 +242,27 @@ func (p *DecideApprovalPayload) Validate() *Error {
 	}
 	return nil
 }
+
+// RoomCapability is a capability published into a room, as listRoomCapabilities and
+// publishCapability answer it: what internal/roomhost sends and what clients (the CLI, the MCP
+// bridge) read.
+type RoomCapability struct {
+	Provider     string       `json:"provider"`
+	ProviderSelf bool         `json:"providerSelf"`
+	CapabilityID string       `json:"capabilityId"`
+	Title        string       `json:"title"`
+	Observe      bool         `json:"observe"`
+	Actions      []RoomAction `json:"actions"`
+	// Members are the hosts a publication of this host is limited to; empty means every member.
+	Members []string `json:"members,omitempty"`
+}
+
+// RoomAction is one published action of a RoomCapability.
+type RoomAction struct {
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	// Input is the action's closed input from the provider's descriptor: {type, properties:
+	// name → primitive type, required?}.
+	Input       json.RawMessage `json:"input"`
+	ApproveEach bool            `json:"approveEach"`
+}
