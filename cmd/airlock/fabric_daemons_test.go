@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/airlockhq/airlock/internal/bus"
+	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/room"
 )
@@ -278,9 +279,10 @@ func TestFabricThreeDaemons(t *testing.T) {
 	waitFor(t, "the broker's refusal of the call", func() bool { return none.conn.Refusals() > 0 })
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel2()
-	reply, err := listed.conn.Request(ctx2, subject, []byte(`{}`))
-	if err != nil || !bytes.Contains(reply, []byte(`"code":"invalid_request"`)) {
-		t.Fatalf("the listed outsider's call: %s %v", reply, err)
+	// A malformed call: the provider refuses it in header fields alone (wire v3).
+	reply, err := listed.conn.RequestMsg(ctx2, subject, busport.Msg{Data: []byte(`{}`)})
+	if err != nil || len(reply.Header["code"]) != 1 || reply.Header["code"][0] != "invalid_request" {
+		t.Fatalf("the listed outsider's call: %+v %v", reply, err)
 	}
 	if n := effects(); n != 2 {
 		t.Fatalf("the lamp ran %d invokes after the outsiders, want 2", n)
