@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,9 +17,6 @@ import (
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/store"
 )
-
-// browserTimeout bounds the browser session of TestRoomWebTwoDaemons.
-const browserTimeout = 120 * time.Second
 
 // TestRoomWebTwoDaemons: two real airlockd, B joined to A's bus and serving its page with
 // --http. A registers the Python light and publishes set_color; B's human logs in through the
@@ -63,102 +57,14 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 		return len(caps.Capabilities) == 1
 	})
 
-	// The plain output is the URL on its own line; --json has it in data.
-	plain := b.cli("", "room", "open-ui").wantCode(t, exitOK)
-	if first, _, _ := strings.Cut(plain.stdout, "\n"); !strings.HasPrefix(first, "http://127.0.0.1:") || !strings.Contains(first, "/login?token=") {
-		t.Fatalf("open-ui printed %q", plain.stdout)
-	}
-	var login struct {
-		URL string `json:"url"`
-	}
-	b.data(&login, "room", "open-ui")
-	origin, _, _ := strings.Cut(login.URL, "/login?")
-	token := login.URL[strings.Index(login.URL, "token=")+len("token="):]
-
-	profile := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.NoSandbox, // root in a container has no user namespace for the sandbox
-		chromedp.Headless,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1400, 900),
-	)
-	allocCtx, allocCancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer allocCancel()
-	bctx, bcancel := chromedp.NewContext(allocCtx)
-	defer bcancel()
-	var (
-		consoleMu sync.Mutex
-		console   []chromedp.ConsoleMessage
-		consoleWG sync.WaitGroup
-	)
-	defer func() {
-		if err := chromedp.Cancel(bctx); err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("closing chromium: %v", err)
-		}
-		allocCancel()
-		consoleWG.Wait()
-		if left := browsertest.ProcessesWith(profile); len(left) > 0 {
-			t.Errorf("chromium processes left after the test: %v", left)
-		}
-	}()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	messages := chromedp.Console(bctx)
-	consoleWG.Go(func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			consoleMu.Lock()
-			console = append(console, m)
-			consoleMu.Unlock()
-		}
-	})
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(bctx, actions...); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	poll := func(what, expr string) {
-		t.Helper()
-		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr)); err != nil {
-			html, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body.innerText`))
-			t.Fatalf("waiting for %s: %v\npage text:\n%s", what, err, html)
-		}
-	}
-	const (
-		lightForm = `.cap[data-capability="living_room_light"] form[data-action="set_color"]`
-		lightObs  = `.cap[data-capability="living_room_light"] pre.observation`
-	)
-
-	step("log in", chromedp.Navigate(login.URL))
-	poll("the token to leave the address bar", `location.href === "`+origin+`/"`)
-	poll("the room", `document.querySelector('#room-list button[data-room="home"].selected') !== null`)
-	poll("A's light with its set_color form", `document.querySelector('`+lightForm+` input[name="color"]') !== null`)
-	poll("the observation", `(document.querySelector('`+lightObs+`')||{}).textContent.includes('"color"')`)
-	poll("the live stream", `document.getElementById('status').textContent === 'live'`)
-
-	step("run set_color",
-		chromedp.SetValue(chromedp.CSS(lightForm+` input[name="color"]`), "#12AB56"),
-		chromedp.Click(chromedp.CSS(lightForm+` button[type="submit"]`)))
-	poll("the result", `(document.querySelector('`+lightForm+` pre.result')||{}).textContent.includes('"#12ab56"')`)
-	poll("the call in the live log", `[...document.querySelectorAll('#log-list li[data-kind="call"][data-outcome="ok"]')].some(li => li.textContent.includes('set_color'))`)
-	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	path := filepath.Join(browsertest.ArtifactDir(t), "web-two-daemons.png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d bytes)", path, len(shot))
+	page := openRoomPage(t, exe, b)
+	page.logIn("home")
+	lightObs := `.cap[data-capability="living_room_light"] pre.observation`
+	page.poll("the observation", `(document.querySelector('`+lightObs+`')||{textContent: ''}).textContent.includes('"color"')`)
+	page.runAction("living_room_light", "set_color", "color", func(form string) []chromedp.Action[chromedp.Void] {
+		return []chromedp.Action[chromedp.Void]{chromedp.SetValue(chromedp.CSS(form+` input[name="color"]`), "#12AB56")}
+	}, `r.color === "#12ab56"`)
+	page.screenshot("web-two-daemons.png")
 
 	// The call ran at A: its adapter's light is that colour now.
 	var obs struct {
@@ -171,10 +77,7 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 		t.Fatalf("A's light is %+v after B's page set it", obs.Result)
 	}
 
-	shown, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	shown := page.html()
 	if !strings.Contains(shown, "set_color") || !strings.Contains(shown, "#12ab56") {
 		t.Fatal("the page snapshot lacks what it showed; the scan would prove nothing")
 	}
@@ -182,16 +85,13 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	// Make the adapter write to its stderr (the bulb gone) and the page show the failure, for
 	// the canary scan.
 	bl.stop(t)
-	step("reload", chromedp.Navigate(origin+"/"))
-	poll("the observation's failure", `(document.querySelector('`+lightObs+`')||{textContent: ''}).textContent.startsWith('unavailable')`)
+	page.step("reload", chromedp.Navigate(page.origin+"/"))
+	page.poll("the observation's failure", `(document.querySelector('`+lightObs+`')||{textContent: ''}).textContent.startsWith('unavailable')`)
 	var logs struct {
 		Lines []string `json:"lines"`
 	}
 	a.data(&logs, "adapter", "logs", "light")
-	html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	html := page.html()
 
 	canaries := map[string]string{"bulb endpoint": bl.base, "bulb port": strings.TrimPrefix(bl.base, "http://127.0.0.1"),
 		"join code secret": inv.Code[strings.LastIndex(inv.Code, ".")+1:]}
@@ -223,18 +123,16 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	}
 	check("the page", shown)
 	check("the page after the failure", html)
-	consoleMu.Lock()
-	for _, m := range console {
+	for _, m := range page.consoleMessages() {
 		check("the browser console", m.Text)
 		// The observation's 503 is the one failed load this test provokes.
 		if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
 			t.Errorf("browser console: %s", m)
 		}
 	}
-	consoleMu.Unlock()
 	for where, l := range map[string]string{"A's log": a.d.Stderr(), "B's log": b.d.Stderr()} {
 		check(where, l)
-		if strings.Contains(l, token) {
+		if strings.Contains(l, page.token) {
 			t.Errorf("%s holds the page's login token", where)
 		}
 	}
