@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nkeys"
 
+	"github.com/airlockhq/airlock/internal/browsertest"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/room"
 )
 
@@ -74,13 +79,14 @@ type fabricDaemon struct {
 	socket string
 	fabric string
 	id     string
+	args   []string // more airlockd flags: B's model provider, C's --http
 	h      *roomHost
 }
 
 func (fd *fabricDaemon) start(t *testing.T) {
 	t.Helper()
 	d := daemontest.Start(t, daemontest.Options{StateDir: fd.state, Socket: fd.socket,
-		Args: []string{"--adapter-start-timeout", "10s", "--fabric", fd.fabric}})
+		Args: append([]string{"--adapter-start-timeout", "10s", "--fabric", fd.fabric}, fd.args...)})
 	fd.h = &roomHost{t: t, d: d}
 }
 
@@ -129,14 +135,20 @@ func (o *outsider) dial(t *testing.T, url string, ca *x509.CertPool) {
 // TestFabricThreeDaemons runs three real airlockd, each with its own fabric file written by
 // airlock fabric init, as the three nodes of a TLS cluster on 127.0.0.2–4: A creates a room
 // and provides the Go lamp, B and C join with join codes and invoke it through their own
-// sockets; fabric status shows the routes and JetStream's leader; a host with broker access
-// to A's node but no room is refused at the broker, and one whose broker user has the room
-// but who is not on the roster reaches A's provider, which refuses it and runs nothing. Then
-// B's airlockd is killed (SIGKILL) under a bounded load of invokes from B and restarted on
-// its state directory, and the load's acknowledged results, typed failures and the lamp's
-// effects are counted.
+// sockets; C's human runs set_power from the generated form of C's page (airlockd --http) in
+// headless Chromium, and B's agent (a session opened with --room, a scripted model) calls the
+// lamp's room tool, which runs at A; fabric status shows the routes and JetStream's leader; a
+// host with broker access to A's node but no room is refused at the broker, and one whose
+// broker user has the room but who is not on the roster reaches A's provider, which refuses it
+// and runs nothing. Then, each under a bounded load of invokes from B: B's airlockd is
+// killed (SIGKILL) and restarted on its state directory; C's airlockd, which embeds the third
+// NATS node, is killed and restarted; A's is stopped for 5 s. The load's acknowledged results,
+// typed failures and the lamp's effects are counted.
 func TestFabricThreeDaemons(t *testing.T) {
 	ports := fabricTestPorts(t)
+	chromium := browsertest.Chromium(t)
+	llm := modeltest.New() // B's model: outside airlock, a test double is enough
+	t.Cleanup(llm.Close)
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	root := daemontest.ShortDir(t)
 	top := filepath.Join(root, "fabric")
@@ -159,6 +171,8 @@ func TestFabricThreeDaemons(t *testing.T) {
 		args = append(args, "--node", name+"="+fabricNodeIPs[i], "--host", name+"="+string(k.ID()))
 	}
 	cli(t, "/nonexistent.sock", "", args...).wantCode(t, exitOK)
+	ds[1].args = []string{"--provider", "local=" + llm.URL()}
+	ds[2].args = []string{"--http", "127.0.0.1:0"}
 
 	// Two outsiders get broker users on A's node: one with no room, one whose user lists
 	// the room (its node's operator let it in) although the room's owner never did.
@@ -259,6 +273,10 @@ func TestFabricThreeDaemons(t *testing.T) {
 	if n := effects(); n != 2 {
 		t.Fatalf("the lamp ran %d invokes, want 2", n)
 	}
+	humanAndAgent(t, chromium, ds, llm)
+	if n := effects(); n != 4 {
+		t.Fatalf("the lamp ran %d invokes after C's human and B's agent, want 4", n)
+	}
 
 	// Broker access without membership.
 	caPEM, err := os.ReadFile(filepath.Join(top, "ca.pem"))
@@ -284,8 +302,8 @@ func TestFabricThreeDaemons(t *testing.T) {
 	if err != nil || len(reply.Header["code"]) != 1 || reply.Header["code"][0] != "invalid_request" {
 		t.Fatalf("the listed outsider's call: %+v %v", reply, err)
 	}
-	if n := effects(); n != 2 {
-		t.Fatalf("the lamp ran %d invokes after the outsiders, want 2", n)
+	if n := effects(); n != 4 {
+		t.Fatalf("the lamp ran %d invokes after the outsiders, want 4", n)
 	}
 
 	// kill -9 of B's airlockd, restarted at once on its state directory.
@@ -311,6 +329,112 @@ func TestFabricThreeDaemons(t *testing.T) {
 		time.Sleep(5 * time.Second)
 		ds[0].h.d.Signal(syscall.SIGCONT)
 	})
+}
+
+// humanAndAgent has C's human and B's agent invoke A's lamp, which C's CLI left off. C's
+// human logs in to C's page with the URL open-ui printed and turns the lamp on from the
+// set_power form, in headless Chromium; the page shows the result and the call in its live
+// log, and a screenshot is saved. B's agent, a session opened with --room home on B's scripted
+// model, calls the lamp's room tool to turn it off; the call runs at A, the model reads A's
+// answer, and B's session events show the room call start and end. Each is one invoke of the
+// lamp.
+func humanAndAgent(t *testing.T, chromium string, ds []*fabricDaemon, llm *modeltest.Server) {
+	t.Helper()
+	a, b, c := ds[0].h, ds[1].h, ds[2].h
+	lampOn := func() bool {
+		t.Helper()
+		var obs struct {
+			Result struct {
+				On bool `json:"on"`
+			} `json:"result"`
+		}
+		a.data(&obs, "cap", "observe", "--id", "desk_lamp")
+		return obs.Result.On
+	}
+
+	page := openRoomPage(t, chromium, c)
+	page.logIn("home")
+	page.runAction("desk_lamp", "set_power", "on", func(form string) []chromedp.Action[chromedp.Void] {
+		return []chromedp.Action[chromedp.Void]{chromedp.Click(chromedp.CSS(form + ` input[name="on"]`))}
+	}, `r.on === true`)
+	page.screenshot("fabric-three-daemons.png")
+	for _, m := range page.consoleMessages() {
+		if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
+			t.Errorf("browser console: %s", m)
+		}
+	}
+	page.Close() // not kept through the loads
+	if !lampOn() {
+		t.Fatal("A's lamp is off after C's page turned it on")
+	}
+
+	tool := room.ToolName("desk_lamp", room.HostID(ds[0].id), "set_power", false)
+	b.cli("", "session", "open", "agent", "--generation", "1", "--cwd", t.TempDir(), "--model", "local/m", "--room", "home").wantCode(t, exitOK)
+	events := startAttach(t, ds[1].socket, "agent", "--generation", "1")
+	waitFor(t, "the attach to B's agent", func() bool { return strings.Contains(events.stderr.String(), "attached agent") })
+	llm.Push(modeltest.Reply{ToolCalls: []model.ToolCall{{ID: "call_0", Name: tool, Arguments: `{"on":false}`}}},
+		modeltest.Reply{Text: "The lamp is off."})
+	r := b.cli("", "wake", "agent", "turn the desk lamp off", "--generation", "1", "--key", "k1").wantCode(t, exitOK)
+	if r.stdout != "The lamp is off.\n" || !strings.Contains(r.stderr, "-> room.invoke") || strings.Contains(r.stderr, "failed") {
+		t.Fatalf("B's agent turn:\n%s\n%s", r.stdout, r.stderr)
+	}
+	reqs := llm.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("B's agent made %d model calls, want 2", len(reqs))
+	}
+	var offered []string
+	for _, tl := range reqs[0].Request.Tools {
+		offered = append(offered, tl.Name)
+	}
+	if !slices.Contains(offered, tool) {
+		t.Fatalf("B's agent was offered %v, not %s", offered, tool)
+	}
+	msgs := reqs[1].Request.Messages
+	if last := msgs[len(msgs)-1]; last.Role != model.RoleTool || !strings.Contains(last.Content, `"on":false`) {
+		t.Fatalf("the tool output B's model read: %+v", last)
+	}
+	if lampOn() {
+		t.Fatal("A's lamp is on after B's agent turned it off")
+	}
+
+	type toolEvent struct {
+		Event string `json:"event"`
+		Data  struct {
+			Name      string `json:"name"`
+			Operation string `json:"operation"`
+			OK        bool   `json:"ok"`
+			Room      struct {
+				Provider string `json:"provider"`
+				Action   string `json:"action"`
+			} `json:"room"`
+		} `json:"data"`
+	}
+	var start, end *toolEvent
+	waitFor(t, "B's agent's toolEnd event", func() bool {
+		for line := range strings.Lines(events.stdout.String()) {
+			var ev toolEvent
+			if json.Unmarshal([]byte(line), &ev) != nil {
+				continue
+			}
+			switch ev.Event {
+			case "toolStart":
+				start = &ev
+			case "toolEnd":
+				end = &ev
+			}
+		}
+		return end != nil
+	})
+	if start == nil || start.Data.Name != tool || start.Data.Operation != "room.invoke" {
+		t.Fatalf("B's toolStart: %+v", start)
+	}
+	if !end.Data.OK || end.Data.Operation != "room.invoke" || end.Data.Room.Provider != ds[0].id || end.Data.Room.Action != "set_power" {
+		t.Fatalf("B's toolEnd: %+v", end)
+	}
+	events.cancel()
+	if code := events.wait(t); code != exitOK {
+		t.Fatalf("attach exit %d: %s", code, events.stderr.String())
+	}
 }
 
 // loadPace is the least time between two invokes of fabricLoad.
