@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/fsadapter/server"
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/paths"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/version"
 )
@@ -113,19 +114,10 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	return exitFail
 }
 
-// runtimeDir is where the default sockets live: the daemon's socket directory,
-// $XDG_RUNTIME_DIR/airlock or /tmp/airlock-$UID.
-func runtimeDir() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "airlock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d", os.Geteuid()))
-}
-
 func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 	fs := flag.NewFlagSet("airlock-fs "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin-socket", filepath.Join(runtimeDir(), "airlock-fs.admin.sock"), "admin socket `path`")
+	admin := fs.String("admin-socket", filepath.Join(paths.RuntimeDir(), "airlock-fs.admin.sock"), "admin socket `path`")
 	return fs, admin
 }
 
@@ -147,7 +139,7 @@ func parse(fs *flag.FlagSet, args []string, positional int) error {
 
 func serve(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs, admin := newFlags("serve", stderr)
-	socket := fs.String("socket", filepath.Join(runtimeDir(), "airlock-fs.sock"), "serving socket `path` (the descriptors' endpoint; at most 100 bytes)")
+	socket := fs.String("socket", filepath.Join(paths.RuntimeDir(), "airlock-fs.sock"), "serving socket `path` (the descriptors' endpoint; at most 100 bytes)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	conns := server.DefaultConnLimits

@@ -147,8 +147,8 @@ func (a *app) failUsage(o *output, err error) int {
 
 func (a *app) usage(w io.Writer) {
 	fmt.Fprintf(w, "usage: airlock [--socket PATH] COMMAND [flags]\n\n")
-	fmt.Fprintf(w, "The socket defaults to $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock\n")
-	fmt.Fprintf(w, "or /tmp/airlock-$UID/airlockd.sock (here: %s).\n\nCommands:\n", a.socket)
+	fmt.Fprintf(w, "The socket defaults to $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock,\n")
+	fmt.Fprintf(w, "/run/user/$UID/airlock/airlockd.sock or /tmp/airlock-$UID/airlockd.sock (here: %s).\n\nCommands:\n", a.socket)
 	for _, c := range commandTable() {
 		fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
 	}

@@ -48,7 +48,7 @@ func run(args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	limits := daemon.DefaultLimits
 	var (
-		socket      = fs.String("socket", "", "owner socket path (default $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock or /tmp/airlock-$UID/airlockd.sock)")
+		socket      = fs.String("socket", "", "owner socket path (default $AIRLOCK_SOCKET, $XDG_RUNTIME_DIR/airlock/airlockd.sock, /run/user/$UID/airlock/airlockd.sock or /tmp/airlock-$UID/airlockd.sock)")
 		stateDir    = fs.String("state-dir", "", "state directory (default $AIRLOCK_STATE_DIR, $XDG_STATE_HOME/airlock or ~/.local/state/airlock)")
 		logFormat   = fs.String("log-format", "text", "log format: text or json")
 		logLevel    = fs.String("log-level", "info", "log level: debug, info, warn or error")

@@ -95,8 +95,19 @@ func TestToolsAreTheGrant(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(e.root, "new.txt")); string(b) != "made by mcp\n" {
 		t.Fatalf("new.txt holds %q", b)
 	}
-	if l := structured(t, ok("fs_list", map[string]any{"path": "."})); len(l["entries"].([]any)) != 2 {
+	lr := ok("fs_list", map[string]any{"path": "."})
+	l := structured(t, lr)
+	if len(l["entries"].([]any)) != 2 {
 		t.Fatalf("fs_list: %v", l)
+	}
+	// The text rendering is a line per entry, from the same values.
+	var lines strings.Builder
+	for _, v := range l["entries"].([]any) {
+		en := v.(map[string]any)
+		fmt.Fprintf(&lines, "%s %d %s %s\n", en["type"], int64(en["size"].(float64)), en["modifiedAt"], en["name"])
+	}
+	if text(lr) != lines.String() {
+		t.Fatalf("fs_list text %q, want %q", text(lr), lines.String())
 	}
 	params := &sdk.CallToolParams{Name: "fs_search", Arguments: map[string]any{"path": ".", "query": "grant"}}
 	params.SetProgressToken("search-1")
@@ -107,6 +118,9 @@ func TestToolsAreTheGrant(t *testing.T) {
 	checkOutput(t, tools["fs_search"], sr)
 	if m := structured(t, sr)["matches"].([]any); len(m) != 1 {
 		t.Fatalf("fs_search: %v", m)
+	}
+	if got := text(sr); !strings.HasPrefix(got, "notes.txt:1:") || !strings.HasSuffix(got, "grant root\n") {
+		t.Fatalf("fs_search text %q", got)
 	}
 	waitFor(t, "two progress notifications", func() bool {
 		cn.mu.Lock()

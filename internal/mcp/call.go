@@ -164,24 +164,25 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		}
 		return &sdk.CallToolResult{StructuredContent: r, Content: []sdk.Content{&sdk.TextContent{Text: r.Content}}}, nil
 	}
-	out := &sdk.CallToolResult{StructuredContent: res.Data}
-	text := string(res.Data)
+	text, rendered := "", false
 	switch s.operation {
+	case tooladapter.OpList:
+		text, rendered = listText(res.Data)
 	case tooladapter.OpSearch:
-		var r struct {
-			Matches   []json.RawMessage `json:"matches"`
-			Truncated bool              `json:"truncated"`
-		}
-		if json.Unmarshal(res.Data, &r) == nil {
-			msg := strconv.Itoa(len(r.Matches)) + " matches"
-			if r.Truncated {
+		var n int
+		var truncated bool
+		if text, n, truncated, rendered = searchText(res.Data); rendered {
+			msg := strconv.Itoa(n) + " matches"
+			if truncated {
 				msg += ", truncated"
 			}
 			progress.send(1, msg)
 		}
 	}
-	out.Content = []sdk.Content{&sdk.TextContent{Text: text}}
-	return out, nil
+	if !rendered {
+		text = string(res.Data)
+	}
+	return &sdk.CallToolResult{StructuredContent: res.Data, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
 }
 
 // readResult is fs.read's result, as its output schema has it.

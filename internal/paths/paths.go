@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 )
 
 // Environment variables that override the defaults.
@@ -14,16 +16,36 @@ const (
 	EnvStateDir = "AIRLOCK_STATE_DIR"
 )
 
-// Socket returns the owner socket path: $AIRLOCK_SOCKET, else
-// $XDG_RUNTIME_DIR/airlock/airlockd.sock, else /tmp/airlock-$UID/airlockd.sock.
+// Socket returns the owner socket path: $AIRLOCK_SOCKET, else airlockd.sock in RuntimeDir.
 func Socket() string {
 	if p := os.Getenv(EnvSocket); p != "" {
 		return p
 	}
+	return filepath.Join(RuntimeDir(), "airlockd.sock")
+}
+
+// userRuntimeBase is where login managers (systemd-logind, elogind) make each user's runtime
+// directory, named by the uid.
+var userRuntimeBase = "/run/user"
+
+// RuntimeDir returns the directory of airlock's default sockets: $XDG_RUNTIME_DIR/airlock;
+// else, when the variable is missing but the login manager made the user's runtime directory
+// (/run/user/$UID, owned by the user and closed to everyone else), /run/user/$UID/airlock;
+// else /tmp/airlock-$UID. The second case is common: MCP clients and other launchers start
+// their servers with a reduced environment, and without it `airlock mcp` would look for a
+// daemon started from a login shell in the wrong place.
+func RuntimeDir() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && filepath.IsAbs(d) {
-		return filepath.Join(d, "airlock", "airlockd.sock")
+		return filepath.Join(d, "airlock")
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d", os.Geteuid()), "airlockd.sock")
+	uid := os.Geteuid()
+	d := filepath.Join(userRuntimeBase, strconv.Itoa(uid))
+	if fi, err := os.Stat(d); err == nil && fi.IsDir() && fi.Mode().Perm()&0o077 == 0 {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
+			return filepath.Join(d, "airlock")
+		}
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("airlock-%d", uid))
 }
 
 // StateDir returns the state directory: $AIRLOCK_STATE_DIR, else $XDG_STATE_HOME/airlock, else

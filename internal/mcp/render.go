@@ -1,0 +1,95 @@
+package mcp
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
+
+// The text renderings of fs_list and fs_search. A client that shows a tool result to a model
+// usually passes it the text block, not structuredContent, so the text is what the agent
+// reads and pays for in tokens. A listing as JSON repeats every member's name on every entry
+// (about 90 bytes an entry, and more once escaped into a string); one line an entry says the
+// same in about half. structuredContent keeps the exact values.
+
+// listText renders an fs.list result, one line per entry: type, size in bytes, modification
+// time and name, a directory's name ending in "/". Names cannot hold control characters (the
+// daemon checks the listing), so a name is the rest of its line.
+func listText(data []byte) (string, bool) {
+	var r struct {
+		Entries []struct {
+			Name       string `json:"name"`
+			Type       string `json:"type"`
+			Size       int64  `json:"size"`
+			ModifiedAt string `json:"modifiedAt"`
+		} `json:"entries"`
+		Truncated bool `json:"truncated"`
+	}
+	if json.Unmarshal(data, &r) != nil {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(r.Entries) * 64)
+	for _, e := range r.Entries {
+		b.WriteString(e.Type)
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(e.Size, 10))
+		b.WriteByte(' ')
+		b.WriteString(e.ModifiedAt)
+		b.WriteByte(' ')
+		b.WriteString(e.Name)
+		if e.Type == "directory" {
+			b.WriteByte('/')
+		}
+		b.WriteByte('\n')
+	}
+	switch {
+	case r.Truncated:
+		b.WriteString("(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n")
+	case len(r.Entries) == 0:
+		b.WriteString("(empty directory)\n")
+	}
+	return b.String(), true
+}
+
+// searchText renders an fs.search result as grep does: path:line:column: text, a line per
+// match. A match's text is the matching line, which may hold tabs or other control
+// characters; it is quoted when it does, so that every match stays on one line.
+func searchText(data []byte) (text string, matches int, truncated, ok bool) {
+	var r struct {
+		Matches []struct {
+			Path   string `json:"path"`
+			Line   int64  `json:"line"`
+			Column int64  `json:"column"`
+			Text   string `json:"text"`
+		} `json:"matches"`
+		Truncated bool `json:"truncated"`
+	}
+	if json.Unmarshal(data, &r) != nil {
+		return "", 0, false, false
+	}
+	var b strings.Builder
+	for _, m := range r.Matches {
+		b.WriteString(m.Path)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(m.Line, 10))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(m.Column, 10))
+		b.WriteString(": ")
+		if strings.ContainsFunc(m.Text, isControl) {
+			b.WriteString(strconv.Quote(m.Text))
+		} else {
+			b.WriteString(m.Text)
+		}
+		b.WriteByte('\n')
+	}
+	switch {
+	case r.Truncated:
+		b.WriteString("(truncated: there are more matches; raise maxResults or narrow the path or query)\n")
+	case len(r.Matches) == 0:
+		b.WriteString("(no matches)\n")
+	}
+	return b.String(), len(r.Matches), r.Truncated, true
+}
+
+func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }

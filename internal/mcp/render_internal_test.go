@@ -1,0 +1,44 @@
+package mcp
+
+import "testing"
+
+func TestListText(t *testing.T) {
+	for _, tc := range []struct{ data, want string }{
+		{`{"entries":[{"name":"notes.txt","type":"file","size":26,"modifiedAt":"2026-12-05T07:00:00Z"},` +
+			`{"name":"a dir","type":"directory","size":0,"modifiedAt":"2026-12-05T07:00:01.5Z"}],"truncated":false}`,
+			"file 26 2026-12-05T07:00:00Z notes.txt\ndirectory 0 2026-12-05T07:00:01.5Z a dir/\n"},
+		{`{"entries":[],"truncated":false}`, "(empty directory)\n"},
+		{`{"entries":[{"name":"x","type":"file","size":1,"modifiedAt":"2026-12-05T07:00:00Z"}],"truncated":true}`,
+			"file 1 2026-12-05T07:00:00Z x\n(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n"},
+	} {
+		if got, ok := listText([]byte(tc.data)); !ok || got != tc.want {
+			t.Errorf("listText(%s) = %q, %v; want %q", tc.data, got, ok, tc.want)
+		}
+	}
+	if _, ok := listText([]byte(`{"entries":7}`)); ok {
+		t.Error("listText accepted a result it cannot read")
+	}
+}
+
+func TestSearchText(t *testing.T) {
+	for _, tc := range []struct {
+		data, want string
+		n          int
+		truncated  bool
+	}{
+		{`{"matches":[{"path":"a/b.go","line":3,"column":9,"text":"\tx := grant()"},` +
+			`{"path":"c.txt","line":1,"column":1,"text":"grant\r"}],"truncated":false}`,
+			"a/b.go:3:9: \tx := grant()\nc.txt:1:1: \"grant\\r\"\n", 2, false},
+		{`{"matches":[],"truncated":false}`, "(no matches)\n", 0, false},
+		{`{"matches":[{"path":"x","line":1,"column":2,"text":"q"}],"truncated":true}`,
+			"x:1:2: q\n(truncated: there are more matches; raise maxResults or narrow the path or query)\n", 1, true},
+	} {
+		got, n, truncated, ok := searchText([]byte(tc.data))
+		if !ok || got != tc.want || n != tc.n || truncated != tc.truncated {
+			t.Errorf("searchText(%s) = %q, %d, %v, %v; want %q, %d, %v", tc.data, got, n, truncated, ok, tc.want, tc.n, tc.truncated)
+		}
+	}
+	if _, _, _, ok := searchText([]byte(`[]`)); ok {
+		t.Error("searchText accepted a result it cannot read")
+	}
+}
