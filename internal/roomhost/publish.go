@@ -275,7 +275,7 @@ func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) 
 			s.log.Debug("room catalog not read", "room", id, "provider", provider, "err", err)
 			return s.cachedCatalog(key)
 		}
-		s.cacheCatalog(key, nil)
+		s.cacheCatalog(id, key, nil)
 		return out
 	}
 	c, err := room.OpenCatalog(e.Value, provider)
@@ -289,7 +289,7 @@ func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) 
 		}
 		out[d.CapabilityID] = d
 	}
-	s.cacheCatalog(key, out)
+	s.cacheCatalog(id, key, out)
 	return out
 }
 
@@ -303,12 +303,13 @@ func (s *Service) cachedCatalog(key string) map[string]capadapter.Descriptor {
 	return make(map[string]capadapter.Descriptor)
 }
 
-// cacheCatalog keeps c as the last catalog read under key; nil forgets it. Readers get the
-// map itself, so it is never changed once kept.
-func (s *Service) cacheCatalog(key string, c map[string]capadapter.Descriptor) {
+// cacheCatalog keeps c as the last catalog read under key, in room id; nil forgets it. A
+// room this host left meanwhile keeps none. Readers get the map itself, so it is never
+// changed once kept.
+func (s *Service) cacheCatalog(id, key string, c map[string]capadapter.Descriptor) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c == nil {
+	if _, joined := s.joined[id]; c == nil || !joined {
 		delete(s.catalogCache, key)
 		return
 	}
