@@ -2,12 +2,17 @@ package schemas_test
 
 import (
 	"context"
+	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/daemon"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/schemas"
 )
 
 // TestServerOutputRooms drives the room operations of one in-process daemon with a room
@@ -77,5 +82,36 @@ func TestServerOutputRooms(t *testing.T) {
 	b.fail(b.call("showRoom", "", `{"room":"home"}`), "unknown_room")
 	if checked < 20 {
 		t.Errorf("only %d lines checked", checked)
+	}
+}
+
+// TestRoomUnavailableReasons holds the schema's unavailableReason to the reasons package
+// protocol defines.
+func TestRoomUnavailableReasons(t *testing.T) {
+	data, err := fs.ReadFile(schemas.FS(), schemas.Protocol(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Defs map[string]struct {
+			Properties map[string]json.RawMessage `json:"properties"`
+		} `json:"$defs"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var reason struct {
+		Enum []string `json:"enum"`
+	}
+	if err := json.Unmarshal(doc.Defs["roomCapability"].Properties["unavailableReason"], &reason); err != nil {
+		t.Fatal(err)
+	}
+	got := reason.Enum
+	want := []string{protocol.RoomUnavailableBusDisconnected, protocol.RoomUnavailableProviderAbsent,
+		protocol.RoomUnavailableAdapterNotReady}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("roomCapability.unavailableReason is %v, package protocol's reasons %v", got, want)
 	}
 }

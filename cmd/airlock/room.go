@@ -148,7 +148,7 @@ func (a *app) roomShow(ctx context.Context, args []string) int {
 
 func printRoomCaps(w io.Writer, caps []protocol.RoomCapability) {
 	t := newTable(w)
-	fmt.Fprintln(t, "PROVIDER\tCAPABILITY\tTITLE\tOBSERVE\tACTIONS")
+	fmt.Fprintln(t, "PROVIDER\tCAPABILITY\tTITLE\tOBSERVE\tACTIONS\tAVAILABLE")
 	for _, c := range caps {
 		p := short(c.Provider)
 		if c.ProviderSelf {
@@ -162,7 +162,11 @@ func printRoomCaps(w io.Writer, caps []protocol.RoomCapability) {
 				acts = append(acts, x.Name)
 			}
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%t\t%s\n", p, c.CapabilityID, orDash(c.Title), c.Observe, orDash(strings.Join(acts, ",")))
+		avail := "yes"
+		if !c.Available {
+			avail = "no (" + orDash(c.UnavailableReason) + ")"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%t\t%s\t%s\n", p, c.CapabilityID, orDash(c.Title), c.Observe, orDash(strings.Join(acts, ",")), avail)
 	}
 	t.Flush()
 }

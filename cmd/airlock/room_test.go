@@ -173,6 +173,8 @@ type roomCapData struct {
 		Input       json.RawMessage `json:"input"`
 		ApproveEach bool            `json:"approveEach"`
 	} `json:"actions"`
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailableReason"`
 }
 
 // printerQueue is the CUPS queue of the two-daemon test's printer: a canary too, since only
@@ -263,7 +265,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 		return len(caps.Capabilities) == 2
 	})
 	for _, c := range caps.Capabilities {
-		if c.Provider != sa.HostID || c.ProviderSelf || len(c.Actions) != 1 {
+		if c.Provider != sa.HostID || c.ProviderSelf || len(c.Actions) != 1 || !c.Available || c.UnavailableReason != "" {
 			t.Fatalf("B sees %+v", c)
 		}
 		if c.CapabilityID == "living_room_light" && (c.Actions[0].Name != "set_color" || !c.Observe || !strings.Contains(compact(t, c.Actions[0].Input), `"properties":{"color":"string"}`)) {
@@ -487,6 +489,25 @@ func TestTerminalJSON(t *testing.T) {
 	} {
 		if got := terminalJSON(json.RawMessage(tc.raw)); got != tc.want {
 			t.Errorf("%s: terminalJSON(%q) = %s, want %s", tc.name, tc.raw, got, tc.want)
+		}
+	}
+}
+
+// room caps and room show mark a capability that cannot be reached now, with its reason.
+func TestPrintRoomCapsMarksUnavailable(t *testing.T) {
+	var b strings.Builder
+	printRoomCaps(&b, []protocol.RoomCapability{
+		{Provider: strings.Repeat("ab", 32), CapabilityID: "desk_lamp", Title: "Desk lamp", Available: true},
+		{Provider: strings.Repeat("cd", 32), CapabilityID: "printer", Available: false, UnavailableReason: protocol.RoomUnavailableProviderAbsent},
+		{Provider: strings.Repeat("ef", 32), ProviderSelf: true, CapabilityID: "light", Available: false, UnavailableReason: protocol.RoomUnavailableAdapterNotReady},
+	})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || !strings.HasSuffix(lines[0], "AVAILABLE") {
+		t.Fatalf("output:\n%s", b.String())
+	}
+	for i, want := range []string{"yes", "no (provider_absent)", "no (adapter_not_ready)"} {
+		if !strings.HasSuffix(lines[i+1], "  "+want) {
+			t.Errorf("line %q does not end in %q", lines[i+1], want)
 		}
 	}
 }

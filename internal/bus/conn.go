@@ -60,6 +60,10 @@ type DialConfig struct {
 	// Pinned keeps a URL connection on URL: it reconnects there and never to the other
 	// nodes the cluster advertises. Unpinned, a connection fails over to another node.
 	Pinned bool
+	// Reconnected, when set, is called each time the connection is up again after it lost
+	// its server, once its subscriptions are restored there. It runs on the connection's
+	// callback goroutine and must not block.
+	Reconnected func()
 }
 
 // Conn is a connection to a NATS server implementing busport.Conn.
@@ -108,6 +112,11 @@ func Dial(cfg DialConfig) (*Conn, error) {
 		nats.DrainTimeout(drainTimeout),
 		nats.MaxReconnects(-1),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ReconnectHandler(func(*nats.Conn) {
+			if cfg.Reconnected != nil {
+				cfg.Reconnected()
+			}
+		}),
 		// Errors of asynchronous work (a slow subscription dropping messages, a message the
 		// broker refused) surface as timeouts of the callers concerned; the default handler
 		// would print them. Refusals are counted for status and tests.
@@ -165,6 +174,11 @@ func Dial(cfg DialConfig) (*Conn, error) {
 // Refusals is how many of this connection's publications and subscriptions the broker has
 // refused for want of permission (HostPermissions). A refused request times out.
 func (c *Conn) Refusals() uint64 { return c.refusals.Load() }
+
+// Connected reports whether the connection is up: false while it has lost its server and
+// tries to reconnect, and once it is closed. A host whose connection is down reaches no other
+// host.
+func (c *Conn) Connected() bool { return c.nc.IsConnected() }
 
 // MaxPayload implements busport.Conn.
 func (c *Conn) MaxPayload() int { return c.maxPayload }

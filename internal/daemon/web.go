@@ -153,7 +153,8 @@ func (b *webBackend) Room(ctx context.Context, id string) (web.RoomDetail, error
 	}
 	for _, c := range d.Capabilities {
 		wc := web.Capability{Provider: string(c.Provider), ProviderSelf: c.ProviderSelf, CapabilityID: c.CapabilityID,
-			Title: c.Title, Observe: c.Observe, Actions: make([]web.Action, 0, len(c.Actions))}
+			Title: c.Title, Observe: c.Observe, Actions: make([]web.Action, 0, len(c.Actions)),
+			Available: c.Available, UnavailableReason: c.UnavailableReason}
 		for _, a := range c.Actions {
 			wc.Actions = append(wc.Actions, web.Action{Name: a.Name, Title: a.Title, Input: a.Input, ApproveEach: a.ApproveEach})
 		}

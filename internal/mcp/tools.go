@@ -266,7 +266,11 @@ func roomTools(roomID string, caps []protocol.RoomCapability) []toolSpec {
 		if title == "" {
 			title = c.CapabilityID
 		}
-		canon, _ := json.Marshal(c) // decoded from JSON, it encodes
+		// Availability comes and goes with the provider's presence: the tool stays (a call
+		// fails unavailable meanwhile) and the list does not change with it.
+		fixed := c
+		fixed.Available, fixed.UnavailableReason = false, ""
+		canon, _ := json.Marshal(fixed) // decoded from JSON, it encodes
 		fp := func(name string) string { return strings.Join([]string{"room", name, roomID, string(canon)}, "\x00") }
 		provider := room.HostID(c.Provider)
 		if c.Observe {

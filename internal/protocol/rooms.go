@@ -255,7 +255,23 @@ type RoomCapability struct {
 	Actions      []RoomAction `json:"actions"`
 	// Members are the hosts a publication of this host is limited to; empty means every member.
 	Members []string `json:"members,omitempty"`
+	// Available says whether a call can reach the capability now; when false,
+	// UnavailableReason is one of the RoomUnavailable* reasons.
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailableReason,omitempty"`
 }
+
+// Why a room capability is unavailable (RoomCapability.UnavailableReason).
+const (
+	// RoomUnavailableBusDisconnected: this host's bus connection is down, so no other
+	// provider is reachable.
+	RoomUnavailableBusDisconnected = "bus_disconnected"
+	// RoomUnavailableProviderAbsent: the provider's presence in the room is not live (it
+	// left, or its record expired).
+	RoomUnavailableProviderAbsent = "provider_absent"
+	// RoomUnavailableAdapterNotReady: this host's own adapter serving it is not ready.
+	RoomUnavailableAdapterNotReady = "adapter_not_ready"
+)
 
 // RoomAction is one published action of a RoomCapability.
 type RoomAction struct {

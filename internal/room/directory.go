@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ecdh"
 	"sync"
+	"time"
 )
 
 // maxKeysPerRoom bounds the key records a directory keeps for one room. Key records may come
@@ -22,15 +23,20 @@ type Directory struct {
 	// fetch, when set (by Sync), reads a host's key record in a room from the bus, for a
 	// member whose record has not arrived yet.
 	fetch func(ctx context.Context, room string, host HostID) ([]byte, error)
+	// presenceTTL, when set (by Sync), is how long a presence record counts as live after it
+	// arrived, when no newer one came: a deletion or expiry this host missed (its watch was
+	// down, or its node lost the rest of a fabric) cannot keep a host present for longer.
+	presenceTTL time.Duration
 }
 
 type roomView struct {
 	owner  HostID
 	roster *Roster
-	// present is whether a live presence record of a host was last seen; departures counts
-	// the records seen deleted or expired, so a call can tell that its caller left while it
-	// ran.
+	// present is whether a live presence record of a host was last seen, and seen when it
+	// arrived; departures counts the records seen deleted or expired, so a call can tell
+	// that its caller left while it ran.
 	present    map[HostID]bool
+	seen       map[HostID]time.Time
 	departures map[HostID]uint64
 	// keys are the verified X25519 keys of hosts, from their key records.
 	keys map[HostID]peerKey
@@ -59,8 +65,8 @@ func (d *Directory) Trust(room string, owner HostID) error {
 		}
 		return nil
 	}
-	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), departures: make(map[HostID]uint64),
-		keys: make(map[HostID]peerKey)}
+	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), seen: make(map[HostID]time.Time),
+		departures: make(map[HostID]uint64), keys: make(map[HostID]peerKey)}
 	return nil
 }
 
@@ -140,14 +146,23 @@ func (d *Directory) SetPresence(room string, host HostID, present bool) {
 		v.departures[host]++
 	}
 	v.present[host] = present
+	if present {
+		v.seen[host] = time.Now()
+	}
 }
 
-// Present reports whether host's presence in room is live, as last seen.
+// Present reports whether host's presence in room is live: its last record seen was live
+// and, with a Sync, arrived within the presence TTL. A live host rewrites its record every
+// third of the TTL, so only a host that stopped (or a watch that stopped bringing its
+// records) ages out here.
 func (d *Directory) Present(room string, host HostID) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	v, ok := d.rooms[room]
-	return ok && v.present[host]
+	if !ok || !v.present[host] {
+		return false
+	}
+	return d.presenceTTL <= 0 || time.Since(v.seen[host]) < d.presenceTTL
 }
 
 // departures returns how many departures of host from room were seen, and whether the room
@@ -239,4 +254,11 @@ func (d *Directory) setFetch(f func(ctx context.Context, room string, host HostI
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.fetch = f
+}
+
+// setPresenceTTL installs the presence TTL of the Sync that feeds the directory.
+func (d *Directory) setPresenceTTL(ttl time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.presenceTTL = ttl
 }

@@ -37,6 +37,9 @@ type SyncConfig struct {
 	Directory *Directory
 	// PresenceTTL overrides the package's PresenceTTL (tests); the refresh is a third of it.
 	PresenceTTL time.Duration
+	// PresenceRefresh overrides how often presence is rewritten (tests: a refresh longer
+	// than the TTL lets a test see that a reconnect rewrites it).
+	PresenceRefresh time.Duration
 	// Dropped, when set, is told that a verified roster of a joined room this host does not
 	// own no longer lists this host: its owner closed the room or removed the host. It runs
 	// on the watch's goroutine and must hand off without blocking (and must not call Leave
@@ -48,21 +51,30 @@ type SyncConfig struct {
 // presence — and the projections of their providers, and keeps this host's own presence
 // records alive. Nothing read from the bus is used before its signature is verified against
 // the key it must come from. It is safe for concurrent use.
+//
+// After its connection comes back from a loss (Reconnected), it rewrites this host's
+// presence records at once and restarts its watches, which deliver every live record again:
+// a watch of a connection that was away may have lost its consumer on the server, and with it
+// the changes made meanwhile.
 type Sync struct {
 	key      *HostKey
 	dir      *Directory
 	rooms    busport.Bucket
 	presence busport.Bucket
 	ttl      time.Duration
+	every    time.Duration // the presence refresh
 	dropped  func(room string)
 
+	// mu guards the fields below. A room's watches in joined are nil while its Join runs,
+	// and empty while the refresher restarts them.
 	mu          sync.Mutex
 	joined      map[string][]busport.Subscription
 	projections map[string]map[HostID]Projection
 	closed      bool
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	reconnected chan struct{} // 1-buffered: a reconnect the refresher has not handled
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // OpenSync opens the room buckets and starts the presence refresher.
@@ -82,12 +94,17 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 	if err != nil {
 		return nil, fmt.Errorf("room: sync: %w", err)
 	}
+	every := cfg.PresenceRefresh
+	if every <= 0 {
+		every = ttl / 3
+	}
 	s := &Sync{
-		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl, dropped: cfg.Dropped,
+		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl, every: every, dropped: cfg.Dropped,
 		joined: make(map[string][]busport.Subscription), projections: make(map[string]map[HostID]Projection),
-		stop: make(chan struct{}),
+		reconnected: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	cfg.Directory.setFetch(s.fetchKey)
+	cfg.Directory.setPresenceTTL(ttl)
 	s.wg.Go(s.refresh)
 	return s, nil
 }
@@ -121,7 +138,7 @@ func (s *Sync) Join(ctx context.Context, room string) error {
 	s.joined[room] = nil
 	s.mu.Unlock()
 
-	var subs []busport.Subscription
+	subs, err := s.watch(ctx, room)
 	undo := func(err error) error {
 		for _, sub := range subs {
 			_ = sub.Stop()
@@ -131,16 +148,9 @@ func (s *Sync) Join(ctx context.Context, room string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("room: join: %w", err)
 	}
-	sub, err := s.rooms.Watch(ctx, room+".>", func(e busport.Entry) { s.roomEntry(room, e) })
 	if err != nil {
 		return undo(err)
 	}
-	subs = append(subs, sub)
-	sub, err = s.presence.Watch(ctx, room+".*", func(e busport.Entry) { s.presenceEntry(room, e) })
-	if err != nil {
-		return undo(err)
-	}
-	subs = append(subs, sub)
 	if err := s.writeKey(ctx, room); err != nil {
 		return undo(err)
 	}
@@ -151,6 +161,65 @@ func (s *Sync) Join(ctx context.Context, room string) error {
 	s.joined[room] = subs
 	s.mu.Unlock()
 	return nil
+}
+
+// watch starts room's watches of the two buckets; when it returns, every live record of the
+// room has been applied.
+func (s *Sync) watch(ctx context.Context, room string) ([]busport.Subscription, error) {
+	rooms, err := s.rooms.Watch(ctx, room+".>", func(e busport.Entry) { s.roomEntry(room, e) })
+	if err != nil {
+		return nil, err
+	}
+	presence, err := s.presence.Watch(ctx, room+".*", func(e busport.Entry) { s.presenceEntry(room, e) })
+	if err != nil {
+		_ = rooms.Stop()
+		return nil, err
+	}
+	return []busport.Subscription{rooms, presence}, nil
+}
+
+// Reconnected tells the sync that its connection is up again after a loss: the refresher
+// rewrites this host's presence records and restarts the watches of every room at once. It
+// does not block (the bus's reconnect callback calls it).
+func (s *Sync) Reconnected() {
+	select {
+	case s.reconnected <- struct{}{}:
+	default:
+	}
+}
+
+// rewatch replaces room's watches with new ones and reports whether it has watches when it
+// returns; false means the bus did not answer, and the refresher tries again.
+func (s *Sync) rewatch(room string) bool {
+	s.mu.Lock()
+	old, ok := s.joined[room]
+	if !ok || old == nil {
+		// Left, or a Join in progress starts its own watches.
+		s.mu.Unlock()
+		return true
+	}
+	s.joined[room] = []busport.Subscription{}
+	s.mu.Unlock()
+	for _, sub := range old {
+		_ = sub.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+	subs, err := s.watch(ctx, room)
+	cancel()
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	if cur, ok := s.joined[room]; ok && cur != nil && len(cur) == 0 {
+		s.joined[room] = subs
+		subs = nil
+	}
+	s.mu.Unlock()
+	// Left meanwhile (or left and joined again, and that Join watches): not needed.
+	for _, sub := range subs {
+		_ = sub.Stop()
+	}
+	return true
 }
 
 // Leave stops following room and withdraws this host's presence in it.
@@ -295,15 +364,20 @@ func (s *Sync) announce(ctx context.Context, room string) error {
 	return err
 }
 
-// refresh rewrites this host's presence records until Close.
+// refresh rewrites this host's presence records until Close: every refresh period, and at
+// once after a reconnect, when it also restarts the rooms' watches.
 func (s *Sync) refresh() {
-	t := time.NewTicker(s.ttl / 3)
+	t := time.NewTicker(s.every)
 	defer t.Stop()
+	var retry map[string]bool // rooms whose watches a reconnect could not restart yet
 	for {
+		reconnected := false
 		select {
 		case <-s.stop:
 			return
 		case <-t.C:
+		case <-s.reconnected:
+			reconnected = true
 		}
 		s.mu.Lock()
 		rooms := make([]string, 0, len(s.joined))
@@ -318,6 +392,13 @@ func (s *Sync) refresh() {
 			_ = s.announce(ctx, r)
 			cancel()
 		}
+		again := make(map[string]bool)
+		for _, r := range rooms {
+			if (reconnected || retry[r]) && !s.rewatch(r) {
+				again[r] = true
+			}
+		}
+		retry = again
 	}
 }
 

@@ -44,6 +44,10 @@ func (a *agentTools) Tools(ctx context.Context) []turn.RoomTool {
 		if !c.ProviderSelf {
 			where += ", provided by host " + string(c.Provider[:12])
 		}
+		if !c.Available {
+			// The tool stays: a call fails unavailable until the provider is back.
+			where += "; unavailable now: " + c.UnavailableReason
+		}
 		title := c.Title
 		if title == "" {
 			title = c.CapabilityID

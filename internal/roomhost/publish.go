@@ -90,7 +90,7 @@ func (s *Service) Publish(ctx context.Context, p Publish) (Capability, error) {
 		s.log.Warn("room projection not written", "room", p.Room, "err", err)
 	}
 	s.log.Info("capability published", "room", p.Room, "capability", p.Capability)
-	return capabilityOf(s.key.ID(), true, pub, d), nil
+	return s.own(pub, d), nil
 }
 
 // Unpublish withdraws a capability from a room and reports whether it was published there.
@@ -207,7 +207,7 @@ func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, er
 		if err != nil {
 			d = capadapter.Descriptor{CapabilityID: p.Capability}
 		}
-		out = append(out, capabilityOf(s.key.ID(), true, p, d))
+		out = append(out, s.own(p, d))
 	}
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
@@ -218,6 +218,7 @@ func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, er
 			continue
 		}
 		descs := s.catalog(ctx, id, proj.Provider)
+		reason := s.remoteReason(id, proj.Provider)
 		for _, p := range proj.Publications {
 			if len(p.Members) > 0 && !slices.Contains(p.Members, s.key.ID()) {
 				continue
@@ -226,21 +227,55 @@ func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, er
 			if !ok {
 				d = capadapter.Descriptor{CapabilityID: p.Capability}
 			}
-			out = append(out, capabilityOf(proj.Provider, false, p, d))
+			c := capabilityOf(proj.Provider, false, p, d)
+			c.Available, c.UnavailableReason = reason == "", reason
+			out = append(out, c)
 		}
 	}
 	return out, nil
 }
 
+// own is this host's publication p of the capability d describes, available while its
+// adapter is ready.
+func (s *Service) own(p room.Publication, d capadapter.Descriptor) Capability {
+	c := capabilityOf(s.key.ID(), true, p, d)
+	if c.Available = s.cfg.Capabilities.Ready(p.Capability); !c.Available {
+		c.UnavailableReason = ReasonAdapterNotReady
+	}
+	return c
+}
+
+// remoteReason says why provider's capabilities in room id cannot be reached now, or ""
+// when they can: this host's bus connection must be up and the provider's presence live.
+func (s *Service) remoteReason(id string, provider room.HostID) string {
+	switch {
+	case !s.conn.Connected():
+		return ReasonBusDisconnected
+	case !s.dir.Present(id, provider):
+		return ReasonProviderAbsent
+	}
+	return ""
+}
+
 // catalog reads and verifies provider's catalog of room id. A missing or unverifiable one is
-// empty: its capabilities show by id alone.
+// empty: its capabilities show by id alone. While the bus is down, or when it does not
+// answer, the last catalog read is used: a listing answers at once and still describes what
+// it shows unavailable.
 func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) map[string]capadapter.Descriptor {
+	key := id + "." + string(provider)
+	if !s.conn.Connected() {
+		return s.cachedCatalog(key)
+	}
 	out := make(map[string]capadapter.Descriptor)
-	e, err := s.catalogs.Get(ctx, id+"."+string(provider))
+	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
+	e, err := s.catalogs.Get(ctx, key)
+	cancel()
 	if err != nil {
 		if !errors.Is(err, busport.ErrNotFound) {
 			s.log.Debug("room catalog not read", "room", id, "provider", provider, "err", err)
+			return s.cachedCatalog(key)
 		}
+		s.cacheCatalog(id, key, nil)
 		return out
 	}
 	c, err := room.OpenCatalog(e.Value, provider)
@@ -254,7 +289,31 @@ func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) 
 		}
 		out[d.CapabilityID] = d
 	}
+	s.cacheCatalog(id, key, out)
 	return out
+}
+
+// cachedCatalog returns the last catalog read under key ("<room>.<provider>"), empty if none.
+func (s *Service) cachedCatalog(key string) map[string]capadapter.Descriptor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.catalogCache[key]; ok {
+		return c
+	}
+	return make(map[string]capadapter.Descriptor)
+}
+
+// cacheCatalog keeps c as the last catalog read under key, in room id; nil forgets it. A
+// room this host left meanwhile keeps none. Readers get the map itself, so it is never
+// changed once kept.
+func (s *Service) cacheCatalog(id, key string, c map[string]capadapter.Descriptor) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, joined := s.joined[id]; c == nil || !joined {
+		delete(s.catalogCache, key)
+		return
+	}
+	s.catalogCache[key] = c
 }
 
 // lookup finds the publication of capability by provider in room id, as this host sees it.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/bus"
@@ -48,6 +49,10 @@ const (
 	MaxSubscribers = 32
 	// busTimeout bounds one bus operation the service makes for an operator's request.
 	busTimeout = 10 * time.Second
+	// catalogTimeout bounds reading one provider's catalog for a listing: a read that the
+	// bus does not answer by then (it was lost as the read began) falls back to the last
+	// catalog read, so a listing never waits a whole busTimeout per provider.
+	catalogTimeout = 2 * time.Second
 )
 
 // Capabilities is the local capability supervisor, as the room service uses it: the
@@ -55,6 +60,8 @@ const (
 type Capabilities interface {
 	room.Invoker
 	Describe(id string) (capadapter.Descriptor, error)
+	// Ready reports whether the adapter serving capability id is ready to run it.
+	Ready(id string) bool
 }
 
 // Config configures a Service. StateDir, Store and Capabilities are required.
@@ -85,6 +92,8 @@ type Config struct {
 	InviteTTL time.Duration
 	// PresenceTTL overrides room.PresenceTTL (tests).
 	PresenceTTL time.Duration
+	// presenceRefresh overrides the presence refresh, a third of the TTL (tests).
+	presenceRefresh time.Duration
 	// CallLogEntries bounds the call log; zero means DefaultCallLogEntries.
 	CallLogEntries int
 	// RoomClosed, when set, is called after CloseRoom closed or left room id, on its
@@ -102,17 +111,20 @@ type Config struct {
 
 // Service is a running room service.
 type Service struct {
-	cfg      Config
-	log      *slog.Logger
-	key      *room.HostKey
-	server   *bus.Server  // nil when joined to another daemon's server
-	users    *brokerUsers // nil without a fabric cluster node
-	conn     *bus.Conn
-	url      string
-	dir      *room.Directory
-	pubs     *room.Publications
-	approve  *room.Approvals
-	sync     *room.Sync
+	cfg     Config
+	log     *slog.Logger
+	key     *room.HostKey
+	server  *bus.Server  // nil when joined to another daemon's server
+	users   *brokerUsers // nil without a fabric cluster node
+	conn    *bus.Conn
+	url     string
+	dir     *room.Directory
+	pubs    *room.Publications
+	approve *room.Approvals
+	sync    *room.Sync
+	// resync is sync once it is open, for the bus connection's reconnect hook, which may run
+	// while Start is still setting the service up.
+	resync   atomic.Pointer[room.Sync]
 	provider *room.Provider
 	caller   *room.Caller
 	rooms    busport.Bucket
@@ -132,7 +144,10 @@ type Service struct {
 	joined  map[string]store.RoomRecord
 	invites map[[32]byte]invite
 	version map[string]uint64 // last projection version written per room
-	closed  bool
+	// catalogCache holds the last verified catalog of each other provider, by
+	// "<room>.<provider>", for listings while the bus is down.
+	catalogCache map[string]map[string]capadapter.Descriptor
+	closed       bool
 	// live is set when Start is done: from then on a room whose owner dropped this host is
 	// forgotten at once and Config.RoomClosed told (before, restore forgets it and the
 	// daemon removes what was tied to it).
@@ -178,6 +193,8 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		joined:  make(map[string]store.RoomRecord),
 		invites: make(map[[32]byte]invite),
 		version: make(map[string]uint64),
+
+		catalogCache: make(map[string]map[string]capadapter.Descriptor),
 	}
 	s.approve = room.NewApprovals(s.pending)
 	defer func() {
@@ -210,6 +227,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	} else {
 		s.url = cfg.NATSURL
 	}
+	dial.Reconnected = s.reconnected
 	if s.conn, err = bus.Dial(dial); err != nil {
 		return nil, err
 	}
@@ -229,12 +247,13 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	}
 	err = retryBus(ctx, func(ctx context.Context) (err error) {
 		s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
-			Dropped: s.dropped})
+			PresenceRefresh: cfg.presenceRefresh, Dropped: s.dropped})
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.resync.Store(s.sync)
 	s.provider, err = room.NewProvider(room.ProviderConfig{
 		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: cfg.Capabilities,
 		Approvals: s.approve, ErrorCode: capadapter.WireCode, OnCall: s.provided,
@@ -265,6 +284,15 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	}
 	s.log.Info("rooms ready", "hostId", key.ID(), "embedded", s.server != nil, "rooms", len(s.joined))
 	return s, nil
+}
+
+// reconnected is the bus connection's Reconnected hook: back on the bus, this host rewrites
+// its presence at once and restarts its watches (room.Sync.Reconnected), so that members see
+// it again without waiting for the next refresh and it sees what changed while it was away.
+func (s *Service) reconnected() {
+	if sy := s.resync.Load(); sy != nil {
+		sy.Reconnected()
+	}
 }
 
 // restore rejoins every stored room and republishes this host's publications into them.

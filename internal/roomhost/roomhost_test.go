@@ -25,9 +25,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // lamp is a capability supervisor with one capability, lamp, outside what this package
 // tests: the daemon's binary tests run the real supervisor and adapter.
 type lamp struct {
-	mu      sync.Mutex
-	invokes int
-	gone    bool
+	mu       sync.Mutex
+	invokes  int
+	gone     bool
+	notReady bool // its adapter is not ready (Ready false, Describe still answers)
 }
 
 var lampDescriptor = capadapter.Descriptor{CapabilityID: "lamp", Title: "Lamp", Version: "1", Observe: true,
@@ -43,6 +44,12 @@ func (l *lamp) Describe(id string) (capadapter.Descriptor, error) {
 		return capadapter.Descriptor{}, &capadapter.Error{Code: capadapter.CodeUnknownCapability}
 	}
 	return lampDescriptor, nil
+}
+
+func (l *lamp) Ready(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return id == "lamp" && !l.gone && !l.notReady
 }
 
 func (l *lamp) Observe(context.Context, string) (json.RawMessage, error) {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/busport"
+	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/store"
 )
@@ -50,7 +51,25 @@ type Capability struct {
 	// Members are the hosts the publication is limited to; empty means every member. Shown
 	// for this host's own publications only.
 	Members []room.HostID `json:"members,omitempty"`
+	// Available says whether a call to the capability can reach it now: for another
+	// provider's, this host's bus connection is up and the provider's presence in the room is
+	// live; for this host's own, its adapter is ready. UnavailableReason says why not.
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailableReason,omitempty"`
 }
+
+// Why a capability in a room is unavailable (Capability.UnavailableReason).
+const (
+	// ReasonBusDisconnected: this host's bus connection is down (it lost its server and
+	// tries to reconnect), so no other provider is reachable.
+	ReasonBusDisconnected = protocol.RoomUnavailableBusDisconnected
+	// ReasonProviderAbsent: the provider's presence in the room is not live: it left, or its
+	// record expired (it lost the bus or stopped), or none has reached this host.
+	ReasonProviderAbsent = protocol.RoomUnavailableProviderAbsent
+	// ReasonAdapterNotReady: this host's adapter that serves the capability is not ready
+	// (starting, restarting after a crash, or gone).
+	ReasonAdapterNotReady = protocol.RoomUnavailableAdapterNotReady
+)
 
 // Action is one published action of a capability.
 type Action struct {
@@ -120,6 +139,11 @@ func (s *Service) forget(ctx context.Context, id string) {
 	s.mu.Lock()
 	delete(s.joined, id)
 	delete(s.version, id)
+	for key := range s.catalogCache {
+		if strings.HasPrefix(key, id+".") {
+			delete(s.catalogCache, key)
+		}
+	}
 	s.mu.Unlock()
 	for _, p := range s.pubs.InRoom(id) {
 		s.pubs.Unpublish(id, p.Capability)

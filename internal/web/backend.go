@@ -69,6 +69,10 @@ type Capability struct {
 	Title        string   `json:"title"`
 	Observe      bool     `json:"observe"` // observe is published
 	Actions      []Action `json:"actions"` // the published actions
+	// Available says whether a call can reach it now; UnavailableReason, when not, is
+	// bus_disconnected, provider_absent or adapter_not_ready (protocol.RoomCapability's).
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailableReason,omitempty"`
 }
 
 // Action is one published action. Input is its args schema from the descriptor: a JSON Schema

@@ -59,9 +59,9 @@ func (b *testBackend) Room(_ context.Context, id string) (RoomDetail, error) {
 		Room:    Room{ID: "kitchen", Title: "Kitchen <b>bold</b>", Owner: hostA, Members: 2},
 		Members: []Member{{HostID: hostA, Name: "alice", Self: true, Present: true}, {HostID: hostB, Name: "bob", Present: true}},
 		Capabilities: []Capability{
-			{Provider: hostB, CapabilityID: "living_room_light", Title: "Living room light", Observe: true,
+			{Provider: hostB, CapabilityID: "living_room_light", Title: "Living room light", Observe: true, Available: true,
 				Actions: []Action{{Name: "set_color", Title: "Set color", Input: json.RawMessage(lightSchema)}}},
-			{Provider: hostA, ProviderSelf: true, CapabilityID: "printer", Title: "Printer", Observe: true,
+			{Provider: hostA, ProviderSelf: true, CapabilityID: "printer", Title: "Printer", Observe: true, UnavailableReason: "adapter_not_ready",
 				Actions: []Action{{Name: "print", Title: "Print", ApproveEach: true,
 					Input: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","pattern":"^[a-z]+$"}}}`)}}},
 		},

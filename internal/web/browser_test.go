@@ -119,6 +119,13 @@ func TestBrowser(t *testing.T) {
 	}
 	poll("the observation", `(document.querySelector('`+lightObs+`')||{}).textContent.includes('"off"')`)
 	poll("the uncoded observe error", `(document.querySelector('`+printerObs+`')||{}).textContent === 'internal: the request failed'`)
+	// A capability a call cannot reach now is marked, with its reason; a reachable one is not.
+	if got := text(`.cap[data-capability="printer"] [data-unavailable]`); got != "unavailable: adapter_not_ready" {
+		t.Errorf("the printer's unavailable marker %q", got)
+	}
+	if n, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('.cap[data-capability="living_room_light"] [data-unavailable], .cap.unavailable[data-capability="living_room_light"]').length`)); n != 0 {
+		t.Errorf("the available light carries %d unavailable markers", n)
+	}
 	if n, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('.cap[data-capability="printer"] textarea[name="__args"]').length`)); n != 1 {
 		t.Errorf("the print action's pattern schema has %d raw JSON fields, want 1", n)
 	}

@@ -166,7 +166,7 @@ func TestSupervisorRestartSchedule(t *testing.T) {
 		if st.State != StateBackoff || st.LastFailure != capadapter.CodeMalformedResponse || st.PID != 0 {
 			t.Fatalf("after crash: %+v", st)
 		}
-		if s.List()[0].Available {
+		if s.List()[0].Available || s.Ready("cap_a") {
 			t.Fatal("capability available during backoff")
 		}
 		_, err := s.Observe(context.Background(), "cap_a")

@@ -539,6 +539,12 @@ func (s *Supervisor) Describe(id string) (capadapter.Descriptor, error) {
 	return d, err
 }
 
+// Ready reports whether capability id's adapter is ready to serve it (List's Available).
+func (s *Supervisor) Ready(id string) bool {
+	_, _, inst, err := s.lookup(id)
+	return err == nil && inst != nil
+}
+
 // Observe returns capability id's observation: bounded semantic data (see checkResult).
 // It fails with unknown_capability, unsupported_method when the capability does not observe,
 // unavailable while its adapter is not ready, or the call's own error.

@@ -64,6 +64,9 @@ func TestSupervisorOperations(t *testing.T) {
 	if err != nil || d.Title != "Test light" {
 		t.Fatalf("Describe = %+v, %v", d, err)
 	}
+	if !s.Ready("test_light") || s.Ready("no_such_capability") {
+		t.Fatalf("Ready(test_light) = %v, Ready(no_such_capability) = %v", s.Ready("test_light"), s.Ready("no_such_capability"))
+	}
 	st := statusOf(t, s, "light")
 	if st.State != StateReady || st.PID <= 0 || st.Restarts != 0 || !slices.Equal(st.Capabilities, []string{"test_light", "test_switch"}) {
 		t.Fatalf("Status = %+v", st)

@@ -152,12 +152,21 @@
   }
 
   function renderCapability(d, c) {
-    const card = el('div', { class: 'cap', 'data-capability': c.capabilityId, 'data-provider': c.provider });
+    const card = el('div', { class: c.available ? 'cap' : 'cap unavailable', 'data-capability': c.capabilityId, 'data-provider': c.provider });
+    // A capability a call cannot reach now (its provider is away, this host lost the bus, or
+    // its own adapter is not ready) stays listed, marked with the reason.
+    const reasons = {
+      bus_disconnected: 'this host has lost the bus',
+      provider_absent: 'its provider is not present in the room',
+      adapter_not_ready: 'its adapter on this host is not ready',
+    };
     card.append(el('div', { class: 'head' },
       el('strong', { text: c.title || c.capabilityId }),
       el('span', {}, el('code', { text: c.capabilityId }))),
     el('div', { class: 'muted' }, 'by ', el('code', { title: c.provider, text: short(c.provider) }),
-      c.providerSelf ? el('span', { class: 'tag on', text: 'this host' }) : null));
+      c.providerSelf ? el('span', { class: 'tag on', text: 'this host' }) : null,
+      c.available ? null : el('span', { class: 'tag warn', 'data-unavailable': c.unavailableReason || '',
+        title: reasons[c.unavailableReason] || '', text: 'unavailable: ' + (c.unavailableReason || 'unknown') })));
     if (c.observe) {
       const out = el('pre', { class: 'observation', text: '…' });
       const refresh = el('button', { type: 'button', class: 'small', text: 'refresh', title: 'Observe again', onclick: () => observe(d, c, out) });
