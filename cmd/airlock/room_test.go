@@ -66,8 +66,10 @@ func (h *roomHost) refused(code string, args ...string) {
 
 func startRoomHost(t *testing.T, args ...string) *roomHost {
 	t.Helper()
-	// The Python adapters need more than the default 1.5 s to start on a loaded machine.
-	args = append([]string{"--adapter-start-timeout", "10s"}, args...)
+	// The Python adapters need more than the default 1.5 s to start, and at times to answer,
+	// on a loaded machine (registration failed twice with "the adapter did not answer before
+	// the deadline" at a load of about 6).
+	args = append([]string{"--adapter-start-timeout", "10s", "--adapter-call-timeout", "10s"}, args...)
 	h := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Args: args})}
 	// The room service starts after recovery and the adapters' restore.
 	waitFor(t, "the room service", func() bool {
