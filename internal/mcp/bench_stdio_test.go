@@ -113,8 +113,12 @@ func BenchmarkBridgeStdio(b *testing.B) {
 				if row.conc == 1 {
 					dl = append(dl, direct())
 				}
+				turn := n // who goes first: call by call at c1, round by round at c16
+				if row.conc > 1 {
+					turn = n / round
+				}
 				for k := range bridges {
-					i := (n + k) % len(bridges)
+					i := (turn + k) % len(bridges)
 					if row.conc == 1 {
 						bl[i] = append(bl[i], bridged(bridges[i].cs))
 						continue
