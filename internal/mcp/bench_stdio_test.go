@@ -24,13 +24,14 @@ import (
 // of its own, as in make bench-mcp). At 1 call (c1), each call alternates with the same
 // invokeTool sent straight to airlockd's socket: bridge-p50-µs minus daemon-p50-µs is the
 // bridge process, its stdio and the go-sdk client. At 16 (c16), 16 goroutines make rounds
-// of 160 calls. bridge-cpu-µs is the CPU the airlock mcp process spends per call (from /proc).
+// of 160 calls. bridge-cpu-µs is the CPU the airlock mcp process spends per call, and
+// bridge-switches its threads' context switches per call (both from /proc).
 //
 // For an A/B of two builds of airlock, name them in AIRLOCK_MCP_BINS (comma-separated): each
 // runs as a bridge of its own and they take turns, call by call at c1 and round by round at
 // c16, each build first in turn, so that every build sees the same machine; each reports
-// bridge-p50-µs-N and bridge-cpu-µs-N, N its place in the list. Without it, the airlock of this
-// tree is built and measured.
+// bridge-p50-µs-N, bridge-cpu-µs-N and bridge-switches-N, N its place in the list. Without
+// it, the airlock of this tree is built and measured.
 //
 //	go test -run '^$' -bench BridgeStdio -benchtime 1000x ./internal/mcp/
 func BenchmarkBridgeStdio(b *testing.B) {
@@ -104,8 +105,9 @@ func BenchmarkBridgeStdio(b *testing.B) {
 			var dl []time.Duration
 			bl := make([][]time.Duration, len(bridges))
 			cpu0 := make([]time.Duration, len(bridges))
+			cs0 := make([]int64, len(bridges))
 			for i, br := range bridges {
-				cpu0[i] = pidCPU(br.pid)
+				cpu0[i], cs0[i] = pidCPU(br.pid), pidSwitches(br.pid)
 			}
 			const round = 160 // calls of one c16 round
 			n := 0
@@ -151,6 +153,7 @@ func BenchmarkBridgeStdio(b *testing.B) {
 				}
 				b.ReportMetric(float64(stats(bl[i], sum(bl[i])).p50.Microseconds()), "bridge-p50-µs"+suffix)
 				b.ReportMetric(float64((pidCPU(br.pid)-cpu0[i]).Microseconds())/float64(len(bl[i])), "bridge-cpu-µs"+suffix)
+				b.ReportMetric(float64(pidSwitches(br.pid)-cs0[i])/float64(len(bl[i])), "bridge-switches"+suffix)
 			}
 		})
 	}
@@ -171,4 +174,24 @@ func pidCPU(pid int) time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// pidSwitches is the number of context switches, voluntary or not, of the threads of process
+// pid, from /proc/PID/task/*/status.
+func pidSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
 }
