@@ -93,10 +93,10 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			// reader, its connection's reader, its handler goroutines, the daemon
 			// connection's reader and back. With a second P, each hand-off wakes another
 			// thread to run the goroutine it readies; with one, the same thread runs it
-			// next. On make bench-mcp's 2-core machine that took the bridge's context
-			// switches per call from about 26 to 14 and its CPU per call down by a quarter
-			// to a half; p50 fell 7–15% on the small rows at 1 and 16 calls and 17–23% on
-			// a 1 MiB read, with 16 of those at once unchanged (docs/mcp.md). It needs
+			// next. On make bench-mcp's 2-core machine that cut the bridge's context
+			// switches per call by about 40% and its CPU per call by a quarter to a half;
+			// p50 fell 6–14% on the small rows at 1 call, 1–17% at 16, 17–23% on a 1 MiB
+			// read, and stayed as it was for 16 of those at once (docs/mcp.md). It needs
 			// stdin on the poller: with one P, a thread blocked in read(2) would hold the P,
 			// and the goroutine it just readied, until the runtime's monitor took it back.
 			// GOMAXPROCS set in the environment is left as it is.
