@@ -49,10 +49,6 @@ const (
 	MaxSubscribers = 32
 	// busTimeout bounds one bus operation the service makes for an operator's request.
 	busTimeout = 10 * time.Second
-	// catalogTimeout bounds reading one provider's catalog for a listing: a read that the
-	// bus does not answer by then (it was lost as the read began) falls back to the last
-	// catalog read, so a listing never waits a whole busTimeout per provider.
-	catalogTimeout = 2 * time.Second
 )
 
 // Capabilities is the local capability supervisor, as the room service uses it: the
@@ -128,7 +124,6 @@ type Service struct {
 	provider *room.Provider
 	caller   *room.Caller
 	rooms    busport.Bucket
-	catalogs busport.Bucket
 	joinSub  busport.Subscription
 	events   *callLog
 	// now is the clock of invites and join requests (tests move it).
@@ -144,10 +139,7 @@ type Service struct {
 	joined  map[string]store.RoomRecord
 	invites map[[32]byte]invite
 	version map[string]uint64 // last projection version written per room
-	// catalogCache holds the last verified catalog of each other provider, by
-	// "<room>.<provider>", for listings while the bus is down.
-	catalogCache map[string]map[string]capadapter.Descriptor
-	closed       bool
+	closed  bool
 	// live is set when Start is done: from then on a room whose owner dropped this host is
 	// forgotten at once and Config.RoomClosed told (before, restore forgets it and the
 	// daemon removes what was tied to it).
@@ -193,8 +185,6 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		joined:  make(map[string]store.RoomRecord),
 		invites: make(map[[32]byte]invite),
 		version: make(map[string]uint64),
-
-		catalogCache: make(map[string]map[string]capadapter.Descriptor),
 	}
 	s.approve = room.NewApprovals(s.pending)
 	defer func() {
@@ -233,13 +223,6 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	}
 	err = retryBus(ctx, func(ctx context.Context) (err error) {
 		s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
-		s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes})
 		return err
 	})
 	if err != nil {
