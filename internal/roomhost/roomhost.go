@@ -103,6 +103,9 @@ type Config struct {
 
 	// clock replaces time.Now for invites and join requests (tests).
 	clock func() time.Time
+	// noResponders, when set, is told each time a join request found nobody serving the
+	// owner's subject, before it is sent again (tests).
+	noResponders func()
 }
 
 // Service is a running room service.
