@@ -224,14 +224,14 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if s.conn, err = bus.Dial(dial); err != nil {
 		return nil, err
 	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
+	err = s.retryBus(ctx, func(ctx context.Context) (err error) {
 		s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes})
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
+	err = s.retryBus(ctx, func(ctx context.Context) (err error) {
 		s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
 			PresenceRefresh: cfg.presenceRefresh, Dropped: s.dropped})
 		return err
@@ -297,7 +297,7 @@ func (s *Service) restore(ctx context.Context) error {
 		}
 	}
 	for _, r := range recs {
-		if err := retryBus(ctx, func(ctx context.Context) error { return s.rejoin(ctx, r) }); err != nil {
+		if err := s.retryBus(ctx, func(ctx context.Context) error { return s.rejoin(ctx, r) }); err != nil {
 			s.log.Warn("room not rejoined", "room", r.ID, "code", codeOf(err), "err", err)
 			continue
 		}
