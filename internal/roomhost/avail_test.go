@@ -253,7 +253,7 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 	t.Logf("C absent at A %v after the cut", took)
 	within(t, 10*time.Second, "C lists A's lamp bus_disconnected", func() bool {
 		cap, ok := capOf(t, c, a.svc.HostID(), "lamp")
-		// Described from the catalog read before the cut.
+		// Described from the catalog its watch delivered before the cut.
 		return ok && !cap.Available && cap.UnavailableReason == ReasonBusDisconnected && cap.Title == "Lamp"
 	})
 	_, err := a.svc.Observe(bg, "home", string(cID), "lamp")
@@ -289,7 +289,7 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 }
 
 // A host that loses the bus lists every remote capability unavailable (bus_disconnected)
-// within the call deadline, and describes them from the catalogs it read before. When the
+// within the call deadline, and describes them from the catalogs its watch delivered. When the
 // bus returns it rewrites its presence at once — B's refresh here is a minute, so only the
 // reconnect can announce it — and its restarted watches bring what changed while it was
 // away.
@@ -319,7 +319,7 @@ func TestAvailabilityBusDisconnected(t *testing.T) {
 			len(cap.Actions) == 1
 	})
 	t.Logf("B lists bus_disconnected %v after the cut", took)
-	// A listing while the bus is away answers at once, from what B read before.
+	// A listing while the bus is away answers at once, from what B's watches delivered.
 	start := time.Now()
 	if _, err := b.svc.Room(bg, "home"); err != nil || time.Since(start) > 2*time.Second {
 		t.Fatalf("Room while the bus is away: %v after %v", err, time.Since(start))
