@@ -419,11 +419,12 @@ func TestFabricClusterRoutesReplicatesAndConfinesHosts(t *testing.T) {
 	hosts, inv := roomOnFabric(t, tf, cfgs)
 	a, b := hosts[0], hosts[2]
 
-	// The buckets have three replicas: every node holds both streams.
+	// The buckets have three replicas: every node holds the streams of the three the syncs
+	// opened (rooms, presence, catalogs).
 	for _, n := range nodes {
-		if !waitUntil(10*time.Second, func() bool { st, _ := n.srv.Status(); return st.JetStream.Streams == 2 }) {
+		if !waitUntil(10*time.Second, func() bool { st, _ := n.srv.Status(); return st.JetStream.Streams == 3 }) {
 			st, _ := n.srv.Status()
-			t.Fatalf("node %d holds %d streams, want both buckets", n.i+1, st.JetStream.Streams)
+			t.Fatalf("node %d holds %d streams, want the three buckets'", n.i+1, st.JetStream.Streams)
 		}
 	}
 	// B (n3) learnt the roster A (n1) wrote, and invokes A's light across the cluster.

@@ -48,8 +48,8 @@ type SyncConfig struct {
 }
 
 // Sync keeps a Directory current from the bus for the rooms this host joined — rosters and
-// presence — and the projections of their providers, and keeps this host's own presence
-// records alive. Nothing read from the bus is used before its signature is verified against
+// presence — and the projections and catalogs of their providers, and keeps this host's own
+// presence records alive. Nothing read from the bus is used before its signature is verified against
 // the key it must come from. It is safe for concurrent use.
 //
 // After its connection comes back from a loss (Reconnected), it rewrites this host's
@@ -61,6 +61,7 @@ type Sync struct {
 	dir      *Directory
 	rooms    busport.Bucket
 	presence busport.Bucket
+	catalog  busport.Bucket
 	ttl      time.Duration
 	every    time.Duration // the presence refresh
 	dropped  func(room string)
@@ -70,6 +71,7 @@ type Sync struct {
 	mu          sync.Mutex
 	joined      map[string][]busport.Subscription
 	projections map[string]map[HostID]Projection
+	catalogs    map[string]map[HostID]Catalog
 	closed      bool
 
 	reconnected chan struct{} // 1-buffered: a reconnect the refresher has not handled
@@ -94,13 +96,18 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 	if err != nil {
 		return nil, fmt.Errorf("room: sync: %w", err)
 	}
+	catalog, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: CatalogBucket, MaxValueBytes: MaxRecordBytes})
+	if err != nil {
+		return nil, fmt.Errorf("room: sync: %w", err)
+	}
 	every := cfg.PresenceRefresh
 	if every <= 0 {
 		every = ttl / 3
 	}
 	s := &Sync{
-		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, ttl: ttl, every: every, dropped: cfg.Dropped,
-		joined: make(map[string][]busport.Subscription), projections: make(map[string]map[HostID]Projection),
+		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, catalog: catalog, ttl: ttl, every: every,
+		dropped: cfg.Dropped, joined: make(map[string][]busport.Subscription),
+		projections: make(map[string]map[HostID]Projection), catalogs: make(map[string]map[HostID]Catalog),
 		reconnected: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	cfg.Directory.setFetch(s.fetchKey)
@@ -120,8 +127,8 @@ func (s *Sync) fetchKey(ctx context.Context, room string, host HostID) ([]byte, 
 }
 
 // Join starts following room, which the Directory must trust, writes this host's key record
-// into it and announces its presence. When Join returns, the roster, presence, projections
-// and key records on the bus have been applied.
+// into it and announces its presence. When Join returns, the roster, presence, projections,
+// catalogs and key records on the bus have been applied.
 func (s *Sync) Join(ctx context.Context, room string) error {
 	if _, ok := s.dir.Owner(room); !ok {
 		return newError(CodeUnauthorized, "join: the room is not trusted")
@@ -163,19 +170,29 @@ func (s *Sync) Join(ctx context.Context, room string) error {
 	return nil
 }
 
-// watch starts room's watches of the two buckets; when it returns, every live record of the
-// room has been applied.
+// watch starts room's watches of the three buckets; when it returns, every live record of
+// the room has been applied.
 func (s *Sync) watch(ctx context.Context, room string) ([]busport.Subscription, error) {
-	rooms, err := s.rooms.Watch(ctx, room+".>", func(e busport.Entry) { s.roomEntry(room, e) })
-	if err != nil {
-		return nil, err
+	var subs []busport.Subscription
+	for _, w := range []struct {
+		bucket  busport.Bucket
+		pattern string
+		fn      func(string, busport.Entry)
+	}{
+		{s.rooms, room + ".>", s.roomEntry},
+		{s.presence, room + ".*", s.presenceEntry},
+		{s.catalog, room + ".*", s.catalogEntry},
+	} {
+		sub, err := w.bucket.Watch(ctx, w.pattern, func(e busport.Entry) { w.fn(room, e) })
+		if err != nil {
+			for _, sub := range subs {
+				_ = sub.Stop()
+			}
+			return nil, err
+		}
+		subs = append(subs, sub)
 	}
-	presence, err := s.presence.Watch(ctx, room+".*", func(e busport.Entry) { s.presenceEntry(room, e) })
-	if err != nil {
-		_ = rooms.Stop()
-		return nil, err
-	}
-	return []busport.Subscription{rooms, presence}, nil
+	return subs, nil
 }
 
 // Reconnected tells the sync that its connection is up again after a loss: the refresher
@@ -228,6 +245,7 @@ func (s *Sync) Leave(ctx context.Context, room string) error {
 	subs, ok := s.joined[room]
 	delete(s.joined, room)
 	delete(s.projections, room)
+	delete(s.catalogs, room)
 	s.mu.Unlock()
 	if !ok {
 		return nil
@@ -264,6 +282,32 @@ func (s *Sync) PublishProjection(ctx context.Context, room string, version uint6
 		return fmt.Errorf("room: projection: %w", err)
 	}
 	return nil
+}
+
+// PublishCatalog signs and writes this host's catalog c of its publications in c.Room; c's
+// provider must be this host.
+func (s *Sync) PublishCatalog(ctx context.Context, c Catalog) error {
+	data, err := SignCatalog(s.key, c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.catalog.Put(ctx, c.Room+"."+string(s.key.ID()), data); err != nil {
+		return fmt.Errorf("room: catalog: %w", err)
+	}
+	return nil
+}
+
+// Catalog returns the verified catalog of provider in room, as the watch last delivered it;
+// false when there is none (never written, deleted, unverifiable, or provider is not a member
+// of the room's current roster). It reads no bus.
+func (s *Sync) Catalog(room string, provider HostID) (Catalog, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.catalogs[room][provider]
+	if !ok || !s.dir.IsMember(room, provider) {
+		return Catalog{}, false
+	}
+	return c, true
 }
 
 // Projections returns the verified projections of room's providers that are members of its
@@ -324,6 +368,37 @@ func (s *Sync) roomEntry(room string, e busport.Entry) {
 	}
 	if old, ok := s.projections[room][p.Provider]; !ok || p.Version >= old.Version {
 		s.projections[room][p.Provider] = p
+	}
+}
+
+// catalogEntry applies a catalog record of room: a verified one replaces an older version of
+// its provider's, and a deletion drops it. One that fails verification is ignored.
+func (s *Sync) catalogEntry(room string, e busport.Entry) {
+	host, ok := strings.CutPrefix(e.Key, room+".")
+	if !ok || !HostID(host).Valid() {
+		return
+	}
+	var c Catalog
+	if !e.Deleted {
+		var err error
+		if c, err = OpenCatalog(e.Value, HostID(host)); err != nil || c.Room != room {
+			return
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, joined := s.joined[room]; !joined {
+		return
+	}
+	if e.Deleted {
+		delete(s.catalogs[room], HostID(host))
+		return
+	}
+	if s.catalogs[room] == nil {
+		s.catalogs[room] = make(map[HostID]Catalog)
+	}
+	if old, ok := s.catalogs[room][c.Provider]; !ok || c.Version >= old.Version {
+		s.catalogs[room][c.Provider] = c
 	}
 }
 

@@ -3,7 +3,6 @@ package roomhost
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -11,21 +10,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/store"
 )
 
 // cutProxy carries a host's TCP connection to the bus, so that a test can take the bus away
 // from that host alone: cut closes the connections it carries and every new one at once,
-// until restore. The server and the other hosts stay up.
+// until restore; stall holds every byte in both directions, with the connections open, until
+// it is lifted (a server that stopped answering). The server and the other hosts stay up.
 type cutProxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex // guards the fields below
-	cut    bool
-	closed bool
-	conns  map[net.Conn]struct{}
+	mu      sync.Mutex // guards the fields below
+	cut     bool
+	stalled bool
+	closed  bool
+	conns   map[net.Conn]struct{}
+	flow    *sync.Cond // on mu: broadcast when cut, stalled or closed change
 
 	wg sync.WaitGroup
 }
@@ -37,6 +40,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 		t.Fatal(err)
 	}
 	p := &cutProxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.flow = sync.NewCond(&p.mu)
 	p.wg.Go(p.accept)
 	t.Cleanup(p.close)
 	return p
@@ -65,18 +69,50 @@ func (p *cutProxy) accept() {
 		}
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			_, _ = io.Copy(dst, src)
-			_ = dst.Close()
-			_ = src.Close()
-			p.mu.Lock()
-			delete(p.conns, dst)
-			delete(p.conns, src)
-			p.mu.Unlock()
-		}
-		p.wg.Go(func() { pipe(up, c) })
-		p.wg.Go(func() { pipe(c, up) })
+		p.wg.Go(func() { p.pipe(up, c) })
+		p.wg.Go(func() { p.pipe(c, up) })
 	}
+}
+
+// pipe copies src to dst, holding what it read while the proxy is stalled, until either ends.
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && p.flowing() {
+			_, err = dst.Write(buf[:n])
+		} else if n > 0 {
+			break
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// flowing waits while the proxy is stalled and reports whether bytes may pass: false once it
+// is cut or closed.
+func (p *cutProxy) flowing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.stalled && !p.cut && !p.closed {
+		p.flow.Wait()
+	}
+	return !p.cut && !p.closed
+}
+
+// setStalled stalls (true) or lifts the stall of (false) the host's bus.
+func (p *cutProxy) setStalled(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = stalled
+	p.flow.Broadcast()
 }
 
 // setCut cuts (true) or restores (false) the host's bus.
@@ -84,6 +120,7 @@ func (p *cutProxy) setCut(cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = cut
+	p.flow.Broadcast()
 	if cut {
 		for c := range p.conns {
 			_ = c.Close()
@@ -94,6 +131,7 @@ func (p *cutProxy) setCut(cut bool) {
 func (p *cutProxy) close() {
 	p.mu.Lock()
 	p.closed = true
+	p.flow.Broadcast()
 	p.mu.Unlock()
 	_ = p.ln.Close()
 	p.setCut(true)
@@ -215,7 +253,7 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 	t.Logf("C absent at A %v after the cut", took)
 	within(t, 10*time.Second, "C lists A's lamp bus_disconnected", func() bool {
 		cap, ok := capOf(t, c, a.svc.HostID(), "lamp")
-		// Described from the catalog read before the cut.
+		// Described from the catalog its watch delivered before the cut.
 		return ok && !cap.Available && cap.UnavailableReason == ReasonBusDisconnected && cap.Title == "Lamp"
 	})
 	_, err := a.svc.Observe(bg, "home", string(cID), "lamp")
@@ -251,7 +289,7 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 }
 
 // A host that loses the bus lists every remote capability unavailable (bus_disconnected)
-// within the call deadline, and describes them from the catalogs it read before. When the
+// within the call deadline, and describes them from the catalogs its watch delivered. When the
 // bus returns it rewrites its presence at once — B's refresh here is a minute, so only the
 // reconnect can announce it — and its restarted watches bring what changed while it was
 // away.
@@ -281,7 +319,7 @@ func TestAvailabilityBusDisconnected(t *testing.T) {
 			len(cap.Actions) == 1
 	})
 	t.Logf("B lists bus_disconnected %v after the cut", took)
-	// A listing while the bus is away answers at once, from what B read before.
+	// A listing while the bus is away answers at once, from what B's watches delivered.
 	start := time.Now()
 	if _, err := b.svc.Room(bg, "home"); err != nil || time.Since(start) > 2*time.Second {
 		t.Fatalf("Room while the bus is away: %v after %v", err, time.Since(start))
@@ -308,5 +346,85 @@ func TestAvailabilityBusDisconnected(t *testing.T) {
 	res, err := b.svc.Invoke(bg, "home", string(aID), "lamp", "reboot", json.RawMessage(`{}`))
 	if err != nil || string(res) != `{"done":"reboot"}` {
 		t.Fatalf("invoke after the reconnect = %s, %v", res, err)
+	}
+}
+
+// Another provider's catalog reaches a listing through the sync's watch: published, changed
+// and deleted by the provider, each shows in B's listing, a deletion leaving the capability
+// by id alone. A listing reads no bus: it answers at once while B's connection is stalled
+// (up, but carrying nothing, as to a server that died) and while it is cut, and describes the
+// capability from the catalog last delivered. A room B left keeps no catalog.
+func TestCatalogsFollowTheWatch(t *testing.T) {
+	a := startHost(t, "", "", 0)
+	if _, err := a.svc.Create(ctx(t), "home", ""); err != nil {
+		t.Fatal(err)
+	}
+	b, proxy := startProxiedHost(t, a, 0)
+	joinHome(t, a, b)
+	bg := ctx(t)
+	aID := a.svc.HostID()
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Actions: []string{"set_color"}}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 10*time.Second, "B lists A's lamp described", func() bool {
+		cap, ok := capOf(t, b, aID, "lamp")
+		return ok && cap.Title == "Lamp" && len(cap.Actions) == 1 && !cap.Observe
+	})
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 10*time.Second, "B lists A's lamp with its changed catalog", func() bool {
+		cap, ok := capOf(t, b, aID, "lamp")
+		return ok && cap.Title == "Lamp" && len(cap.Actions) == 2 && cap.Observe
+	})
+
+	// Deleted: the projection still lists the lamp, which shows by id alone.
+	cats, err := a.svc.conn.Bucket(bg, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cats.Delete(bg, "home."+string(aID)); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 10*time.Second, "B lists A's lamp by id alone", func() bool {
+		cap, ok := capOf(t, b, aID, "lamp")
+		return ok && cap.Title == "" && len(cap.Actions) == 0 && !cap.Observe
+	})
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 10*time.Second, "B lists A's lamp described again", func() bool {
+		cap, ok := capOf(t, b, aID, "lamp")
+		return ok && cap.Title == "Lamp" && len(cap.Actions) == 2
+	})
+
+	// Stalled, B's connection counts as up: the lamp stays available, and described.
+	proxy.setStalled(true)
+	start := time.Now()
+	cap, ok := capOf(t, b, aID, "lamp")
+	if took := time.Since(start); !ok || !cap.Available || cap.Title != "Lamp" || took > 500*time.Millisecond {
+		t.Fatalf("B's listing while its bus is stalled: %+v, %v after %v", cap, ok, took)
+	}
+	proxy.setStalled(false)
+	proxy.setCut(true)
+	within(t, 10*time.Second, "B lists A's lamp bus_disconnected", func() bool {
+		start := time.Now()
+		cap, ok := capOf(t, b, aID, "lamp")
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Fatalf("B's listing while its bus is cut took %v", took)
+		}
+		return ok && !cap.Available && cap.UnavailableReason == ReasonBusDisconnected && cap.Title == "Lamp"
+	})
+	proxy.setCut(false)
+	within(t, 10*time.Second, "B lists A's lamp available after the restore", func() bool {
+		cap, ok := capOf(t, b, aID, "lamp")
+		return ok && cap.Available && cap.Title == "Lamp"
+	})
+
+	if err := b.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.svc.sync.Catalog("home", aID); ok {
+		t.Fatal("B keeps A's catalog of a room it left")
 	}
 }

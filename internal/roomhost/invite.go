@@ -159,7 +159,7 @@ func (s *Service) Join(ctx context.Context, code string) (Room, error) {
 	req.Sig = base64.StdEncoding.EncodeToString(s.key.Sign(joinMessage(&req)))
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
-	data, err := s.conn.Request(ctx, joinSubject(id, owner), marshal(req))
+	data, err := s.askOwner(ctx, joinSubject(id, owner), marshal(req))
 	switch {
 	case errors.Is(err, busport.ErrNoResponders), errors.Is(err, busport.ErrTimeout):
 		return Room{}, errorf(room.CodeUnavailable, "the room's owner is not on the bus")
@@ -195,6 +195,39 @@ func (s *Service) Join(ctx context.Context, code string) (Room, error) {
 	}
 	s.log.Info("room joined", "room", id, "owner", owner)
 	return s.summary(rec), nil
+}
+
+// Pauses between the join requests askOwner sends while nobody serves the owner's subject.
+const (
+	joinBackoff    = 20 * time.Millisecond
+	joinBackoffMax = 500 * time.Millisecond
+)
+
+// askOwner sends a join request to subject and returns the owner's answer. A "no responders"
+// answer is asked again, after a pause growing from joinBackoff to joinBackoffMax, until ctx
+// ends: the bus gives it at once while it knows no subscription to the subject, and a host on
+// a leaf node that has just connected (or reconnected) to its hub learns the hub's
+// subscriptions, the owner's among them, a moment after the connection is up. An owner that
+// is away is reported when ctx ends.
+func (s *Service) askOwner(ctx context.Context, subject string, payload []byte) ([]byte, error) {
+	pause := joinBackoff
+	for {
+		data, err := s.conn.Request(ctx, subject, payload)
+		if !errors.Is(err, busport.ErrNoResponders) {
+			return data, err
+		}
+		if s.cfg.noResponders != nil {
+			s.cfg.noResponders()
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		pause = min(2*pause, joinBackoffMax)
+	}
 }
 
 // joinHandler answers join requests to the rooms this host owns.

@@ -3,12 +3,10 @@ package roomhost
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/busport"
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/room"
@@ -157,12 +155,7 @@ func (s *Service) project(ctx context.Context, id string) error {
 	if err := s.sync.PublishProjection(ctx, id, v, pubs); err != nil {
 		return err
 	}
-	data, err := room.SignCatalog(s.key, room.Catalog{Room: id, Provider: s.key.ID(), Version: v, Descriptors: descs})
-	if err != nil {
-		return err
-	}
-	_, err = s.catalogs.Put(ctx, id+"."+string(s.key.ID()), data)
-	return err
+	return s.sync.PublishCatalog(ctx, room.Catalog{Room: id, Provider: s.key.ID(), Version: v, Descriptors: descs})
 }
 
 // cut returns d with only the actions p publishes and observe only if p allows it.
@@ -196,7 +189,9 @@ func capabilityOf(provider room.HostID, self bool, p room.Publication, d capadap
 }
 
 // Capabilities lists what this host sees in room id: its own publications, and each other
-// provider's publications that allow this host, described by the provider's catalog.
+// provider's publications that allow this host, described by the provider's catalog as the
+// sync's watch last delivered it. It reads no bus, so it answers at once while the bus is
+// slow or away.
 func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, error) {
 	if _, err := s.record(id); err != nil {
 		return nil, err
@@ -209,15 +204,13 @@ func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, er
 		}
 		out = append(out, s.own(p, d))
 	}
-	ctx, cancel := context.WithTimeout(ctx, busTimeout)
-	defer cancel()
 	projs := s.sync.Projections(id)
 	slices.SortFunc(projs, func(a, b room.Projection) int { return strings.Compare(string(a.Provider), string(b.Provider)) })
 	for _, proj := range projs {
 		if proj.Provider == s.key.ID() {
 			continue
 		}
-		descs := s.catalog(ctx, id, proj.Provider)
+		descs := s.catalog(id, proj.Provider)
 		reason := s.remoteReason(id, proj.Provider)
 		for _, p := range proj.Publications {
 			if len(p.Members) > 0 && !slices.Contains(p.Members, s.key.ID()) {
@@ -257,29 +250,13 @@ func (s *Service) remoteReason(id string, provider room.HostID) string {
 	return ""
 }
 
-// catalog reads and verifies provider's catalog of room id. A missing or unverifiable one is
-// empty: its capabilities show by id alone. While the bus is down, or when it does not
-// answer, the last catalog read is used: a listing answers at once and still describes what
-// it shows unavailable.
-func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) map[string]capadapter.Descriptor {
-	key := id + "." + string(provider)
-	if !s.conn.Connected() {
-		return s.cachedCatalog(key)
-	}
+// catalog returns the descriptors of provider's catalog of room id, by capability id. A
+// missing or unverifiable catalog, or descriptor, is left out: its capabilities show by id
+// alone.
+func (s *Service) catalog(id string, provider room.HostID) map[string]capadapter.Descriptor {
 	out := make(map[string]capadapter.Descriptor)
-	ctx, cancel := context.WithTimeout(ctx, catalogTimeout)
-	e, err := s.catalogs.Get(ctx, key)
-	cancel()
-	if err != nil {
-		if !errors.Is(err, busport.ErrNotFound) {
-			s.log.Debug("room catalog not read", "room", id, "provider", provider, "err", err)
-			return s.cachedCatalog(key)
-		}
-		s.cacheCatalog(id, key, nil)
-		return out
-	}
-	c, err := room.OpenCatalog(e.Value, provider)
-	if err != nil || c.Room != id {
+	c, ok := s.sync.Catalog(id, provider)
+	if !ok {
 		return out
 	}
 	for _, raw := range c.Descriptors {
@@ -289,31 +266,7 @@ func (s *Service) catalog(ctx context.Context, id string, provider room.HostID) 
 		}
 		out[d.CapabilityID] = d
 	}
-	s.cacheCatalog(id, key, out)
 	return out
-}
-
-// cachedCatalog returns the last catalog read under key ("<room>.<provider>"), empty if none.
-func (s *Service) cachedCatalog(key string) map[string]capadapter.Descriptor {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.catalogCache[key]; ok {
-		return c
-	}
-	return make(map[string]capadapter.Descriptor)
-}
-
-// cacheCatalog keeps c as the last catalog read under key, in room id; nil forgets it. A
-// room this host left meanwhile keeps none. Readers get the map itself, so it is never
-// changed once kept.
-func (s *Service) cacheCatalog(id, key string, c map[string]capadapter.Descriptor) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, joined := s.joined[id]; c == nil || !joined {
-		delete(s.catalogCache, key)
-		return
-	}
-	s.catalogCache[key] = c
 }
 
 // lookup finds the publication of capability by provider in room id, as this host sees it.

@@ -49,10 +49,6 @@ const (
 	MaxSubscribers = 32
 	// busTimeout bounds one bus operation the service makes for an operator's request.
 	busTimeout = 10 * time.Second
-	// catalogTimeout bounds reading one provider's catalog for a listing: a read that the
-	// bus does not answer by then (it was lost as the read began) falls back to the last
-	// catalog read, so a listing never waits a whole busTimeout per provider.
-	catalogTimeout = 2 * time.Second
 )
 
 // Capabilities is the local capability supervisor, as the room service uses it: the
@@ -107,6 +103,9 @@ type Config struct {
 
 	// clock replaces time.Now for invites and join requests (tests).
 	clock func() time.Time
+	// noResponders, when set, is told each time a join request found nobody serving the
+	// owner's subject, before it is sent again (tests).
+	noResponders func()
 }
 
 // Service is a running room service.
@@ -128,7 +127,6 @@ type Service struct {
 	provider *room.Provider
 	caller   *room.Caller
 	rooms    busport.Bucket
-	catalogs busport.Bucket
 	joinSub  busport.Subscription
 	events   *callLog
 	// now is the clock of invites and join requests (tests move it).
@@ -144,10 +142,7 @@ type Service struct {
 	joined  map[string]store.RoomRecord
 	invites map[[32]byte]invite
 	version map[string]uint64 // last projection version written per room
-	// catalogCache holds the last verified catalog of each other provider, by
-	// "<room>.<provider>", for listings while the bus is down.
-	catalogCache map[string]map[string]capadapter.Descriptor
-	closed       bool
+	closed  bool
 	// live is set when Start is done: from then on a room whose owner dropped this host is
 	// forgotten at once and Config.RoomClosed told (before, restore forgets it and the
 	// daemon removes what was tied to it).
@@ -193,8 +188,6 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		joined:  make(map[string]store.RoomRecord),
 		invites: make(map[[32]byte]invite),
 		version: make(map[string]uint64),
-
-		catalogCache: make(map[string]map[string]capadapter.Descriptor),
 	}
 	s.approve = room.NewApprovals(s.pending)
 	defer func() {
@@ -231,21 +224,14 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if s.conn, err = bus.Dial(dial); err != nil {
 		return nil, err
 	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
+	err = s.retryBus(ctx, func(ctx context.Context) (err error) {
 		s.rooms, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.RoomsBucket, MaxValueBytes: room.MaxRecordBytes})
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
-		s.catalogs, err = s.conn.Bucket(ctx, busport.BucketConfig{Name: room.CatalogBucket, MaxValueBytes: room.MaxRecordBytes})
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	err = retryBus(ctx, func(ctx context.Context) (err error) {
+	err = s.retryBus(ctx, func(ctx context.Context) (err error) {
 		s.sync, err = room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: s.conn, Directory: s.dir, PresenceTTL: cfg.PresenceTTL,
 			PresenceRefresh: cfg.presenceRefresh, Dropped: s.dropped})
 		return err
@@ -311,7 +297,7 @@ func (s *Service) restore(ctx context.Context) error {
 		}
 	}
 	for _, r := range recs {
-		if err := retryBus(ctx, func(ctx context.Context) error { return s.rejoin(ctx, r) }); err != nil {
+		if err := s.retryBus(ctx, func(ctx context.Context) error { return s.rejoin(ctx, r) }); err != nil {
 			s.log.Warn("room not rejoined", "room", r.ID, "code", codeOf(err), "err", err)
 			continue
 		}

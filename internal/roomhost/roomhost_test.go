@@ -462,3 +462,57 @@ func TestOwnerCloseDropsMember(t *testing.T) {
 		t.Fatalf("B's RoomClosed told %v at start", got)
 	}
 }
+
+// A join sent while the bus knows nobody serving the owner's join subject (a host on a leaf
+// node that has just connected, before its hub's subscriptions arrive) is sent again until
+// the owner answers; an owner that stays away is reported unavailable when the join's
+// context ends.
+func TestJoinAsksAgainUntilTheOwnerIsServed(t *testing.T) {
+	a := startHost(t, "", "", 0)
+	b := startHost(t, a.svc.Status().NATSURL, "", 0)
+	bg := ctx(t)
+	if _, err := a.svc.Create(bg, "home", ""); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := a.svc.Invite(bg, "home", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.svc.joinSub.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{}, 1)
+	b.svc.cfg.noResponders = func() {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	}
+
+	// Away for the join's whole context.
+	short, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	_, err = b.svc.Join(short, inv.Code)
+	cancel()
+	codeIs(t, err, room.CodeUnavailable)
+	<-asked
+
+	joined := make(chan error, 1)
+	go func() {
+		_, err := b.svc.Join(bg, inv.Code)
+		joined <- err
+	}()
+	select {
+	case <-asked: // refused at least once more
+	case err := <-joined:
+		t.Fatalf("join while nobody serves the owner's subject: %v", err)
+	}
+	if a.svc.joinSub, err = a.svc.conn.Serve(joinSubject("*", a.svc.HostID()), 4, (*joinHandler)(a.svc)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-joined; err != nil {
+		t.Fatalf("join once the owner serves its subject: %v", err)
+	}
+	if r, err := b.svc.Room(bg, "home"); err != nil || len(r.Members) != 2 {
+		t.Fatalf("B's room after the join: %+v, %v", r, err)
+	}
+}

@@ -139,11 +139,6 @@ func (s *Service) forget(ctx context.Context, id string) {
 	s.mu.Lock()
 	delete(s.joined, id)
 	delete(s.version, id)
-	for key := range s.catalogCache {
-		if strings.HasPrefix(key, id+".") {
-			delete(s.catalogCache, key)
-		}
-	}
 	s.mu.Unlock()
 	for _, p := range s.pubs.InRoom(id) {
 		s.pubs.Unpublish(id, p.Capability)
