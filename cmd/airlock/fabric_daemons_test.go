@@ -245,10 +245,10 @@ func TestFabricThreeDaemons(t *testing.T) {
 	for _, m := range []*roomHost{b, c} {
 		waitFor(t, "the lamp visible to a member", func() bool {
 			var caps struct {
-				Capabilities []json.RawMessage `json:"capabilities"`
+				Capabilities []roomCapData `json:"capabilities"`
 			}
 			m.data(&caps, "room", "caps", "--room", "home")
-			return len(caps.Capabilities) == 1
+			return described(caps.Capabilities, 1)
 		})
 	}
 	var call struct {

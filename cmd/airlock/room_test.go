@@ -164,6 +164,21 @@ func exampleFile(t *testing.T, dir, file string) string {
 	return p
 }
 
+// described reports whether caps are n capabilities, each with its actions: a member follows
+// a provider's projection and its catalog (which describes the actions) by two watches, so a
+// listing may show a new publication a moment before its description.
+func described(caps []roomCapData, n int) bool {
+	if len(caps) != n {
+		return false
+	}
+	for _, c := range caps {
+		if len(c.Actions) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 type roomCapData struct {
 	Provider     string `json:"provider"`
 	ProviderSelf bool   `json:"providerSelf"`
@@ -264,7 +279,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 	}
 	waitFor(t, "B to see A's two publications", func() bool {
 		b.data(&caps, "room", "caps", "--room", "home")
-		return len(caps.Capabilities) == 2
+		return described(caps.Capabilities, 2)
 	})
 	for _, c := range caps.Capabilities {
 		if c.Provider != sa.HostID || c.ProviderSelf || len(c.Actions) != 1 || !c.Available || c.UnavailableReason != "" {
@@ -341,7 +356,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--approve-each").wantCode(t, exitOK)
 	waitFor(t, "B to see the approval requirement", func() bool {
 		b.data(&caps, "room", "caps", "--room", "home")
-		return len(caps.Capabilities) == 1 && caps.Capabilities[0].Actions[0].ApproveEach
+		return described(caps.Capabilities, 1) && caps.Capabilities[0].Actions[0].ApproveEach
 	})
 	decide := func(verb string) result {
 		t.Helper()

@@ -54,7 +54,7 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	}
 	waitFor(t, "B to see A's publication", func() bool {
 		b.data(&caps, "room", "caps", "--room", "home")
-		return len(caps.Capabilities) == 1
+		return described(caps.Capabilities, 1)
 	})
 
 	page := openRoomPage(t, exe, b)
@@ -252,7 +252,7 @@ func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 	}
 	waitFor(t, "A to see B's lamp", func() bool {
 		a.data(&caps, "room", "caps", "--room", "home")
-		return len(caps.Capabilities) == 1
+		return described(caps.Capabilities, 1)
 	})
 
 	a.cli("", "room", "close", "home").wantCode(t, exitOK)

@@ -152,10 +152,13 @@ func (s *Service) project(ctx context.Context, id string) error {
 	v := max(s.version[id]+1, uint64(time.Now().UnixNano()))
 	s.version[id] = v
 	s.mu.Unlock()
-	if err := s.sync.PublishProjection(ctx, id, v, pubs); err != nil {
+	// The catalog first: a member lists a publication from the projection and describes it
+	// from the catalog, each followed by a watch of its own, so the description is on the
+	// bus before the publication it describes.
+	if err := s.sync.PublishCatalog(ctx, room.Catalog{Room: id, Provider: s.key.ID(), Version: v, Descriptors: descs}); err != nil {
 		return err
 	}
-	return s.sync.PublishCatalog(ctx, room.Catalog{Room: id, Provider: s.key.ID(), Version: v, Descriptors: descs})
+	return s.sync.PublishProjection(ctx, id, v, pubs)
 }
 
 // cut returns d with only the actions p publishes and observe only if p allows it.
