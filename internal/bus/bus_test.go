@@ -543,3 +543,26 @@ func TestStartRequestMsgEndsOnceWithTheReplyOrItsFailure(t *testing.T) {
 		t.Fatalf("after Close: %+v", got)
 	}
 }
+
+// TestBucketWriteWithoutItsStreamFindsNoResponders: a write that no server's stream takes
+// (here the stream is gone; in a cluster, its replicas are electing a leader) is
+// busport.ErrNoResponders, which the room service retries on a fabric, and not a bare
+// error it gives up on.
+func TestBucketWriteWithoutItsStreamFindsNoResponders(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	c := dial(t, s, false)
+	ctx := ctxTimeout(t, 20*time.Second)
+	kv, err := c.Bucket(ctx, busport.BucketConfig{Name: "gone", MaxValueBytes: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.js.DeleteStream(ctx, "KV_gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v2")); !errors.Is(err, busport.ErrNoResponders) {
+		t.Fatalf("Put without its stream: %v, want %v", err, busport.ErrNoResponders)
+	}
+}

@@ -313,7 +313,10 @@ func msgBytes(h map[string][]string, data []byte) int {
 // mapError maps nats.go's errors onto busport's.
 func mapError(err error) error {
 	switch {
-	case errors.Is(err, nats.ErrNoResponders):
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
+		// A JetStream publish that found no responders, after nats.go's own short retries,
+		// comes back as ErrNoStreamResponse: no server serves the stream's subject now (in
+		// a cluster, while the stream elects a leader).
 		return fmt.Errorf("%w: %v", busport.ErrNoResponders, err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return fmt.Errorf("%w: %v", busport.ErrTimeout, err)

@@ -181,17 +181,20 @@ const (
 // retryBus runs fn with attempts of busAttempt each until it succeeds, fails otherwise than
 // by a fabric still forming, or ctx ends. A JetStream request that a node receives while its
 // cluster elects a leader gets no answer at all, or "temporarily unavailable"; a bucket with
-// more replicas than nodes up gets "no suitable peers". On a leaf node, the leaf's connection
-// to its hub is up a moment before the leaf learns the hub's subscriptions, the JetStream
-// API's among them: a request meanwhile finds no responders. The next attempt, once enough
-// nodes are up or the subscriptions arrived, succeeds.
+// more replicas than nodes up gets "no suitable peers"; a write to a stream whose replicas
+// lost their quorum (a two-node cluster while one node restarts) finds no responders. On a
+// leaf node, the leaf's connection to its hub is up a moment before the leaf learns the
+// hub's subscriptions, the JetStream API's among them: a request meanwhile finds no
+// responders too. The next attempt, once enough nodes are up or the subscriptions arrived,
+// succeeds. Without a fabric (the embedded server, --nats-url) no responders is final: that
+// server has no JetStream.
 func (s *Service) retryBus(ctx context.Context, fn func(context.Context) error) error {
-	leaf := s.cfg.Fabric != nil && s.cfg.Fabric.File.Mode == bus.ModeLeaf
+	fabric := s.cfg.Fabric != nil
 	for {
 		actx, cancel := context.WithTimeout(ctx, busAttempt)
 		err := fn(actx)
 		cancel()
-		forming := bus.Forming(err) || (leaf && errors.Is(err, busport.ErrNoResponders))
+		forming := bus.Forming(err) || (fabric && errors.Is(err, busport.ErrNoResponders))
 		if err == nil || !(forming || errors.Is(err, busport.ErrTimeout)) || ctx.Err() != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -104,7 +105,10 @@ func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, er
 		return nil, err
 	}
 	h := &host{st: st, dir: dir, caps: &lamp{}}
-	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second})
+	// Warnings (a room not rejoined, a fabric still forming) go to stderr, which go test
+	// shows when the package fails.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second, Logger: logger})
 	if err != nil {
 		st.Close()
 		return nil, err
