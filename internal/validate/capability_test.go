@@ -107,7 +107,9 @@ func TestBrokenAdapters(t *testing.T) {
 		{mode: "describe-differs", fail: []string{ProbeDescribe}, detail: "differs"},
 		{mode: "sensitive", fail: []string{ProbeList, ProbeScreens}, detail: "invalid_descriptor"},
 		{mode: "slow-observe", fail: []string{ProbeObserve, ProbeDeadline}, detail: "timeout",
-			cfg: func(c *Config) { c.Timeout = 300 * time.Millisecond }},
+			// The deadline is far below the adapter's delay and far above a fresh child's
+			// start (a race-built test binary on a loaded machine missed 300 ms in CI).
+			cfg: func(c *Config) { c.Timeout = 2 * time.Second }},
 		{mode: "big-result", fail: []string{ProbeObserve, ProbeBounds}, detail: "over 4096"},
 		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request",
 			sent: []string{`(sent {"protocolVersion":2,"method":"list"}): answered a result`}},

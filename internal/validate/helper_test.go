@@ -105,7 +105,7 @@ const lightDescriptor = `{"capabilityId":"test_light","title":"Test light","vers
 //	no-exit              ignores stdin close
 //	describe-differs     describe returns another title than list
 //	sensitive            lists a descriptor with an "endpoint" property
-//	slow-observe         answers observe after 600 ms
+//	slow-observe         answers observe after 20 s
 //	big-result           observe returns 5,000 bytes
 //	version-result       answers a wrong protocolVersion with a result
 //	no-unsupported-*     answers the probe of that code with invalid_request
@@ -190,7 +190,7 @@ func testAdapter(mode string) int {
 			case "big-result":
 				ok(map[string]any{"blob": strings.Repeat("a", 5000)})
 			case "slow-observe":
-				time.Sleep(600 * time.Millisecond)
+				time.Sleep(20 * time.Second)
 				ok(map[string]any{"level": level})
 			default:
 				ok(map[string]any{"level": level})
