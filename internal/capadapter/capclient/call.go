@@ -35,6 +35,7 @@ type call struct {
 	id      string
 	frame   []byte
 	screen  bool // a result must pass screenResult (observe and invoke)
+	startup bool // a call of the handshake: its deadline is ctx's alone
 	ctx     context.Context
 	done    func(capadapter.Response, *capadapter.Error)
 	stopCtx func() bool // unregisters the cancellation by ctx
@@ -54,12 +55,17 @@ type call struct {
 // and both kill the child, since its late answer could otherwise pair with the next request.
 // A call cancelled while it still waits for its turn fails without harm to the child.
 func (c *Client) Call(ctx context.Context, req capadapter.Request) (capadapter.Response, error) {
+	return c.call(ctx, req, false)
+}
+
+// call is Call; a startup call (of the handshake) has ctx's deadline alone, when ctx has one.
+func (c *Client) call(ctx context.Context, req capadapter.Request, startup bool) (capadapter.Response, error) {
 	type outcome struct {
 		resp capadapter.Response
 		err  *capadapter.Error
 	}
 	ch := make(chan outcome, 1)
-	c.start(ctx, req, false, func(resp capadapter.Response, e *capadapter.Error) { ch <- outcome{resp, e} })
+	c.startCall(ctx, req, false, startup, func(resp capadapter.Response, e *capadapter.Error) { ch <- outcome{resp, e} })
 	o := <-ch
 	if o.err != nil {
 		return capadapter.Response{}, o.err
@@ -130,6 +136,11 @@ func await(start func(done func(json.RawMessage, error))) (json.RawMessage, erro
 // active at once when no other is, and its request is written from here; otherwise it queues,
 // and the goroutine that ends the call ahead of it writes it.
 func (c *Client) start(ctx context.Context, req capadapter.Request, screen bool, done func(capadapter.Response, *capadapter.Error)) {
+	c.startCall(ctx, req, screen, false, done)
+}
+
+// startCall is start, for a startup call too (see call).
+func (c *Client) startCall(ctx context.Context, req capadapter.Request, screen, startup bool, done func(capadapter.Response, *capadapter.Error)) {
 	if ctx.Err() != nil {
 		done(capadapter.Response{}, ctxError(ctx))
 		return
@@ -140,7 +151,7 @@ func (c *Client) start(ctx context.Context, req capadapter.Request, screen bool,
 		done(capadapter.Response{}, asError(err, capadapter.CodeInvalidRequest))
 		return
 	}
-	cl := &call{id: id, frame: frame, screen: screen, ctx: ctx, done: done}
+	cl := &call{id: id, frame: frame, screen: screen, startup: startup, ctx: ctx, done: done}
 	c.mu.Lock()
 	if c.failure != nil || c.stopping {
 		e := c.deadErrorLocked()
@@ -176,7 +187,7 @@ func (c *Client) activateLocked(cl *call) []byte {
 	// A timer rather than a derived context keeps the path free of context allocations; the
 	// Client's one timer is reused, as one call is active at a time.
 	deadline := time.Now().Add(c.callTimeout)
-	if d, ok := cl.ctx.Deadline(); ok && d.Before(deadline) {
+	if d, ok := cl.ctx.Deadline(); ok && (cl.startup || d.Before(deadline)) {
 		deadline = d
 	}
 	cl.deadline = deadline

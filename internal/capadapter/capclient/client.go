@@ -203,7 +203,9 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 
 // Start spawns an adapter and runs the startup handshake within ctx: list, then describe of
 // every listed capability, each describe byte-identical (canonically encoded) to its listed
-// descriptor. On any failure the child is killed and reaped before Start returns.
+// descriptor. ctx's deadline bounds the handshake as a whole, in place of the call timeout
+// (an interpreter's start counts against the list); without one, each call has the call
+// timeout. On any failure the child is killed and reaped before Start returns.
 func Start(ctx context.Context, command string, args []string, opts ClientOptions) (*Client, error) {
 	c, err := Spawn(command, args, opts)
 	if err != nil {
@@ -230,7 +232,7 @@ func (c *Client) Handshake(ctx context.Context) ([]capadapter.Descriptor, error)
 }
 
 func (c *Client) handshake(ctx context.Context) ([]capadapter.Descriptor, [][]byte, error) {
-	resp, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodList})
+	resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodList}, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -263,7 +265,7 @@ func (c *Client) handshake(ctx context.Context) ([]capadapter.Descriptor, [][]by
 		canon = append(canon, cb)
 	}
 	for i, d := range descs {
-		resp, err := c.Call(ctx, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID})
+		resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID}, true)
 		if err != nil {
 			return nil, nil, err
 		}

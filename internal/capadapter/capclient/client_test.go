@@ -198,6 +198,27 @@ func TestClientDuplicateResponseKillsChild(t *testing.T) {
 	wantCode(t, err, capadapter.CodeUnavailable)
 }
 
+// The handshake is bounded by Start's context, not call by call: an adapter slower to answer
+// list than the call timeout (an interpreter starting on a loaded machine) starts, and its
+// later calls have the call timeout again.
+func TestStartHandshakeHasTheStartDeadline(t *testing.T) {
+	noLeaks(t)
+	c := startHelper(t, "slow-list", ClientOptions{CallTimeout: MinCallTimeout})
+	if _, err := c.Observe(context.Background(), "test_light"); err != nil {
+		t.Fatalf("observe after a slow list: %v", err)
+	}
+	// Without a start deadline, the list has the call timeout.
+	reg := helperRegistration(t, "h", "slow-list")
+	c2, err := Spawn(reg.Command, reg.Args, ClientOptions{CallTimeout: MinCallTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c2.Handshake(context.Background())
+	wantCode(t, err, capadapter.CodeTimeout)
+	waitDone(t, c2)
+	c2.Close(context.Background())
+}
+
 // Failed calls after a good startup: each kills the process group and reaps the child.
 func TestClientCallFailuresKillChild(t *testing.T) {
 	noLeaks(t)

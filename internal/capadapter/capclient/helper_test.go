@@ -84,6 +84,7 @@ func switchDescriptor(prefix string) string {
 //	duplicate        writes every response twice
 //	dup-observe      writes the observe response twice
 //	hang             never answers
+//	slow-list        answers list after 500 ms
 //	hang-observe     never answers observe
 //	crash-observe    exits 6 on observe
 //	exit-list        exits 3 on list
@@ -197,6 +198,10 @@ func runHelper(mode string, args []string) int {
 		}
 		switch req.Method {
 		case "list":
+			if mode == "slow-list" {
+				time.Sleep(500 * time.Millisecond)
+				mode = "normal"
+			}
 			switch mode {
 			case "exit-list":
 				return 3
