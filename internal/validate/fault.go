@@ -30,9 +30,11 @@ const (
 // FaultModes lists the built-in misbehaving adapters, in probe order.
 var FaultModes = []string{FaultMalformed, FaultOversized, FaultDuplicate, FaultMissing, FaultCrash, FaultHangList}
 
-// faultTimeout is the call deadline of the fault probes: they test the runtime, not an
-// adapter, so they need not wait for the adapter deadline.
-const faultTimeout = 500 * time.Millisecond
+// faultTimeout is the call deadline of the fault probes. They test the runtime, not an
+// adapter, but each probe's first call goes to a child just spawned, whose start counts
+// against it: 500 ms was missed by a race-built child on a loaded machine (CI), where the
+// probe then saw timeout instead of the fault's code.
+const faultTimeout = 2 * time.Second
 
 // reapWait bounds how long a fault probe waits for the rejected child to be reaped.
 const reapWait = 5 * time.Second
