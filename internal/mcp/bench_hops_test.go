@@ -1,16 +1,10 @@
 package mcp_test
 
 import (
-	"context"
-	"fmt"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/client"
-	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/mcp"
 )
 
@@ -24,15 +18,9 @@ import (
 //
 //	go test -run '^$' -bench BridgeHops -benchtime 300x -cpuprofile cpu.out ./internal/mcp/
 func BenchmarkBridgeHops(b *testing.B) {
-	e := startEnvWith(b, daemontest.Options{Args: []string{"--max-response-bytes", fmt.Sprint(2 << 20)}})
-	fsp := startFS(b)
-	dir := filepath.Join(filepath.Dir(e.root), "bench")
-	writeBenchTree(b, dir)
-	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat",
-		"--max-response-bytes", fmt.Sprint(2<<20)), "memory")
+	e, _, _ := startBenchSession(b)
 	cn := e.connect(b, mcp.Config{SessionID: "bench", Generation: 1})
-	dc := e.d.Dial()
-	b.Cleanup(func() { dc.Close() })
+	dc := newDirectCaller(b, e)
 
 	rows := []struct {
 		name, op string
@@ -43,21 +31,9 @@ func BenchmarkBridgeHops(b *testing.B) {
 		{"list_1000", "fs.list", map[string]any{"path": "many", "maxEntries": benchEntries}},
 		{"stat", "fs.stat", map[string]any{"path": "small.txt"}},
 	}
-	var seq int
 	for _, row := range rows {
 		b.Run(row.name, func(b *testing.B) {
-			ctx := context.Background()
-			direct := func() time.Duration {
-				seq++
-				start := time.Now()
-				r, err := dc.Call(ctx, client.Command{Operation: "invokeTool", SessionID: "bench", Generation: gen(1),
-					Payload: map[string]any{"toolCallId": "hop-" + strconv.Itoa(seq), "operation": row.op, "arguments": row.args}})
-				d := time.Since(start)
-				if err != nil || !r.OK {
-					b.Fatalf("invokeTool: %v %v", err, r.Err())
-				}
-				return d
-			}
+			direct := func() time.Duration { return dc.call(b, row.op, row.args) }
 			var cpu []time.Duration
 			bridged := func() time.Duration {
 				start, c0 := time.Now(), processCPU()

@@ -1,21 +1,17 @@
 package mcp_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
@@ -35,14 +31,8 @@ import (
 //
 //	go test -run '^$' -bench BridgeStdio -benchtime 1000x ./internal/mcp/
 func BenchmarkBridgeStdio(b *testing.B) {
-	e := startEnvWith(b, daemontest.Options{Args: []string{"--max-response-bytes", fmt.Sprint(2 << 20)}})
-	fsp := startFS(b)
-	dir := filepath.Join(filepath.Dir(e.root), "bench")
-	writeBenchTree(b, dir)
-	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat",
-		"--max-response-bytes", fmt.Sprint(2<<20)), "memory")
-	dc := e.d.Dial()
-	b.Cleanup(func() { dc.Close() })
+	e, _, _ := startBenchSession(b)
+	dc := newDirectCaller(b, e)
 
 	bins := strings.Split(os.Getenv("AIRLOCK_MCP_BINS"), ",")
 	if bins[0] == "" {
@@ -71,31 +61,11 @@ func BenchmarkBridgeStdio(b *testing.B) {
 		{"stat/c1", "fs.stat", map[string]any{"path": "small.txt"}, 1},
 		{"stat/c16", "fs.stat", map[string]any{"path": "small.txt"}, 16},
 	}
-	var seq int
 	for _, row := range rows {
 		b.Run(row.name, func(b *testing.B) {
-			ctx := context.Background()
-			direct := func() time.Duration {
-				seq++
-				start := time.Now()
-				r, err := dc.Call(ctx, client.Command{Operation: "invokeTool", SessionID: "bench", Generation: gen(1),
-					Payload: map[string]any{"toolCallId": "stdio-" + strconv.Itoa(seq), "operation": row.op, "arguments": row.args}})
-				d := time.Since(start)
-				if err != nil || !r.OK {
-					b.Fatalf("invokeTool: %v %v", err, r.Err())
-				}
-				return d
-			}
+			direct := func() time.Duration { return dc.call(b, row.op, row.args) }
 			p := &sdk.CallToolParams{Name: fsToolName(row.op), Arguments: row.args}
-			bridged := func(cs *sdk.ClientSession) time.Duration {
-				start := time.Now()
-				r, err := cs.CallTool(ctx, p)
-				d := time.Since(start)
-				if err != nil || r.IsError {
-					b.Errorf("%s: %v %s", p.Name, err, text(r))
-				}
-				return d
-			}
+			bridged := func(cs *sdk.ClientSession) time.Duration { return timeCall(b, cs, p) }
 			for range 10 {
 				direct()
 				for _, br := range bridges {
@@ -128,18 +98,7 @@ func BenchmarkBridgeStdio(b *testing.B) {
 					if n%round != 0 {
 						continue
 					}
-					lat := make([]time.Duration, round)
-					var next atomic.Int64
-					var wg sync.WaitGroup
-					for range row.conc {
-						wg.Go(func() {
-							for j := next.Add(1) - 1; j < round; j = next.Add(1) - 1 {
-								lat[j] = bridged(bridges[i].cs)
-							}
-						})
-					}
-					wg.Wait()
-					bl[i] = append(bl[i], lat...)
+					bl[i] = append(bl[i], callConcurrently(b, bridges[i].cs, p, row.conc, round)...)
 				}
 				n++
 			}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
@@ -69,14 +71,8 @@ type benchStats struct {
 //	go test -run '^$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
 func BenchmarkMCPFilesystem(b *testing.B) {
 	npmBin(b, "mcp-server-filesystem")
-	e := startEnvWith(b, daemontest.Options{Args: []string{"--max-response-bytes", fmt.Sprint(2 << 20)}})
-	fsp := startFS(b)
-	parent := filepath.Dir(e.root)
-	dir := filepath.Join(parent, "bench")
-	writeBenchTree(b, dir)
-	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat",
-		"--max-response-bytes", fmt.Sprint(2<<20)), "memory")
-	l := makeAdvisoryLayout(b, filepath.Join(parent, "adv"))
+	e, fsp, dir := startBenchSession(b)
+	l := makeAdvisoryLayout(b, filepath.Join(filepath.Dir(dir), "adv"))
 	e.openMode(b, "adv", l.root, fsp.grant(b, e.host, l.root, "adv", 1, "fs.read,fs.list,fs.write"), "memory")
 
 	air := benchClient(b, exec.Command(daemontest.Binary(b, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "bench", "--generation", "1"))
@@ -266,6 +262,47 @@ func writeBenchTree(b testing.TB, dir string) {
 	}
 }
 
+// startBenchSession starts airlockd and airlock-fs, both allowing 2 MiB answers (for the
+// 1 MiB read), writes the bench tree and opens it as session "bench", generation 1, with
+// fs.read, fs.list and fs.stat. It returns the tree's directory too.
+func startBenchSession(b *testing.B) (*env, *fsService, string) {
+	b.Helper()
+	e := startEnvWith(b, daemontest.Options{Args: []string{"--max-response-bytes", fmt.Sprint(2 << 20)}})
+	fsp := startFS(b)
+	dir := filepath.Join(filepath.Dir(e.root), "bench")
+	writeBenchTree(b, dir)
+	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat",
+		"--max-response-bytes", fmt.Sprint(2<<20)), "memory")
+	return e, fsp, dir
+}
+
+// directCaller sends a tool call straight to airlockd's socket as invokeTool (airlockd →
+// airlock-fs, no MCP), the baseline the bridge benchmarks set their calls against.
+type directCaller struct {
+	c   *client.Client
+	seq int // for distinct toolCallIds
+}
+
+func newDirectCaller(b *testing.B, e *env) *directCaller {
+	c := e.d.Dial()
+	b.Cleanup(func() { c.Close() })
+	return &directCaller{c: c}
+}
+
+// call invokes op with args on session "bench" and returns its latency; a failed call fails
+// the benchmark.
+func (d *directCaller) call(b *testing.B, op string, args map[string]any) time.Duration {
+	d.seq++
+	start := time.Now()
+	r, err := d.c.Call(context.Background(), client.Command{Operation: "invokeTool", SessionID: "bench", Generation: gen(1),
+		Payload: map[string]any{"toolCallId": "direct-" + strconv.Itoa(d.seq), "operation": op, "arguments": args}})
+	took := time.Since(start)
+	if err != nil || !r.OK {
+		b.Fatalf("invokeTool: %v %v", err, r.Err())
+	}
+	return took
+}
+
 // benchClient connects a go-sdk client to the server cmd runs on stdio. The client advertises
 // no capabilities: with roots, the reference server would replace its allowed directory with
 // the client's roots.
@@ -334,10 +371,16 @@ func timeCall(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams) time.D
 // concurrent makes n calls from conc goroutines and returns their latencies' statistics,
 // calls/s over the wall time.
 func concurrent(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams, conc, n int) benchStats {
+	start := time.Now()
+	lat := callConcurrently(b, cs, p, conc, n)
+	return stats(lat, time.Since(start))
+}
+
+// callConcurrently makes n calls from conc goroutines and returns their latencies.
+func callConcurrently(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams, conc, n int) []time.Duration {
 	var next atomic.Int64
 	lat := make([]time.Duration, n)
 	var wg sync.WaitGroup
-	start := time.Now()
 	for range conc {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
@@ -346,7 +389,7 @@ func concurrent(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams, conc
 		})
 	}
 	wg.Wait()
-	return stats(lat, time.Since(start))
+	return lat
 }
 
 func stats(lat []time.Duration, wall time.Duration) benchStats {
