@@ -29,13 +29,21 @@ const (
 	callDone                    // ended; its done has run or is about to
 )
 
+// callKind says what a call's answer and deadline are held to.
+type callKind uint8
+
+const (
+	plainCall    callKind = iota // Call: a result as it is; the call timeout or ctx's deadline
+	screenedCall                 // observe and invoke: a result must pass screenResult
+	startupCall                  // list and describe of the handshake: ctx's deadline alone
+)
+
 // call is one admitted request. Client.mu guards state, deadline, resp, err and next; the rest
 // is set before admission.
 type call struct {
 	id      string
 	frame   []byte
-	screen  bool // a result must pass screenResult (observe and invoke)
-	startup bool // a call of the handshake: its deadline is ctx's alone
+	kind    callKind
 	ctx     context.Context
 	done    func(capadapter.Response, *capadapter.Error)
 	stopCtx func() bool // unregisters the cancellation by ctx
@@ -55,17 +63,18 @@ type call struct {
 // and both kill the child, since its late answer could otherwise pair with the next request.
 // A call cancelled while it still waits for its turn fails without harm to the child.
 func (c *Client) Call(ctx context.Context, req capadapter.Request) (capadapter.Response, error) {
-	return c.call(ctx, req, false)
+	return c.call(ctx, req, plainCall)
 }
 
-// call is Call; a startup call (of the handshake) has ctx's deadline alone, when ctx has one.
-func (c *Client) call(ctx context.Context, req capadapter.Request, startup bool) (capadapter.Response, error) {
+// call is Call for a plain or startup call; a startup call has ctx's deadline alone, when
+// ctx has one.
+func (c *Client) call(ctx context.Context, req capadapter.Request, kind callKind) (capadapter.Response, error) {
 	type outcome struct {
 		resp capadapter.Response
 		err  *capadapter.Error
 	}
 	ch := make(chan outcome, 1)
-	c.startCall(ctx, req, false, startup, func(resp capadapter.Response, e *capadapter.Error) { ch <- outcome{resp, e} })
+	c.start(ctx, req, kind, func(resp capadapter.Response, e *capadapter.Error) { ch <- outcome{resp, e} })
 	o := <-ch
 	if o.err != nil {
 		return capadapter.Response{}, o.err
@@ -107,7 +116,7 @@ func (c *Client) StartInvoke(ctx context.Context, id, action string, args json.R
 }
 
 func (c *Client) startResult(ctx context.Context, req capadapter.Request, done func(json.RawMessage, error)) {
-	c.start(ctx, req, true, func(resp capadapter.Response, e *capadapter.Error) { // the reader has screened a result
+	c.start(ctx, req, screenedCall, func(resp capadapter.Response, e *capadapter.Error) { // the reader has screened a result
 		switch {
 		case e != nil:
 			done(nil, e)
@@ -135,12 +144,7 @@ func await(start func(done func(json.RawMessage, error))) (json.RawMessage, erro
 // start admits one request, or refuses it by running done at once. An admitted call becomes
 // active at once when no other is, and its request is written from here; otherwise it queues,
 // and the goroutine that ends the call ahead of it writes it.
-func (c *Client) start(ctx context.Context, req capadapter.Request, screen bool, done func(capadapter.Response, *capadapter.Error)) {
-	c.startCall(ctx, req, screen, false, done)
-}
-
-// startCall is start, for a startup call too (see call).
-func (c *Client) startCall(ctx context.Context, req capadapter.Request, screen, startup bool, done func(capadapter.Response, *capadapter.Error)) {
+func (c *Client) start(ctx context.Context, req capadapter.Request, kind callKind, done func(capadapter.Response, *capadapter.Error)) {
 	if ctx.Err() != nil {
 		done(capadapter.Response{}, ctxError(ctx))
 		return
@@ -151,7 +155,7 @@ func (c *Client) startCall(ctx context.Context, req capadapter.Request, screen, 
 		done(capadapter.Response{}, asError(err, capadapter.CodeInvalidRequest))
 		return
 	}
-	cl := &call{id: id, frame: frame, screen: screen, startup: startup, ctx: ctx, done: done}
+	cl := &call{id: id, frame: frame, kind: kind, ctx: ctx, done: done}
 	c.mu.Lock()
 	if c.failure != nil || c.stopping {
 		e := c.deadErrorLocked()
@@ -187,7 +191,7 @@ func (c *Client) activateLocked(cl *call) []byte {
 	// A timer rather than a derived context keeps the path free of context allocations; the
 	// Client's one timer is reused, as one call is active at a time.
 	deadline := time.Now().Add(c.callTimeout)
-	if d, ok := cl.ctx.Deadline(); ok && (cl.startup || d.Before(deadline)) {
+	if d, ok := cl.ctx.Deadline(); ok && (cl.kind == startupCall || d.Before(deadline)) {
 		deadline = d
 	}
 	cl.deadline = deadline
@@ -416,7 +420,7 @@ func (c *Client) readStdout() {
 // that fails either check kills the child before the call learns why.
 func (c *Client) answer(cl *call, frame []byte) {
 	resp, err := capadapter.DecodeResponse(frame, cl.id)
-	if err == nil && cl.screen && resp.ErrorCode == "" {
+	if err == nil && cl.kind == screenedCall && resp.ErrorCode == "" {
 		err = capadapter.ScreenResult(resp.Result, false) // capadapter.DecodeResponse has checked the JSON whole
 	}
 	c.mu.Lock()

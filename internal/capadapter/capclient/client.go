@@ -232,7 +232,7 @@ func (c *Client) Handshake(ctx context.Context) ([]capadapter.Descriptor, error)
 }
 
 func (c *Client) handshake(ctx context.Context) ([]capadapter.Descriptor, [][]byte, error) {
-	resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodList}, true)
+	resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodList}, startupCall)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -265,7 +265,7 @@ func (c *Client) handshake(ctx context.Context) ([]capadapter.Descriptor, [][]by
 		canon = append(canon, cb)
 	}
 	for i, d := range descs {
-		resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID}, true)
+		resp, err := c.call(ctx, capadapter.Request{Method: capadapter.MethodDescribe, CapabilityID: d.CapabilityID}, startupCall)
 		if err != nil {
 			return nil, nil, err
 		}
