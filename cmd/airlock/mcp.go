@@ -102,7 +102,8 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			// GOMAXPROCS set in the environment is left as it is.
 			runtime.GOMAXPROCS(1)
 		}
-		t := &sdk.IOTransport{Reader: in, Writer: nopWriteCloser{a.stdout}}
+		// A line over the bound ends the session: the stream cannot be read in step again.
+		t := &sdk.IOTransport{Reader: in, Writer: nopWriteCloser{a.stdout}, MaxLineLength: mcp.MaxMessageBytes}
 		if err := b.Serve(ctx, t); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 			return o.fail(err)
 		}

@@ -13,9 +13,10 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// MaxHTTPBodyBytes bounds one HTTP request body: the largest tool call (an fs.write of 4 MiB
-// of content, which JSON escaping can double) with room for the envelope.
-const MaxHTTPBodyBytes = 9 << 20
+// MaxMessageBytes bounds one message of a client: an HTTP request body, or a line on stdio.
+// It holds the largest tool call (an fs.write of 4 MiB of content, which JSON escaping can
+// double) with room for the envelope.
+const MaxMessageBytes = 9 << 20
 
 // httpSessionIdle closes an MCP session over HTTP that has seen no request for this long, so
 // that clients that vanish without a DELETE do not hold sessions forever.
@@ -41,10 +42,10 @@ type HTTPConfig struct {
 //     web page elsewhere cannot drive the server even with a rebinding name.
 //   - Authorization must be "Bearer " and the token, compared in constant time (401).
 //
-// Bodies are bounded by MaxHTTPBodyBytes (413).
+// Bodies are bounded by MaxMessageBytes (413).
 func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 	inner := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return b.srv }, &sdk.StreamableHTTPOptions{
-		MaxRequestBodyBytes: MaxHTTPBodyBytes,
+		MaxRequestBodyBytes: MaxMessageBytes,
 		SessionTimeout:      httpSessionIdle,
 		Logger:              b.log,
 	})
@@ -63,7 +64,7 @@ func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 			http.Error(w, "airlock: missing or wrong bearer token", http.StatusUnauthorized)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxHTTPBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
 		inner.ServeHTTP(w, r)
 	})
 }

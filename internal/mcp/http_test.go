@@ -76,7 +76,7 @@ func TestHTTP(t *testing.T) {
 		{"other port", func(r *http.Request) { r.Host = "127.0.0.1:1" }, body, http.StatusForbidden},
 		{"foreign origin", func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }, body, http.StatusForbidden},
 		{"null origin", func(r *http.Request) { r.Header.Set("Origin", "null") }, body, http.StatusForbidden},
-		{"oversized body", func(*http.Request) {}, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", mcp.MaxHTTPBodyBytes) + `"}}`, http.StatusRequestEntityTooLarge},
+		{"oversized body", func(*http.Request) {}, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", mcp.MaxMessageBytes) + `"}}`, http.StatusRequestEntityTooLarge},
 		{"good", func(r *http.Request) { r.Header.Set("Origin", "http://localhost:"+port) }, body, http.StatusOK},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(c.body))

@@ -1,12 +1,15 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/mcp"
 )
 
 // TestStdinKinds runs airlock mcp with stdin and stdout as a pipe (as Go and Python clients
@@ -102,3 +106,51 @@ type writeHalf struct{ c *net.UnixConn }
 func (h writeHalf) Write(p []byte) (int, error) { return h.c.Write(p) }
 
 func (h writeHalf) Close() error { return h.c.CloseWrite() }
+
+// TestStdioLineBound: on stdio, as over HTTP, one message of the client is bounded by
+// MaxMessageBytes (below the SDK's own default of 16 MiB). A line that runs past it ends the
+// session (the stream cannot be read in step again) and airlock mcp exits with a failure.
+func TestStdioLineBound(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+
+	// A request whose string runs 1 MiB past the bound and then waits, unfinished, with
+	// stdin open: only the bound can end the session.
+	go func() {
+		in.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"`))
+		chunk := bytes.Repeat([]byte("a"), 64<<10)
+		for sent := 0; sent < mcp.MaxMessageBytes+1<<20; sent += len(chunk) {
+			if _, err := in.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+			t.Fatalf("airlock mcp after an oversized line: %v, want a failure exit", err)
+		}
+		if !strings.Contains(stderr.String(), "maximum line length") {
+			t.Fatalf("stderr does not say why: %q", stderr.String())
+		}
+		t.Logf("exit %d: %s", ee.ExitCode(), strings.TrimSpace(stderr.String()))
+	case <-time.After(30 * time.Second):
+		t.Fatal("airlock mcp still reads a line past MaxMessageBytes")
+	}
+}
