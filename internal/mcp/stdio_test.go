@@ -27,7 +27,9 @@ import (
 func TestStdinKinds(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
-	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+	if err := os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
 	bin := daemontest.Binary(t, "airlock")
 
