@@ -278,3 +278,84 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("unreachable: %d %q", code, errOut)
 	}
 }
+
+// TestRetryAfterDaemonCrashAppliesOnce: an fs.edit is applied, airlockd is killed with SIGKILL
+// and restarted, the quarantined session is reprovisioned with a new grant from the same
+// airlock-fs, and the call is retried with the same toolCallId, as docs/tool-adapters.md
+// advises for an indeterminate outcome. airlock-fs remembers idempotency keys per session
+// generation, not per grant, so the retry gets the first outcome and the edit is not applied
+// twice; another session's call with the same toolCallId is its own call and runs.
+func TestRetryAfterDaemonCrashAppliesOnce(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{})
+	fsp := startFS(t)
+	airlock := daemontest.Binary(t, "airlock")
+	root := filepath.Join(daemontest.ShortDir(t), "work")
+	os.Mkdir(root, 0o700)
+	file := filepath.Join(root, "count.txt")
+	os.WriteFile(file, []byte("A\n"), 0o600)
+
+	provision := func(d *daemontest.Daemon, session string) {
+		t.Helper()
+		c := d.Dial()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		hs, err := c.Call(ctx, client.Command{Operation: "handshake"})
+		cancel()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc, errOut, code := fsp.run(t, nil, "grant", "--admin-socket", fsp.admin, "--root", root,
+			"--host-instance", hs.HostInstanceID, "--session", session, "--generation", "1", "--operations", "fs.read,fs.edit")
+		if code != 0 {
+			t.Fatalf("grant: %d %s", code, errOut)
+		}
+		if out, errOut, code := runBin(t, airlock, []byte(desc), "session", "open", session, "--generation", "1",
+			"--cwd", root, "--descriptor", "-", "--socket", d.Socket); code != 0 {
+			t.Fatalf("session open %s: %d %s %s", session, code, out, errOut)
+		}
+	}
+	edit := map[string]any{"path": "count.txt", "edits": []any{map[string]any{"oldText": "A", "newText": "AB"}}}
+
+	provision(d, "agent-a")
+	c := d.Dial()
+	first := toolData(t, invoke(t, c, "c-edit", "fs.edit", edit))
+	c.Close()
+	if b, _ := os.ReadFile(file); string(b) != "AB\n" {
+		t.Fatalf("after the edit: %q", b)
+	}
+
+	d.Kill9()
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	c2 := d2.Dial()
+	if r := invoke(t, c2, "c-edit", "fs.edit", edit); r.OK || r.Error.Code != "tool_adapter_reprovision_required" {
+		t.Fatalf("before reprovisioning: %+v", r.Error)
+	}
+	provision(d2, "agent-a")
+	again := toolData(t, invoke(t, c2, "c-edit", "fs.edit", edit))
+	if !reflect.DeepEqual(first, again) {
+		t.Fatalf("retry answered %v, the first call %v", again, first)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "AB\n" {
+		t.Fatalf("the retried edit was applied twice: %q", b)
+	}
+	out, _, _ := fsp.run(t, nil, "grants", "--admin-socket", fsp.admin, "--json")
+	if n := strings.Count(out, `"grantId"`); n != 2 {
+		t.Fatalf("grants: want the crashed host's and the reprovisioned one, got %d: %s", n, out)
+	}
+
+	// agent-b's call with the same toolCallId sends the same key; it is another session's
+	// call, so it runs.
+	provision(d2, "agent-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := int64(1)
+	r, err := c2.Call(ctx, client.Command{Operation: "invokeTool", SessionID: "agent-b", Generation: &g,
+		Payload: map[string]any{"toolCallId": "c-edit", "operation": "fs.edit", "arguments": edit}})
+	if err != nil || !r.OK {
+		t.Fatalf("agent-b: %v %+v", err, r)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "ABB\n" {
+		t.Fatalf("agent-b's edit: %q", b)
+	}
+	c2.Close()
+}

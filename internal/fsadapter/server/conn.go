@@ -34,6 +34,9 @@ const (
 	CodeIdempotencyConflict = "idempotency_conflict"
 	// CodeIdempotencyCapacity: maxIdempotencyKeys requests are still running (retryable).
 	CodeIdempotencyCapacity = "idempotency_capacity"
+	// CodeIdempotencyInFlight: the idempotency key is still running under another grant of
+	// the same session generation (retryable).
+	CodeIdempotencyInFlight = "idempotency_in_flight"
 	// CodeRequestTimeout: requestTimeoutMs passed since admission (retryable).
 	CodeRequestTimeout = "request_timeout"
 	// CodeOperationDenied: the grant does not include the operation.
@@ -287,7 +290,7 @@ func (c *conn) end() {
 	}
 	for _, r := range c.reqs {
 		if r.state == reqJoined && r.entry != nil {
-			r.entry.waiters = slices.DeleteFunc(r.entry.waiters, func(x *request) bool { return x == r })
+			c.g.idem.leave(r)
 		}
 	}
 	c.g.mu.Unlock()

@@ -16,7 +16,7 @@ func TestCodesDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	codes := append([]string{
-		CodeQueueCapacity, CodeIdempotencyConflict, CodeIdempotencyCapacity, CodeRequestTimeout,
+		CodeQueueCapacity, CodeIdempotencyConflict, CodeIdempotencyCapacity, CodeIdempotencyInFlight, CodeRequestTimeout,
 		CodeOperationDenied, CodeInternal, CodeHandleInResult,
 		CodeInvalidRequest, CodeRootInvalid, CodeGrantNotFound, CodeGrantCapacity, CodeServerClosing,
 		CodeLineTimeout, CodeConnectionEvicted,

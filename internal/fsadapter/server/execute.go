@@ -187,7 +187,7 @@ func (c *conn) complete(r *request, res outcome, worker bool) *request {
 	delete(c.reqs, r.id)
 	kept := res // remembered and replayed without r's own frame
 	kept.frame, kept.owner = nil, nil
-	waiters := g.idem.finish(r.entry, kept, time.Now())
+	waiters := g.idem.settle(r.entry, kept, time.Now())
 	for _, w := range waiters {
 		w.state = reqDone
 		delete(w.c.reqs, w.id)

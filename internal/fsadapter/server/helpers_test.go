@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,16 +102,18 @@ func (f *fixture) admin(line string) (ok bool, data json.RawMessage, code string
 type grantOpts struct {
 	ops    []string
 	limits map[string]int64
+	// host and session default to host-1 and s1.
+	host, session string
 }
 
-// grant makes a grant for session s1 generation 1 and returns its descriptor as a map.
+// grant makes a grant for generation 1 and returns its descriptor as a map.
 func (f *fixture) grant(o grantOpts) map[string]any {
 	f.t.Helper()
 	if o.ops == nil {
 		o.ops = []string{"fs.list", "fs.stat", "fs.read", "fs.search", "fs.write", "fs.edit"}
 	}
-	req := map[string]any{"op": "grant", "root": f.root, "hostInstanceId": "host-1", "sessionId": "s1",
-		"generation": 1, "operations": o.ops}
+	req := map[string]any{"op": "grant", "root": f.root, "hostInstanceId": cmp.Or(o.host, "host-1"),
+		"sessionId": cmp.Or(o.session, "s1"), "generation": 1, "operations": o.ops}
 	if o.limits != nil {
 		req["limits"] = o.limits
 	}

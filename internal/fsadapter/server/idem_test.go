@@ -114,3 +114,46 @@ func TestIdemCacheReadBytes(t *testing.T) {
 		t.Fatalf("%d bytes counted after every read expired", c.readBytes)
 	}
 }
+
+// TestIdleMemoriesBounded: the memory of a scope without a live grant keeps only outcomes of
+// writes and edits, is forgotten once they have expired, and at most maxIdleMemories such
+// memories are kept, those whose newest outcome expires first forgotten first.
+func TestIdleMemoriesBounded(t *testing.T) {
+	s := &Server{memories: map[scope]*idemCache{}}
+	l := tooladapter.Limits{MaxIdempotencyKeys: 8, IdempotencyTtlMs: 60_000}
+	t0 := time.Now()
+	idle := func(i int, at time.Time) scope {
+		t.Helper()
+		sc := scope{root: "/r", sessionID: "s", generation: int64(i)}
+		m := s.memory(sc, l, at)
+		w, _ := m.add("write", [32]byte{}, at)
+		m.settle(w, outcome{}, at)
+		r, _ := m.add("read", [32]byte{}, at)
+		r.effectFree = true
+		m.settle(r, outcome{data: []byte(`{"content":"x"}`)}, at)
+		m.grants--
+		m.dropReads()
+		if m.lookup("read", at) != nil || m.lookup("write", at) == nil || m.readBytes != 0 {
+			t.Fatalf("idle memory %d keeps %v", i, m.m)
+		}
+		return sc
+	}
+	first := idle(0, t0)
+	for i := 1; i <= maxIdleMemories; i++ {
+		idle(i, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	if _, ok := s.memories[first]; !ok {
+		t.Fatal("an idle memory was forgotten before the bound was passed")
+	}
+	live := s.memory(scope{root: "/r", sessionID: "live"}, l, t0.Add(time.Second))
+	if len(s.memories) != maxIdleMemories+1 {
+		t.Fatalf("%d memories, want %d idle and the live one", len(s.memories), maxIdleMemories)
+	}
+	if _, ok := s.memories[first]; ok {
+		t.Fatal("the idle memory whose outcome expires first was kept past the bound")
+	}
+	s.memory(scope{root: "/r", sessionID: "later"}, l, t0.Add(2*time.Minute))
+	if len(s.memories) != 2 || s.memories[scope{root: "/r", sessionID: "live"}] != live {
+		t.Fatalf("after every idle memory's outcomes expired: %d memories", len(s.memories))
+	}
+}

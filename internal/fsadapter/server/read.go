@@ -155,37 +155,37 @@ func (c *conn) invoke(f *tooladapter.Frame) bool {
 		g.mu.Unlock()
 		return c.violation("duplicate_request_id")
 	}
-	if e := g.idem.lookup(r.key, now); e != nil {
-		if e.fp != fp {
-			g.mu.Unlock()
-			return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeIdempotencyConflict,
-				Message: "idempotency key was used with another operation or payload", Retryable: false}})
-		}
-		if e.done {
-			res := e.res
-			g.mu.Unlock()
-			return c.answer(r, res)
-		}
-		r.state, r.entry = reqJoined, e
-		e.waiters = append(e.waiters, r)
+	l := g.limits
+	verdict, res := g.idem.admit(g, r, fp, now, func() bool {
+		return int64(c.active) < l.MaxConcurrentRequests || int64(len(c.queue)) < l.MaxQueuedRequests
+	})
+	var refusal *tooladapter.ErrorBody
+	switch verdict {
+	case admitConflict:
+		refusal = &tooladapter.ErrorBody{Code: CodeIdempotencyConflict,
+			Message: "idempotency key was used with another operation or payload", Retryable: false}
+	case admitElsewhere:
+		refusal = &tooladapter.ErrorBody{Code: CodeIdempotencyInFlight,
+			Message: "idempotency key is still running under another grant of this session generation", Retryable: true}
+	case admitQueueFull:
+		refusal = &tooladapter.ErrorBody{Code: CodeQueueCapacity, Message: "adapter request queue is full", Retryable: true}
+	case admitCapacity:
+		refusal = &tooladapter.ErrorBody{Code: CodeIdempotencyCapacity,
+			Message: "too many requests with distinct idempotency keys are running", Retryable: true}
+	case admitReplay:
+		g.mu.Unlock()
+		return c.answer(r, res)
+	case admitJoined:
+		r.state = reqJoined
 		c.reqs[r.id] = r
 		g.mu.Unlock()
 		return true
 	}
-	l := g.limits
-	if int64(c.active) >= l.MaxConcurrentRequests && int64(len(c.queue)) >= l.MaxQueuedRequests {
+	if refusal != nil {
 		g.mu.Unlock()
-		return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeQueueCapacity,
-			Message: "adapter request queue is full", Retryable: true}})
+		return c.answer(r, outcome{err: refusal})
 	}
-	e, ok := g.idem.add(r.key, fp, now)
-	if !ok {
-		g.mu.Unlock()
-		return c.answer(r, outcome{err: &tooladapter.ErrorBody{Code: CodeIdempotencyCapacity,
-			Message: "too many requests with distinct idempotency keys are running", Retryable: true}})
-	}
-	e.effectFree = effectFree(r.op)
-	r.entry, r.admitted = e, now
+	r.admitted = now
 	r.ctx, r.cancel = context.WithCancelCause(c.ctx)
 	c.clock.Push(&r.live, r, now)
 	c.reqs[r.id] = r
@@ -268,13 +268,13 @@ func (c *conn) abort(f *tooladapter.Frame) {
 			c.queue = slices.DeleteFunc(c.queue, func(x *request) bool { return x == r })
 			delete(c.reqs, r.id)
 			cancelled = append(cancelled, r)
-			for _, w := range g.idem.finish(r.entry, outcome{err: ctxError(r.ctx)}, time.Now()) {
+			for _, w := range g.idem.settle(r.entry, outcome{err: ctxError(r.ctx)}, time.Now()) {
 				w.state = reqDone
 				delete(w.c.reqs, w.id)
 				cancelled = append(cancelled, w)
 			}
 		case reqJoined:
-			r.entry.waiters = slices.DeleteFunc(r.entry.waiters, func(x *request) bool { return x == r })
+			g.idem.leave(r)
 			r.state = reqDone
 			delete(c.reqs, r.id)
 			cancelled = append(cancelled, r)

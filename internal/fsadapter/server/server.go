@@ -26,7 +26,8 @@
 // refused (adapter_queue_capacity); each request times out requestTimeoutMs after admission;
 // request lines over maxRequestBytes end the connection and results over maxResponseBytes
 // become too_large errors. Every invoke gets exactly one result frame, also after an abort.
-// Idempotency keys are remembered per grant (see docs/airlock-fs.md).
+// Idempotency keys are remembered per session generation, across its grants (see scope and
+// docs/airlock-fs.md).
 //
 // # Concurrency
 //
@@ -120,6 +121,10 @@ type Server struct {
 	closed bool
 	grants map[string]*grant     // by grant id
 	conns  map[net.Conn]struct{} // every accepted connection, closed by Close
+	// memories are the idempotency memories by scope, shared by the grants of one session
+	// generation and kept after its last grant is revoked until their outcomes expire (see
+	// memory).
+	memories map[scope]*idemCache
 }
 
 // Start listens on both sockets and serves them until Close.
@@ -138,7 +143,8 @@ func Start(cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, log: log, version: AdapterVersion(cfg.Version), uid: os.Geteuid(),
-		grants: make(map[string]*grant), conns: make(map[net.Conn]struct{})}
+		grants: make(map[string]*grant), conns: make(map[net.Conn]struct{}),
+		memories: make(map[scope]*idemCache)}
 	if err := s.setLimits(cfg.Conns); err != nil {
 		return nil, err
 	}
@@ -300,6 +306,63 @@ func (s *Server) Close() error {
 }
 
 // endGrant marks g revoked and closes its connection.
+// scope is what an idempotency memory belongs to: one session generation of one host's
+// sessions on one root. The daemon's keys are derived from the operation and the tool call id
+// alone, so two sessions may send the same key for unrelated calls; the session and
+// generation keep them apart. A daemon restart gives the host a new hostInstanceId and the
+// session a new grant for the same generation (reprovisioning), so hostInstanceId is not part
+// of the scope: a call retried with its key after the restart finds the outcome it had.
+type scope struct {
+	adapterID  string
+	root       string
+	sessionID  string
+	generation int64
+}
+
+func scopeOf(g *grant) scope {
+	return scope{adapterID: g.identity.AdapterID, root: g.root.Name(), sessionID: g.identity.SessionID,
+		generation: g.identity.Generation}
+}
+
+// maxIdleMemories bounds the memories kept for scopes without a live grant; past it, those
+// whose newest outcome expires first are forgotten first. Such a memory keeps only the
+// outcomes of writes and edits (see idemCache.dropReads): with the default limits, 256 keys
+// of about 700 bytes at most, some 11 MiB for all of them.
+const maxIdleMemories = 64
+
+// memory returns the idempotency memory of sc for a new grant with limits l, creating it if
+// there is none, and forgets the memories of scopes without a live grant whose outcomes have
+// all expired (or the oldest, past maxIdleMemories). A memory takes the key bounds of the
+// grant that created it. The caller holds s.mu.
+func (s *Server) memory(sc scope, l tooladapter.Limits, now time.Time) *idemCache {
+	m := s.memories[sc]
+	if m == nil {
+		m = newIdemCache(l)
+		s.memories[sc] = m
+	}
+	m.grants++
+	var idle []scope
+	for k, c := range s.memories {
+		if c.grants > 0 {
+			continue
+		}
+		if c.idle(now) {
+			delete(s.memories, k)
+			continue
+		}
+		idle = append(idle, k)
+	}
+	if len(idle) > maxIdleMemories {
+		slices.SortFunc(idle, func(a, b scope) int {
+			return s.memories[a].lastExpiry().Compare(s.memories[b].lastExpiry())
+		})
+		for _, k := range idle[:len(idle)-maxIdleMemories] {
+			delete(s.memories, k)
+		}
+	}
+	return m
+}
+
 func (s *Server) endGrant(g *grant) {
 	g.mu.Lock()
 	g.revoked = true
@@ -417,7 +480,7 @@ func (s *Server) Grant(r *AdminRequest) (json.RawMessage, *protocol.Error) {
 		id: newGrantID(), handle: h, secret: []byte(d.Binding.CapabilityHandle), root: root,
 		identity: tooladapter.Identity{AdapterID: d.AdapterID, AdapterVersion: d.AdapterVersion,
 			HostInstanceID: d.Binding.HostInstanceID, SessionID: d.Binding.SessionID, Generation: d.Binding.Generation},
-		ops: d.Operations, limits: l, created: time.Now(), idem: newIdemCache(l),
+		ops: d.Operations, limits: l, created: time.Now(),
 	}
 	s.mu.Lock()
 	switch {
@@ -430,6 +493,7 @@ func (s *Server) Grant(r *AdminRequest) (json.RawMessage, *protocol.Error) {
 		root.Close()
 		return nil, protocol.Errorf(CodeGrantCapacity, "airlock-fs holds %d grants already; revoke some", MaxGrants)
 	}
+	g.idem = s.memory(scopeOf(g), l, time.Now())
 	s.grants[g.id] = g
 	s.mu.Unlock()
 	raw, err := json.Marshal(d)
@@ -480,6 +544,11 @@ func (s *Server) RevokeGrant(id string) (map[string]any, *protocol.Error) {
 	s.mu.Lock()
 	g := s.grants[id]
 	delete(s.grants, id)
+	if g != nil {
+		if g.idem.grants--; g.idem.grants == 0 {
+			g.idem.dropReads()
+		}
+	}
 	s.mu.Unlock()
 	if g == nil {
 		return nil, protocol.Errorf(CodeGrantNotFound, "no live grant has this id")

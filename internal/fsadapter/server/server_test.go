@@ -655,3 +655,66 @@ func TestLargeReadsShareBuffers(t *testing.T) {
 		t.Fatal("a large read was replayed from memory")
 	}
 }
+
+// TestIdempotencyPerSessionGeneration: the grants of one session generation on one root share
+// the idempotency memory, whatever host instance they were minted for, so a key answered under
+// one grant is replayed under the next (a daemon restart and reprovisioning), even after every
+// grant of the scope was revoked; another session's grant on the same root has its own memory;
+// and a key still running under one grant is refused, retryable, under another.
+func TestIdempotencyPerSessionGeneration(t *testing.T) {
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var blocking atomic.Bool
+	setHook(t, func(ctx context.Context, op string) {
+		if !blocking.Load() {
+			return
+		}
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	})
+	f := newFixture(t)
+	write := map[string]any{"path": "w.txt", "content": "once"}
+	a := f.bind(f.grant(grantOpts{host: "host-1"}))
+	first := a.call("r1", "key-w", "fs.write", write)
+	if first["ok"] != true {
+		t.Fatalf("first write: %v", first)
+	}
+	st1, _ := os.Stat(filepath.Join(f.root, "w.txt"))
+
+	b := f.bind(f.grant(grantOpts{host: "host-2"}))
+	if r := b.call("r2", "key-w", "fs.write", write); r["ok"] != true || !reflect.DeepEqual(r["data"], first["data"]) {
+		t.Fatalf("replay under the host's next grant: %v, first %v", r, first)
+	}
+	if st2, _ := os.Stat(filepath.Join(f.root, "w.txt")); !st2.ModTime().Equal(st1.ModTime()) {
+		t.Fatal("the replay wrote again")
+	}
+	if c := errorCode(f.bind(f.grant(grantOpts{session: "s2"})).call("r3", "key-w", "fs.write", write)); c != "file_exists" {
+		t.Fatalf("another session's key ran as %q, want file_exists", c)
+	}
+
+	blocking.Store(true)
+	a.invoke("r4", "key-slow", "fs.write", map[string]any{"path": "slow.txt", "content": "x"})
+	<-entered
+	if r := b.call("r5", "key-slow", "fs.write", map[string]any{"path": "slow.txt", "content": "x"}); errorCode(r) != CodeIdempotencyInFlight ||
+		r["error"].(map[string]any)["retryable"] != true {
+		t.Fatalf("a key running under another grant: %v", r)
+	}
+	close(release)
+	if r := a.next(); r["requestId"] != "r4" || r["ok"] != true {
+		t.Fatalf("r4: %v", r)
+	}
+	blocking.Store(false)
+
+	for _, id := range grantIDs(t, f) {
+		if ok, _, code := f.admin(`{"op":"revoke-grant","grantId":"` + id + `"}`); !ok {
+			t.Fatalf("revoke %s: %s", id, code)
+		}
+	}
+	c := f.bind(f.grant(grantOpts{host: "host-3"}))
+	if r := c.call("r6", "key-w", "fs.write", write); r["ok"] != true || !reflect.DeepEqual(r["data"], first["data"]) {
+		t.Fatalf("replay after every grant of the scope was revoked: %v", r)
+	}
+}
