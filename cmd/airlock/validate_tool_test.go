@@ -70,7 +70,7 @@ func TestValidateToolAdapter(t *testing.T) {
 
 	r := runValidateTool(t, desc.String(), "--socket", socket, "--descriptor", "-", "--scratch", scratch).wantCode(t, exitOK)
 	for _, want := range []string{"PASS bind", "PASS fs.list", "PASS fs.edit", "PASS traversal", "PASS bounds", "PASS idempotency",
-		"PASS abort", "PASS revoke", "PASS identity", "PASS frames", "PASS handle_not_reflected", "PASS bind_refused", "PASS: 17 passed, 0 failed, 0 skipped of 17 probes"} {
+		"PASS abort", "PASS revoke", "PASS identity", "PASS frames", "PASS handle_not_reflected", "PASS bind_refused", "PASS search_results", "PASS: 18 passed, 0 failed, 0 skipped of 18 probes"} {
 		if !slices.Contains(strings.Split(r.stdout, "\n"), want) {
 			t.Errorf("no line %q in\n%s", want, r.stdout)
 		}
@@ -82,14 +82,14 @@ func TestValidateToolAdapter(t *testing.T) {
 	r = runValidateTool(t, "", "--descriptor", descFile, "--scratch", scratch, "--json").wantCode(t, exitOK)
 	var rep validate.Report
 	decode(t, envelopeOf(t, r, "validate tool-adapter", true).Data, &rep)
-	if !rep.Pass || rep.Passed != 17 || len(rep.Probes) != 17 {
+	if !rep.Pass || rep.Passed != 18 || len(rep.Probes) != 18 {
 		t.Fatalf("report: %+v", rep)
 	}
 
 	// No adapter on the socket: the bind probe fails, and so does the command.
 	r = runValidateTool(t, desc.String(), "--socket", filepath.Join(filepath.Dir(socket), "none.sock"), "--descriptor", "-",
 		"--scratch", scratch).wantCode(t, exitFailure)
-	if !strings.HasPrefix(r.stdout, "PASS descriptor\nFAIL bind: ") || !strings.Contains(r.stdout, "\nFAIL: 1 passed, 16 failed, 0 skipped of 17 probes\n") {
+	if !strings.HasPrefix(r.stdout, "PASS descriptor\nFAIL bind: ") || !strings.Contains(r.stdout, "\nFAIL: 1 passed, 17 failed, 0 skipped of 18 probes\n") {
 		t.Errorf("stdout:\n%s", r.stdout)
 	}
 	if !strings.Contains(r.stderr, "conformance") {

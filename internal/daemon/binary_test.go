@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // These tests run the real airlockd binary on a real socket and speak NDJSON to it.
@@ -67,12 +68,28 @@ func TestBinaryVersionEcho(t *testing.T) {
 			SupportedProtocolVersions []string `json:"supportedProtocolVersions"`
 			Capabilities              struct {
 				Operations []string `json:"operations"`
+				// Pi Daemon's 2.x flags (issue #23).
+				HostToolOperationCount                *int                  `json:"hostToolOperationCount"`
+				HostToolAdapterQueueTelemetry         *bool                 `json:"hostToolAdapterQueueTelemetry"`
+				HostToolAdapterRecommendedQueueLimits *protocol.QueueLimits `json:"hostToolAdapterRecommendedQueueLimits"`
 			} `json:"capabilities"`
 		}
 		if err := r.Decode(&h); err != nil {
 			t.Fatal(err)
 		}
 		v2 := strings.HasPrefix(v, "2.")
+		caps := h.Capabilities
+		if v2 {
+			if caps.HostToolOperationCount == nil || *caps.HostToolOperationCount != 6 ||
+				caps.HostToolAdapterQueueTelemetry == nil || !*caps.HostToolAdapterQueueTelemetry ||
+				caps.HostToolAdapterRecommendedQueueLimits == nil ||
+				*caps.HostToolAdapterRecommendedQueueLimits != (protocol.QueueLimits{MaxConcurrentRequests: 4, MaxQueuedRequests: 16}) {
+				t.Errorf("%s: hostToolOperationCount %v, hostToolAdapterQueueTelemetry %v, hostToolAdapterRecommendedQueueLimits %v; want 6, true, {4 16}",
+					v, caps.HostToolOperationCount, caps.HostToolAdapterQueueTelemetry, caps.HostToolAdapterRecommendedQueueLimits)
+			}
+		} else if caps.HostToolOperationCount != nil || caps.HostToolAdapterQueueTelemetry != nil || caps.HostToolAdapterRecommendedQueueLimits != nil {
+			t.Errorf("%s: a 1.x handshake advertises 2.x host tool capabilities", v)
+		}
 		if got := len(h.SupportedVersions) == 2 && len(h.SupportedProtocolVersions) == 2; got != v2 {
 			t.Errorf("%s: supportedVersions %v supportedProtocolVersions %v", v, h.SupportedVersions, h.SupportedProtocolVersions)
 		}

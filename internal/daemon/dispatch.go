@@ -248,6 +248,15 @@ func (s *Server) handshake(v protocol.Version) *protocol.Handshake {
 		h.SupportedVersions = protocol.SupportedVersions
 		h.SupportedProtocolVersions = protocol.SupportedVersions
 		h.Capabilities.HostToolAdapter = &yes
+		ops := len(tooladapter.Operations)
+		h.Capabilities.HostToolOperationCount = &ops
+		// Every session snapshot of a generation with an adapter connection carries its
+		// hostToolAdapterQueue (internal/session/view.go).
+		h.Capabilities.HostToolAdapterQueueTelemetry = &yes
+		h.Capabilities.HostToolAdapterRecommendedQueueLimits = &protocol.QueueLimits{
+			MaxConcurrentRequests: tooladapter.RecommendedMaxConcurrentRequests,
+			MaxQueuedRequests:     tooladapter.RecommendedMaxQueuedRequests,
+		}
 		h.Capabilities.ConfiguredOpen = &yes
 		h.Capabilities.SessionDir = &yes
 	}

@@ -194,8 +194,23 @@ type Capabilities struct {
 	AgentTurns bool `json:"agentTurns"`
 	// The members below are reported to 2.x handshakes only.
 	HostToolAdapter *bool `json:"hostToolAdapter,omitempty"`
-	ConfiguredOpen  *bool `json:"configuredOpen,omitempty"`
-	SessionDir      *bool `json:"sessionDir,omitempty"`
+	// HostToolOperationCount is the number of host tool operations a descriptor may grant
+	// (fs.list, fs.stat, fs.read, fs.search, fs.write, fs.edit).
+	HostToolOperationCount *int `json:"hostToolOperationCount,omitempty"`
+	// HostToolAdapterQueueTelemetry says that a session snapshot carries hostToolAdapterQueue,
+	// the content-free queue telemetry of its generation's adapter connection.
+	HostToolAdapterQueueTelemetry *bool `json:"hostToolAdapterQueueTelemetry,omitempty"`
+	// HostToolAdapterRecommendedQueueLimits are the queue limits the host recommends for a
+	// descriptor; it never fills them in.
+	HostToolAdapterRecommendedQueueLimits *QueueLimits `json:"hostToolAdapterRecommendedQueueLimits,omitempty"`
+	ConfiguredOpen                        *bool        `json:"configuredOpen,omitempty"`
+	SessionDir                            *bool        `json:"sessionDir,omitempty"`
+}
+
+// QueueLimits are the two queue limits of a host tool-adapter descriptor.
+type QueueLimits struct {
+	MaxConcurrentRequests int `json:"maxConcurrentRequests"`
+	MaxQueuedRequests     int `json:"maxQueuedRequests"`
 }
 
 // Handshake is the data of a handshake response.

@@ -61,6 +61,15 @@ type Limits struct {
 	IdempotencyTtlMs      int64 `json:"idempotencyTtlMs"`
 }
 
+// The queue limits the protocol documentation recommends, and the 2.x handshake advertises as
+// hostToolAdapterRecommendedQueueLimits (Pi Daemon's 4/16, chosen after ordinary parallel tool
+// bursts filled a smaller queue). Only a recommendation: the daemon never fills in a limit.
+// airlock-fs's defaults are these.
+const (
+	RecommendedMaxConcurrentRequests = 4
+	RecommendedMaxQueuedRequests     = 16
+)
+
 // limitBound is the inclusive range of one limit.
 type limitBound struct {
 	name     string

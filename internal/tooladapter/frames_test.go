@@ -256,6 +256,7 @@ func TestResults(t *testing.T) {
 		{OpSearch, `{"matches":[{"path":"a","line":0,"column":1,"text":""}],"truncated":false}`, "matches.line"},
 		{OpSearch, `{"matches":[{"path":"a","line":1,"column":0,"text":""}],"truncated":false}`, "matches.column"},
 		{OpSearch, `{"matches":[{"path":"a","line":1,"column":1,"text":"` + strings.Repeat("t", 4097) + `"}],"truncated":false}`, "matches.text"},
+		{OpSearch, `{"matches":[{"path":"a","line":1,"column":1,"text":"a line\nand the next"}],"truncated":false}`, "matches.text"},
 		{OpWrite, `{"created":true,"bytesWritten":1,"digest":"` + strings.Repeat("A", 64) + `"}`, "digest"},
 		{OpEdit, `{"replacements":257,"digest":"` + d + `"}`, "replacements"},
 		{OpEdit, `null`, "data"},

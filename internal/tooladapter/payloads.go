@@ -412,7 +412,9 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 					}
 					c.intRange("matches.line", m.Line, 1, maxSafeInteger, false)
 					c.intRange("matches.column", m.Column, 1, maxSafeInteger, false)
-					if c.required("matches.text", m.Text != nil) && utf8.RuneCountInString(*m.Text) > MaxMatchTextLen {
+					// text is the matching line without its LF, so it never holds one.
+					if c.required("matches.text", m.Text != nil) &&
+						(utf8.RuneCountInString(*m.Text) > MaxMatchTextLen || strings.IndexByte(*m.Text, '\n') >= 0) {
 						c.fail("matches.text")
 					}
 				}

@@ -110,6 +110,7 @@ func RunToolAdapter(ctx context.Context, cfg ToolConfig) Report {
 	}
 	h.probeTraversal()
 	h.probeBounds()
+	h.probeSearchResults()
 	h.probeIdempotency()
 	h.probeAbort()
 	h.probeRevoke()
@@ -125,7 +126,7 @@ func RunToolAdapter(ctx context.Context, cfg ToolConfig) Report {
 
 func (h *toolHarness) laterProbes() []string {
 	names := append([]string{ProbeToolBindRefused}, tooladapter.Operations...)
-	return append(names, ProbeToolTraversal, ProbeToolBounds, ProbeToolIdempotency, ProbeToolAbort,
+	return append(names, ProbeToolTraversal, ProbeToolBounds, ProbeToolSearchResults, ProbeToolIdempotency, ProbeToolAbort,
 		ProbeToolRevoke, ProbeToolIdentity, ProbeToolFrames, ProbeToolNoHandle)
 }
 
@@ -201,6 +202,9 @@ func (h *toolHarness) fixtures() error {
 	mk(os.Symlink(filepath.Join(h.outside, "secret-"+h.marker+".txt"), filepath.Join(b, "link-file")))
 	mk(os.Symlink("dir", filepath.Join(b, "link-in")))
 	mk(os.Symlink("../..", filepath.Join(b, "link-up")))
+	if h.desc.Grants(tooladapter.OpSearch) {
+		mk(h.searchFixtures())
+	}
 	return errors.Join(errs...)
 }
 

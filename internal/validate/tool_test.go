@@ -113,8 +113,8 @@ func wantToolPass(t *testing.T, rep Report, skipped ...string) {
 			t.Errorf("probe %s: skipped %v, want %v", p.Name, p.Skipped, want)
 		}
 	}
-	if len(rep.Probes) != 17 {
-		t.Errorf("%d probes, want 17", len(rep.Probes))
+	if len(rep.Probes) != 18 {
+		t.Errorf("%d probes, want 18", len(rep.Probes))
 	}
 }
 
@@ -137,7 +137,7 @@ func TestToolAdapterAirlockFSReadOnly(t *testing.T) {
 	scratch := scratchDir(t)
 	desc := fs.grant(t, scratch, "fs.stat,fs.read")
 	rep := runTool(t, ToolConfig{Descriptor: desc, Scratch: scratch})
-	wantToolPass(t, rep, "fs.list", "fs.search", "fs.write", "fs.edit")
+	wantToolPass(t, rep, "fs.list", "fs.search", ProbeToolSearchResults, "fs.write", "fs.edit")
 }
 
 // TestToolAdapterAirlockFSTwice runs the harness twice against one airlock-fs process and one
@@ -313,8 +313,9 @@ func TestToolAdapterPython(t *testing.T) {
 //	follow    paths are joined to the root and opened, symlinks and ".." followed
 //	identity  results carry another sessionId
 //	elsewhere serves another data source: every operation answers not_found
+//	search-*  fs.search breaks one point of its results (brokenSearch)
 //
-// It answers bind, fs.stat, fs.read and fs.list naively, aborts with aborted:false and revoke
+// It answers bind, fs.stat, fs.read, fs.list and fs.search naively, aborts with aborted:false and revoke
 // with revoked and a close.
 func brokenAdapter(t *testing.T, g *toolGrant, mode string) {
 	t.Helper()
@@ -438,6 +439,11 @@ func brokenOp(g *toolGrant, mode, op string, payload json.RawMessage) (json.RawM
 	full := filepath.Join(g.root, p.Path)
 	var data any
 	switch op {
+	case tooladapter.OpSearch:
+		var msg string
+		if data, msg = brokenSearch(g, mode, payload); data == nil {
+			return nil, msg
+		}
 	case tooladapter.OpStat:
 		st, err := os.Stat(full)
 		if err != nil {

@@ -497,31 +497,50 @@ class Adapter:
                 if not b:
                     break
                 chunks.append(b)
+            data = b"".join(chunks)
+            if b"\0" in data[:8192]:
+                return True  # binary files (a NUL in the first 8 KiB) are skipped
             try:
-                content = b"".join(chunks).decode("utf-8")
+                content = data.decode("utf-8")
             except UnicodeDecodeError:
-                return True  # binary files are skipped
-            for lineno, line in enumerate(content.split("\n"), 1):
-                col = line.find(query)
-                while col >= 0:
-                    if not add(rel, lineno, col + 1, line):
-                        return False
-                    col = line.find(query, col + 1)
+                return True  # so are files that are not UTF-8
+            # One entry per line, at its first occurrence; a str index counts code points, so
+            # the column is in characters. A query across lines is reported where it starts.
+            lineno, counted, at = 1, 0, content.find(query)
+            while at >= 0:
+                lineno += content.count("\n", counted, at)
+                counted = at
+                start = content.rfind("\n", 0, at) + 1
+                end = content.find("\n", start)
+                line = content[start:] if end < 0 else content[start:end]
+                if not add(rel, lineno, at - start + 1, line):
+                    return False
+                nl = content.find("\n", at)
+                if nl < 0:
+                    break
+                at = content.find(query, nl + 1)
             return True
 
         def walk(dfd, rel, depth):
             if depth > SEARCH_MAX_DEPTH:
                 state["truncated"] = True
                 return True
-            for name in sorted(n for n in os.listdir(dfd) if entry_name_ok(n)):
+            entries = []
+            for name in os.listdir(dfd):
+                if not entry_name_ok(name):
+                    continue
+                try:
+                    entries.append((name, os.stat(name, dir_fd=dfd, follow_symlinks=False)))
+                except OSError:
+                    continue
+            # Full paths in byte order: a directory sorts as its name and "/", so that
+            # "a.txt" comes before "a/z.txt". (UTF-8 keeps code point order.)
+            entries.sort(key=lambda e: e[0] + "/" if stat.S_ISDIR(e[1].st_mode) else e[0])
+            for name, cst in entries:
                 state["files"] += 1
                 if state["files"] > SEARCH_MAX_FILES:
                     state["truncated"] = True
                     return False
-                try:
-                    cst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                except OSError:
-                    continue
                 child = name if not rel else rel + "/" + name
                 if stat.S_ISDIR(cst.st_mode):
                     flags = os.O_RDONLY | os.O_DIRECTORY

@@ -4,6 +4,7 @@ package fsops
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -212,5 +213,71 @@ func TestSearch(t *testing.T) {
 	noErr(t, perr)
 	if !res.Truncated || len(res.Matches) != 5 {
 		t.Fatalf("depth bound: %+v", res)
+	}
+}
+
+// TestSearchContract pins each point of fs.search that docs/tool-adapters.md ("fs.search
+// results") states and `airlock validate tool-adapter` checks (issue #23), one file per point.
+func TestSearchContract(t *testing.T) {
+	const q = "Needle"
+	dir := t.TempDir()
+	makeTree(t, dir,
+		"a.txt=first line\nαβγ Needle and Needle again\n", // one entry per line, column in code points
+		"a-b.txt=x Needle\n", // order: "a-b.txt" < "a.txt" < "a/z.txt"
+		"a/z.txt=Needle\n",
+		".hidden=Needle hidden\n", // dot files are searched
+		"b.txt=no\r\nthe Needle line\r\nneedle NEEDLE lower\r\n",        // CR kept in text; case-sensitive
+		"deep/1/2/3/d.txt=deep Needle",                                  // recursion; a last line without LF
+		"bin.dat=Needle\x00Needle\n",                                    // NUL in the first 8 KiB: skipped
+		"latin1.txt=Needle caf\xe9\n",                                   // invalid UTF-8 anywhere: skipped
+		"late-nul.txt="+strings.Repeat("x", 8192)+"\nNeedle late\n\x00", // NUL after 8 KiB: text
+		"long.txt="+strings.Repeat("y", 5000)+"Needle",                  // text cut to 4096 bytes
+		"span.txt=x end\nstart y\n",                                     // a query across lines
+		"link -> a",                                                     // never followed
+	)
+	r := openRoot(t, dir)
+	res, perr := r.Search(bg, SearchPayload{Path: ".", Query: q})
+	noErr(t, perr)
+	want := []SearchMatch{
+		{".hidden", 1, 1, "Needle hidden"},
+		{"a-b.txt", 1, 3, "x Needle"},
+		{"a.txt", 2, 5, "αβγ Needle and Needle again"},
+		{"a/z.txt", 1, 1, "Needle"},
+		{"b.txt", 2, 5, "the Needle line\r"},
+		{"deep/1/2/3/d.txt", 1, 6, "deep Needle"},
+		{"late-nul.txt", 2, 1, "Needle late"},
+		{"long.txt", 1, 5001, strings.Repeat("y", MaxMatchTextBytes)},
+	}
+	if !slices.Equal(res.Matches, want) || res.Truncated {
+		t.Fatalf("matches %+v truncated %v,\nwant %+v", res.Matches, res.Truncated, want)
+	}
+	// A file path searches that file; the path of a match is root-relative.
+	res, perr = r.Search(bg, SearchPayload{Path: "a", Query: q})
+	noErr(t, perr)
+	if !slices.Equal(res.Matches, want[3:4]) {
+		t.Fatalf("search of a: %+v", res.Matches)
+	}
+	// maxResults keeps a prefix; truncated only when a match was left out.
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: q, MaxResults: ptr(3)})
+	noErr(t, perr)
+	if !slices.Equal(res.Matches, want[:3]) || !res.Truncated {
+		t.Fatalf("maxResults 3: %+v truncated %v", res.Matches, res.Truncated)
+	}
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: q, MaxResults: ptr(len(want))})
+	noErr(t, perr)
+	if !slices.Equal(res.Matches, want) || res.Truncated {
+		t.Fatalf("maxResults %d: %+v truncated %v", len(want), res.Matches, res.Truncated)
+	}
+	// A query across lines is reported on its first line, whose text is that line alone.
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: "end\nstart"})
+	noErr(t, perr)
+	if !slices.Equal(res.Matches, []SearchMatch{{"span.txt", 1, 3, "x end"}}) {
+		t.Fatalf("query across lines: %+v", res.Matches)
+	}
+	// No match: an empty list, not null.
+	res, perr = r.Search(bg, SearchPayload{Path: ".", Query: "absent"})
+	noErr(t, perr)
+	if b, _ := json.Marshal(res); string(b) != `{"matches":[],"truncated":false}` {
+		t.Fatalf("no match: %s", b)
 	}
 }

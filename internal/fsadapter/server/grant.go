@@ -32,8 +32,8 @@ const MaxGrants = 1024
 var DefaultLimits = tooladapter.Limits{
 	MaxRequestBytes:       1 << 20,
 	MaxResponseBytes:      1 << 20,
-	MaxConcurrentRequests: 4,
-	MaxQueuedRequests:     16,
+	MaxConcurrentRequests: tooladapter.RecommendedMaxConcurrentRequests,
+	MaxQueuedRequests:     tooladapter.RecommendedMaxQueuedRequests,
 	RequestTimeoutMs:      30_000,
 	MaxIdempotencyKeys:    256,
 	IdempotencyTtlMs:      3_600_000,
