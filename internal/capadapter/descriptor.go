@@ -389,7 +389,8 @@ const (
 )
 
 func withheld(screen string) *Error {
-	return &Error{Code: CodeResultWithheld, Screen: screen, Detail: "the result failed the " + screen + " screen"}
+	return &Error{Code: CodeResultWithheld, Screen: screen,
+		Detail: "the call ran, but its result was withheld: it failed the runtime's " + screen + " screen"}
 }
 
 // unsafeScreen names the screen of text that unsafePayload matched: url or sensitive_text.

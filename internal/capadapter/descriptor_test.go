@@ -216,7 +216,7 @@ func TestCheckResult(t *testing.T) {
 			}
 			// The error names the screen and never quotes the result.
 			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "://") ||
-				(tc.screen != "" && !strings.Contains(err.Error(), "the "+tc.screen+" screen")) {
+				(tc.screen != "" && !strings.Contains(err.Error(), "the runtime's "+tc.screen+" screen")) {
 				t.Fatalf("error text %q", err.Error())
 			}
 		})
