@@ -186,16 +186,30 @@ func (a *app) adapterList(ctx context.Context, args []string) int {
 
 func printAdapters(w io.Writer, adapters []protocol.AdapterState) {
 	t := newTable(w)
-	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tCAPABILITIES\tTEMPORARY\tDIGESTS")
+	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tWITHHELD\tCAPABILITIES\tTEMPORARY\tDIGESTS")
 	for _, s := range adapters {
 		pid := "-"
 		if s.PID != 0 {
 			pid = fmt.Sprint(s.PID)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
-			orDash(strings.Join(s.Capabilities, ",")), tieOf(s), digestsOf(s))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
+			withheldOf(s), orDash(strings.Join(s.Capabilities, ",")), tieOf(s), digestsOf(s))
 	}
 	t.Flush()
+}
+
+// withheldOf renders how many results of an adapter were withheld, and the latest: "-", or
+// "2 (last: notice_board invoke post, sensitive_text screen)".
+func withheldOf(s protocol.AdapterState) string {
+	w := s.LastWithheld
+	if s.Withheld == 0 || w == nil {
+		return "-"
+	}
+	call := w.Method
+	if w.Action != "" {
+		call += " " + w.Action
+	}
+	return fmt.Sprintf("%d (last: %s %s, %s screen)", s.Withheld, w.CapabilityID, call, w.Screen)
 }
 
 // adapterLogs prints an adapter's kept stderr lines: operator-only output that is never

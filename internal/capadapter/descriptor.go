@@ -341,28 +341,79 @@ func checkResult(raw json.RawMessage) error { return ScreenResult(raw, true) }
 // ScreenResult is checkResult. With strict false it skips the strict-JSON check, for a result
 // that DecodeResponse took from a frame it has just checked whole: syntax, and duplicate keys
 // at every depth. Every other screen still applies.
+//
+// The outcomes differ in what they say of the adapter. A result over MaxResultBytes is
+// too_large and one that is not strict JSON malformed_response: the adapter broke the
+// protocol, and the runtime kills it. A well-formed result that fails a screen is
+// result_withheld, with Error.Screen naming the first screen it failed in document order
+// (ScreenURL, ScreenSensitiveText, ScreenSensitiveKey, ScreenShape): the runtime withholds
+// that one result and the adapter serves on. No error quotes the result.
 func ScreenResult(raw json.RawMessage, strict bool) error {
 	if len(raw) > MaxResultBytes {
 		return newError(CodeTooLarge, "result exceeds 4096 bytes")
-	}
-	if unsafePayload(raw) {
-		return newError(CodeMalformedResponse, "result carries a URL or a sensitive key")
 	}
 	if strict && ndjson.Valid(raw) != nil {
 		return newError(CodeMalformedResponse, "result is not strict JSON")
 	}
 	sc := semanticScanner{data: raw}
+	if unsafePayload(raw) {
+		// The raw bytes carry a URL or a sensitive key:value: an early reject, which the
+		// decoded scan below classifies. Should it find nothing, the raw match still decides.
+		if sc.value(0) {
+			sc.screen = unsafeScreen(raw)
+		}
+		return withheld(sc.screen)
+	}
 	if !sc.value(0) {
-		return newError(CodeMalformedResponse, "result is not bounded semantic data")
+		return withheld(sc.screen)
 	}
 	return nil
 }
 
+// Result screens: the names a result_withheld error gives for the screen a result failed, for
+// the operator. They are stable: logs, status and the documentation use them.
+const (
+	// ScreenURL: a decoded key or string holds http:// or https:// (any case).
+	ScreenURL = "url"
+	// ScreenSensitiveText: a decoded key or string holds a sensitive word (endpoint, url,
+	// credential, password, secret, token, authorization, cookie, adapter, protocol,
+	// hostname, accesskey; any case) followed by an optional quote, optional white space and
+	// ':' or '=', as unsafePayloadPattern says.
+	ScreenSensitiveText = "sensitive_text"
+	// ScreenSensitiveKey: an object key holds a sensitive name anywhere in it
+	// (sensitiveNamePattern: the words above, method and path).
+	ScreenSensitiveKey = "sensitive_key"
+	// ScreenShape: nesting deeper than 4, an array or object of more than 32 entries, a key
+	// longer than 64 code points, or a number that is not finite.
+	ScreenShape = "shape"
+)
+
+func withheld(screen string) *Error {
+	return &Error{Code: CodeResultWithheld, Screen: screen,
+		Detail: "the call ran, but its result was withheld: it failed the runtime's " + screen + " screen"}
+}
+
+// unsafeScreen names the screen of text that unsafePayload matched: url or sensitive_text.
+func unsafeScreen[T text](b T) string {
+	if urlPattern.Match([]byte(b)) {
+		return ScreenURL
+	}
+	return ScreenSensitiveText
+}
+
 // semanticScanner walks a JSON value that ndjson.Valid accepted, checking the semantic
-// bounds of checkResult without building it in memory.
+// bounds of checkResult without building it in memory. When value fails, screen names the
+// screen that failed.
 type semanticScanner struct {
-	data []byte
-	pos  int
+	data   []byte
+	pos    int
+	screen string
+}
+
+// fail records screen as the failure and returns false.
+func (sc *semanticScanner) fail(screen string) bool {
+	sc.screen = screen
+	return false
 }
 
 func (sc *semanticScanner) skipSpace() {
@@ -377,7 +428,7 @@ func (sc *semanticScanner) value(depth int) bool {
 	switch c := sc.data[sc.pos]; {
 	case c == '{' || c == '[':
 		if depth >= maxResultDepth {
-			return false
+			return sc.fail(ScreenShape)
 		}
 		sc.pos++
 		closer := byte('}')
@@ -395,12 +446,17 @@ func (sc *semanticScanner) value(depth int) bool {
 				sc.skipSpace()
 			}
 			if n == maxResultEntries {
-				return false
+				return sc.fail(ScreenShape)
 			}
 			if c == '{' {
 				key := sc.text()
-				if utf8.RuneCount(key) > maxResultKeyLen || sensitiveName(key) || unsafePayload(key) {
-					return false
+				switch {
+				case unsafePayload(key):
+					return sc.fail(unsafeScreen(key))
+				case sensitiveName(key):
+					return sc.fail(ScreenSensitiveKey)
+				case utf8.RuneCount(key) > maxResultKeyLen:
+					return sc.fail(ScreenShape)
 				}
 				sc.skipSpace()
 				sc.pos++ // ':'
@@ -410,7 +466,9 @@ func (sc *semanticScanner) value(depth int) bool {
 			}
 		}
 	case c == '"':
-		return !unsafePayload(sc.text())
+		if t := sc.text(); unsafePayload(t) {
+			return sc.fail(unsafeScreen(t))
+		}
 	case c == 't':
 		sc.pos += 4
 	case c == 'f':
@@ -422,8 +480,9 @@ func (sc *semanticScanner) value(depth int) bool {
 		for sc.pos < len(sc.data) && strings.IndexByte("+-.0123456789eE", sc.data[sc.pos]) >= 0 {
 			sc.pos++
 		}
-		f, err := strconv.ParseFloat(string(sc.data[start:sc.pos]), 64)
-		return err == nil && !math.IsInf(f, 0)
+		if f, err := strconv.ParseFloat(string(sc.data[start:sc.pos]), 64); err != nil || math.IsInf(f, 0) {
+			return sc.fail(ScreenShape)
+		}
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package capadapter
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -178,21 +179,26 @@ func TestCheckResult(t *testing.T) {
 		}
 		return "[" + strings.Join(parts, ",") + "]"
 	}
-	cases := []struct{ name, result, code string }{
-		{"object", `{"state":"idle","acceptingJobs":true}`, ""},
-		{"scalar", `42`, ""},
-		{"null", `null`, ""},
-		{"depth 4", nest(4), ""},
-		{"depth 5", nest(5), CodeMalformedResponse},
-		{"32 entries", many(32), ""},
-		{"33 entries", many(33), CodeMalformedResponse},
-		{"url", `{"note":"http://x"}`, CodeMalformedResponse},
-		{"credential key", `{"nested":{"credential":"x"}}`, CodeMalformedResponse},
-		{"path key", `{"path":"/dev/ttyUSB0"}`, CodeMalformedResponse},
-		{"long key", `{"` + strings.Repeat("k", 65) + `":1}`, CodeMalformedResponse},
-		{"duplicate key", `{"a":1,"a":2}`, CodeMalformedResponse},
-		{"huge number", `1e999`, CodeMalformedResponse},
-		{"too large", `"` + strings.Repeat("a", MaxResultBytes) + `"`, CodeTooLarge},
+	cases := []struct{ name, result, code, screen string }{
+		{"object", `{"state":"idle","acceptingJobs":true}`, "", ""},
+		{"scalar", `42`, "", ""},
+		{"null", `null`, "", ""},
+		{"depth 4", nest(4), "", ""},
+		{"depth 5", nest(5), CodeResultWithheld, ScreenShape},
+		{"32 entries", many(32), "", ""},
+		{"33 entries", many(33), CodeResultWithheld, ScreenShape},
+		{"url", `{"note":"http://x"}`, CodeResultWithheld, ScreenURL},
+		{"url key", `{"see https://x":1}`, CodeResultWithheld, ScreenURL},
+		{"password value", `{"notices":["wifi password: hunter2"]}`, CodeResultWithheld, ScreenSensitiveText},
+		{"token key value", `{"token=":1}`, CodeResultWithheld, ScreenSensitiveText},
+		{"credential key", `{"nested":{"credential":"x"}}`, CodeResultWithheld, ScreenSensitiveKey},
+		{"path key", `{"path":"/dev/ttyUSB0"}`, CodeResultWithheld, ScreenSensitiveKey},
+		{"long key", `{"` + strings.Repeat("k", 65) + `":1}`, CodeResultWithheld, ScreenShape},
+		{"huge number", `1e999`, CodeResultWithheld, ScreenShape},
+		{"first in document order", `[1e999,"http://x"]`, CodeResultWithheld, ScreenShape},
+		{"duplicate key", `{"a":1,"a":2}`, CodeMalformedResponse, ""},
+		{"not JSON", `{"a":`, CodeMalformedResponse, ""},
+		{"too large", `"` + strings.Repeat("a", MaxResultBytes) + `"`, CodeTooLarge, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -204,6 +210,15 @@ func TestCheckResult(t *testing.T) {
 				return
 			}
 			wantCode(t, err, tc.code)
+			var e *Error
+			if !errors.As(err, &e) || e.Screen != tc.screen {
+				t.Fatalf("screen of %v = %q, want %q", err, e.Screen, tc.screen)
+			}
+			// The error names the screen and never quotes the result.
+			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "://") ||
+				(tc.screen != "" && !strings.Contains(err.Error(), "the runtime's "+tc.screen+" screen")) {
+				t.Fatalf("error text %q", err.Error())
+			}
 		})
 	}
 }

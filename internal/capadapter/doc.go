@@ -26,6 +26,12 @@
 // what a client sees: a raw-byte scan is only an early reject, since a JSON escape (\u003a,
 // \/) hides text from it. An adapter lists 1 to MaxCapabilities (8).
 //
+// Observe and invoke results pass ScreenResult: one over MaxResultBytes or not strict JSON
+// breaks the protocol, while a well-formed one that fails a screen (ScreenURL,
+// ScreenSensitiveText, ScreenSensitiveKey, ScreenShape) is result_withheld: the call ran, and
+// its result is withheld from its caller without any harm to the adapter.
+//
 // Errors are *Error values with stable codes (errors.Is compares codes); WireCode maps local
-// codes such as timeout onto the closed protocol set for projection.
+// codes such as timeout onto the closed protocol set for projection, and keeps
+// result_withheld.
 package capadapter

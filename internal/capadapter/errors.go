@@ -24,9 +24,15 @@ const (
 	CodeTimeout = "timeout"
 	// CodeMalformedResponse: a response frame that is not valid protocol: bad framing or
 	// UTF-8, not strict JSON, wrong version or id, both or neither of result and error, an
-	// unknown error code, an unsolicited or duplicate frame, or a result that fails the
-	// semantic screens (the child is killed).
+	// unknown error code, or an unsolicited or duplicate frame (the child is killed).
 	CodeMalformedResponse = "malformed_response"
+	// CodeResultWithheld: the adapter answered an observe or invoke with a well-formed result,
+	// paired with its request, that fails one of the result screens (Error.Screen names which;
+	// see ScreenResult). The call ran: an invoke's effect happened. Its result is withheld
+	// from the caller, for this call only; the child is not killed, since an answer that
+	// paired correctly leaves no stale answer to pair with a later request. Not retryable:
+	// the same call would run again and be withheld again.
+	CodeResultWithheld = "result_withheld"
 	// CodeInvalidDescriptor: a descriptor that breaks the descriptor rules, or a describe
 	// that differs from the listed descriptor (the child is killed).
 	CodeInvalidDescriptor = "invalid_descriptor"
@@ -78,6 +84,9 @@ type Error struct {
 	// child is then healthy and keeps running.
 	FromAdapter bool
 	Detail      string
+	// Screen names the result screen a result_withheld result failed (one of the Screen
+	// constants); it is empty for every other code. It never carries the matched text.
+	Screen string
 }
 
 func (e *Error) Error() string {
@@ -109,6 +118,7 @@ var (
 	ErrInternal            = &Error{Code: CodeInternal}
 	ErrTimeout             = &Error{Code: CodeTimeout}
 	ErrMalformedResponse   = &Error{Code: CodeMalformedResponse}
+	ErrResultWithheld      = &Error{Code: CodeResultWithheld}
 	ErrInvalidDescriptor   = &Error{Code: CodeInvalidDescriptor}
 	ErrCapabilityCount     = &Error{Code: CodeCapabilityCount}
 	ErrDescriptorChanged   = &Error{Code: CodeDescriptorChanged}
@@ -137,13 +147,15 @@ func CodeOf(err error) string {
 // WireCode maps err to the closed protocol set, for projecting a failure to a peer that only
 // knows protocol codes. Transport failures (timeout, malformed or unsolicited responses, bad
 // descriptors, a dead child) all become unavailable, as the protocol specifies; registration
-// problems become invalid_request.
+// problems become invalid_request. result_withheld is kept as it is: it is no transport
+// failure (the call ran and the child serves on), and a caller told unavailable would retry
+// an invoke that already took effect. No adapter ever sends it.
 func WireCode(err error) string {
 	code := CodeOf(err)
 	switch {
 	case code == "":
 		return ""
-	case protocolCodes[code]:
+	case protocolCodes[code], code == CodeResultWithheld:
 		return code
 	case code == CodeInvalidRegistration, code == CodeCapabilityConflict, code == CodeUnknownAdapter, code == CodeLeaseExpired:
 		return CodeInvalidRequest

@@ -75,10 +75,10 @@ func TestCheckResultScreensDecodedText(t *testing.T) {
 		`{"\u0074oken":1}`,
 		`"\u017fecret: x"`,
 	} {
-		if err := checkResult(json.RawMessage(r)); CodeOf(err) != CodeMalformedResponse {
-			t.Errorf("checkResult(%s) = %v, want malformed_response", r, err)
+		if err := checkResult(json.RawMessage(r)); CodeOf(err) != CodeResultWithheld {
+			t.Errorf("checkResult(%s) = %v, want result_withheld", r, err)
 		}
-		if got := referenceCheckResult([]byte(r)); got != CodeMalformedResponse {
+		if got := referenceCheckResult([]byte(r)); got != CodeResultWithheld {
 			t.Errorf("referenceCheckResult(%s) = %q", r, got)
 		}
 	}

@@ -3,9 +3,11 @@ package capadapter
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"regexp"
+	"slices"
 	"testing"
 	"unicode/utf8"
 )
@@ -16,14 +18,17 @@ func referenceCheckResult(raw []byte) string {
 	if len(raw) > MaxResultBytes {
 		return CodeTooLarge
 	}
-	if unsafePayloadPattern.Match(raw) || validStrict(raw) != nil {
+	if validStrict(raw) != nil {
 		return CodeMalformedResponse
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
-	if dec.Decode(&v) != nil || !referenceSemantic(v, 0, sensitiveNamePattern) {
+	if dec.Decode(&v) != nil {
 		return CodeMalformedResponse
+	}
+	if unsafePayloadPattern.Match(raw) || !referenceSemantic(v, 0, sensitiveNamePattern) {
+		return CodeResultWithheld
 	}
 	return ""
 }
@@ -82,6 +87,31 @@ func decodedTextUnsafe(data []byte) bool {
 			}
 		case string:
 			return unsafePayloadPattern.MatchString(x)
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// decodedURL reports whether any key or string of the JSON value data, decoded, holds a URL.
+func decodedURL(data []byte) bool {
+	var v any
+	if json.Unmarshal(data, &v) != nil {
+		return false
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if urlPattern.MatchString(k) || walk(e) {
+					return true
+				}
+			}
+		case []any:
+			return slices.ContainsFunc(x, walk)
+		case string:
+			return urlPattern.MatchString(x)
 		}
 		return false
 	}
@@ -152,6 +182,19 @@ func FuzzDecodeResponse(f *testing.F) {
 			}
 			if got == "" && decodedTextUnsafe(resp.Result) {
 				t.Fatalf("checkResult accepted unsafe decoded text in %q", resp.Result)
+			}
+			if got == CodeResultWithheld {
+				var e *Error
+				_ = errors.As(checkResult(resp.Result), &e)
+				switch e.Screen {
+				case ScreenURL:
+					if !urlPattern.Match(resp.Result) && !decodedURL(resp.Result) {
+						t.Fatalf("checkResult(%q) names the url screen, but the result holds no URL", resp.Result)
+					}
+				case ScreenSensitiveText, ScreenSensitiveKey, ScreenShape:
+				default:
+					t.Fatalf("checkResult(%q) names screen %q", resp.Result, e.Screen)
+				}
 			}
 		}
 		env := map[string]any{"protocolVersion": 1, "id": resp.ID}

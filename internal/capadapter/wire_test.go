@@ -143,6 +143,8 @@ func TestWireCode(t *testing.T) {
 		CodeTimeout: CodeUnavailable, CodeMalformedResponse: CodeUnavailable, CodeInvalidDescriptor: CodeUnavailable,
 		CodeInvalidRegistration: CodeInvalidRequest, CodeCapabilityConflict: CodeInvalidRequest,
 		CodeInvalidArgs: CodeInvalidArgs, CodeTooLarge: CodeTooLarge,
+		// The call ran: a caller told unavailable would retry an invoke that took effect.
+		CodeResultWithheld: CodeResultWithheld,
 	}
 	for code, want := range cases {
 		if got := WireCode(newError(code, "")); got != want {

@@ -284,8 +284,11 @@ func (d *Daemon) hostSnapshot(v2 bool) protocol.HostSnapshot {
 				Name: a.Name, Command: a.Command, Args: a.Args, State: string(a.State), PID: a.PID,
 				Restarts: a.Restarts, LastFailure: a.LastFailure, Capabilities: a.Capabilities,
 				Room: a.Room, SessionID: a.Session, Generation: a.Generation, LeaseExpiresAt: a.LeaseExpires,
-				Digests: adapterDigests(a.Digests),
+				Digests: adapterDigests(a.Digests), Withheld: a.Withheld,
 			})
+			if w := a.LastWithheld; w != nil {
+				h.Adapters[len(h.Adapters)-1].LastWithheld = (*protocol.WithheldCall)(w)
+			}
 		}
 	}
 	return h

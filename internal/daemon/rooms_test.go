@@ -207,3 +207,109 @@ func TestBinaryEndedLeaseWithdrawsPublications(t *testing.T) {
 		t.Fatalf("observe of the withdrawn publication: %s", code(r))
 	}
 }
+
+// TestBinaryRoomAgentWithheldResult: an agent turn on host B posts to host A's notice board
+// through the room, text that fails the runtime's screens. The model reads result_withheld,
+// not retryable, quoting nothing of the text; the toolEnd event says the same; the board,
+// not restarted, is then cleared by the next tool call of the same turn.
+func TestBinaryRoomAgentWithheldResult(t *testing.T) {
+	nb := daemontest.Build(t, "./internal/daemontest/noticeboard")
+	llm := startModel(t)
+	a := daemontest.Start(t, daemontest.Options{})
+	ca := a.Dial()
+	sa := roomReady(t, ca)
+	b := daemontest.Start(t, daemontest.Options{Args: []string{"--nats-url", sa["natsUrl"].(string), "--provider", "local=" + llm.URL()}})
+	cb := b.Dial()
+	roomReady(t, cb)
+
+	mustOK(t, ca, "registerAdapter", map[string]any{"name": "board", "command": nb})
+	pid := func() float64 {
+		var st struct {
+			Adapters []map[string]any `json:"adapters"`
+		}
+		mustOK(t, ca, "listAdapters", map[string]any{}).Decode(&st)
+		if len(st.Adapters) != 1 || st.Adapters[0]["state"] != "ready" {
+			t.Fatalf("adapters: %v", st.Adapters)
+		}
+		return st.Adapters[0]["pid"].(float64)
+	}
+	before := pid()
+	mustOK(t, ca, "createRoom", map[string]any{"room": "home"})
+	var inv struct {
+		Code string `json:"code"`
+	}
+	if err := mustOK(t, ca, "inviteRoom", map[string]any{"room": "home"}).Decode(&inv); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, cb, "joinRoom", map[string]any{"code": inv.Code})
+	mustOK(t, ca, "publishCapability", map[string]any{"room": "home", "capabilityId": "notice_board", "actions": []string{"post", "clear"}})
+	if !daemontest.WaitFor(20*time.Second, func() bool {
+		var caps struct {
+			Capabilities []any `json:"capabilities"`
+		}
+		mustOK(t, cb, "listRoomCapabilities", map[string]any{"room": "home"}).Decode(&caps)
+		return len(caps.Capabilities) == 1
+	}) {
+		t.Fatal("B never saw A's publication")
+	}
+	p := modelOpen(t.TempDir())
+	p["room"] = "home"
+	if r := call(t, cb, client.Command{Operation: "open", SessionID: "agent", Generation: gen(1), Payload: p}); !r.OK {
+		t.Fatalf("open: %v", r.Err())
+	}
+	w := b.Dial()
+	if r := call(t, w, client.Command{Operation: "attach", SessionID: "agent", Generation: gen(1)}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	llm.Push(
+		modeltest.Reply{ToolCalls: []model.ToolCall{{ID: "call_0", Name: "room_notice_board_post", Arguments: `{"text":"wifi password: hunter2"}`}}},
+		modeltest.Reply{ToolCalls: []model.ToolCall{{ID: "call_1", Name: "room_notice_board_clear", Arguments: `{}`}}},
+		modeltest.Reply{Text: "Posted, then cleared."},
+	)
+	r := wake(t, cb, "agent", 1, "k1", "post the wifi password", true)
+	var res turnResult
+	if err := r.Decode(&res); err != nil || !r.OK || res.Result.ToolCalls != 2 {
+		t.Fatalf("wake: %+v %v %v", res, r.Err(), err)
+	}
+	reqs := llm.Requests()
+	var out struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			Retryable bool   `json:"retryable"`
+		} `json:"error"`
+	}
+	posted := lastToolOutput(reqs[1].Request.Messages)
+	if json.Unmarshal([]byte(posted), &out) != nil || out.Error.Code != "result_withheld" || out.Error.Retryable || strings.Contains(posted, "hunter2") {
+		t.Fatalf("the post's output the model read: %s", posted)
+	}
+	if cleared := lastToolOutput(reqs[2].Request.Messages); !strings.Contains(cleared, `"cleared":1`) {
+		t.Fatalf("the clear's output the model read: %s", cleared)
+	}
+	var ends []map[string]any
+	timeout := time.After(20 * time.Second)
+	for len(ends) < 2 {
+		select {
+		case raw := <-w.Events():
+			var ev struct {
+				Event string         `json:"event"`
+				Data  map[string]any `json:"data"`
+			}
+			json.Unmarshal(raw, &ev)
+			if ev.Event == "toolEnd" {
+				ends = append(ends, ev.Data)
+			}
+		case <-timeout:
+			t.Fatalf("toolEnd events: %v", ends)
+		}
+	}
+	if e, _ := ends[0]["error"].(map[string]any); ends[0]["ok"] != false || e["code"] != "result_withheld" || e["retryable"] == true {
+		t.Fatalf("the post's toolEnd: %v", ends[0])
+	}
+	if ends[1]["ok"] != true {
+		t.Fatalf("the clear's toolEnd: %v", ends[1])
+	}
+	if after := pid(); after != before {
+		t.Fatalf("the board's pid changed from %v to %v", before, after)
+	}
+}

@@ -140,6 +140,21 @@ type AdapterState struct {
 	// Digests are the recorded file digests by prefix; while the state is "changed", current
 	// is what the file hashes to now ("missing" when it cannot be read).
 	Digests []AdapterDigest `json:"digests"`
+	// Withheld counts the observe and invoke results withheld (result_withheld) since the
+	// registration was installed; LastWithheld describes the latest.
+	Withheld     int           `json:"withheld,omitempty"`
+	LastWithheld *WithheldCall `json:"lastWithheld,omitempty"`
+}
+
+// WithheldCall is the latest call of an adapter whose result was withheld: which capability,
+// which call (method, and an invoke's action), which screen, and when. It never holds the
+// result, its text or the call's arguments.
+type WithheldCall struct {
+	CapabilityID string    `json:"capabilityId"`
+	Method       string    `json:"method"`
+	Action       string    `json:"action,omitempty"`
+	Screen       string    `json:"screen"`
+	At           time.Time `json:"at"`
 }
 
 // AdapterDigest is one recorded file digest of an adapter, as status shows it: a prefix of

@@ -481,6 +481,8 @@ func remoteMessage(code string) string {
 		return "the provider's operator did not decide in time"
 	case room.CodeDuplicateRequest:
 		return "the request id was used for another call"
+	case capadapter.CodeResultWithheld:
+		return "the call ran at the provider, but its result was withheld: it failed the runtime's screens"
 	}
 	return "the provider answered " + code
 }

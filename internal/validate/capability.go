@@ -9,6 +9,12 @@
 // and results, and a clean exit on stdin close. Every child it starts is reaped before
 // RunCapability returns.
 //
+// It fails only what the runtime would refuse. A descriptor that fails a screen is refused
+// (the adapter does not register); an observe or invoke result that fails one is not: the
+// runtime withholds that result from its caller (result_withheld) and the adapter serves on.
+// Such a result passes its probe with a warning that names the call, the screen and what was
+// found, so that an author whose adapter echoes caller text learns to screen it.
+//
 // The invoke and invalid_args probes call the adapter's actions (invalid_args with generated
 // args that a conforming adapter refuses, but a lax one may act on): validate an adapter
 // against a test device, not one in use.
@@ -193,11 +199,12 @@ type harness struct {
 	descs []capadapter.Descriptor
 	canon [][]byte
 
-	calls   []callRecord
-	screens []string // screen violations found, for the screens probe
-	bounds  []string // bound violations found, for the bounds probe
-	largest int      // the largest result seen
-	noStart bool     // the adapter could not be started at all
+	calls    []callRecord
+	screens  []string // screen violations found in descriptors, for the screens probe
+	withheld []string // results the runtime would withhold, for the screens probe's warning
+	bounds   []string // bound violations found, for the bounds probe
+	largest  int      // the largest result seen
+	noStart  bool     // the adapter could not be started at all
 }
 
 type callRecord struct {
@@ -340,20 +347,23 @@ func (h *harness) expectCode(label, want string, req capadapter.Request) string 
 	return ""
 }
 
-// resultCall makes an observe or invoke call that must succeed with a result the checks
-// accept, and returns the problem, if any.
-func (h *harness) resultCall(label string, req capadapter.Request) string {
+// resultCall makes an observe or invoke call that must succeed with a result the runtime
+// accepts, and returns the problem, if any, and a warning when the runtime would withhold the
+// result: a well-formed result that fails a screen is no protocol violation (the runtime
+// withholds it from that caller, result_withheld, and the adapter serves on), but its callers
+// never see it, so the author must know.
+func (h *harness) resultCall(label string, req capadapter.Request) (problem, warning string) {
 	c, err := h.live()
 	if err != nil {
-		return label + ": " + err.Error()
+		return label + ": " + err.Error(), ""
 	}
 	resp, err := h.call(c, label, req)
 	label += " (" + requestText(req) + ")"
 	if err != nil {
-		return label + ": " + describeErr(err)
+		return label + ": " + describeErr(err), ""
 	}
 	if resp.ErrorCode != "" {
-		return label + ": answered error " + resp.ErrorCode
+		return label + ": answered error " + resp.ErrorCode, ""
 	}
 	if len(resp.Result) > h.largest {
 		h.largest = len(resp.Result)
@@ -361,17 +371,35 @@ func (h *harness) resultCall(label string, req capadapter.Request) string {
 	if len(resp.Result) > capadapter.MaxResultBytes {
 		msg := fmt.Sprintf("%s: result of %d bytes, over %d", label, len(resp.Result), capadapter.MaxResultBytes)
 		h.bounds = append(h.bounds, msg)
-		return msg
+		return msg, ""
 	}
-	if v := screenResult(resp.Result); len(v) > 0 {
-		h.screens = append(h.screens, label+" result: "+strings.Join(v, ", "))
-		return label + ": the result fails the screens (" + strings.Join(v, ", ") + ")"
+	// The runtime's own screens decide; the harness's checks say what they found.
+	var e *capadapter.Error
+	switch err := capadapter.ScreenResult(resp.Result, true); {
+	case err == nil:
+		return "", ""
+	case !errors.As(err, &e) || e.Code != capadapter.CodeResultWithheld:
+		if p := checkSemantic(resp.Result); p != "" {
+			return label + ": " + p, ""
+		}
+		return label + ": the runtime refuses the result: " + describeErr(err), ""
 	}
+	found := screenResult(resp.Result)
 	if p := checkSemantic(resp.Result); p != "" {
-		return label + ": " + p
+		found = append(found, p)
 	}
-	return ""
+	w := label + ": the runtime would withhold this result (result_withheld: it fails the " + e.Screen + " screen"
+	if len(found) > 0 {
+		w += ": " + strings.Join(found, ", ")
+	}
+	w += ")"
+	h.withheld = append(h.withheld, w)
+	return "", w
 }
+
+// withheldAdvice ends a warning of results the runtime would withhold.
+const withheldAdvice = "; the adapter keeps running, but its callers would get result_withheld instead of the result: " +
+	"an adapter that echoes what a caller gave it must screen that text itself (see docs/adapter-authoring.md)"
 
 // closeAll stops every child the harness started and waits until each is reaped.
 func (h *harness) closeAll() {

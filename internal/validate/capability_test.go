@@ -102,7 +102,6 @@ func TestBrokenAdapters(t *testing.T) {
 			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"set_level","args":{"airlock_undeclared_probe":"probe","level":0}}`,
 			`sent {"protocolVersion":1,"method":"invoke","capabilityId":"test_light","action":"flip","args":{"airlock_undeclared_probe":"probe"}}`,
 		}},
-		{mode: "url-result", fail: []string{ProbeObserve, ProbeScreens}, detail: "screens"},
 		{mode: "no-exit", fail: []string{ProbeStdinClose}, detail: "stdin close"},
 		{mode: "describe-differs", fail: []string{ProbeDescribe}, detail: "differs"},
 		{mode: "sensitive", fail: []string{ProbeList, ProbeScreens}, detail: "invalid_descriptor"},
@@ -170,4 +169,43 @@ func TestFaultAdapterUnknownMode(t *testing.T) {
 	if code := RunFaultAdapter("nope", strings.NewReader(""), &strings.Builder{}); code != 2 {
 		t.Errorf("unknown mode: exit %d", code)
 	}
+}
+
+// TestWithheldResultWarns: a result that fails a screen is no protocol violation (the runtime
+// withholds it from its caller and keeps the adapter), so the harness passes the adapter and
+// warns, naming the call, the screen and what it found: for an observe whose state carries a
+// URL, and for the test's notice board, which echoes the text an invoke gave it.
+func TestWithheldResultWarns(t *testing.T) {
+	t.Run("url-result", func(t *testing.T) {
+		trackChildren(t)
+		rep := run(t, testConfig(t, "url-result"))
+		wantAllPass(t, rep, conformanceProbes...)
+		for _, name := range []string{ProbeObserve, ProbeScreens} {
+			p, _ := rep.Probe(name)
+			for _, want := range []string{"warning: ", `observe test_light (sent {"protocolVersion":1,"method":"observe","capabilityId":"test_light"})`,
+				"result_withheld: it fails the url screen", "its callers would get result_withheld", "must screen that text itself"} {
+				if !strings.Contains(p.Detail, want) {
+					t.Errorf("%s detail %q lacks %q", name, p.Detail, want)
+				}
+			}
+		}
+	})
+	t.Run("noticeboard", func(t *testing.T) {
+		board := buildAdapter(t, "./internal/daemontest/noticeboard")
+		trackChildren(t)
+		rep := run(t, Config{Command: board, Action: "post", ActionArgs: json.RawMessage(`{"text":"wifi password: hunter2"}`)})
+		wantAllPass(t, rep, conformanceProbes...)
+		if p, _ := rep.Probe(ProbeObserve); strings.HasPrefix(p.Detail, "warning") {
+			t.Errorf("observe of an empty board warns: %q", p.Detail)
+		}
+		for _, name := range []string{ProbeInvoke, ProbeScreens} {
+			p, _ := rep.Probe(name)
+			for _, want := range []string{"warning: ", "invoke notice_board.post", "result_withheld: it fails the sensitive_text screen",
+				"URL or sensitive key:value in"} {
+				if !strings.Contains(p.Detail, want) {
+					t.Errorf("%s detail %q lacks %q", name, p.Detail, want)
+				}
+			}
+		}
+	})
 }

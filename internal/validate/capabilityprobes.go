@@ -137,7 +137,7 @@ func (h *harness) startup() string {
 }
 
 func (h *harness) probeObserve() {
-	var problems []string
+	var problems, warnings []string
 	n := 0
 	for _, d := range h.descs {
 		if !d.Observe {
@@ -145,7 +145,8 @@ func (h *harness) probeObserve() {
 		}
 		n++
 		label := "observe " + d.CapabilityID
-		if p := h.resultCall(label, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: d.CapabilityID}); p != "" {
+		p, w := h.resultCall(label, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: d.CapabilityID})
+		if p != "" {
 			problems = append(problems, p)
 			continue
 		}
@@ -159,15 +160,29 @@ func (h *harness) probeObserve() {
 		start := time.Now()
 		_, err = c.Observe(h.ctx, d.CapabilityID)
 		h.calls = append(h.calls, callRecord{label: label, took: time.Since(start), code: capadapter.CodeOf(err)})
-		if err != nil {
+		switch {
+		case err == nil:
+		case capadapter.CodeOf(err) == capadapter.CodeResultWithheld && c.Failure() == nil:
+			if w == "" {
+				w = label + ": the runtime would withhold this result (" + describeErr(err) + ")"
+				h.withheld = append(h.withheld, w)
+			}
+		default:
 			problems = append(problems, label+": the runtime refuses the result: "+describeErr(err))
+		}
+		if w != "" {
+			warnings = append(warnings, w)
 		}
 	}
 	if n == 0 && len(problems) == 0 {
 		h.pass(ProbeObserve, "no capability observes")
 		return
 	}
-	h.result(ProbeObserve, problems, fmt.Sprintf("%d observable capability(ies) answered with bounded semantic data", n))
+	note := fmt.Sprintf("%d observable capability(ies) answered with bounded semantic data", n)
+	if len(warnings) > 0 {
+		note = "warning: " + strings.Join(warnings, "; ") + withheldAdvice
+	}
+	h.result(ProbeObserve, problems, note)
 }
 
 func (h *harness) probeInvoke() {
@@ -186,9 +201,13 @@ func (h *harness) probeInvoke() {
 			return
 		}
 		label := "invoke " + d.CapabilityID + "." + a.Name
-		p := h.resultCall(label, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: d.CapabilityID,
+		p, w := h.resultCall(label, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: d.CapabilityID,
 			Action: a.Name, Args: h.cfg.ActionArgs})
-		h.result(ProbeInvoke, nonEmpty(p), label+" succeeded")
+		note := label + " succeeded"
+		if w != "" {
+			note = "warning: " + w + withheldAdvice
+		}
+		h.result(ProbeInvoke, nonEmpty(p), note)
 		return
 	}
 	h.fail(ProbeInvoke, "no listed capability declares the action "+quote(h.cfg.Action))
@@ -331,8 +350,16 @@ func (h *harness) probeBounds() {
 		capadapter.MaxFrameBytes, capadapter.MaxDescriptorBytes, capadapter.MaxResultBytes, h.largest))
 }
 
+// probeScreens fails for a descriptor that fails the screens (the runtime refuses the
+// adapter), and warns for results the runtime would withhold (it withholds them from their
+// callers and keeps the adapter).
 func (h *harness) probeScreens() {
-	h.result(ProbeScreens, h.screens, "no URL or sensitive name in descriptors and results")
+	note := "no URL or sensitive name in descriptors and results"
+	if len(h.withheld) > 0 {
+		note = fmt.Sprintf("warning: %d result(s) the runtime would withhold: %s%s", len(h.withheld),
+			strings.Join(h.withheld, "; "), withheldAdvice)
+	}
+	h.result(ProbeScreens, h.screens, note)
 }
 
 func (h *harness) screenDescriptor(label string, raw []byte) {

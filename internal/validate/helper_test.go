@@ -237,11 +237,17 @@ func testAdapter(mode string) int {
 // when it exits with status 0, which would miss StdinCloseBound.
 func buildLamp(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "go-lamp")
-	cmd := exec.Command("go", "build", "-o", out, "./examples/adapters/go-lamp")
+	return buildAdapter(t, "./examples/adapters/go-lamp")
+}
+
+// buildAdapter builds the adapter's main package at pkg (relative to the module root).
+func buildAdapter(t *testing.T, pkg string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Dir = filepath.Join("..", "..")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build go-lamp: %v\n%s", err, b)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
 }

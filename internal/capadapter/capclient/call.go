@@ -82,8 +82,9 @@ func (c *Client) call(ctx context.Context, req capadapter.Request, kind callKind
 	return o.resp, nil
 }
 
-// Observe calls observe on capability id and screens the result (see checkResult). A result
-// that fails the screens kills the child.
+// Observe calls observe on capability id and screens the result (see
+// capadapter.ScreenResult): a result that fails a screen is withheld (result_withheld) and the
+// child serves on; one over capadapter.MaxResultBytes kills it.
 func (c *Client) Observe(ctx context.Context, id string) (json.RawMessage, error) {
 	return await(func(done func(json.RawMessage, error)) { c.StartObserve(ctx, id, done) })
 }
@@ -417,11 +418,18 @@ func (c *Client) readStdout() {
 // answer decodes frame as the response to cl and, for an observe or invoke, screens its result,
 // then ends cl and makes the next queued call active. The call stays active while its frame is
 // checked, so that no later request is written before the child is known to be sound. A frame
-// that fails either check kills the child before the call learns why.
+// that fails the protocol's checks (DecodeResponse, and a result's size) kills the child before
+// the call learns why. A well-formed, correctly paired result that fails a screen ends cl with
+// result_withheld and leaves the child serving: no stale answer is left to pair with a later
+// request.
 func (c *Client) answer(cl *call, frame []byte) {
 	resp, err := capadapter.DecodeResponse(frame, cl.id)
+	var withheld *capadapter.Error
 	if err == nil && cl.kind == screenedCall && resp.ErrorCode == "" {
 		err = capadapter.ScreenResult(resp.Result, false) // capadapter.DecodeResponse has checked the JSON whole
+		if e, ok := err.(*capadapter.Error); ok && e.Code == capadapter.CodeResultWithheld {
+			withheld, err, resp = e, nil, capadapter.Response{}
+		}
 	}
 	c.mu.Lock()
 	if c.active != cl { // the deadline, ctx or a failure ended it meanwhile
@@ -434,7 +442,7 @@ func (c *Client) answer(cl *call, frame []byte) {
 		return
 	}
 	c.active = nil
-	c.endLocked(cl, resp, nil)
+	c.endLocked(cl, resp, withheld)
 	var write []byte
 	if len(c.queue) > 0 {
 		next := c.queue[0]

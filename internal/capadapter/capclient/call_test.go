@@ -122,14 +122,36 @@ func TestDeadlineOfALaterCall(t *testing.T) {
 	waitDone(t, c)
 }
 
-// A malformed answer fails the call that waited for it and kills the child.
-func TestStartObserveScreensResult(t *testing.T) {
+// A well-formed, correctly paired result that fails a screen fails only its own call, with
+// result_withheld naming the screen: the child is not killed, and the next calls, queued behind
+// it or made later, are answered by the same process.
+func TestStartObserveWithholdsScreenedResult(t *testing.T) {
 	noLeaks(t)
 	c := startHelper(t, "url-result", ClientOptions{})
+	pid := c.PID()
 	col := newCollector(t)
 	c.StartObserve(context.Background(), "test_light", col.done())
-	wantCode(t, col.next().err, capadapter.CodeMalformedResponse)
-	waitDone(t, c)
+	c.StartInvoke(context.Background(), "test_light", "turn_on", json.RawMessage(`{"on":true}`), col.done())
+	c.StartObserve(context.Background(), "test_light", col.done())
+	e := wantCode(t, col.next().err, capadapter.CodeResultWithheld)
+	if e.Screen != capadapter.ScreenURL || e.FromAdapter || strings.Contains(e.Error(), "example.com") {
+		t.Fatalf("withheld error %+v", e)
+	}
+	if o := col.next(); o.err != nil || string(o.raw) != `{"ok":true,"on":true}` {
+		t.Fatalf("the invoke queued behind the withheld observe: %s, %v", o.raw, o.err)
+	}
+	wantCode(t, col.next().err, capadapter.CodeResultWithheld)
+	if c.Failure() != nil || c.PID() != pid {
+		t.Fatalf("the child failed (%v) or changed (pid %d, was %d)", c.Failure(), c.PID(), pid)
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("the child exited after a withheld result")
+	default:
+	}
+	if _, err := c.Invoke(context.Background(), "test_light", "turn_on", json.RawMessage(`{"on":false}`)); err != nil {
+		t.Fatalf("an invoke after the withheld results: %v", err)
+	}
 }
 
 // Stopping the child ends a pending call: done runs with unavailable and Close returns.

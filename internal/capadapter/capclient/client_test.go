@@ -227,7 +227,6 @@ func TestClientCallFailuresKillChild(t *testing.T) {
 	}{
 		{"hang-observe", capadapter.CodeTimeout},
 		{"crash-observe", capadapter.CodeUnavailable},
-		{"url-result", capadapter.CodeMalformedResponse},
 		{"big-result", capadapter.CodeTooLarge},
 	}
 	for _, tc := range cases {

@@ -19,7 +19,10 @@
 // (DefaultBackoffMin doubling to DefaultBackoffMax, reset after DefaultHealthyAfter) while its
 // capabilities report unavailable; Status shows state, pid, restarts and the last failure.
 // Invoke checks the action and its args against the descriptor before the child is called,
-// and results pass semantic screens (checkResult) before they are returned.
+// and results pass semantic screens (capadapter.ScreenResult) before they are returned. A
+// well-formed, correctly paired result that fails a screen is withheld from its caller
+// (result_withheld) for that call only: the child is neither killed nor restarted, and the
+// adapter's log and Status name the capability, the call and the screen, never the result.
 //
 // Errors are *capadapter.Error values with stable codes (errors.Is compares codes).
 package capclient

@@ -8,8 +8,8 @@ import (
 	"github.com/airlockhq/airlock/internal/capadapter"
 )
 
-// End to end: an adapter that escapes its way past a byte screen is refused at the handshake
-// or killed at the result, exactly as if it had written the text plainly.
+// End to end: an adapter that escapes its way past a byte screen is refused at the handshake,
+// or has its result withheld, exactly as if it had written the text plainly.
 func TestClientRefusesEscapedUnsafeText(t *testing.T) {
 	noLeaks(t)
 	for _, mode := range []string{"escaped-id", "escaped-title"} {
@@ -31,8 +31,10 @@ func TestClientRefusesEscapedUnsafeText(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			c := startHelper(t, mode, ClientOptions{})
 			_, err := c.Observe(context.Background(), "test_light")
-			wantCode(t, err, capadapter.CodeMalformedResponse)
-			waitDone(t, c)
+			wantCode(t, err, capadapter.CodeResultWithheld)
+			if c.Failure() != nil {
+				t.Fatalf("the child failed: %v", c.Failure())
+			}
 		})
 	}
 }

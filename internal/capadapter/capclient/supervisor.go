@@ -131,6 +131,23 @@ type AdapterStatus struct {
 	// Digests shows the recorded digests by prefix, and while the state is changed what the
 	// files hash to now.
 	Digests []DigestStatus `json:"digests"`
+
+	// Withheld counts the results withheld since the registration was installed: observe and
+	// invoke results that failed a screen (capadapter.CodeResultWithheld), each withheld from
+	// its caller while the child served on. LastWithheld describes the latest.
+	Withheld     int           `json:"withheld,omitempty"`
+	LastWithheld *WithheldCall `json:"lastWithheld,omitempty"`
+}
+
+// WithheldCall describes a call whose result was withheld, for the operator: which
+// capability, which call, which screen. It never holds the result, its text or the call's
+// arguments.
+type WithheldCall struct {
+	CapabilityID string    `json:"capabilityId"`
+	Method       string    `json:"method"`           // observe or invoke
+	Action       string    `json:"action,omitempty"` // the invoke's action
+	Screen       string    `json:"screen"`           // one of the capadapter.Screen constants
+	At           time.Time `json:"at"`
 }
 
 // adapter is one registration. Its descriptors are fixed when it registers; the fields after
@@ -151,6 +168,8 @@ type adapter struct {
 	restarts    int
 	lastFailure string
 	current     []FileDigest // while changed: the digests the files have now
+	withheld    int
+	last        *WithheldCall // the latest withheld result
 }
 
 // Supervisor runs many adapters, each under a registration name, and routes capability
@@ -547,7 +566,9 @@ func (s *Supervisor) Ready(id string) bool {
 
 // Observe returns capability id's observation: bounded semantic data (see checkResult).
 // It fails with unknown_capability, unsupported_method when the capability does not observe,
-// unavailable while its adapter is not ready, or the call's own error.
+// unavailable while its adapter is not ready, or the call's own error: result_withheld for an
+// observation that fails a screen, which is noted in the adapter's log and status while its
+// child serves on.
 func (s *Supervisor) Observe(ctx context.Context, id string) (json.RawMessage, error) {
 	return await(func(done func(json.RawMessage, error)) { s.StartObserve(ctx, id, done) })
 }
@@ -566,7 +587,30 @@ func (s *Supervisor) StartObserve(ctx context.Context, id string, done func(json
 	case inst == nil:
 		done(nil, unavailableAdapter(a))
 	default:
-		inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}, done)
+		req := capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}
+		inst.startResult(ctx, req, s.noteWithheld(a, req, done))
+	}
+}
+
+// noteWithheld returns done, recording first for the operator a result_withheld outcome of req
+// on a's child: a line in a's log and its status (see WithheldCall). The line names the
+// capability, the call and the screen, never the result.
+func (s *Supervisor) noteWithheld(a *adapter, req capadapter.Request, done func(json.RawMessage, error)) func(json.RawMessage, error) {
+	return func(raw json.RawMessage, err error) {
+		if e, ok := err.(*capadapter.Error); ok && e.Code == capadapter.CodeResultWithheld {
+			w := &WithheldCall{CapabilityID: req.CapabilityID, Method: req.Method, Action: req.Action, Screen: e.Screen, At: time.Now().UTC()}
+			call := req.Method
+			if req.Action != "" {
+				call += " " + req.Action
+			}
+			a.log.note(fmt.Sprintf("result withheld: capability %s, %s: the result failed the %s screen; the adapter keeps running",
+				req.CapabilityID, call, e.Screen))
+			s.mu.Lock()
+			a.withheld++
+			a.last = w
+			s.mu.Unlock()
+		}
+		done(raw, err)
 	}
 }
 
@@ -597,7 +641,8 @@ func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args js
 		done(nil, unavailableAdapter(a))
 		return
 	}
-	inst.startResult(ctx, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}, done)
+	req := capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}
+	inst.startResult(ctx, req, s.noteWithheld(a, req, done))
 }
 
 // Status returns every registration's state in name order.
@@ -614,8 +659,12 @@ func (s *Supervisor) Status() []AdapterStatus {
 			Name: a.reg.Name, Command: a.reg.Command, Args: append([]string{}, a.reg.Args...),
 			State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
 			Room: a.reg.Room, Session: a.reg.Session, Generation: a.reg.Generation, LeaseExpires: a.reg.LeaseExpires,
-			Digests: digestStatus(a.reg.Digests, a.current),
+			Digests: digestStatus(a.reg.Digests, a.current), Withheld: a.withheld,
 		})
+		if a.last != nil {
+			last := *a.last
+			out[len(out)-1].LastWithheld = &last
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

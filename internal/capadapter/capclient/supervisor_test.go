@@ -251,3 +251,44 @@ func TestNewRefusesOutOfBoundsOptions(t *testing.T) {
 		}
 	}
 }
+
+// A result that fails a screen is withheld from its caller, for that call only: the child is
+// neither killed nor restarted, other calls keep working, and the operator finds the
+// capability, the call and the screen in the adapter's log and status, never the result.
+func TestSupervisorWithheldResultKeepsTheChild(t *testing.T) {
+	noLeaks(t)
+	s := newSupervisor(t, Options{})
+	ctx := context.Background()
+	register(t, s, helperRegistration(t, "light", "url-result"))
+	pid := statusOf(t, s, "light").PID
+	for range 2 {
+		_, err := s.Observe(ctx, "test_light")
+		if e := wantCode(t, err, capadapter.CodeResultWithheld); e.Screen != capadapter.ScreenURL {
+			t.Fatalf("screen %q", e.Screen)
+		}
+	}
+	if res, err := s.Invoke(ctx, "test_light", "set_level", json.RawMessage(`{"level":3}`)); err != nil || string(res) != `{"level":3}` {
+		t.Fatalf("Invoke after withheld observes = %s, %v", res, err)
+	}
+	st := statusOf(t, s, "light")
+	if st.State != StateReady || st.PID != pid || st.Restarts != 0 || st.LastFailure != "" || !s.Ready("test_light") {
+		t.Fatalf("Status after withheld observes = %+v (pid was %d)", st, pid)
+	}
+	if w := st.LastWithheld; st.Withheld != 2 || w == nil || w.CapabilityID != "test_light" || w.Method != "observe" ||
+		w.Action != "" || w.Screen != capadapter.ScreenURL || w.At.IsZero() {
+		t.Fatalf("Status's withheld record: %d %+v", st.Withheld, w)
+	}
+	logs, _ := s.Logs("light")
+	var noted int
+	for _, l := range logs {
+		if strings.Contains(l, "example.com") || strings.Contains(l, "https:") {
+			t.Fatalf("a log line quotes the withheld result: %q", l)
+		}
+		if l == "[airlock] result withheld: capability test_light, observe: the result failed the url screen; the adapter keeps running" {
+			noted++
+		}
+	}
+	if noted != 2 {
+		t.Fatalf("%d withheld lines in %q, want 2", noted, logs)
+	}
+}
