@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/visible"
 )
 
 // roomCallTimeout bounds a room observe or invoke: the call's own deadline, with a per-call
@@ -485,9 +487,10 @@ func (a *app) roomOpenUI(ctx context.Context, args []string) int {
 }
 
 // terminalJSON is raw (another host's JSON) on one line and safe for a terminal: compact,
-// and with every control or bidirectional formatting character, which JSON allows raw in a
-// string but a terminal may act on, written as a \u escape (a valid JSON string escape; such
-// characters appear only inside strings). Text that is not JSON is quoted whole.
+// and with every character of visible.Hidden (controls, bidirectional and other format
+// characters, separators), which JSON allows raw in a string but a terminal may act on or
+// not show, written as a \u escape (a valid JSON string escape, a surrogate pair above
+// U+FFFF; such characters appear only inside strings). Text that is not JSON is quoted whole.
 func terminalJSON(raw json.RawMessage) string {
 	var b bytes.Buffer
 	if err := json.Compact(&b, raw); err != nil {
@@ -495,11 +498,15 @@ func terminalJSON(raw json.RawMessage) string {
 	}
 	var out strings.Builder
 	for _, r := range b.String() {
-		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029' {
-			fmt.Fprintf(&out, "\\u%04x", r)
+		if !visible.Hidden(r) {
+			out.WriteRune(r)
 			continue
 		}
-		out.WriteRune(r)
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			fmt.Fprintf(&out, "\\u%04x\\u%04x", r1, r2)
+			continue
+		}
+		fmt.Fprintf(&out, "\\u%04x", r)
 	}
 	return out.String()
 }

@@ -501,6 +501,9 @@ func TestTerminalJSON(t *testing.T) {
 		{"raw C1 and DEL escaped", "{\"t\":\"a\u009b31m\u007fb\"}", `{"t":"a\u009b31m\u007fb"}`},
 		{"bidi override escaped", "{\"t\":\"a\u202eb\"}", `{"t":"a\u202eb"}`},
 		{"line separator escaped", "{\"t\":\"a\u2028b\"}", `{"t":"a\u2028b"}`},
+		{"zero width and BOM escaped", "{\"t\":\"a\u200bb\ufeff\"}", `{"t":"a\u200bb\ufeff"}`},
+		{"tag character escaped as a surrogate pair", "{\"t\":\"a\U000e0041\"}", `{"t":"a\udb40\udc41"}`},
+		{"hangul filler escaped", "{\"t\":\"a\u3164\"}", `{"t":"a\u3164"}`},
 		{"not JSON quoted", "{\"t\":\"a\nb\x1b\"}", `"{\"t\":\"a\nb\x1b\"}"`},
 		{"unicode kept", `{"t":"Grün"}`, `{"t":"Grün"}`},
 	} {

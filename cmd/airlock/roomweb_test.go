@@ -279,3 +279,63 @@ func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 		}
 	}
 }
+
+// TestRoomWebApprovalShowsHidden: B calls A's approve-each set_color with a colour holding a
+// right-to-left override ("pay 10\u202e00001\u202c EUR" reads "pay 1000001 EUR" backwards
+// when shown raw), in a room whose title and B's name hold an isolate and a zero-width space.
+// A's human sees the pending call on A's page (airlockd --http) in headless Chromium: the args,
+// the room title and B's name show each such character as <U+XXXX>, and none is anywhere in
+// the document. A's human denies it from the page, and B's call fails approval_denied.
+func TestRoomWebApprovalShowsHidden(t *testing.T) {
+	exe := browsertest.Chromium(t)
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: the room test runs the Python light")
+	}
+	bl := startBulb(t, python)
+	config := filepath.Join(t.TempDir(), "light.json")
+	if err := os.WriteFile(config, []byte(`{"bulb": "`+bl.base+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startRoomHost(t, "--http", "127.0.0.1:0")
+	var sa roomStatusData
+	a.data(&sa, "room", "status")
+	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	a.cli("", "adapter", "register", "light", "--", python, exampleFile(t, "python-light", "light.py"), config).wantCode(t, exitOK)
+	a.cli("", "room", "create", "home", "--title", "Home\u2066 sweet\u2069").wantCode(t, exitOK)
+	var inv struct {
+		Code string `json:"code"`
+	}
+	a.data(&inv, "room", "invite", "home", "--name", "bob\u200b")
+	b.cli(inv.Code+"\n", "room", "join", "-").wantCode(t, exitOK)
+	a.cli("", "room", "publish", "--room", "home", "--cap", "living_room_light", "--actions", "set_color", "--approve-each").wantCode(t, exitOK)
+	var caps struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	waitFor(t, "B to see the approval requirement", func() bool {
+		b.data(&caps, "room", "caps", "--room", "home")
+		return described(caps.Capabilities, 1) && caps.Capabilities[0].Actions[0].ApproveEach
+	})
+
+	done := make(chan result, 1)
+	go func() {
+		done <- cli(t, b.d.Socket, "", "room", "invoke", "--json", "--room", "home", "--cap", "living_room_light",
+			"--action", "set_color", "--args", `{"color":"pay 10\u202e00001\u202c EUR"}`)
+	}()
+	page := openRoomPage(t, exe, a)
+	page.logIn("home")
+	const pending = `#approval-list li[data-approval]`
+	page.poll("the pending call's args, escaped", `(document.querySelector('`+pending+` pre')||{textContent: ''}).textContent ===
+		'{\n  "color": "pay 10<U+202E>00001<U+202C> EUR"\n}'`)
+	page.poll("the room title, escaped", `(document.querySelector('#room h3')||{textContent: ''}).textContent === 'Home<U+2066> sweet<U+2069>'`)
+	page.poll("B's name, escaped", `[...document.querySelectorAll('#room table.members td')].some(td => td.textContent === 'bob<U+200B>')`)
+	if n, err := chromedp.Run(page.ctx, chromedp.Evaluate[int](`(document.documentElement.outerHTML.match(/[\u200b-\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069\ufeff]/g) || []).length`)); err != nil || n != 0 {
+		t.Errorf("the page holds %d hidden characters (%v)", n, err)
+	}
+	page.screenshot("web-approval-hidden.png")
+	page.step("deny", chromedp.Click(chromedp.CSS(pending+` button.deny`)))
+	page.poll("the denial in the live log", `document.querySelector('#log-list li[data-kind="approval"][data-outcome="denied"]') !== null`)
+	if env := envelopeOf(t, <-done, "room invoke", false); env.Error.Code != "approval_denied" {
+		t.Fatalf("B's call after the denial: %s", env.Error.Code)
+	}
+}

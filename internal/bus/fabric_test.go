@@ -225,6 +225,30 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 		t.Fatalf("init with a host name: %v", err)
 	}
 
+	// Another node's certificate and key (valid, of the fabric's CA): its peers would refuse
+	// this node's routes, so the node does not start.
+	for _, name := range []string{"node.pem", "node-key.pem"} {
+		data, err := os.ReadFile(filepath.Join(dir, "f", "n2", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "n1-"+name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1File, err := ParseFabric(mustRead(t, filepath.Join(n1, "fabric.json")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1File.TLS.Cert, n1File.TLS.Key = filepath.Join(dir, "n1-node.pem"), filepath.Join(dir, "n1-node-key.pem")
+	if _, err := openFabric(n1File, n1); !errors.Is(err, &FabricError{Code: CodeFabricFile}) || !strings.Contains(err.Error(), `does not name node "n1"`) {
+		t.Fatalf("n2's certificate for n1: %v", err)
+	}
+	n1File.Node = "n2" // named right, on n1's route address
+	if _, err := openFabric(n1File, n1); !errors.Is(err, &FabricError{Code: CodeFabricFile}) || !strings.Contains(err.Error(), "127.0.0.2") {
+		t.Fatalf("n2's certificate on n1's address: %v", err)
+	}
+
 	// A readable key, a missing file, a seed of the wrong kind: each refused as fabric_file.
 	if err := os.Chmod(filepath.Join(n1, "node-key.pem"), 0o644); err != nil {
 		t.Fatal(err)
@@ -253,4 +277,13 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 	if _, err := LoadFabric(filepath.Join(n1, "fabric.json")); !errors.Is(err, &FabricError{Code: CodeFabricInvalid}) {
 		t.Fatalf("another host's seed: %v", err)
 	}
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

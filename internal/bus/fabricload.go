@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -82,6 +85,11 @@ func openFabric(f *FabricFile, dir string) (*Fabric, error) {
 	}
 	if f.Mode == ModeCluster && !hasUser(f, f.Host.ID, pub) {
 		return nil, invalid("users", "no user for this node's host (host.id with the seed's public key)")
+	}
+	if f.Mode == ModeCluster {
+		if err := checkNodeCert(f, cert); err != nil {
+			return nil, err
+		}
 	}
 	fb := &Fabric{File: f, user: kp, userPub: pub}
 	fb.serverTLS = &tls.Config{
@@ -186,11 +194,15 @@ func (fb *Fabric) apply(opts *server.Options) error {
 		opts.Cluster.Name = c.Name
 		opts.JetStreamDomain = c.JetStreamDomain()
 		opts.Cluster.Host, opts.Cluster.Port = ap.Addr().String(), int(ap.Port())
-		// Routes are mutually authenticated by certificates of the fabric's CA, whatever
-		// their address: a route carries every message of the cluster.
+		// Routes are mutually authenticated by certificates of the fabric's CA, and a route
+		// carries every message of the cluster, so an accepted route must also be one of the
+		// configured nodes, from its own address, under its own name (routeAuth). This node
+		// dials its routes as the user named after it; the dialled peer's certificate must
+		// carry the address dialled (TLS verifies it).
 		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = fb.serverTLS.Clone(), tlsTimeout
+		opts.CustomRouterAuthentication = newRouteAuth(c)
 		for _, r := range c.Routes {
-			opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", Host: r})
+			opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats-route", User: url.User(f.Node), Host: r})
 		}
 		if c.LeafListen != "" {
 			lp, _ := parseHostPort(c.LeafListen)
@@ -272,4 +284,89 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// routeAuth authorizes an accepted route (server.Options.CustomRouterAuthentication, asked at
+// the route's CONNECT, after TLS verified its certificate against the fabric's CA). The route
+// is accepted only when:
+//   - its certificate carries, as an IP SAN, the address of one of this node's configured
+//     routes (a configured node; this node's own certificate is not one);
+//   - it comes from that address — or, when that address is in 127.0.0.0/8, from 127.0.0.1,
+//     the source Linux gives every connection to a loopback address, so a fabric on one
+//     machine (the tests') can form;
+//   - the user of its CONNECT, which a node sets to its own name, is a DNS SAN of the
+//     certificate.
+//
+// So a node's key used from another address, or under another name, is refused.
+type routeAuth struct {
+	peers map[netip.Addr]bool // the IPs of this node's configured routes
+}
+
+func newRouteAuth(c *FabricCluster) *routeAuth {
+	ra := &routeAuth{peers: make(map[netip.Addr]bool, len(c.Routes))}
+	for _, r := range c.Routes {
+		ap, err := parseHostPort(r)
+		if err == nil { // checked by ParseFabric
+			ra.peers[ap.Addr().Unmap()] = true
+		}
+	}
+	return ra
+}
+
+// loopbackSource is where Linux connects from to any address of 127.0.0.0/8.
+var loopbackSource = netip.AddrFrom4([4]byte{127, 0, 0, 1})
+
+// Check implements server.Authentication.
+func (ra *routeAuth) Check(c server.ClientAuthentication) bool {
+	if c.Kind() != server.ROUTER {
+		return false
+	}
+	st := c.GetTLSConnectionState()
+	opts := c.GetOpts()
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 || opts == nil || opts.Username == "" {
+		return false
+	}
+	cert := st.PeerCertificates[0]
+	if !slices.Contains(cert.DNSNames, opts.Username) {
+		return false
+	}
+	tcp, ok := c.RemoteAddress().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	from := tcp.AddrPort().Addr().Unmap()
+	for _, ip := range cert.IPAddresses {
+		a, ok := netip.AddrFromSlice(ip)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		if ra.peers[a] && (from == a || a.Is4() && a.IsLoopback() && from == loopbackSource) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkNodeCert refuses a cluster node's certificate that its peers would refuse as a route
+// (routeAuth): it must name the node as a DNS SAN and, unless the route listener is on every
+// address, carry the listener's IP.
+func checkNodeCert(f *FabricFile, cert tls.Certificate) error {
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Err: err}
+	}
+	if !slices.Contains(leaf.DNSNames, f.Node) {
+		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: fmt.Sprintf("the certificate does not name node %q (a DNS SAN): its peers would refuse its routes", f.Node)}
+	}
+	ap, _ := parseHostPort(f.Cluster.Listen)
+	if ap.Addr().IsUnspecified() {
+		return nil
+	}
+	for _, ip := range leaf.IPAddresses {
+		if a, ok := netip.AddrFromSlice(ip); ok && a.Unmap() == ap.Addr().Unmap() {
+			return nil
+		}
+	}
+	return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: fmt.Sprintf("the certificate does not carry the route listener's address %s (an IP SAN): its peers would refuse its routes", ap.Addr())}
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/visible"
 )
 
 // errorBody is the JSON of every error answer.
@@ -24,7 +27,7 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := pageJSON(v)
 	if err != nil {
 		status = http.StatusInternalServerError
 		b = []byte(`{"error":{"code":"internal","message":"the answer is not serializable"}}`)
@@ -32,6 +35,60 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// pageJSON is the JSON encoding of everything the page receives (every answer and every
+// event): json.Marshal, then every string in it, object keys included, at any depth (args,
+// results and schemas are embedded as they came), with visible.Show applied. This is the one
+// place where the page's data is made safe to show: a bidirectional override, zero-width
+// character or separator another host wrote reaches the page as the text <U+202E>, never as
+// the character, whatever element or attribute the page puts it in.
+func pageJSON(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return showStrings(b)
+}
+
+// showStrings rewrites the strings of b, valid JSON as json.Marshal writes it, that
+// visible.Show changes; the rest is copied as it is.
+func showStrings(b []byte) ([]byte, error) {
+	var out []byte
+	last := 0
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' {
+			continue
+		}
+		end := i + 1
+		for end < len(b) && b[end] != '"' {
+			if b[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(b) {
+			return nil, errors.New("web: unterminated string in JSON")
+		}
+		end++ // past the closing quote
+		var s string
+		if err := json.Unmarshal(b[i:end], &s); err != nil {
+			return nil, err
+		}
+		if shown := visible.Show(s); shown != s {
+			q, err := json.Marshal(shown)
+			if err != nil {
+				return nil, err
+			}
+			out = append(append(out, b[last:i]...), q...)
+			last = end
+		}
+		i = end - 1
+	}
+	if out == nil {
+		return b, nil
+	}
+	return append(out, b[last:]...), nil
 }
 
 // decodeBody decodes a bounded JSON body strictly into v, answering 413 or 400 itself.

@@ -41,7 +41,7 @@ func newTestBackend() *testBackend {
 		subs:   make(map[chan Event]struct{}),
 		approvals: []Approval{{
 			ID: "ap-1", Room: "kitchen", Caller: hostB, Capability: "printer", Action: "print",
-			Args: json.RawMessage(`{"text":"<b>hello</b>"}`), Expires: time.Now().Add(time.Minute),
+			Args: json.RawMessage(`{"text":"<b>hello</b>","memo":"pay 10\u202e00001\u202c EUR"}`), Expires: time.Now().Add(time.Minute),
 		}},
 		decided: make(map[string]bool),
 	}
@@ -57,10 +57,10 @@ func (b *testBackend) Room(_ context.Context, id string) (RoomDetail, error) {
 	}
 	return RoomDetail{
 		Room:    Room{ID: "kitchen", Title: "Kitchen <b>bold</b>", Owner: hostA, Members: 2},
-		Members: []Member{{HostID: hostA, Name: "alice", Self: true, Present: true}, {HostID: hostB, Name: "bob", Present: true}},
+		Members: []Member{{HostID: hostA, Name: "alice", Self: true, Present: true}, {HostID: hostB, Name: "bob\u2067\u200b", Present: true}},
 		Capabilities: []Capability{
 			{Provider: hostB, CapabilityID: "living_room_light", Title: "Living room light", Observe: true, Available: true,
-				Actions: []Action{{Name: "set_color", Title: "Set color", Input: json.RawMessage(lightSchema)}}},
+				Actions: []Action{{Name: "set_color", Title: "Set color\u202e", Input: json.RawMessage(lightSchema)}}},
 			{Provider: hostA, ProviderSelf: true, CapabilityID: "printer", Title: "Printer", Observe: true, UnavailableReason: "adapter_not_ready",
 				Actions: []Action{{Name: "print", Title: "Print", ApproveEach: true,
 					Input: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string","pattern":"^[a-z]+$"}}}`)}}},

@@ -147,9 +147,22 @@ func TestBrowser(t *testing.T) {
 	poll("the coded error", `document.querySelector('`+lightForm+` pre.result.error')?.textContent === 'busy: the light is busy'`)
 
 	poll("the pending approval", `document.querySelector('#approval-list li[data-approval="ap-1"] button.approve') !== null`)
-	// Its args, as text: the caller's markup is not markup.
-	poll("the pending approval's args", `(document.querySelector('#approval-list li[data-approval="ap-1"] pre')||{}).textContent === '{\n  "text": "<b>hello</b>"\n}' &&
+	// Its args, as text: the caller's markup is not markup, and its bidirectional override
+	// shows as the escape, not as reordered text.
+	poll("the pending approval's args", `(document.querySelector('#approval-list li[data-approval="ap-1"] pre')||{}).textContent === '{\n  "text": "<b>hello</b>",\n  "memo": "pay 10<U+202E>00001<U+202C> EUR"\n}' &&
 		document.querySelector('#approval-list li[data-approval="ap-1"] pre b') === null`)
+	// No string the backend wrote reaches the page with a hidden character: B's name and
+	// set_color's title are shown escaped too, and no bidirectional, zero-width or separator
+	// character is anywhere in the document.
+	if got := text(`#room table.members tbody tr:nth-child(2) td:nth-child(2)`); got != "bob<U+2067><U+200B>" {
+		t.Errorf("B's member name %q, want it escaped", got)
+	}
+	if got := text(lightForm + ` h4`); !strings.HasPrefix(got, "Set color<U+202E> ") {
+		t.Errorf("set_color's title %q, want it escaped", got)
+	}
+	if n, _ := chromedp.Run(bctx, chromedp.Evaluate[int](`(document.documentElement.outerHTML.match(/[\u061c\u200b-\u200f\u202a-\u202e\u2028\u2029\u2060-\u2069\ufeff]/g) || []).length`)); n != 0 {
+		t.Errorf("the page holds %d hidden characters", n)
+	}
 	screenshot(t, bctx, "web-room-pending.png")
 	step("approve", chromedp.Click(chromedp.CSS(`#approval-list li[data-approval="ap-1"] button.approve`)))
 	poll("the approval to leave the list", `document.querySelector('#approval-list li[data-approval]') === null`)

@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"time"
@@ -69,14 +68,15 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ session) {
 	}
 }
 
-// formatEvent encodes one event frame. JSON never holds a raw newline, so the data fits one
-// "data:" line; the event name is one of two constants.
+// formatEvent encodes one event frame, its strings shown as pageJSON shows them. JSON never
+// holds a raw newline, so the data fits one "data:" line; the event name is one of two
+// constants.
 func formatEvent(ev Event) []byte {
 	kind := EventCall
 	if ev.Kind == EventApproval {
 		kind = EventApproval
 	}
-	b, err := json.Marshal(ev)
+	b, err := pageJSON(ev)
 	if err != nil {
 		b = []byte("{}")
 	}

@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"strings"
+
+	"github.com/airlockhq/airlock/internal/visible"
 )
 
 // Form bounds: an input the page would render as more than this is shown as a raw JSON field.
@@ -61,7 +62,9 @@ var (
 // FormOf returns the form for an action's input schema: an object schema whose properties are
 // each a string, number, integer, boolean or string enum (with required, minimum, maximum,
 // minLength and maxLength), or the descriptor shorthand in which a property's schema is just
-// its type name. Anything else (or nothing) gives a raw form. Fields are sorted by name.
+// its type name. Anything else (or nothing) gives a raw form, and so does a property name or
+// enum value holding a visible.Hidden character, which the page shows escaped and so could not
+// send back as it is. Fields are sorted by name.
 func FormOf(schema json.RawMessage) Form {
 	schema = bytes.TrimSpace(schema)
 	if len(schema) == 0 || len(schema) > MaxSchemaBytes {
@@ -108,7 +111,7 @@ func FormOf(schema json.RawMessage) Form {
 	slices.Sort(names)
 	form := Form{Fields: make([]Field, 0, len(names))}
 	for _, name := range names {
-		if name == "" || len(name) > 64 || strings.ContainsFunc(name, isControl) {
+		if name == "" || len(name) > 64 || visible.Contains(name) {
 			return rawForm
 		}
 		f, ok := fieldOf(name, props[name])
@@ -120,8 +123,6 @@ func FormOf(schema json.RawMessage) Form {
 	}
 	return form
 }
-
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // fieldOf reads one property's schema.
 func fieldOf(name string, raw json.RawMessage) (Field, bool) {
@@ -162,7 +163,8 @@ func fieldOf(name string, raw json.RawMessage) (Field, bool) {
 			return f, false
 		}
 		for i, v := range f.Enum {
-			if slices.Contains(f.Enum[:i], v) {
+			// A value the page would show escaped (pageJSON) could not be sent back as it is.
+			if slices.Contains(f.Enum[:i], v) || visible.Contains(v) {
 				return f, false
 			}
 		}

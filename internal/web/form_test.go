@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/visible"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -52,6 +54,8 @@ func TestFormOf(t *testing.T) {
 		{"length on number", `{"type":"object","properties":{"a":{"type":"number","maxLength":1}}}`, rawForm},
 		{"range on string", `{"type":"object","properties":{"a":{"type":"string","maximum":1}}}`, rawForm},
 		{"control in name", `{"type":"object","properties":{"a\u0000":"string"}}`, rawForm},
+		{"bidi override in name", `{"type":"object","properties":{"a\u202e":"string"}}`, rawForm},
+		{"zero width in enum value", `{"type":"object","properties":{"a":{"enum":["x","x\u200b"]}}}`, rawForm},
 		{"additionalProperties schema", `{"type":"object","properties":{},"additionalProperties":{}}`, rawForm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +68,8 @@ func TestFormOf(t *testing.T) {
 
 // FuzzFormOf checks FormOf's promises on any input: it does not panic, it is deterministic,
 // a non-raw form's fields are sorted, unique, of a known kind, with constraints that fit the
-// kind, and every field names a property of the schema.
+// kind, every field names a property of the schema, and no field name or enum value holds a
+// character the page would show escaped (so could not send back).
 func FuzzFormOf(f *testing.F) {
 	for _, s := range []string{lightSchema, `{"type":"object","properties":{"a":"string"}}`, `{}`, `null`,
 		`{"type":"object","properties":{"n":{"type":"integer","minimum":1,"maximum":2}},"required":["n"]}`} {
@@ -97,6 +102,9 @@ func FuzzFormOf(f *testing.F) {
 			}
 			if _, ok := top.Properties[fl.Name]; !ok {
 				t.Fatalf("field %q is no property", fl.Name)
+			}
+			if visible.Contains(fl.Name) || slices.ContainsFunc(fl.Enum, visible.Contains) {
+				t.Fatalf("field %q or its values %q hold a character the page shows escaped", fl.Name, fl.Enum)
 			}
 			if !slices.Contains(kinds, fl.Kind) {
 				t.Fatalf("field kind %q", fl.Kind)
