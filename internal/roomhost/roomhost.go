@@ -243,6 +243,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	s.provider, err = room.NewProvider(room.ProviderConfig{
 		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: cfg.Capabilities,
 		Approvals: s.approve, ErrorCode: capadapter.WireCode, OnCall: s.provided,
+		Floors: floors{store: cfg.Store, log: s.log},
 	})
 	if err != nil {
 		return nil, err
