@@ -136,3 +136,17 @@ func TestCallFloorsBound(t *testing.T) {
 		t.Fatalf("%d leases left, want c1 and new", len(got))
 	}
 }
+
+// BenchmarkRaiseCallFloor measures one durable raise of a call floor lease, alone (a commit
+// and its fsync): what a room provider pays about once per room.FloorStep per caller.
+//
+//	go test -run '^$' -bench RaiseCallFloor -benchtime 200x ./internal/store/
+func BenchmarkRaiseCallFloor(b *testing.B) {
+	s := openT(b, newDir(b))
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.RaiseCallFloor("caller", t0.Add(time.Duration(i+1)*time.Second), t0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
