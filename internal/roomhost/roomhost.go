@@ -481,7 +481,8 @@ func remoteMessage(code string) string {
 	case room.CodeApprovalTimeout:
 		return "the provider's operator did not decide in time"
 	case room.CodeDuplicateRequest:
-		return "the request id was used for another call"
+		return "the provider cannot tell the call from one it may have run: its request id was used for another call, " +
+			"or it is older than the provider remembers (as a call signed just before the provider restarted is); make a new call"
 	}
 	return "the provider answered " + code
 }
