@@ -103,7 +103,7 @@ func TestRoomReplayAfterProviderRestart(t *testing.T) {
 
 	b.d.Kill9()
 	killed := time.Now()
-	b = startRoomHostWith(t, bOpts)
+	startRoomHostWith(t, bOpts) // B again, on its state directory; stopped at the end of the test
 	// B serves the room again, and its lamp runs: a new call of A's gets a result. Until
 	// then, its new calls fail with a typed error: unavailable while B is away, and
 	// duplicate_request while they are signed within room.FloorStep of its last call that B
