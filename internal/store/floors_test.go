@@ -150,3 +150,18 @@ func BenchmarkRaiseCallFloor(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParseLease: a stored lease parses only in its canonical form (what formatLease writes),
+// so a lease read back and written again is the same bytes, and never to a time at or before
+// 1970.
+func FuzzParseLease(f *testing.F) {
+	f.Fuzz(func(t *testing.T, v []byte) {
+		lease, ok := parseLease(v)
+		if !ok {
+			return
+		}
+		if lease.UnixMilli() <= 0 || string(formatLease(lease)) != string(v) {
+			t.Fatalf("parseLease(%q) = %v, written back as %q", v, lease, formatLease(lease))
+		}
+	})
+}
