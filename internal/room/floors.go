@@ -27,16 +27,24 @@ type Floors interface {
 
 // lease makes c's signing time covered by its caller's durable lease — writing e's raise when
 // e leads it, else waiting for it — and then runs c as dispatch does. A failed raise ends c
-// unavailable, recorded for its retries like any reply, without running it.
+// unavailable, recorded for its retries like any reply, without running it; so does the
+// provider's stop while c waits for another call's raise (the write itself is not
+// interrupted).
 func (p *Provider) lease(ctx context.Context, c *Call, e *entry, pub Publication, now, deadline time.Time, departed uint64, end func(*Reply)) {
 	r := e.raise
+	unavailable := func() { end(&Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: CodeUnavailable}) }
 	if e.lead {
 		p.window.raised(c.Caller, r, p.cfg.Floors.Raise(c.Caller, r.to, time.Now().Add(-FloorRetention)))
 	} else {
-		<-r.done
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			unavailable()
+			return
+		}
 	}
 	if r.err != nil {
-		end(&Reply{Room: c.Room, Caller: c.Caller, RequestID: c.RequestID, Code: CodeUnavailable})
+		unavailable()
 		return
 	}
 	p.dispatch(ctx, c, pub, now, deadline, departed, true, end)

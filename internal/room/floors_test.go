@@ -130,6 +130,36 @@ func TestFloorRaiseComesFirstAndIsShared(t *testing.T) {
 	})
 }
 
+// TestFloorRaiseWaitEndsWithTheProvider: a call waiting for another call's raise when the
+// provider stops is answered unavailable and never runs; the raise's own call goes on.
+func TestFloorRaiseWaitEndsWithTheProvider(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		f.floors.hold = make(chan struct{})
+		t0 := time.Now()
+		lead := f.prepare(t, f.b, invoke("light", "set_color", `{}`), t0)
+		waiter := f.prepare(t, f.b, invoke("light", "set_color", `{}`), t0.Add(time.Millisecond))
+		leadErr, waitErr := make(chan error, 1), make(chan error, 1)
+		go func() { _, err := f.send(context.Background(), lead, t0); leadErr <- err }()
+		synctest.Wait()
+		stop, cancel := context.WithCancel(context.Background())
+		go func() { _, err := f.send(stop, waiter, t0); waitErr <- err }()
+		synctest.Wait()
+		cancel()
+		wantCode(t, <-waitErr, CodeUnavailable)
+		f.floors.mu.Lock()
+		close(f.floors.hold)
+		f.floors.hold = nil
+		f.floors.mu.Unlock()
+		if err := <-leadErr; err != nil {
+			t.Fatal(err)
+		}
+		if n, r := f.inv.count("light/set_color"), f.floors.count(); n != 1 || r != 1 {
+			t.Fatalf("the invoker ran %d times, %d raises; want 1 and 1", n, r)
+		}
+	})
+}
+
 // TestFloorRaiseFailure: when the lease cannot be written, the call is answered unavailable
 // and never runs, and so is every call waiting for the same raise; once writes succeed again,
 // a new call runs. A provider whose floors cannot be loaded is not made.

@@ -519,6 +519,7 @@ func TestProviderWithAStartInvoker(t *testing.T) {
 		{"floors survive a restart", TestFloorsSurviveARestart},
 		{"floor raise comes first", TestFloorRaiseComesFirstAndIsShared},
 		{"floor raise failure", TestFloorRaiseFailure},
+		{"floor raise wait ends with the provider", TestFloorRaiseWaitEndsWithTheProvider},
 	} {
 		t.Run(test.name, test.f)
 	}
