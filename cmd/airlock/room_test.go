@@ -66,11 +66,18 @@ func (h *roomHost) refused(code string, args ...string) {
 
 func startRoomHost(t *testing.T, args ...string) *roomHost {
 	t.Helper()
+	return startRoomHostWith(t, daemontest.Options{Args: args})
+}
+
+// startRoomHostWith is startRoomHost with opts: a socket and state directory of the test's
+// choosing, to start a host again where it ran before.
+func startRoomHostWith(t *testing.T, opts daemontest.Options) *roomHost {
+	t.Helper()
 	// The Python adapters need more than the default 1.5 s to start, and at times to answer,
 	// on a loaded machine (registration failed twice with "the adapter did not answer before
 	// the deadline" at a load of about 6).
-	args = append([]string{"--adapter-start-timeout", "10s", "--adapter-call-timeout", "10s"}, args...)
-	h := &roomHost{t: t, d: daemontest.Start(t, daemontest.Options{Args: args})}
+	opts.Args = append([]string{"--adapter-start-timeout", "10s", "--adapter-call-timeout", "10s"}, opts.Args...)
+	h := &roomHost{t: t, d: daemontest.Start(t, opts)}
 	// The room service starts after recovery and the adapters' restore.
 	waitFor(t, "the room service", func() bool {
 		var out, errb bytes.Buffer

@@ -35,7 +35,10 @@
 // (InvokeTimeout, 8 s, for the invoker inside it), a duplicate window of
 // DuplicateWindowEntries (64) calls per caller for DuplicateWindow (60 s), and per-call
 // approval within ApprovalTimeout (60 s). A retried call (the same Prepared, same requestId
-// and authenticated bytes) is answered from the duplicate window: the invoker runs once.
+// and authenticated bytes) is answered from the duplicate window: the invoker runs once. The
+// window is in memory; a provider with Floors also keeps each caller's floor lease durable
+// (raised FloorStep past a call's signing time before the call runs), so that no call runs
+// twice across the provider's restarts either.
 //
 // # Errors
 //

@@ -96,6 +96,7 @@ type fixture struct {
 	peers    *Directory
 	pubs     *Publications
 	inv      *scriptedInvoker
+	floors   *memFloors
 	appr     *Approvals
 	p        *Provider
 	records  []CallRecord
@@ -107,7 +108,7 @@ const testRoom = "r1"
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{a: mustKey(t), b: mustKey(t), c: mustKey(t), dir: NewDirectory(), peers: NewDirectory(),
-		pubs: NewPublications(), inv: newInvoker()}
+		pubs: NewPublications(), inv: newInvoker(), floors: newMemFloors()}
 	f.appr = NewApprovals(nil)
 	for _, d := range []*Directory{f.dir, f.peers} {
 		if err := d.Trust(testRoom, f.a.ID()); err != nil {
@@ -129,7 +130,7 @@ func newFixture(t testing.TB) *fixture {
 		inv = startingInvoker{f.inv}
 	}
 	p, err := NewProvider(ProviderConfig{
-		Key: f.a, Directory: f.dir, Publications: f.pubs, Invoker: inv, Approvals: f.appr,
+		Key: f.a, Directory: f.dir, Publications: f.pubs, Invoker: inv, Approvals: f.appr, Floors: f.floors,
 		ErrorCode: func(err error) string { return "unsupported_action" },
 		OnCall: func(r CallRecord) {
 			f.recordMu.Lock()
@@ -142,6 +143,71 @@ func newFixture(t testing.TB) *fixture {
 	}
 	f.p = p
 	return f
+}
+
+// restart replaces the provider with a new one of the same configuration, as airlockd started
+// again on the same state directory after a kill -9: only what f.floors made durable is left
+// of the old one's memory.
+func (f *fixture) restart(t testing.TB) {
+	t.Helper()
+	p, err := NewProvider(f.p.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.p = p
+}
+
+// memFloors is the durable floor store's stand-in: a map that outlives the provider (see
+// fixture.restart). It counts raises, can hold them until released, and can fail.
+type memFloors struct {
+	mu      sync.Mutex
+	leases  map[HostID]time.Time
+	raises  int
+	hold    chan struct{} // when set, Raise waits for it before it writes
+	err     error         // when set, Raise fails with it and writes nothing
+	loadErr error
+}
+
+func newMemFloors() *memFloors { return &memFloors{leases: make(map[HostID]time.Time)} }
+
+func (m *memFloors) Load(since time.Time) (map[HostID]time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.loadErr != nil {
+		return nil, m.loadErr
+	}
+	out := make(map[HostID]time.Time)
+	for id, l := range m.leases {
+		if l.After(since) {
+			out[id] = l
+		}
+	}
+	return out, nil
+}
+
+func (m *memFloors) Raise(caller HostID, lease, since time.Time) error {
+	m.mu.Lock()
+	m.raises++
+	hold, err := m.hold, m.err
+	m.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if lease.After(m.leases[caller]) {
+		m.leases[caller] = lease
+	}
+	return nil
+}
+
+func (m *memFloors) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.raises
 }
 
 func (f *fixture) setRoster(t testing.TB, version uint64, members ...HostID) {

@@ -76,6 +76,11 @@ type ProviderConfig struct {
 	Concurrency int
 	// OnCall, when not nil, is called after each reply is decided. It must not block.
 	OnCall func(CallRecord)
+	// Floors keeps the callers' floor leases durable, so that no call runs twice across a
+	// restart of this provider; NewProvider loads them. Nil keeps the duplicate window in
+	// memory only: after a restart, a call captured before it runs again if it is sent again
+	// within ClockWindow of its signing.
+	Floors Floors
 }
 
 // Provider answers room calls to this host's published capabilities. For every call it
@@ -85,8 +90,9 @@ type ProviderConfig struct {
 // time is within ClockWindow; the caller and this host are members of the room's current
 // roster, and a publication of the capability into the room allows the caller the operation
 // and action (unauthorized); the duplicate window
-// and the caller's in-flight bound (duplicate_request, busy); a per-call approval, when the
-// publication asks for one. It then runs the invoker, bounds the result, authorizes again —
+// and the caller's in-flight bound (duplicate_request, busy); with Floors, the caller's
+// durable floor lease, raised first when the call is signed after it (unavailable when it
+// cannot be written); a per-call approval, when the publication asks for one. It then runs the invoker, bounds the result, authorizes again —
 // the publication, the roster and the caller's presence may have changed — and only then
 // sends the result, to the caller's reply inbox alone.
 //
@@ -116,7 +122,15 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultProviderConcurrency
 	}
-	return &Provider{cfg: cfg, id: cfg.Key.ID(), window: newWindow(),
+	w := newWindow()
+	if cfg.Floors != nil {
+		leases, err := cfg.Floors.Load(time.Now().Add(-FloorRetention))
+		if err != nil {
+			return nil, fmt.Errorf("room: provider: loading the callers' floors: %w", err)
+		}
+		w = newDurableWindow(leases)
+	}
+	return &Provider{cfg: cfg, id: cfg.Key.ID(), window: w,
 		slots: make(chan struct{}, cfg.Concurrency), rooms: make(map[string]busport.Subscription)}, nil
 }
 
@@ -259,9 +273,9 @@ func (p *Provider) serve(ctx context.Context, subject string, m busport.Msg, now
 // checks run on the calling goroutine, and so does the start of the invoke when the invoker
 // is a StartInvoker: then the reply is sealed and sent by whichever goroutine ends the
 // invoke, and no goroutine of the provider's own waits for it. Whatever else waits — a key
-// record read from the bus, a retry waiting for its first copy, a per-call approval, an
-// invoker that only runs calls to their end — runs on a goroutine of its own, so start never
-// blocks.
+// record read from the bus, a retry waiting for its first copy, a raise of the caller's
+// floor lease, a per-call approval, an invoker that only runs calls to their end — runs on
+// a goroutine of its own, so start never blocks.
 func (p *Provider) start(ctx context.Context, subject string, m busport.Msg, now time.Time, respond func(busport.Msg)) {
 	c, err := DecodeCall(m)
 	if err != nil {
@@ -347,6 +361,22 @@ func (p *Provider) answer(ctx context.Context, subject string, c *Call, now time
 		p.window.finish(c.Caller, e, reply)
 		done(reply, false, r.Code)
 	}
+	if e.raise != nil {
+		// Signed after the caller's durable lease: the lease is raised first, which writes
+		// to disk or waits for another call's write.
+		if !mayWait {
+			go p.lease(ctx, c, e, pub, now, deadline, departed, end)
+		} else {
+			p.lease(ctx, c, e, pub, now, deadline, departed, end)
+		}
+		return
+	}
+	p.dispatch(ctx, c, pub, now, deadline, departed, mayWait, end)
+}
+
+// dispatch runs an admitted call as run does: on a goroutine of its own when it may not wait
+// here and the run would wait.
+func (p *Provider) dispatch(ctx context.Context, c *Call, pub Publication, now, deadline time.Time, departed uint64, mayWait bool, end func(*Reply)) {
 	_, async := p.cfg.Invoker.(StartInvoker)
 	if !mayWait && (!async || (pub.ApproveEach && c.Operation == Invoke && c.Caller != p.id)) {
 		go p.run(ctx, c, pub, now, deadline, departed, end)

@@ -516,6 +516,10 @@ func TestProviderWithAStartInvoker(t *testing.T) {
 		{"overloaded", TestOverloadedIsBusy},
 		{"per-call approval", TestPerCallApproval},
 		{"invoke timeout and stop", TestInvokeTimeoutAndProviderStop},
+		{"floors survive a restart", TestFloorsSurviveARestart},
+		{"floor raise comes first", TestFloorRaiseComesFirstAndIsShared},
+		{"floor raise failure", TestFloorRaiseFailure},
+		{"floor raise wait ends with the provider", TestFloorRaiseWaitEndsWithTheProvider},
 	} {
 		t.Run(test.name, test.f)
 	}

@@ -19,6 +19,18 @@ const (
 	MaxInFlightPerCaller = 4
 )
 
+// FloorStep is how far past a call's signing time a provider raises its caller's durable
+// floor lease (ProviderConfig.Floors) when the call is signed after the lease: a caller's
+// calls then pay one durable write, and so one fsync, per FloorStep at most. It is also how
+// early a restart may refuse a caller's new calls: one signed within FloorStep after the
+// caller's last call admitted before the restart is refused duplicate_request.
+const FloorStep = time.Second
+
+// FloorRetention is how long after a floor lease a provider's store still needs it: a call
+// signed at or before a lease that old is outside ClockWindow, and forgotten by the duplicate
+// window too, so nothing can still be refused by it. Floors may forget older leases.
+const FloorRetention = ClockWindow + DuplicateWindow
+
 // window is a provider's memory of recent calls: for each caller, the calls admitted in the
 // last DuplicateWindow, at most DuplicateWindowEntries, each with its recorded reply once it
 // ended. A call that comes again with the same request id and the same authenticated bytes is a
@@ -29,10 +41,17 @@ const (
 // floor rises to that entry's signing time: a call signed at or before floor is refused with
 // duplicate_request, since the window can no longer tell whether it already ran. That keeps
 // exactly-once without bounding a caller's call rate.
+//
+// With durable set, the window also keeps each caller's floor lease (see ProviderConfig.Floors):
+// every call of the caller that this provider ever ran was signed at or before it, across
+// restarts. A newly admitted call signed after the lease gets a raise to wait for before it
+// runs; the first call that needs one leads it (writes it), the others that it covers wait for
+// it. After a restart the loaded lease is the caller's floor.
 type window struct {
 	mu      sync.Mutex
 	callers map[HostID]*callerWindow
 	swept   time.Time
+	durable bool
 }
 
 // callerWindow is one caller's part of a window. Admitting a call looks at its entries at
@@ -46,6 +65,18 @@ type callerWindow struct {
 	oldest   time.Time
 	floor    time.Time
 	inFlight int
+	// lease is the caller's durable floor lease as far as this window knows it (zero without
+	// one); raising is the highest raise of it in flight, nil when none.
+	lease   time.Time
+	raising *raise
+}
+
+// raise is one durable raise of a caller's floor lease to to. err is set, under the window's
+// mutex, before done closes.
+type raise struct {
+	to   time.Time
+	done chan struct{}
+	err  error
 }
 
 // entry is one admitted call. reply is written once, and ended set, before done closes; ended
@@ -59,9 +90,23 @@ type entry struct {
 	ended    bool
 	index    int // in its callerWindow's list
 	reply    busport.Msg
+	// raise, set at admission when the call is signed after its caller's lease, must succeed
+	// before the call runs; lead says this call writes it.
+	raise *raise
+	lead  bool
 }
 
 func newWindow() *window { return &window{callers: make(map[HostID]*callerWindow)} }
+
+// newDurableWindow returns a window that keeps floor leases, starting from leases: each
+// caller's floor and lease are its loaded lease.
+func newDurableWindow(leases map[HostID]time.Time) *window {
+	w := &window{callers: make(map[HostID]*callerWindow, len(leases)), durable: true}
+	for id, l := range leases {
+		w.callers[id] = &callerWindow{entries: make(map[string]*entry), floor: l, lease: l}
+	}
+	return w
+}
 
 // admit looks c up by its request id and auth, c.AuthBytes(). It returns (e, true) for a retry of the admitted call e; (e, false) for a
 // newly admitted call, which the caller must end with finish; or an error: duplicate_request
@@ -100,7 +145,34 @@ func (w *window) admit(c *Call, auth []byte, now time.Time) (*entry, bool, error
 	}
 	cw.add(e)
 	cw.inFlight++
+	if w.durable && c.Time.After(cw.lease) {
+		if r := cw.raising; r != nil && !c.Time.After(r.to) {
+			e.raise = r
+		} else {
+			e.raise = &raise{to: c.Time.Add(FloorStep), done: make(chan struct{})}
+			e.lead = true
+			cw.raising = e.raise
+		}
+	}
 	return e, false, nil
+}
+
+// raised ends r, a raise of caller's lease, with err: on success the lease is at least r.to.
+// It wakes the calls waiting for r.
+func (w *window) raised(caller HostID, r *raise, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r.err = err
+	// The caller is kept: the call leading r is still in flight.
+	if cw := w.callers[caller]; cw != nil {
+		if err == nil && r.to.After(cw.lease) {
+			cw.lease = r.to
+		}
+		if cw.raising == r {
+			cw.raising = nil
+		}
+	}
+	close(r.done)
 }
 
 // add records e.

@@ -243,6 +243,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	s.provider, err = room.NewProvider(room.ProviderConfig{
 		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: cfg.Capabilities,
 		Approvals: s.approve, ErrorCode: capadapter.WireCode, OnCall: s.provided,
+		Floors: floors{store: cfg.Store, log: s.log},
 	})
 	if err != nil {
 		return nil, err
@@ -480,7 +481,8 @@ func remoteMessage(code string) string {
 	case room.CodeApprovalTimeout:
 		return "the provider's operator did not decide in time"
 	case room.CodeDuplicateRequest:
-		return "the request id was used for another call"
+		return "the provider cannot tell the call from one it may have run: its request id was used for another call, " +
+			"or it is older than the provider remembers (as a call signed just before the provider restarted is); make a new call"
 	case capadapter.CodeResultWithheld:
 		return "the call ran at the provider, but its result was withheld: it failed the runtime's screens"
 	}

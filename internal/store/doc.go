@@ -1,6 +1,7 @@
 // Package store keeps airlockd's durable state in one embedded bbolt database: the session
 // catalog, the secret-free session manifests, the capability adapter registrations, the
-// wake journal, and the rooms this host is in with its publications into them.
+// wake journal, the rooms this host is in with its publications into them, and the call floor
+// leases of its room provider.
 //
 // The database is <state dir>/airlock.db. The state directory must be a real directory (not a
 // symbolic link) owned by the effective uid with no group or other permission bits, and the
@@ -17,7 +18,7 @@
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "5"       decimal; the version of the last applied migration
+//	  schemaVersion = "6"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
@@ -35,6 +36,8 @@
 //	  <roomId>      = RoomRecord as JSON: the room, its trusted owner and (owner only) its roster
 //	publications/               since schema 5
 //	  <roomId>/<capabilityId> = PublicationRecord as JSON
+//	callFloors/                 since schema 6
+//	  <callerHostId> = the caller's floor lease: decimal milliseconds since 1970
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets
@@ -49,7 +52,8 @@
 // # Transactions
 //
 // Every state change is one bbolt Update, which bbolt fsyncs before it returns; reads are one
-// View each. Journal writes (AppendJournal, UpdateJournal) are group-committed: concurrent
-// writes share one Update, and so one fsync, and each returns once that Update has committed
-// (groupcommit.go). All methods of a Store are safe for concurrent use.
+// View each. Journal writes (AppendJournal, UpdateJournal) and call floor raises
+// (RaiseCallFloor) are group-committed: concurrent writes share one Update, and so one fsync,
+// and each returns once that Update has committed (groupcommit.go). All methods of a Store
+// are safe for concurrent use.
 package store

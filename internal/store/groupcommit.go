@@ -11,9 +11,10 @@ import (
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
-// groupCommit runs concurrent journal writes in shared transactions. bbolt fsyncs every Update
-// before it returns, so one Update per write would cap the journal at the disk's fsync rate;
-// sharing one Update among every write that is waiting pays one fsync for all of them.
+// groupCommit runs concurrent journal writes and call floor raises in shared transactions.
+// bbolt fsyncs every Update before it returns, so one Update per write would cap the journal at
+// the disk's fsync rate; sharing one Update among every write that is waiting pays one fsync
+// for all of them.
 //
 // There is no background goroutine and no delay. A caller that finds no commit running becomes
 // the leader: it takes every pending op, itself included, and runs them in one Update. Ops that

@@ -103,6 +103,25 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v6 creates callFloors and keeps rooms",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketRooms).Put([]byte("home"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketCallFloors)
+			if b == nil {
+				return fmt.Errorf("bucket %s missing", bucketCallFloors)
+			}
+			if k, _ := b.Cursor().First(); k != nil {
+				return fmt.Errorf("bucket %s is not empty", bucketCallFloors)
+			}
+			if got := string(tx.Bucket(bucketRooms).Get([]byte("home"))); got != `{"kept":true}` {
+				return fmt.Errorf("rooms/home = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // A registration that is not a valid version 1 record fails the schema 4 migration, and the
