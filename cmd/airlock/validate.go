@@ -47,6 +47,8 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 	action := fs.String("action", "", "a declared `action` to invoke with --args as the known-valid invoke (skipped without it)")
 	argsJSON := fs.String("args", "", "the `JSON` object of the known-valid invoke (default {})")
 	timeout := fs.Duration("timeout", capclient.DefaultCallTimeout, "the deadline of each call, within [100ms, 30s]")
+	var passEnv listFlag
+	fs.Var(&passEnv, "pass-env", "pass the variable `NAME` from this environment to the adapter, as adapter register --pass-env does (repeatable)")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
@@ -62,7 +64,7 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 	if len(argv) == 0 || argv[0] == "" {
 		return a.failUsage(o, usageErrorf("missing the adapter command after --"))
 	}
-	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:]}
+	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:], PassEnv: passEnv}
 	if *argsJSON != "" {
 		if *action == "" {
 			return a.failUsage(o, usageErrorf("--args needs --action"))

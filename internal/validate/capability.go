@@ -92,6 +92,9 @@ type Config struct {
 	// Timeout is the deadline of each call; zero means capclient.DefaultCallTimeout. It must
 	// lie within [capclient.MinCallTimeout, capclient.MaxCallTimeout].
 	Timeout time.Duration
+	// PassEnv names variables the adapter gets from this process's environment besides the
+	// allowlisted ones, as a registration's passEnv does (see capclient.CheckPassEnv).
+	PassEnv []string
 	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
 	// FaultModes and RunFaultAdapter); nil skips the fault probes.
 	Fault func(mode string) (command string, args []string)
@@ -111,7 +114,7 @@ func (c Config) Check() error {
 	if len(c.ActionArgs) > 0 && !json.Valid(c.ActionArgs) {
 		return errors.New("args are not one JSON value")
 	}
-	return nil
+	return capclient.CheckPassEnv(c.PassEnv)
 }
 
 // Probe is the outcome of one probe. A skipped probe passes; Detail says why it was skipped,
@@ -254,7 +257,7 @@ func (h *harness) result(name string, problems []string, note string) {
 
 // spawn starts a fresh child of the adapter under test.
 func (h *harness) spawn() (*capclient.Client, error) {
-	c, err := capclient.Spawn(h.cfg.Command, h.cfg.Args, capclient.ClientOptions{CallTimeout: h.cfg.Timeout})
+	c, err := capclient.Spawn(h.cfg.Command, h.cfg.Args, capclient.ClientOptions{CallTimeout: h.cfg.Timeout, PassEnv: h.cfg.PassEnv})
 	if err != nil {
 		return nil, err
 	}
