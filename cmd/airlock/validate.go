@@ -43,7 +43,7 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 		return validate.RunFaultAdapter(args[1], a.stdin, a.stdout)
 	}
 	o, fs := a.newCommand("validate capability")
-	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is the report {probes, pass, passed, failed, skipped}")
+	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is the report {probes, pass, passed, failed, skipped, warnings}")
 	action := fs.String("action", "", "a declared `action` to invoke with --args as the known-valid invoke (skipped without it)")
 	argsJSON := fs.String("args", "", "the `JSON` object of the known-valid invoke (default {})")
 	timeout := fs.Duration("timeout", capclient.DefaultCallTimeout, "the deadline of each call, within [100ms, 30s]")
@@ -113,7 +113,8 @@ func resolveCommand(command string) (string, error) {
 	return reg.Command, nil
 }
 
-// printReport writes one line per probe, PASS, SKIP or FAIL, then a summary line.
+// printReport writes one line per probe, PASS, WARN (passed with a warning, which it
+// explains), SKIP or FAIL, then a summary line.
 func printReport(w io.Writer, rep validate.Report) {
 	for _, p := range rep.Probes {
 		switch {
@@ -121,8 +122,8 @@ func printReport(w io.Writer, rep validate.Report) {
 			fmt.Fprintf(w, "FAIL %s: %s\n", p.Name, clean(p.Detail))
 		case p.Skipped:
 			fmt.Fprintf(w, "SKIP %s: %s\n", p.Name, clean(p.Detail))
-		case strings.HasPrefix(p.Detail, "warning"):
-			fmt.Fprintf(w, "PASS %s: %s\n", p.Name, clean(p.Detail))
+		case p.Warning:
+			fmt.Fprintf(w, "WARN %s: %s\n", p.Name, clean(p.Detail))
 		default:
 			fmt.Fprintf(w, "PASS %s\n", p.Name)
 		}
@@ -131,5 +132,9 @@ func printReport(w io.Writer, rep validate.Report) {
 	if !rep.Pass {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped of %d probes\n", verdict, rep.Passed, rep.Failed, rep.Skipped, len(rep.Probes))
+	fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped of %d probes", verdict, rep.Passed, rep.Failed, rep.Skipped, len(rep.Probes))
+	if rep.Warnings > 0 {
+		fmt.Fprintf(w, " (%d passed with a warning)", rep.Warnings)
+	}
+	fmt.Fprintln(w)
 }

@@ -224,6 +224,11 @@ func refusedEnvReason(name string) string {
 	return ""
 }
 
+// Environ returns the environment an adapter child gets: the allowlisted variables and those
+// pass names (which must pass CheckPassEnv), each when set in this process's environment. The
+// conformance harness uses it to start a child outside a Client exactly as a Client would.
+func Environ(pass []string) []string { return adapterEnv(pass) }
+
 // adapterEnv returns the environment of an adapter child: the allowlisted variables and those
 // named in pass, each when set in this process's environment. pass has passed CheckPassEnv.
 func adapterEnv(pass []string) []string {
