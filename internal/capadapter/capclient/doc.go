@@ -20,7 +20,9 @@
 // (DefaultBackoffMin doubling to DefaultBackoffMax, reset after DefaultHealthyAfter) while its
 // capabilities report unavailable; Status shows state, pid, restarts and the last failure.
 // Invoke checks the action and its args against the descriptor before the child is called,
-// and results pass semantic screens (checkResult) before they are returned.
+// and results pass semantic screens (checkResult) before they are returned. List shows a
+// capability unavailable while its adapter is not ready, and also while its last
+// UnavailableAfter calls all ended unavailable (availability.go); neither refuses a call.
 //
 // Errors are *capadapter.Error values with stable codes (errors.Is compares codes).
 package capclient
