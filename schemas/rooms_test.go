@@ -108,7 +108,7 @@ func TestRoomUnavailableReasons(t *testing.T) {
 	}
 	got := reason.Enum
 	want := []string{protocol.RoomUnavailableBusDisconnected, protocol.RoomUnavailableProviderAbsent,
-		protocol.RoomUnavailableAdapterNotReady}
+		protocol.RoomUnavailableAdapterNotReady, protocol.RoomUnavailableCallsUnavailable}
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {

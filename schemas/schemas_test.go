@@ -696,6 +696,17 @@ var baseAgreementCases = []agreementCase{
 	{"registerAdapter args string", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":"-v"}`), false},
 	{"registerAdapter args null", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":null}`), false},
 	{"registerAdapter args number item", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","args":[1]}`), false},
+	{"registerAdapter passEnv", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["CUPS_SERVER","http_proxy","_X"]}`), true},
+	{"registerAdapter passEnv 64 bytes", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["`+rep("A", 64)+`"]}`), true},
+	{"registerAdapter passEnv 65 bytes", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["`+rep("A", 65)+`"]}`), false},
+	{"registerAdapter passEnv empty list", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":[]}`), true},
+	{"registerAdapter passEnv empty name", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":[""]}`), false},
+	{"registerAdapter passEnv with a value", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["TOKEN=x"]}`), false},
+	{"registerAdapter passEnv digit first", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["1A"]}`), false},
+	{"registerAdapter passEnv twice", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["A","A"]}`), false},
+	{"registerAdapter passEnv 17", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":["A","B","C","D","E","F","G","H","I","J","K","L","M","N","O","P","Q"]}`), false},
+	{"registerAdapter passEnv object", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","passEnv":{"A":"x"}}`), false},
+	{"registerAdapter passEnv case variant", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","PassEnv":["A"]}`), false},
 	{"registerAdapter unknown member", 2, line("2.0", "registerAdapter", "", `{"name":"lamp","command":"/bin/lamp","env":{}}`), true},
 	{"registerAdapter case variant", 2, line("2.0", "registerAdapter", "", `{"Name":"lamp","command":"/bin/lamp"}`), false},
 	{"registerAdapter with sessionId", 2, line("2.0", "registerAdapter", `"sessionId":"s"`, `{"name":"lamp","command":"/bin/lamp"}`), true},
@@ -1427,7 +1438,7 @@ func jsonString(s string) string {
 func driveAdapters(t *testing.T, a, b *peer) int {
 	t.Helper()
 	lamp := buildLamp(t)
-	register := `{"name":"lamp","command":` + jsonString(lamp) + `}`
+	register := `{"name":"lamp","command":` + jsonString(lamp) + `,"passEnv":["CUPS_SERVER"]}`
 	hostAdapters := func(p *peer) []any {
 		t.Helper()
 		host := p.ok(p.call("status", "", `{}`), "hostSnapshot")
@@ -1460,7 +1471,7 @@ func driveAdapters(t *testing.T, a, b *peer) int {
 	reg := b.ok(b.call("registerAdapter", "", register), "registerResult")["adapter"].(map[string]any)
 	pid := int(num(reg["pid"]))
 	if reg["name"] != "lamp" || reg["state"] != "ready" || pid == 0 || reg["command"] != lamp ||
-		fmt.Sprint(reg["capabilities"]) != "[desk_lamp]" || fmt.Sprint(reg["args"]) != "[]" {
+		fmt.Sprint(reg["capabilities"]) != "[desk_lamp]" || fmt.Sprint(reg["args"]) != "[]" || fmt.Sprint(reg["passEnv"]) != "[CUPS_SERVER]" {
 		t.Fatalf("register: %v", reg)
 	}
 

@@ -19,6 +19,8 @@ import (
 // a directory part is made absolute here, since the daemon runs in another directory; a bare
 // name is looked up in the daemon's PATH. --room, or --session with --generation, tie it to a
 // room or a session generation, and --lease ends it after a duration: a temporary adapter.
+// --pass-env NAME (repeatable) passes that variable from the daemon's environment to the
+// adapter: the name is part of the approval; the value is the daemon's, never sent or stored.
 func (a *app) adapterRegister(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("adapter register")
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {adapter}")
@@ -26,6 +28,8 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 	session := fs.String("session", "", "tie the registration to session `ID` (with --generation): ending that generation removes it")
 	generation := fs.Int64("generation", 0, "the session `generation` of --session")
 	lease := fs.Duration("lease", 0, "remove the registration after this `duration` (e.g. 2h; at most 720h)")
+	var passEnv listFlag
+	fs.Var(&passEnv, "pass-env", "pass the variable `NAME` from the daemon's environment to the adapter (repeatable; its value is never stored or shown)")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
@@ -57,7 +61,7 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 		command = abs
 	}
 	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpRegisterAdapter,
-		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: argv[1:], Room: *room,
+		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: argv[1:], PassEnv: passEnv, Room: *room,
 			SessionID: *session, Generation: *generation, LeaseSeconds: int64(lease.Round(time.Second) / time.Second)}})
 	if err != nil {
 		return o.fail(err)
@@ -73,6 +77,9 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 			res.Adapter.PID, strings.Join(res.Adapter.Capabilities, ", "))
 		if t := tieOf(res.Adapter); t != "-" {
 			fmt.Fprintf(w, "temporary: %s\n", t)
+		}
+		if len(res.Adapter.PassEnv) > 0 {
+			fmt.Fprintf(w, "passed from the daemon's environment: %s\n", strings.Join(res.Adapter.PassEnv, ", "))
 		}
 	})
 }
@@ -117,6 +124,19 @@ func (a *app) adapterApprove(ctx context.Context, args []string) int {
 			fmt.Fprintf(w, "%s is unchanged: nothing to approve\n", res.Adapter.Name)
 		}
 	})
+}
+
+// capabilitiesOf renders an adapter's capability ids, marking those whose last calls all
+// ended unavailable.
+func capabilitiesOf(s protocol.AdapterState) string {
+	ids := make([]string, 0, len(s.Capabilities))
+	for _, id := range s.Capabilities {
+		if slices.Contains(s.UnavailableCapabilities, id) {
+			id += "(calls_unavailable)"
+		}
+		ids = append(ids, id)
+	}
+	return strings.Join(ids, ",")
 }
 
 // tieOf renders an adapter's tie and lease for the list.
@@ -186,14 +206,14 @@ func (a *app) adapterList(ctx context.Context, args []string) int {
 
 func printAdapters(w io.Writer, adapters []protocol.AdapterState) {
 	t := newTable(w)
-	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tWITHHELD\tCAPABILITIES\tTEMPORARY\tDIGESTS")
+	fmt.Fprintln(t, "ADAPTER\tSTATE\tPID\tRESTARTS\tLAST FAILURE\tWITHHELD\tCAPABILITIES\tPASS ENV\tTEMPORARY\tDIGESTS")
 	for _, s := range adapters {
 		pid := "-"
 		if s.PID != 0 {
 			pid = fmt.Sprint(s.PID)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
-			withheldOf(s), orDash(strings.Join(s.Capabilities, ",")), tieOf(s), digestsOf(s))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.State, pid, s.Restarts, orDash(s.LastFailure),
+			withheldOf(s), orDash(capabilitiesOf(s)), orDash(strings.Join(s.PassEnv, ",")), tieOf(s), digestsOf(s))
 	}
 	t.Flush()
 }
@@ -239,7 +259,9 @@ func (a *app) adapterLogs(ctx context.Context, args []string) int {
 	})
 }
 
-// capList lists the capabilities every adapter projects.
+// capList lists the capabilities every adapter projects, each available or not with the
+// reason: its adapter is not ready (adapter_not_ready), or its last calls all ended
+// unavailable (calls_unavailable).
 func (a *app) capList(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("cap list")
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {capabilities}")
@@ -252,12 +274,13 @@ func (a *app) capList(ctx context.Context, args []string) int {
 	}
 	var res struct {
 		Capabilities []struct {
-			CapabilityID string   `json:"capabilityId"`
-			Title        string   `json:"title"`
-			Observe      bool     `json:"observe"`
-			Actions      []string `json:"actions"`
-			Adapter      string   `json:"adapter"`
-			Available    bool     `json:"available"`
+			CapabilityID      string   `json:"capabilityId"`
+			Title             string   `json:"title"`
+			Observe           bool     `json:"observe"`
+			Actions           []string `json:"actions"`
+			Adapter           string   `json:"adapter"`
+			Available         bool     `json:"available"`
+			UnavailableReason string   `json:"unavailableReason"`
 		} `json:"capabilities"`
 	}
 	if err := decodeData(data, &res); err != nil {
@@ -267,8 +290,12 @@ func (a *app) capList(ctx context.Context, args []string) int {
 		t := newTable(w)
 		fmt.Fprintln(t, "CAPABILITY\tTITLE\tOBSERVE\tACTIONS\tADAPTER\tAVAILABLE")
 		for _, c := range res.Capabilities {
-			fmt.Fprintf(t, "%s\t%s\t%t\t%s\t%s\t%t\n", c.CapabilityID, c.Title, c.Observe,
-				orDash(strings.Join(c.Actions, ",")), c.Adapter, c.Available)
+			avail := "true"
+			if !c.Available {
+				avail = "false (" + orDash(c.UnavailableReason) + ")"
+			}
+			fmt.Fprintf(t, "%s\t%s\t%t\t%s\t%s\t%s\n", c.CapabilityID, c.Title, c.Observe,
+				orDash(strings.Join(c.Actions, ",")), c.Adapter, avail)
 		}
 		t.Flush()
 	})

@@ -130,3 +130,57 @@ func TestAdapterTemporaryAndApproveCommands(t *testing.T) {
 		t.Fatalf("bad room: %d %q", code, errOut)
 	}
 }
+
+// TestAdapterPassEnvAndAvailabilityCommands: adapter register --pass-env names a variable,
+// which adapter list and status show (the value never); after three unavailable observes,
+// cap list, its --json and status show the capability unavailable with the reason.
+func TestAdapterPassEnvAndAvailabilityCommands(t *testing.T) {
+	probe := daemontest.Build(t, "./internal/daemon/testdata/envprobe")
+	const secret = "cli-probe-value-91c3"
+	d := daemontest.Start(t, daemontest.Options{Env: []string{"PROBE_TOKEN=" + secret}})
+	cli := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", d.Socket}, args...), nil, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	missing := t.TempDir() + "/tool"
+	code, out, errOut := cli("adapter", "register", "probe", "--pass-env", "PROBE_TOKEN", "--", probe, "PROBE_TOKEN", missing)
+	if code != 0 || !strings.Contains(out, "passed from the daemon's environment: PROBE_TOKEN") {
+		t.Fatalf("register: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli("adapter", "register", "bad", "--pass-env", "LD_PRELOAD", "--", probe, "X", missing); code != 1 || !strings.Contains(errOut, "invalid_registration") {
+		t.Fatalf("register with LD_PRELOAD: %d %q", code, errOut)
+	}
+	if code, out, _ := cli("adapter", "list"); code != 0 || !strings.Contains(out, "PASS ENV") || !strings.Contains(out, "PROBE_TOKEN") {
+		t.Fatalf("adapter list: %d %q", code, out)
+	}
+	for range 3 {
+		if code, _, errOut := cli("cap", "observe", "--id", "env_probe"); code != 1 || !strings.Contains(errOut, "unavailable") {
+			t.Fatalf("observe without the tool: %d %q", code, errOut)
+		}
+	}
+	if code, out, _ := cli("cap", "list"); code != 0 || !strings.Contains(out, "false (calls_unavailable)") {
+		t.Fatalf("cap list: %d %q", code, out)
+	}
+	code, out, _ = cli("cap", "list", "--json")
+	if code != 0 || !strings.Contains(out, `"available": false,
+        "unavailableReason": "calls_unavailable"`) {
+		t.Fatalf("cap list --json: %d %q", code, out)
+	}
+	code, out, _ = cli("status")
+	if code != 0 || !strings.Contains(out, "env_probe(calls_unavailable)") {
+		t.Fatalf("status: %d %q", code, out)
+	}
+	_, js, _ := cli("status", "--json")
+	var env struct {
+		Data struct {
+			Adapters []struct {
+				PassEnv []string `json:"passEnv"`
+			} `json:"adapters"`
+		} `json:"data"`
+	}
+	if strings.Contains(out+js, secret) || json.Unmarshal([]byte(js), &env) != nil || len(env.Data.Adapters) != 1 ||
+		strings.Join(env.Data.Adapters[0].PassEnv, ",") != "PROBE_TOKEN" {
+		t.Fatalf("status --json: %q", js)
+	}
+}

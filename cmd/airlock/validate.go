@@ -43,10 +43,12 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 		return validate.RunFaultAdapter(args[1], a.stdin, a.stdout)
 	}
 	o, fs := a.newCommand("validate capability")
-	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is the report {probes, pass, passed, failed, skipped}")
+	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is the report {probes, pass, passed, failed, skipped, warnings}")
 	action := fs.String("action", "", "a declared `action` to invoke with --args as the known-valid invoke (skipped without it)")
 	argsJSON := fs.String("args", "", "the `JSON` object of the known-valid invoke (default {})")
 	timeout := fs.Duration("timeout", capclient.DefaultCallTimeout, "the deadline of each call, within [100ms, 30s]")
+	var passEnv listFlag
+	fs.Var(&passEnv, "pass-env", "pass the variable `NAME` from this environment to the adapter, as adapter register --pass-env does (repeatable)")
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help") {
@@ -62,7 +64,7 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 	if len(argv) == 0 || argv[0] == "" {
 		return a.failUsage(o, usageErrorf("missing the adapter command after --"))
 	}
-	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:]}
+	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:], PassEnv: passEnv}
 	if *argsJSON != "" {
 		if *action == "" {
 			return a.failUsage(o, usageErrorf("--args needs --action"))
@@ -111,7 +113,8 @@ func resolveCommand(command string) (string, error) {
 	return reg.Command, nil
 }
 
-// printReport writes one line per probe, PASS, SKIP or FAIL, then a summary line.
+// printReport writes one line per probe, PASS, WARN (passed with a warning, which it
+// explains), SKIP or FAIL, then a summary line.
 func printReport(w io.Writer, rep validate.Report) {
 	for _, p := range rep.Probes {
 		switch {
@@ -119,8 +122,8 @@ func printReport(w io.Writer, rep validate.Report) {
 			fmt.Fprintf(w, "FAIL %s: %s\n", p.Name, clean(p.Detail))
 		case p.Skipped:
 			fmt.Fprintf(w, "SKIP %s: %s\n", p.Name, clean(p.Detail))
-		case strings.HasPrefix(p.Detail, "warning"):
-			fmt.Fprintf(w, "PASS %s: %s\n", p.Name, clean(p.Detail))
+		case p.Warning:
+			fmt.Fprintf(w, "WARN %s: %s\n", p.Name, clean(p.Detail))
 		default:
 			fmt.Fprintf(w, "PASS %s\n", p.Name)
 		}
@@ -129,5 +132,9 @@ func printReport(w io.Writer, rep validate.Report) {
 	if !rep.Pass {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped of %d probes\n", verdict, rep.Passed, rep.Failed, rep.Skipped, len(rep.Probes))
+	fmt.Fprintf(w, "%s: %d passed, %d failed, %d skipped of %d probes", verdict, rep.Passed, rep.Failed, rep.Skipped, len(rep.Probes))
+	if rep.Warnings > 0 {
+		fmt.Fprintf(w, " (%d passed with a warning)", rep.Warnings)
+	}
+	fmt.Fprintln(w)
 }

@@ -118,6 +118,30 @@ func TestValidateCapabilityFailureLines(t *testing.T) {
 	}
 }
 
+// TestValidateCapabilityWarning: the project's own test adapter that answers a wrong
+// protocolVersion with invalid_request under the id "invalid", as Free4Chat's CUPS adapter
+// does, passes with a WARN line saying why it is not a failure; --json counts the warning.
+func TestValidateCapabilityWarning(t *testing.T) {
+	saved := faultAdapter
+	faultAdapter = nil // this test is about the adapter under test
+	t.Cleanup(func() { faultAdapter = saved })
+	adapter := buildPlain(t, t.TempDir(), "./cmd/airlock/testdata/otherid")
+	r := runValidate(t, "--", adapter).wantCode(t, exitOK)
+	if !strings.Contains(r.stdout, `WARN protocol_version: warning: answered invalid_request with the id "invalid", not the request's id, and kept serving. Not a failure: the protocol does not define`) ||
+		!strings.Contains(r.stdout, "PASS: 12 passed, 0 failed, 1 skipped of 13 probes (1 passed with a warning)") || strings.Contains(r.stdout, "FAIL") {
+		t.Errorf("stdout:\n%s", r.stdout)
+	}
+	r = runValidate(t, "--json", "--", adapter).wantCode(t, exitOK)
+	var env jsonEnvelope
+	var rep validate.Report
+	if err := json.Unmarshal([]byte(r.stdout), &env); err != nil || json.Unmarshal(env.Data, &rep) != nil {
+		t.Fatalf("--json: %v\n%s", err, r.stdout)
+	}
+	if p, _ := rep.Probe(validate.ProbeProtocolVersion); !rep.Pass || rep.Warnings != 1 || !p.Pass || !p.Warning {
+		t.Errorf("--json report %+v", rep)
+	}
+}
+
 func TestValidateCapabilityUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{},
@@ -127,6 +151,8 @@ func TestValidateCapabilityUsage(t *testing.T) {
 		{"--timeout", "1ms", "--", "true"},
 		{"--", "no-such-adapter-command-here"},
 		{"extra", "--", "true"},
+		{"--pass-env", "LD_PRELOAD", "--", "true"},
+		{"--pass-env", "A=B", "--", "true"},
 	} {
 		if r := runValidate(t, args...); r.code != exitUsage {
 			t.Errorf("%q: exit %d, want %d\n%s", args, r.code, exitUsage, r.stderr)

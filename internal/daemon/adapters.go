@@ -230,8 +230,8 @@ func (a *adapterHost) restore(ctx context.Context, log *slog.Logger) (restored i
 }
 
 func fromStore(r store.Registration) capclient.Registration {
-	c := capclient.Registration{Name: r.Name, Command: r.Command, Args: r.Args, Room: r.Room, Session: r.Session,
-		Generation: r.Generation, LeaseExpires: r.LeaseExpires}
+	c := capclient.Registration{Name: r.Name, Command: r.Command, Args: r.Args, PassEnv: slices.Clone(r.PassEnv),
+		Room: r.Room, Session: r.Session, Generation: r.Generation, LeaseExpires: r.LeaseExpires}
 	for _, d := range r.Digests {
 		c.Digests = append(c.Digests, capclient.FileDigest(d))
 	}
@@ -240,8 +240,9 @@ func fromStore(r store.Registration) capclient.Registration {
 
 // toStore is the durable record of r, recording capabilities (the ids it serves).
 func toStore(r capclient.Registration, capabilities []string) store.Registration {
-	s := store.Registration{Name: r.Name, Command: r.Command, Args: r.Args, Room: r.Room, Session: r.Session,
-		Generation: r.Generation, LeaseExpires: r.LeaseExpires, Capabilities: slices.Clone(capabilities)}
+	s := store.Registration{Name: r.Name, Command: r.Command, Args: r.Args, PassEnv: slices.Clone(r.PassEnv),
+		Room: r.Room, Session: r.Session, Generation: r.Generation, LeaseExpires: r.LeaseExpires,
+		Capabilities: slices.Clone(capabilities)}
 	for _, d := range r.Digests {
 		s.Digests = append(s.Digests, store.FileDigest(d))
 	}
@@ -256,7 +257,7 @@ type RegisterResult struct {
 func (a *adapterHost) register(ctx context.Context, p *protocol.RegisterAdapterPayload) (*RegisterResult, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	reg := capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args, Room: p.Room,
+	reg := capclient.Registration{Name: p.Name, Command: p.Command, Args: p.Args, PassEnv: p.PassEnv, Room: p.Room,
 		Session: p.SessionID, Generation: p.Generation}
 	if p.LeaseSeconds > 0 {
 		reg.LeaseExpires = time.Now().Add(time.Duration(p.LeaseSeconds) * time.Second).UTC().Round(time.Millisecond)

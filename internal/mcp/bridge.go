@@ -403,8 +403,8 @@ func (b *Bridge) roomTools(ctx context.Context, id string) ([]toolSpec, error) {
 	}
 }
 
-// capabilityTools lists the named capabilities that an adapter serves and that are available,
-// describing those it has not described yet (or whose summary changed).
+// capabilityTools lists the named capabilities that an adapter serves and whose adapter is
+// ready, describing those it has not described yet (or whose summary changed).
 func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
 	var list struct {
 		Capabilities []capclient.CapabilitySummary `json:"capabilities"`
@@ -423,7 +423,9 @@ func (b *Bridge) capabilityTools(ctx context.Context) ([]toolSpec, error) {
 	var out []toolSpec
 	for _, id := range b.cfg.Capabilities {
 		i := slices.IndexFunc(list.Capabilities, func(c capclient.CapabilitySummary) bool { return c.CapabilityID == id })
-		if i < 0 || !list.Capabilities[i].Available {
+		// A capability shown unavailable only because its last calls failed keeps its tools:
+		// only a call can see it work again (capclient.UnavailableAfter).
+		if i < 0 || (!list.Capabilities[i].Available && list.Capabilities[i].UnavailableReason != capclient.UnavailableCalls) {
 			continue
 		}
 		sum := list.Capabilities[i]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -30,6 +31,8 @@ const (
 	// MaxCapabilityArgsBytes bounds invokeCapability's args as sent: the adapter protocol's
 	// args bound.
 	MaxCapabilityArgsBytes = 1024
+	// MaxAdapterPassEnv bounds registerAdapter's passEnv.
+	MaxAdapterPassEnv = 16
 )
 
 var (
@@ -39,6 +42,8 @@ var (
 	capabilityIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._:-]{0,63}$`)
 	// actionNamePattern is the adapter protocol's action name grammar.
 	actionNamePattern = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	// passEnvPattern is the grammar of a variable name in registerAdapter's passEnv.
+	passEnvPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 )
 
 // Bounds of a temporary registration.
@@ -50,10 +55,14 @@ const (
 // RegisterAdapterPayload is the payload of registerAdapter: an operator's approval to run
 // command with args, without a shell, under name. Room, or SessionID with Generation, tie
 // the registration to a room or a session generation; LeaseSeconds ends it after that long.
+// PassEnv names environment variables the adapter gets from the daemon's environment (the
+// names are approved and shown; the values are read by the daemon at each start and never
+// stored or shown).
 type RegisterAdapterPayload struct {
 	Name    string   `json:"name"`
 	Command string   `json:"command"`
 	Args    []string `json:"args,omitempty"`
+	PassEnv []string `json:"passEnv,omitempty"`
 
 	Room         string `json:"room,omitempty"`
 	SessionID    string `json:"sessionId,omitempty"`
@@ -64,7 +73,10 @@ type RegisterAdapterPayload struct {
 // Validate checks the registration bounds, exactly those of the supervisor: the name
 // grammar; at most MaxAdapterArgs args; the command and each arg valid UTF-8 of at most
 // MaxAdapterArgBytes bytes without NUL, together at most MaxAdapterRegistrationBytes; and a
-// command that is not blank. Whether the command resolves to an executable is the
+// command that is not blank; at most MaxAdapterPassEnv passEnv names, each matching
+// ^[A-Za-z_][A-Za-z0-9_]{0,63}$, none twice. Whether the command resolves to an executable,
+// and whether a variable may be passed at all (the ones every adapter gets already, and those
+// that would make a loader or interpreter run unapproved code, are refused), are the
 // supervisor's to say (invalid_registration).
 func (p *RegisterAdapterPayload) Validate() *Error {
 	if e := validAdapterName(p.Name); e != nil {
@@ -102,6 +114,16 @@ func (p *RegisterAdapterPayload) Validate() *Error {
 		return invalidField("payload.generation", "is only allowed with sessionId")
 	case p.LeaseSeconds < 0 || p.LeaseSeconds > MaxAdapterLeaseSeconds:
 		return invalidField("payload.leaseSeconds", "must be 1 to %d", MaxAdapterLeaseSeconds)
+	case len(p.PassEnv) > MaxAdapterPassEnv:
+		return invalidField("payload.passEnv", "must have at most %d items", MaxAdapterPassEnv)
+	}
+	for i, n := range p.PassEnv {
+		switch {
+		case !passEnvPattern.MatchString(n):
+			return invalidField("payload.passEnv", "items must match %s", passEnvPattern.String())
+		case slices.Contains(p.PassEnv[:i], n):
+			return invalidField("payload.passEnv", "items must be unique")
+		}
 	}
 	return nil
 }

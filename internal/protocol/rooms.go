@@ -271,6 +271,10 @@ const (
 	RoomUnavailableProviderAbsent = "provider_absent"
 	// RoomUnavailableAdapterNotReady: this host's own adapter serving it is not ready.
 	RoomUnavailableAdapterNotReady = "adapter_not_ready"
+	// RoomUnavailableCallsUnavailable: this host's own adapter is ready, but the
+	// capability's last calls all ended unavailable (capclient.UnavailableAfter of them);
+	// calls still go through, and the first that succeeds makes it available again.
+	RoomUnavailableCallsUnavailable = "calls_unavailable"
 )
 
 // RoomAction is one published action of a RoomCapability.

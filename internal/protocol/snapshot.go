@@ -131,6 +131,13 @@ type AdapterState struct {
 	Restarts     int      `json:"restarts"`
 	LastFailure  string   `json:"lastFailure,omitempty"`
 	Capabilities []string `json:"capabilities"`
+	// UnavailableCapabilities are those of Capabilities whose last calls all ended
+	// unavailable (capclient.UnavailableAfter of them): listCapabilities shows them
+	// unavailable although the adapter is ready.
+	UnavailableCapabilities []string `json:"unavailableCapabilities,omitempty"`
+	// PassEnv are the names of the variables the adapter is passed from the daemon's
+	// environment; never their values.
+	PassEnv []string `json:"passEnv,omitempty"`
 
 	// A temporary adapter's tie and lease end.
 	Room           string    `json:"room,omitempty"`

@@ -272,12 +272,24 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 		t.Fatalf("observe C's lamp after its return: %v", err)
 	}
 
-	// This host's own capability is available while its adapter is ready.
+	// This host's own capability is available while its adapter is ready and its last
+	// calls did not all end unavailable; either reason shows, and neither refuses a call.
+	for _, why := range []string{ReasonAdapterNotReady, ReasonCallsUnavailable} {
+		a.caps.mu.Lock()
+		a.caps.unavailable = why
+		a.caps.mu.Unlock()
+		if own, _ := capOf(t, a, a.svc.HostID(), "lamp"); own.Available || own.UnavailableReason != why {
+			t.Fatalf("A's own lamp shown unavailable for %s: %+v", why, own)
+		}
+		if _, err := a.svc.Observe(bg, "home", string(a.svc.HostID()), "lamp"); err != nil {
+			t.Fatalf("observe of A's own lamp shown %s: %v", why, err)
+		}
+	}
 	a.caps.mu.Lock()
-	a.caps.notReady = true
+	a.caps.unavailable = ""
 	a.caps.mu.Unlock()
-	if own, _ := capOf(t, a, a.svc.HostID(), "lamp"); own.Available || own.UnavailableReason != ReasonAdapterNotReady {
-		t.Fatalf("A's own lamp with its adapter not ready: %+v", own)
+	if own, _ := capOf(t, a, a.svc.HostID(), "lamp"); !own.Available || own.UnavailableReason != "" {
+		t.Fatalf("A's own lamp available again: %+v", own)
 	}
 
 	// A provider that left is absent at once, without waiting for the TTL.

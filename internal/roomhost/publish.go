@@ -232,12 +232,11 @@ func (s *Service) Capabilities(ctx context.Context, id string) ([]Capability, er
 }
 
 // own is this host's publication p of the capability d describes, available while its
-// adapter is ready.
+// adapter is ready and its last calls did not all end unavailable.
 func (s *Service) own(p room.Publication, d capadapter.Descriptor) Capability {
 	c := capabilityOf(s.key.ID(), true, p, d)
-	if c.Available = s.cfg.Capabilities.Ready(p.Capability); !c.Available {
-		c.UnavailableReason = ReasonAdapterNotReady
-	}
+	c.UnavailableReason = s.cfg.Capabilities.UnavailableReason(p.Capability)
+	c.Available = c.UnavailableReason == ""
 	return c
 }
 

@@ -56,8 +56,10 @@ const (
 type Capabilities interface {
 	room.Invoker
 	Describe(id string) (capadapter.Descriptor, error)
-	// Ready reports whether the adapter serving capability id is ready to run it.
-	Ready(id string) bool
+	// UnavailableReason says why capability id cannot be shown available (its adapter is
+	// not ready, ReasonAdapterNotReady, or its last calls all ended unavailable,
+	// ReasonCallsUnavailable), or "" when it can. It never refuses a call.
+	UnavailableReason(id string) string
 }
 
 // Config configures a Service. StateDir, Store and Capabilities are required.

@@ -25,10 +25,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // lamp is a capability supervisor with one capability, lamp, outside what this package
 // tests: the daemon's binary tests run the real supervisor and adapter.
 type lamp struct {
-	mu       sync.Mutex
-	invokes  int
-	gone     bool
-	notReady bool // its adapter is not ready (Ready false, Describe still answers)
+	mu      sync.Mutex
+	invokes int
+	gone    bool
+	// unavailable is why its capability is shown unavailable (UnavailableReason), "" when it
+	// is not; Describe, Observe and Invoke still answer.
+	unavailable string
 }
 
 var lampDescriptor = capadapter.Descriptor{CapabilityID: "lamp", Title: "Lamp", Version: "1", Observe: true,
@@ -46,10 +48,13 @@ func (l *lamp) Describe(id string) (capadapter.Descriptor, error) {
 	return lampDescriptor, nil
 }
 
-func (l *lamp) Ready(id string) bool {
+func (l *lamp) UnavailableReason(id string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return id == "lamp" && !l.gone && !l.notReady
+	if id != "lamp" || l.gone {
+		return ReasonAdapterNotReady
+	}
+	return l.unavailable
 }
 
 func (l *lamp) Observe(context.Context, string) (json.RawMessage, error) {

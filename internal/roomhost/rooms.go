@@ -53,7 +53,8 @@ type Capability struct {
 	Members []room.HostID `json:"members,omitempty"`
 	// Available says whether a call to the capability can reach it now: for another
 	// provider's, this host's bus connection is up and the provider's presence in the room is
-	// live; for this host's own, its adapter is ready. UnavailableReason says why not.
+	// live; for this host's own, its adapter is ready and its last calls did not all end
+	// unavailable. UnavailableReason says why not.
 	Available         bool   `json:"available"`
 	UnavailableReason string `json:"unavailableReason,omitempty"`
 }
@@ -69,6 +70,9 @@ const (
 	// ReasonAdapterNotReady: this host's adapter that serves the capability is not ready
 	// (starting, restarting after a crash, or gone).
 	ReasonAdapterNotReady = protocol.RoomUnavailableAdapterNotReady
+	// ReasonCallsUnavailable: this host's adapter is ready, but the capability's last calls
+	// all ended unavailable (capclient.UnavailableAfter); calls are still made.
+	ReasonCallsUnavailable = protocol.RoomUnavailableCallsUnavailable
 )
 
 // Action is one published action of a capability.

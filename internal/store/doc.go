@@ -27,7 +27,9 @@
 //	registrations/              since schema 2; records rewritten as version 2 by schema 4
 //	  <name>        = Registration as JSON: {version: 2, name, command, args, room?,
 //	                  session?, generation?, leaseExpires?, digests?: [{role, path, sha256}],
-//	                  capabilities?: [capabilityId]} (capabilities recorded since schema 5)
+//	                  capabilities?: [capabilityId], passEnv?: [variable name]}
+//	                  (capabilities recorded since schema 5; passEnv, names only, never
+//	                  values, since the same schema: a record without it passes nothing)
 //	                  (version 1, schemas 2 and 3: {name, command, args} only)
 //	journal/                    since schema 3
 //	  <sessionId>/              one bucket per session; its bbolt sequence is the last seq handed out

@@ -27,6 +27,10 @@ const (
 	MaxRegistrationNameBytes = 64
 	// maxRecordedCapabilities bounds Registration.Capabilities: an adapter serves at most 8.
 	maxRecordedCapabilities = 8
+	// maxPassEnv bounds Registration.PassEnv: the supervisor accepts at most 16 names.
+	maxPassEnv = 16
+	// maxPassEnvNameBytes bounds each name of Registration.PassEnv.
+	maxPassEnvNameBytes = 64
 )
 
 // RegistrationVersion is the version of the registration record this build reads and
@@ -37,8 +41,9 @@ const RegistrationVersion = 2
 
 // Registration is a capability adapter registration, the operator's local execution approval:
 // an adapter name, the command and its argv, the SHA-256 of the files approved to run and,
-// for a temporary adapter, its tie and lease. Nothing else is stored: no environment, no
-// adapter configuration, no descriptor, no file contents.
+// for a temporary adapter, its tie and lease, and the names of the environment variables it
+// is passed. Nothing else is stored: no environment value, no adapter configuration, no
+// descriptor, no file contents.
 type Registration struct {
 	// Version is RegistrationVersion; PutRegistration sets it.
 	Version int      `json:"version"`
@@ -52,6 +57,11 @@ type Registration struct {
 	LeaseExpires time.Time `json:"leaseExpires,omitzero"`
 
 	Digests []FileDigest `json:"digests,omitempty"`
+
+	// PassEnv are the names of the variables the adapter gets from the daemon's environment
+	// (capclient.Registration.PassEnv); never their values. Records stored before it existed
+	// have none.
+	PassEnv []string `json:"passEnv,omitempty"`
 
 	// Capabilities are the capability ids the registration served when it was last
 	// registered or approved, so that its publications can be withdrawn when it ends without
@@ -94,6 +104,9 @@ func (s *Store) PutRegistration(r Registration) error {
 	}
 	if !validDigests(rc.Digests) {
 		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q has an invalid digest", r.Name)
+	}
+	if !validPassEnv(rc.PassEnv) {
+		return protocol.Errorf(protocol.CodeCatalogUpdate, "registration %q names an invalid environment variable or more than %d", r.Name, maxPassEnv)
 	}
 	data, err := json.Marshal(&rc)
 	if err != nil {
@@ -192,6 +205,9 @@ func (s *Store) decodeRegistration(key, v []byte) (*Registration, error) {
 	if len(r.Capabilities) > maxRecordedCapabilities {
 		return nil, corrupt("%s: registration %q records more than %d capabilities", s.path, key, maxRecordedCapabilities)
 	}
+	if !validPassEnv(r.PassEnv) {
+		return nil, corrupt("%s: registration %q names an invalid environment variable or more than %d", s.path, key, maxPassEnv)
+	}
 	return &r, nil
 }
 
@@ -242,6 +258,21 @@ func migrateRegistrationsV2(tx *bolt.Tx) error {
 		}
 	}
 	return nil
+}
+
+// validPassEnv is the store's own, looser check of PassEnv names (the supervisor's is
+// capclient.CheckPassEnv): bounded in number and length, and names that cannot smuggle a
+// value into the child's environment (no "=", no NUL, ASCII letters, digits and underscore).
+func validPassEnv(names []string) bool {
+	if len(names) > maxPassEnv {
+		return false
+	}
+	for _, n := range names {
+		if n == "" || len(n) > maxPassEnvNameBytes || strings.Trim(n, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func validRegistrationName(name string) bool {

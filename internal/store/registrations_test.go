@@ -76,6 +76,10 @@ func TestPutRegistrationRefusesInvalid(t *testing.T) {
 		{"invalid UTF-8 name", Registration{Name: "a\xffb", Command: "/bin/true"}},
 		{"no command", Registration{Name: "a"}},
 		{"too large", Registration{Name: "a", Command: "/bin/true", Args: []string{strings.Repeat("x", MaxRegistrationBytes)}}},
+		{"passEnv with a value", Registration{Name: "a", Command: "/bin/true", PassEnv: []string{"TOKEN=hunter2"}}},
+		{"passEnv empty name", Registration{Name: "a", Command: "/bin/true", PassEnv: []string{""}}},
+		{"passEnv 17 names", Registration{Name: "a", Command: "/bin/true", PassEnv: strings.Split("a b c d e f g h i j k l m n o p q", " ")}},
+		{"passEnv long name", Registration{Name: "a", Command: "/bin/true", PassEnv: []string{strings.Repeat("A", 65)}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,6 +144,8 @@ func TestRegistrationsCorrupt(t *testing.T) {
 		{"missing command", `{"version":2,"name":"x","args":[]}`},
 		{"other name", `{"version":2,"name":"y","command":"/bin/true","args":[]}`},
 		{"too large", `{"version":2,"name":"x","command":"/bin/true","args":["` + strings.Repeat("a", MaxRegistrationBytes) + `"]}`},
+		{"passEnv with a value", `{"version":2,"name":"x","command":"/bin/true","args":[],"passEnv":["TOKEN=hunter2"]}`},
+		{"passEnv not names", `{"version":2,"name":"x","command":"/bin/true","args":[],"passEnv":{"TOKEN":"hunter2"}}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,7 +170,8 @@ func TestRegistrationsCorrupt(t *testing.T) {
 	}
 }
 
-// A temporary registration keeps its tie, lease, digests and capability ids across a reopen.
+// A temporary registration keeps its tie, lease, digests, capability ids and passed variable
+// names across a reopen.
 func TestTemporaryRegistrationRoundTrip(t *testing.T) {
 	dir := newDir(t)
 	s := openT(t, dir)
@@ -172,7 +179,7 @@ func TestTemporaryRegistrationRoundTrip(t *testing.T) {
 	r := Registration{Name: "tmp", Command: "/usr/bin/python3", Args: []string{"/w/light.py"}, Session: "s1", Generation: 3,
 		LeaseExpires: time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC),
 		Digests:      []FileDigest{{Role: "executable", Path: "/usr/bin/python3", SHA256: sum}, {Role: "script", Path: "/w/light.py", SHA256: sum}},
-		Capabilities: []string{"living_room_light"}}
+		Capabilities: []string{"living_room_light"}, PassEnv: []string{"CUPS_SERVER", "http_proxy"}}
 	if err := s.PutRegistration(r); err != nil {
 		t.Fatal(err)
 	}

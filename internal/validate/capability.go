@@ -25,7 +25,10 @@
 //   - A wrong protocolVersion: following the reference adapter, the expected answer is
 //     invalid_request in a version 1 envelope carrying the request's id, after which the
 //     adapter keeps serving; exiting without an answer is also accepted, since the runtime
-//     then discards the child.
+//     then discards the child. An invalid_request carrying another id (Free4Chat's CUPS
+//     adapter answers with the id "invalid") passes with a warning: the protocol does not
+//     define that case and the runtime never sends a wrong version, and a validator fails
+//     only what the runtime would refuse.
 //   - Invoke args that break the declared input (a required property missing, one of the
 //     wrong type, an undeclared key) must be answered invalid_args.
 //
@@ -98,6 +101,9 @@ type Config struct {
 	// Timeout is the deadline of each call; zero means capclient.DefaultCallTimeout. It must
 	// lie within [capclient.MinCallTimeout, capclient.MaxCallTimeout].
 	Timeout time.Duration
+	// PassEnv names variables the adapter gets from this process's environment besides the
+	// allowlisted ones, as a registration's passEnv does (see capclient.CheckPassEnv).
+	PassEnv []string
 	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
 	// FaultModes and RunFaultAdapter); nil skips the fault probes.
 	Fault func(mode string) (command string, args []string)
@@ -117,25 +123,30 @@ func (c Config) Check() error {
 	if len(c.ActionArgs) > 0 && !json.Valid(c.ActionArgs) {
 		return errors.New("args are not one JSON value")
 	}
-	return nil
+	return capclient.CheckPassEnv(c.PassEnv)
 }
 
 // Probe is the outcome of one probe. A skipped probe passes; Detail says why it was skipped,
-// what failed, or (for a pass) a note worth reading.
+// what failed, or (for a pass) a note worth reading. A probe that passes with Warning saw
+// behaviour the harness would rather not see but the runtime never meets or refuses (see
+// probeProtocolVersion); Detail says what and why it is not a failure.
 type Probe struct {
 	Name    string `json:"name"`
 	Pass    bool   `json:"pass"`
 	Skipped bool   `json:"skipped,omitempty"`
+	Warning bool   `json:"warning,omitempty"`
 	Detail  string `json:"detail,omitempty"`
 }
 
-// Report is the outcome of a run: Pass holds when every probe passed.
+// Report is the outcome of a run: Pass holds when every probe passed. A probe that passed
+// with a warning counts in Passed and in Warnings.
 type Report struct {
-	Probes  []Probe `json:"probes"`
-	Pass    bool    `json:"pass"`
-	Passed  int     `json:"passed"`
-	Failed  int     `json:"failed"`
-	Skipped int     `json:"skipped"`
+	Probes   []Probe `json:"probes"`
+	Pass     bool    `json:"pass"`
+	Passed   int     `json:"passed"`
+	Failed   int     `json:"failed"`
+	Skipped  int     `json:"skipped"`
+	Warnings int     `json:"warnings"`
 }
 
 func (r *Report) add(p Probe) {
@@ -147,6 +158,9 @@ func (r *Report) add(p Probe) {
 		r.Skipped++
 	default:
 		r.Passed++
+		if p.Warning {
+			r.Warnings++
+		}
 	}
 	r.Pass = r.Failed == 0
 }
@@ -249,6 +263,9 @@ func (h *harness) run() {
 
 func (h *harness) pass(name, detail string) { h.rep.add(Probe{Name: name, Pass: true, Detail: detail}) }
 func (h *harness) fail(name, detail string) { h.rep.add(Probe{Name: name, Detail: detail}) }
+func (h *harness) warn(name, detail string) {
+	h.rep.add(Probe{Name: name, Pass: true, Warning: true, Detail: detail})
+}
 
 // result adds a probe that passes when problems is empty, with note as the detail of a pass.
 func (h *harness) result(name string, problems []string, note string) {
@@ -259,9 +276,19 @@ func (h *harness) result(name string, problems []string, note string) {
 	h.fail(name, strings.Join(problems, "; "))
 }
 
+// resultWarn adds a probe that fails when problems is not empty and otherwise passes with the
+// warning.
+func (h *harness) resultWarn(name string, problems []string, warning string) {
+	if len(problems) == 0 {
+		h.warn(name, warning)
+		return
+	}
+	h.fail(name, strings.Join(problems, "; "))
+}
+
 // spawn starts a fresh child of the adapter under test.
 func (h *harness) spawn() (*capclient.Client, error) {
-	c, err := capclient.Spawn(h.cfg.Command, h.cfg.Args, capclient.ClientOptions{CallTimeout: h.cfg.Timeout})
+	c, err := capclient.Spawn(h.cfg.Command, h.cfg.Args, capclient.ClientOptions{CallTimeout: h.cfg.Timeout, PassEnv: h.cfg.PassEnv})
 	if err != nil {
 		return nil, err
 	}

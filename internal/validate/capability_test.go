@@ -88,6 +88,28 @@ func TestStrictAdapterPasses(t *testing.T) {
 	}
 }
 
+// TestWrongVersionOtherIDWarns: an adapter that answers a request of another protocolVersion
+// with invalid_request under an id other than the request's (Free4Chat's CUPS adapter answers
+// "invalid") passes, with a warning on protocol_version that says why it is not a failure.
+func TestWrongVersionOtherIDWarns(t *testing.T) {
+	trackChildren(t)
+	rep := run(t, testConfig(t, "version-other-id"))
+	wantAllPass(t, rep, conformanceProbes...)
+	p, _ := rep.Probe(ProbeProtocolVersion)
+	for _, want := range []string{"warning", `id "invalid"`, "kept serving", "does not define", "never sends"} {
+		if !strings.Contains(p.Detail, want) {
+			t.Errorf("protocol_version detail %q lacks %q", p.Detail, want)
+		}
+	}
+	if !p.Warning || rep.Warnings != 1 || rep.Passed != len(conformanceProbes) {
+		t.Errorf("protocol_version %+v; report warnings %d, passed %d", p, rep.Warnings, rep.Passed)
+	}
+	// The strict adapter has no warning.
+	if rep := run(t, testConfig(t, "good")); rep.Warnings != 0 {
+		t.Errorf("a strict adapter warns:\n%s", dump(rep))
+	}
+}
+
 func TestBrokenAdapters(t *testing.T) {
 	cases := []struct {
 		mode   string
@@ -112,6 +134,11 @@ func TestBrokenAdapters(t *testing.T) {
 		{mode: "big-result", fail: []string{ProbeObserve, ProbeBounds}, detail: "over 4096"},
 		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request",
 			sent: []string{`(sent {"protocolVersion":2,"method":"list"}): answered a result`}},
+		// Another id is a warning only for invalid_request from an adapter that keeps serving.
+		{mode: "version-other-id-exit", fail: []string{ProbeProtocolVersion}, detail: "did not answer a list afterwards",
+			sent: []string{`(sent {"protocolVersion":2,"method":"list"})`}},
+		{mode: "version-other-result", fail: []string{ProbeProtocolVersion}, detail: "malformed_response",
+			sent: []string{`(sent {"protocolVersion":2,"method":"list"})`}},
 		{mode: "no-unsupported-method", fail: []string{ProbeUnsupportedMethod}, detail: "answered invalid_request",
 			sent: []string{`sent {"protocolVersion":1,"method":"airlock_unknown_method"}`}},
 		{mode: "no-unsupported-action", fail: []string{ProbeUnsupportedAction}, detail: "answered invalid_request",

@@ -180,7 +180,8 @@ func (h *harness) probeObserve() {
 	}
 	note := fmt.Sprintf("%d observable capability(ies) answered with bounded semantic data", n)
 	if len(warnings) > 0 {
-		note = "warning: " + strings.Join(warnings, "; ") + withheldAdvice
+		h.resultWarn(ProbeObserve, problems, "warning: "+strings.Join(warnings, "; ")+withheldAdvice)
+		return
 	}
 	h.result(ProbeObserve, problems, note)
 }
@@ -203,11 +204,11 @@ func (h *harness) probeInvoke() {
 		label := "invoke " + d.CapabilityID + "." + a.Name
 		p, w := h.resultCall(label, capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: d.CapabilityID,
 			Action: a.Name, Args: h.cfg.ActionArgs})
-		note := label + " succeeded"
 		if w != "" {
-			note = "warning: " + w + withheldAdvice
+			h.resultWarn(ProbeInvoke, nonEmpty(p), "warning: "+w+withheldAdvice)
+			return
 		}
-		h.result(ProbeInvoke, nonEmpty(p), note)
+		h.result(ProbeInvoke, nonEmpty(p), label+" succeeded")
 		return
 	}
 	h.fail(ProbeInvoke, "no listed capability declares the action "+quote(h.cfg.Action))
@@ -274,8 +275,10 @@ func (h *harness) probeUnsupportedMethod() {
 // probeProtocolVersion sends list with protocolVersion 2 to a fresh child. Following the
 // reference adapter, the expected answer is invalid_request (in a version 1 envelope with the
 // request's id), after which the adapter keeps serving; an adapter may instead exit without
-// answering, which the runtime treats as the loss of that child. Anything else fails: a result,
-// another code, a malformed answer, or no answer before the deadline.
+// answering, which the runtime treats as the loss of that child. An invalid_request with
+// another id, after which the adapter keeps serving, passes with a warning (see otherID).
+// Anything else fails: a result, another code, a malformed answer, or no answer before the
+// deadline.
 func (h *harness) probeProtocolVersion() {
 	c, err := h.spawn()
 	if err != nil {
@@ -288,6 +291,17 @@ func (h *harness) probeProtocolVersion() {
 	switch {
 	case err != nil && capadapter.CodeOf(err) == capadapter.CodeUnavailable && c.Failure() != nil:
 		h.pass(ProbeProtocolVersion, "the adapter exited without answering (allowed; answering invalid_request is preferred)")
+		return
+	case capadapter.CodeOf(err) == capadapter.CodeMalformedResponse:
+		// The runtime's client saw an answer it cannot pair with the request; look at it.
+		if warning, problem := h.otherID(req); problem == "" {
+			h.warn(ProbeProtocolVersion, warning)
+			return
+		} else if problem != "-" {
+			h.fail(ProbeProtocolVersion, label+": "+problem)
+			return
+		}
+		h.fail(ProbeProtocolVersion, label+": "+describeErr(err))
 		return
 	case err != nil:
 		h.fail(ProbeProtocolVersion, label+": "+describeErr(err))
@@ -356,8 +370,9 @@ func (h *harness) probeBounds() {
 func (h *harness) probeScreens() {
 	note := "no URL or sensitive name in descriptors and results"
 	if len(h.withheld) > 0 {
-		note = fmt.Sprintf("warning: %d result(s) the runtime would withhold: %s%s", len(h.withheld),
-			strings.Join(h.withheld, "; "), withheldAdvice)
+		h.resultWarn(ProbeScreens, h.screens, fmt.Sprintf("warning: %d result(s) the runtime would withhold: %s%s",
+			len(h.withheld), strings.Join(h.withheld, "; "), withheldAdvice))
+		return
 	}
 	h.result(ProbeScreens, h.screens, note)
 }
@@ -366,4 +381,51 @@ func (h *harness) screenDescriptor(label string, raw []byte) {
 	if v := screenDescriptor(raw); len(v) > 0 {
 		h.screens = append(h.screens, label+": "+strings.Join(v, ", "))
 	}
+}
+
+// otherID replays req, with a wrong protocolVersion, on a fresh child outside the runtime's
+// client (rawExchange), followed by a valid list. When the first answer is invalid_request in
+// a valid version 1 envelope whose id is not the request's, and the list afterwards is
+// answered, it returns the warning to report. problem is "-" when the first answer is
+// something else (the caller reports the client's own error), and says what failed when the
+// list afterwards was not answered.
+//
+// Such an answer is a warning, not a failure: the protocol defines no answer to a request of
+// another version (an adapter cannot know how a future version frames its id), and the runtime
+// never sends one, so it never meets the answer; a validator fails only what the runtime would
+// refuse. Echoing the request's id remains the better answer.
+func (h *harness) otherID(req capadapter.Request) (warning, problem string) {
+	const wrongID, listID = "1", "2"
+	first, err := capadapter.EncodeRequest(req, wrongID)
+	if err != nil {
+		return "", "-"
+	}
+	list, err := capadapter.EncodeRequest(capadapter.Request{Method: capadapter.MethodList}, listID)
+	if err != nil {
+		return "", "-"
+	}
+	answers := h.rawExchange([][]byte{first, list})
+	if len(answers) == 0 {
+		return "", "-"
+	}
+	var env struct {
+		ID json.RawMessage `json:"id"`
+	}
+	var id string
+	if json.Unmarshal(answers[0], &env) != nil || json.Unmarshal(env.ID, &id) != nil || id == wrongID {
+		return "", "-"
+	}
+	resp, err := capadapter.DecodeResponse(answers[0], id)
+	if err != nil || resp.ErrorCode != capadapter.CodeInvalidRequest {
+		return "", "-"
+	}
+	if len(answers) < 2 {
+		return "", "answered invalid_request with the id " + quote(id) + " instead of the request's, but did not answer a list afterwards"
+	}
+	if resp, err := capadapter.DecodeResponse(answers[1], listID); err != nil || resp.ErrorCode != "" {
+		return "", "answered invalid_request with the id " + quote(id) + " instead of the request's, but a list afterwards failed: " + describeResp(resp, err)
+	}
+	return "warning: answered invalid_request with the id " + quote(id) + ", not the request's id, and kept serving. " +
+		"Not a failure: the protocol does not define an answer to a request of another protocolVersion, and the runtime " +
+		"never sends one (it would discard an answer with another id); echoing the request's id is preferred", ""
 }

@@ -108,6 +108,10 @@ const lightDescriptor = `{"capabilityId":"test_light","title":"Test light","vers
 //	slow-observe         answers observe after 20 s
 //	big-result           observe returns 5,000 bytes
 //	version-result       answers a wrong protocolVersion with a result
+//	version-other-id     answers a wrong protocolVersion with invalid_request and the id
+//	                     "invalid" (as Free4Chat's CUPS adapter does), then keeps serving
+//	version-other-id-exit  the same answer, then exits
+//	version-other-result answers a wrong protocolVersion with a result and the id "invalid"
 //	no-unsupported-*     answers the probe of that code with invalid_request
 //	no-unknown-capability
 func testAdapter(mode string) int {
@@ -147,9 +151,17 @@ func testAdapter(mode string) int {
 		fail := func(code string) { send(map[string]any{"id": req.ID, "error": map[string]any{"code": code}}) }
 		ok := func(r any) { send(map[string]any{"id": req.ID, "result": r}) }
 		if req.ProtocolVersion != 1 {
-			if mode == "version-result" {
+			switch mode {
+			case "version-result":
 				ok([]any{})
-			} else {
+			case "version-other-id", "version-other-id-exit":
+				send(map[string]any{"id": "invalid", "error": map[string]any{"code": "invalid_request"}})
+				if mode == "version-other-id-exit" {
+					return 0
+				}
+			case "version-other-result":
+				send(map[string]any{"id": "invalid", "result": []any{}})
+			default:
 				fail("invalid_request")
 			}
 			continue

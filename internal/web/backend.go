@@ -70,7 +70,8 @@ type Capability struct {
 	Observe      bool     `json:"observe"` // observe is published
 	Actions      []Action `json:"actions"` // the published actions
 	// Available says whether a call can reach it now; UnavailableReason, when not, is
-	// bus_disconnected, provider_absent or adapter_not_ready (protocol.RoomCapability's).
+	// bus_disconnected, provider_absent, adapter_not_ready or calls_unavailable
+	// (protocol.RoomCapability's).
 	Available         bool   `json:"available"`
 	UnavailableReason string `json:"unavailableReason,omitempty"`
 }

@@ -13,9 +13,12 @@ only argument is the path of a JSON config file,
 
     {"queue": "office", "server": "/run/cups/cups.sock"}
 
-("server" is optional and is passed to lpstat as -h; without it lpstat uses the system's
-default server). Neither the queue name nor the server ever appears in a descriptor, a result
-or an error.
+"server" is optional and is passed to lpstat as -h. Without it, the server is the
+CUPS_SERVER environment variable, CUPS's own name for it, which the operator passes by naming it
+at registration (airlock adapter register printer --pass-env CUPS_SERVER -- ...); without either,
+lpstat uses the system's default server (/etc/cups/client.conf, else the local scheduler). The
+adapter never reads a client.conf under HOME: lpstat runs without HOME. Neither the queue name
+nor the server ever appears in a descriptor, a result or an error.
 
 Usage: printer.py CONFIG_FILE
 """
@@ -49,7 +52,8 @@ def log(*parts):
 
 
 def load_config(path):
-    """Returns (queue, server or None) from the config file, or exits with status 2."""
+    """Returns (queue, server or None) from the config file and CUPS_SERVER, or exits with
+    status 2."""
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
@@ -57,8 +61,10 @@ def load_config(path):
         server = config.get("server")
         if not isinstance(queue, str) or not QUEUE.fullmatch(queue):
             raise ValueError("queue must match " + QUEUE.pattern)
+        if server is None:
+            server = os.environ.get("CUPS_SERVER") or None  # passed with --pass-env CUPS_SERVER
         if server is not None and (not isinstance(server, str) or not server or server.startswith("-")):
-            raise ValueError("server must be a host, host:port or socket path")
+            raise ValueError("server (config or CUPS_SERVER) must be a host, host:port or socket path")
         return queue, server
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         log("unusable config file:", e)

@@ -18,6 +18,7 @@ func TestProtocolBoundsMatch(t *testing.T) {
 		{"registration bytes", protocol.MaxAdapterRegistrationBytes, MaxRegistrationBytes},
 		{"action bytes", protocol.MaxCapabilityActionLen, capadapter.MaxActionBytes},
 		{"args bytes", protocol.MaxCapabilityArgsBytes, capadapter.MaxArgsBytes},
+		{"passEnv names", protocol.MaxAdapterPassEnv, MaxPassEnv},
 	} {
 		if c.proto != c.own {
 			t.Errorf("%s: protocol %d, capadapter %d", c.name, c.proto, c.own)
@@ -77,13 +78,21 @@ func TestRegisterAdapterValidateAgreesWithNormalizeRegistration(t *testing.T) {
 		{Name: "lamp", Command: sh(1024), Args: rep(16, 960)}, // exactly 16 KiB
 		{Name: "lamp", Command: sh(1024), Args: append(rep(15, 960), strings.Repeat("a", 961))},
 		{Name: "lamp", Command: sh(1024), Args: rep(16, 1024)},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{"CUPS_SERVER", "http_proxy", "_A1"}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{strings.Repeat("A", 64)}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{strings.Repeat("A", 65)}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{""}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{"1A"}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{"A=B"}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: []string{"CUPS_SERVER", "CUPS_SERVER"}},
+		{Name: "lamp", Command: "/bin/sh", PassEnv: rep(17, 1)},
 	}
 	for i, r := range regs {
 		_, err := NormalizeRegistration(r)
 		if err != nil && capadapter.CodeOf(err) != capadapter.CodeInvalidRegistration {
 			t.Fatalf("case %d: NormalizeRegistration: %v", i, err)
 		}
-		p := protocol.RegisterAdapterPayload{Name: r.Name, Command: r.Command, Args: r.Args}
+		p := protocol.RegisterAdapterPayload{Name: r.Name, Command: r.Command, Args: r.Args, PassEnv: r.PassEnv}
 		perr := p.Validate()
 		if (err == nil) != (perr == nil) {
 			t.Errorf("case %d (name %q, command %d bytes, %d args): NormalizeRegistration %v, protocol Validate %v",
@@ -93,5 +102,29 @@ func TestRegisterAdapterValidateAgreesWithNormalizeRegistration(t *testing.T) {
 		if (n.Validate() == nil) != adapterNamePattern.MatchString(r.Name) {
 			t.Errorf("case %d: AdapterNamePayload.Validate disagrees on name %q", i, r.Name)
 		}
+	}
+}
+
+// TestPassEnvRefusalsAreTheSupervisors: the names the envelope accepts but the supervisor
+// refuses (already passed to every adapter, or a loader or interpreter's code path) are
+// invalid_registration, not invalid_field: the list is the supervisor's alone.
+func TestPassEnvRefusalsAreTheSupervisors(t *testing.T) {
+	for _, n := range []string{"PATH", "LD_PRELOAD", "PYTHONPATH", "AIRLOCK_SOCKET"} {
+		p := protocol.RegisterAdapterPayload{Name: "lamp", Command: "/bin/sh", PassEnv: []string{n}}
+		if e := p.Validate(); e != nil {
+			t.Errorf("%s: protocol Validate %v", n, e)
+		}
+		_, err := NormalizeRegistration(Registration{Name: "lamp", Command: "/bin/sh", PassEnv: []string{n}})
+		if capadapter.CodeOf(err) != capadapter.CodeInvalidRegistration {
+			t.Errorf("%s: NormalizeRegistration %v", n, err)
+		}
+	}
+}
+
+// The reasons a capability is shown unavailable are the rooms' own words for them.
+func TestUnavailableReasonsMatchRooms(t *testing.T) {
+	if UnavailableNotReady != protocol.RoomUnavailableAdapterNotReady || UnavailableCalls != protocol.RoomUnavailableCallsUnavailable {
+		t.Fatalf("capclient %q, %q; protocol %q, %q", UnavailableNotReady, UnavailableCalls,
+			protocol.RoomUnavailableAdapterNotReady, protocol.RoomUnavailableCallsUnavailable)
 	}
 }

@@ -24,7 +24,7 @@ func BenchmarkObserve(b *testing.B) {
 	}
 	reg := helperRegistration(b, "echo", "echo")
 	echo := exec.Command(reg.Command, reg.Args...)
-	echo.Env = adapterEnv()
+	echo.Env = adapterEnv(nil)
 	in, err := echo.StdinPipe()
 	if err != nil {
 		b.Fatal(err)

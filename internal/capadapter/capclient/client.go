@@ -57,6 +57,9 @@ type ClientOptions struct {
 	// CallTimeout is the deadline of each call; zero means DefaultCallTimeout. It must lie
 	// within [MinCallTimeout, MaxCallTimeout].
 	CallTimeout time.Duration
+	// PassEnv names variables the child gets from this process's environment, when set,
+	// besides the allowlisted ones (see Registration.PassEnv); they must pass CheckPassEnv.
+	PassEnv []string
 
 	log *logRing // where stderr goes; nil gives the Client a ring of its own
 }
@@ -68,6 +71,9 @@ func (o ClientOptions) withDefaults() (ClientOptions, error) {
 	if o.CallTimeout < MinCallTimeout || o.CallTimeout > MaxCallTimeout {
 		return o, fmt.Errorf("capadapter: call timeout %v outside [%v, %v]", o.CallTimeout, MinCallTimeout, MaxCallTimeout)
 	}
+	if err := CheckPassEnv(o.PassEnv); err != nil {
+		return o, err
+	}
 	if o.log == nil {
 		o.log = newLogRing()
 	}
@@ -76,8 +82,8 @@ func (o ClientOptions) withDefaults() (ClientOptions, error) {
 
 // Client is one adapter child process and the protocol spoken with it.
 //
-// The child runs without a shell, with the allowlisted environment (see envAllowlist), in a
-// process group of its own. Its stdin and stdout carry only the protocol; stderr goes to a
+// The child runs without a shell, with the allowlisted environment (see envAllowlist) and
+// the variables ClientOptions.PassEnv names, in a process group of its own. Its stdin and stdout carry only the protocol; stderr goes to a
 // bounded ring that only Logs reads. One call is in flight at a time; later ones wait their
 // turn in a bounded FIFO queue, without a goroutine each (see StartObserve). Any failed
 // exchange (a malformed, oversized, unsolicited, duplicate, wrong-id or wrong-version frame,
@@ -161,7 +167,7 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 	cmd := &exec.Cmd{
 		Path:        command,
 		Args:        append([]string{command}, args...),
-		Env:         adapterEnv(),
+		Env:         adapterEnv(opts.PassEnv),
 		Stdin:       inR,
 		Stdout:      outW,
 		Stderr:      errW,

@@ -75,7 +75,8 @@ func switchDescriptor(prefix string) string {
 // runHelper is the scripted adapter. Modes:
 //
 //	normal           lists test_light and test_switch (ids prefixed by argv[3], if any)
-//	env              observe returns the names of the environment variables it sees
+//	env              observe returns the names of the environment variables it sees, and the
+//	                 value of CUPS_SERVER (a variable a registration may pass)
 //	zero, many       list 0 or 9 descriptors
 //	malformed        answers list with not-json
 //	oversized        answers list with 65,536 spaces and LF (65,537 bytes)
@@ -250,7 +251,7 @@ func runHelper(mode string, args []string) int {
 					names = append(names, k)
 				}
 				slices.Sort(names)
-				send(result(req.ID, map[string]any{"names": names}))
+				send(result(req.ID, map[string]any{"names": names, "cupsServer": os.Getenv("CUPS_SERVER")}))
 			case "grandchild":
 				send(result(req.ID, map[string]any{"grandchild": grandchild.Process.Pid}))
 			case "dup-observe":

@@ -109,7 +109,10 @@ type CapabilitySummary struct {
 	Observe      bool     `json:"observe"`
 	Actions      []string `json:"actions"`
 	Adapter      string   `json:"adapter"`
-	Available    bool     `json:"available"`
+	// Available is whether its adapter is ready and its latest calls did not all end
+	// unavailable (see UnavailableAfter); when it is false, UnavailableReason says which.
+	Available         bool   `json:"available"`
+	UnavailableReason string `json:"unavailableReason,omitempty"`
 }
 
 // AdapterStatus is one registration's state, for the operator.
@@ -122,6 +125,13 @@ type AdapterStatus struct {
 	Restarts     int      `json:"restarts"`
 	LastFailure  string   `json:"lastFailure,omitempty"`
 	Capabilities []string `json:"capabilities"`
+
+	// UnavailableCapabilities are those of Capabilities whose last UnavailableAfter calls
+	// ended unavailable (List shows them unavailable, UnavailableCalls).
+	UnavailableCapabilities []string `json:"unavailableCapabilities,omitempty"`
+	// PassEnv are the names of the variables passed from the daemon's environment (see
+	// Registration.PassEnv), never their values.
+	PassEnv []string `json:"passEnv,omitempty"`
 
 	// The ties and lease of a temporary adapter (see Registration).
 	Room         string    `json:"room,omitempty"`
@@ -170,6 +180,11 @@ type adapter struct {
 	current     []FileDigest // while changed: the digests the files have now
 	withheld    int
 	last        *WithheldCall // the latest withheld result
+
+	// hmu guards failing; it is a leaf lock, taken under Supervisor.mu or alone (by a call's
+	// done, on whichever goroutine ends the call).
+	hmu     sync.Mutex
+	failing map[string]int // capability id → its run of unavailable calls, capped at UnavailableAfter
 }
 
 // Supervisor runs many adapters, each under a registration name, and routes capability
@@ -212,7 +227,7 @@ func New(opts Options) (*Supervisor, error) {
 }
 
 func (s *Supervisor) startChild(ctx context.Context, reg Registration, log *logRing) (instance, error) {
-	c, err := Start(ctx, reg.Command, reg.Args, ClientOptions{CallTimeout: s.opts.CallTimeout, log: log})
+	c, err := Start(ctx, reg.Command, reg.Args, ClientOptions{CallTimeout: s.opts.CallTimeout, PassEnv: reg.PassEnv, log: log})
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +545,8 @@ func unavailableAdapter(a *adapter) *capadapter.Error {
 	return newError(capadapter.CodeUnavailable, fmt.Sprintf("adapter %q is not ready", a.reg.Name))
 }
 
-// List returns every capability in capability id order, with whether its adapter is ready.
+// List returns every capability in capability id order, with whether it is available: its
+// adapter is ready and its last UnavailableAfter calls did not all end unavailable.
 func (s *Supervisor) List() []CapabilitySummary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -541,9 +557,10 @@ func (s *Supervisor) List() []CapabilitySummary {
 			for _, act := range d.Actions {
 				names = append(names, act.Name)
 			}
+			why := a.unavailableReasonLocked(d.CapabilityID)
 			out = append(out, CapabilitySummary{
 				CapabilityID: d.CapabilityID, Title: d.Title, Version: d.Version, Observe: d.Observe,
-				Actions: names, Adapter: a.reg.Name, Available: a.state == StateReady,
+				Actions: names, Adapter: a.reg.Name, Available: why == "", UnavailableReason: why,
 			})
 		}
 	}
@@ -558,7 +575,8 @@ func (s *Supervisor) Describe(id string) (capadapter.Descriptor, error) {
 	return d, err
 }
 
-// Ready reports whether capability id's adapter is ready to serve it (List's Available).
+// Ready reports whether capability id's adapter is ready to serve it. List's Available also
+// weighs the capability's latest calls (see UnavailableReason).
 func (s *Supervisor) Ready(id string) bool {
 	_, _, inst, err := s.lookup(id)
 	return err == nil && inst != nil
@@ -588,7 +606,7 @@ func (s *Supervisor) StartObserve(ctx context.Context, id string, done func(json
 		done(nil, unavailableAdapter(a))
 	default:
 		req := capadapter.Request{Method: capadapter.MethodObserve, CapabilityID: id}
-		inst.startResult(ctx, req, s.noteWithheld(a, req, done))
+		inst.startResult(ctx, req, s.noteWithheld(a, req, a.track(ctx, id, done)))
 	}
 }
 
@@ -642,7 +660,7 @@ func (s *Supervisor) StartInvoke(ctx context.Context, id, action string, args js
 		return
 	}
 	req := capadapter.Request{Method: capadapter.MethodInvoke, CapabilityID: id, Action: action, Args: args}
-	inst.startResult(ctx, req, s.noteWithheld(a, req, done))
+	inst.startResult(ctx, req, s.noteWithheld(a, req, a.track(ctx, id, done)))
 }
 
 // Status returns every registration's state in name order.
@@ -652,12 +670,16 @@ func (s *Supervisor) Status() []AdapterStatus {
 	out := make([]AdapterStatus, 0, len(s.adapters))
 	for _, a := range s.adapters {
 		ids := make([]string, 0, len(a.descs))
+		var failing []string
 		for _, d := range a.descs {
 			ids = append(ids, d.CapabilityID)
+			if a.callsUnavailable(d.CapabilityID) {
+				failing = append(failing, d.CapabilityID)
+			}
 		}
 		out = append(out, AdapterStatus{
 			Name: a.reg.Name, Command: a.reg.Command, Args: append([]string{}, a.reg.Args...),
-			State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
+			PassEnv: slices.Clone(a.reg.PassEnv), UnavailableCapabilities: failing, State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
 			Room: a.reg.Room, Session: a.reg.Session, Generation: a.reg.Generation, LeaseExpires: a.reg.LeaseExpires,
 			Digests: digestStatus(a.reg.Digests, a.current), Withheld: a.withheld,
 		})
@@ -677,7 +699,7 @@ func (s *Supervisor) Registrations() []Registration {
 	out := make([]Registration, 0, len(s.adapters))
 	for _, a := range s.adapters {
 		r := a.reg
-		r.Args, r.Digests = slices.Clone(r.Args), slices.Clone(r.Digests)
+		r.Args, r.Digests, r.PassEnv = slices.Clone(r.Args), slices.Clone(r.Digests), slices.Clone(r.PassEnv)
 		out = append(out, r)
 	}
 	s.mu.Unlock()

@@ -153,12 +153,13 @@
 
   function renderCapability(d, c) {
     const card = el('div', { class: c.available ? 'cap' : 'cap unavailable', 'data-capability': c.capabilityId, 'data-provider': c.provider });
-    // A capability a call cannot reach now (its provider is away, this host lost the bus, or
-    // its own adapter is not ready) stays listed, marked with the reason.
+    // A capability a call cannot reach now (its provider is away, this host lost the bus, its
+    // own adapter is not ready, or its last calls failed) stays listed, marked with the reason.
     const reasons = {
       bus_disconnected: 'this host has lost the bus',
       provider_absent: 'its provider is not present in the room',
       adapter_not_ready: 'its adapter on this host is not ready',
+      calls_unavailable: 'its last calls on this host all failed unavailable (calls still go through)',
     };
     card.append(el('div', { class: 'head' },
       el('strong', { text: c.title || c.capabilityId }),
