@@ -128,3 +128,32 @@ func TestAvailabilityCountsTimeoutsNotCancellations(t *testing.T) {
 		t.Fatalf("after %d timeouts: %+v", UnavailableAfter, c)
 	}
 }
+
+// TestAvailabilityWithheldResultEndsTheRun: a result withheld by a screen is a well-formed
+// answer of the adapter, so it ends a run of unavailable calls like a result does.
+func TestAvailabilityWithheldResultEndsTheRun(t *testing.T) {
+	noLeaks(t)
+	s := newSupervisor(t, Options{})
+	register(t, s, helperRegistration(t, "light", "url-result"))
+	ctx := context.Background()
+	fail := func() {
+		t.Helper()
+		_, err := s.Invoke(ctx, "test_light", "fail_with", json.RawMessage(`{"code":"unavailable"}`))
+		wantCode(t, err, capadapter.CodeUnavailable)
+	}
+	for range UnavailableAfter - 1 {
+		fail()
+	}
+	_, err := s.Observe(ctx, "test_light")
+	wantCode(t, err, capadapter.CodeResultWithheld)
+	for range UnavailableAfter - 1 {
+		fail()
+	}
+	if c := summaryOf(t, s, "test_light"); !c.Available {
+		t.Fatalf("the withheld result did not end the run: %+v", c)
+	}
+	fail()
+	if c := summaryOf(t, s, "test_light"); c.Available || c.UnavailableReason != UnavailableCalls {
+		t.Fatalf("after %d unavailable calls: %+v", UnavailableAfter, c)
+	}
+}
