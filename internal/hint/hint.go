@@ -135,11 +135,12 @@ var table = []entry{
 	{[]string{"adapter_abort_capacity"},
 		"Too many cancellations are in progress: wait a moment and call again."},
 
-	// airlock-fs's own refusals (internal/fsadapter/fsops), which reach the caller as a code.
+	// airlock-fs's own refusals (internal/fsadapter/fsops), which reach the caller as a code
+	// without the adapter's message or details: these hints cannot point at details.
 	{[]string{"invalid_path"},
-		"airlock-fs refused the path (details.reason says which rule): give a path relative to the granted directory with no leading \"/\", no \"..\", no empty segments, and names the filesystem allows."},
+		"airlock-fs refused the path: give a path relative to the granted directory with no leading \"/\", no \"..\", no empty segments, and names the filesystem allows."},
 	{[]string{"invalid_argument"},
-		"An argument is out of bounds (details.field names it): compare it with the tool's input schema and call again with a value inside its limits."},
+		"An argument is out of the adapter's bounds: compare each with the tool's input schema and call again with values inside its limits."},
 	{[]string{"path_escape"},
 		"The path would resolve outside the granted directory, which is never allowed: use a path inside it."},
 	{[]string{"path_symlink"},
@@ -161,9 +162,9 @@ var table = []entry{
 	{[]string{"digest_mismatch"},
 		"The file is no longer the version expectedDigest names (it changed since): fs_read it again, redo your change on what it holds now, and send it without expectedDigest or with the digest your own last write of it returned."},
 	{[]string{"edit_not_found"},
-		"An edit's oldText does not occur in the file (details.edit is its index, from 0): fs_read the file and copy the text exactly as it is there, spaces, tabs and line breaks included."},
+		"An edit's oldText does not occur in the file: fs_read the file and copy the text exactly as it is there, spaces, tabs and line breaks included (with several edits, check each)."},
 	{[]string{"edit_ambiguous"},
-		"An edit's oldText occurs more than once in the file (details.edit is its index, from 0): include enough of the surrounding lines in oldText that it occurs exactly once."},
+		"An edit's oldText occurs more than once in the file: include enough of the surrounding lines in oldText that it occurs exactly once (with several edits, check each)."},
 	{[]string{"too_large"},
 		"The request or its answer exceeds a size limit: ask for less (read a byte range with offset and maxBytes, list or search a narrower directory with a smaller maxEntries or maxResults) or send less (shorter content, shorter arguments)."},
 	{[]string{"permission_denied"},
@@ -175,7 +176,7 @@ var table = []entry{
 	{[]string{"root_closed"},
 		"The grant serving this session was revoked: stop and tell the user, who must grant the directory again."},
 	{[]string{"io_error"},
-		"The filesystem failed (details.errno names how): if the error is retryable, call again; otherwise stop and tell the user the code."},
+		"The filesystem failed: if the error is retryable, call again; otherwise stop and tell the user the code."},
 
 	// airlock-fs's result frames (internal/fsadapter/server).
 	{[]string{"idempotency_capacity"},
