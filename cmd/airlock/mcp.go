@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -103,7 +101,9 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			runtime.GOMAXPROCS(1)
 		}
 		// A line over the bound ends the session: the stream cannot be read in step again.
-		t := &sdk.IOTransport{Reader: in, Writer: nopWriteCloser{a.stdout}, MaxLineLength: mcp.MaxMessageBytes}
+		// Every request read is answered before the end of stdin ends the session, within
+		// mcp.StdinDrainTimeout.
+		t := mcp.StdioTransport(in, a.stdout, mcp.MaxMessageBytes, 0)
 		if err := b.Serve(ctx, t); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 			return o.fail(err)
 		}
@@ -178,7 +178,3 @@ func pollable(in io.Reader) (io.ReadCloser, bool) {
 	}
 	return io.NopCloser(in), false
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

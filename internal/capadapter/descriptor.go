@@ -3,6 +3,7 @@ package capadapter
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -269,8 +270,11 @@ func (d *Descriptor) Action(name string) (Action, bool) {
 // ValidateArgs checks invoke args against an action's declared input: at most MaxArgsBytes,
 // one strict JSON object (no duplicate keys), every required name present, no undeclared
 // name, each value of its declared primitive type (null is no type), and no URL in a string
-// once decoded (an escaped "https:\/\/" is a URL). It fails with too_large or invalid_args
-// and never quotes the args.
+// once decoded (an escaped "https:\/\/" is a URL). It fails with too_large or invalid_args.
+// An invalid_args names the argument and what it must be, so that a model can correct it:
+// the names and types are the descriptor's, which the operator approved and the descriptor
+// rules screen. It never quotes the args, not even an undeclared name (it lists the declared
+// ones instead). Arguments are checked in name order, so the error is the same every time.
 func ValidateArgs(in Input, args json.RawMessage) error {
 	if len(args) > MaxArgsBytes {
 		return newError(CodeTooLarge, "args exceed 1024 bytes")
@@ -281,28 +285,59 @@ func ValidateArgs(in Input, args json.RawMessage) error {
 	}
 	for _, r := range in.Required {
 		if _, ok := obj[r]; !ok {
-			return newError(CodeInvalidArgs, "a required argument is missing")
+			return newError(CodeInvalidArgs, "required argument "+strconv.Quote(r)+" is missing: it must be "+typeWords(in.Properties[r]))
 		}
 	}
-	for k, v := range obj {
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		v := obj[k]
 		typ, ok := in.Properties[k]
 		if !ok {
-			return newError(CodeInvalidArgs, "an argument is not declared by the action")
+			return newError(CodeInvalidArgs, "an argument is not declared by the action, which takes "+declared(in))
 		}
 		if !primitiveOf(v, typ) {
-			return newError(CodeInvalidArgs, "an argument is not of its declared type")
+			return newError(CodeInvalidArgs, "argument "+strconv.Quote(k)+" must be "+typeWords(typ))
 		}
 		if typ == TypeString {
 			var text string
 			if json.Unmarshal(v, &text) != nil {
-				return newError(CodeInvalidArgs, "an argument is not of its declared type")
+				return newError(CodeInvalidArgs, "argument "+strconv.Quote(k)+" must be "+typeWords(typ))
 			}
 			if urlPattern.MatchString(text) {
-				return newError(CodeInvalidArgs, "an argument carries a URL")
+				return newError(CodeInvalidArgs, "argument "+strconv.Quote(k)+" must not carry a URL")
 			}
 		}
 	}
 	return nil
+}
+
+// typeWords says what a value of a declared primitive type is, for an error.
+func typeWords(typ string) string {
+	switch typ {
+	case TypeString:
+		return "a string"
+	case TypeNumber:
+		return "a number"
+	case TypeBoolean:
+		return "true or false"
+	}
+	return "of its declared type"
+}
+
+// declared lists an input's arguments for an error: `"level" (a number), "on" (true or
+// false, required)`, in name order, or "no arguments".
+func declared(in Input) string {
+	if len(in.Properties) == 0 {
+		return "no arguments"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(in.Properties)) {
+		p := strconv.Quote(k) + " (" + typeWords(in.Properties[k])
+		if slices.Contains(in.Required, k) {
+			p += ", required"
+		}
+		parts = append(parts, p+")")
+	}
+	return strings.Join(parts, ", ")
 }
 
 func primitiveOf(v json.RawMessage, typ string) bool {

@@ -131,27 +131,31 @@ func TestValidateDescriptorRules(t *testing.T) {
 	}
 }
 
+// TestValidateArgs: what ValidateArgs accepts and refuses, and that a refusal names the
+// argument and what it must be (the descriptor's name and type), never what the args carry.
 func TestValidateArgs(t *testing.T) {
 	in := Input{Type: "object", Properties: map[string]string{"on": "boolean", "level": "number", "label": "string"}, Required: []string{"on"}}
 	cases := []struct {
-		name, args, code string
+		name, args, code, msg string
 	}{
-		{"valid", `{"on":true}`, ""},
-		{"all", `{"on":false,"level":-1.5e2,"label":"kitchen"}`, ""},
-		{"empty object", `{}`, CodeInvalidArgs},
-		{"null", `null`, CodeInvalidArgs},
-		{"array", `[]`, CodeInvalidArgs},
-		{"empty", ``, CodeInvalidArgs},
-		{"not json", `{"on":`, CodeInvalidArgs},
-		{"wrong type", `{"on":"yes"}`, CodeInvalidArgs},
-		{"null value", `{"on":null}`, CodeInvalidArgs},
-		{"number as string", `{"on":true,"level":"3"}`, CodeInvalidArgs},
-		{"object value", `{"on":true,"label":{}}`, CodeInvalidArgs},
-		{"huge number", `{"on":true,"level":1e400}`, CodeInvalidArgs},
-		{"extra key", `{"on":true,"extra":1}`, CodeInvalidArgs},
-		{"duplicate key", `{"on":true,"on":false}`, CodeInvalidArgs},
-		{"url", `{"on":true,"label":"https://127.0.0.1"}`, CodeInvalidArgs},
-		{"oversized", `{"on":true,"label":"` + strings.Repeat("a", MaxArgsBytes) + `"}`, CodeTooLarge},
+		{"valid", `{"on":true}`, "", ""},
+		{"all", `{"on":false,"level":-1.5e2,"label":"kitchen"}`, "", ""},
+		{"empty object", `{}`, CodeInvalidArgs, `required argument "on" is missing: it must be true or false`},
+		{"null", `null`, CodeInvalidArgs, "args must be one JSON object"},
+		{"array", `[]`, CodeInvalidArgs, "args must be one JSON object"},
+		{"empty", ``, CodeInvalidArgs, "args must be one JSON object"},
+		{"not json", `{"on":`, CodeInvalidArgs, "args must be one JSON object"},
+		{"wrong type", `{"on":"yes"}`, CodeInvalidArgs, `argument "on" must be true or false`},
+		{"null value", `{"on":null}`, CodeInvalidArgs, `argument "on" must be true or false`},
+		{"number as string", `{"on":true,"level":"3"}`, CodeInvalidArgs, `argument "level" must be a number`},
+		{"object value", `{"on":true,"label":{}}`, CodeInvalidArgs, `argument "label" must be a string`},
+		{"huge number", `{"on":true,"level":1e400}`, CodeInvalidArgs, `argument "level" must be a number`},
+		{"two wrong, first by name", `{"on":1,"level":"x"}`, CodeInvalidArgs, `argument "level" must be a number`},
+		{"extra key", `{"on":true,"extra_kitchen":1}`, CodeInvalidArgs,
+			`an argument is not declared by the action, which takes "label" (a string), "level" (a number), "on" (true or false, required)`},
+		{"duplicate key", `{"on":true,"on":false}`, CodeInvalidArgs, "without duplicate keys"},
+		{"url", `{"on":true,"label":"https://127.0.0.1"}`, CodeInvalidArgs, `argument "label" must not carry a URL`},
+		{"oversized", `{"on":true,"label":"` + strings.Repeat("a", MaxArgsBytes) + `"}`, CodeTooLarge, "args exceed 1024 bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,10 +167,17 @@ func TestValidateArgs(t *testing.T) {
 				return
 			}
 			wantCode(t, err, tc.code)
+			if !strings.Contains(err.Error(), tc.msg) {
+				t.Errorf("error %q does not say %q", err, tc.msg)
+			}
 			if strings.Contains(err.Error(), "kitchen") || strings.Contains(err.Error(), "127.0.0.1") {
 				t.Errorf("error quotes the args: %v", err)
 			}
 		})
+	}
+	if err := ValidateArgs(Input{Type: "object", Properties: map[string]string{}}, json.RawMessage(`{"x":1}`)); err == nil ||
+		!strings.HasSuffix(err.Error(), "which takes no arguments") {
+		t.Errorf("an action without arguments: %v", err)
 	}
 }
 

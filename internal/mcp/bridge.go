@@ -116,8 +116,8 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 	}
 	b.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, &sdk.ServerOptions{
 		Instructions: fmt.Sprintf("Tools of airlock session %q generation %d: the filesystem operations it was granted "+
-			"(paths relative to the granted directory) and the capabilities its operator named. Errors carry airlock's "+
-			"machine code in _meta[\"io.airlock/error\"].code.", cfg.SessionID, cfg.Generation),
+			"(paths relative to the granted directory) and the capabilities its operator named. An error's text gives airlock's "+
+			"machine code and, on its second line, what to do next; _meta[\"io.airlock/error\"] carries both (code, hint).", cfg.SessionID, cfg.Generation),
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Logger:       log,
 	})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -388,7 +389,9 @@ func TestQuarantinedGenerationAnswersItsRecoveryCode(t *testing.T) {
 	if ae := airlockError(t, r); !ae.Retryable || ae.Details["sessionId"] != "agent" || ae.Details["generation"] != 1.0 {
 		t.Fatalf("recovery error: %+v", ae)
 	}
-	if !strings.HasPrefix(text(r), "airlock: tool_adapter_reprovision_required: ") || !strings.HasSuffix(text(r), "(retryable)") {
+	first, next, _ := strings.Cut(text(r), "\n")
+	if !strings.HasPrefix(first, "airlock: tool_adapter_reprovision_required: ") || !strings.HasSuffix(first, "(retryable)") ||
+		next != hint.For(protocol.CodeReprovisionRequired) {
 		t.Fatalf("text rendering: %q", text(r))
 	}
 }

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -283,20 +284,34 @@ func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string) 
 }
 
 // MetaError is the _meta member of an error result that carries airlock's error as an object
-// {code, message, retryable, details?}.
+// {code, message, retryable, details?, hint}.
 const MetaError = "io.airlock/error"
 
-// errorResult renders an airlock error as a tool result: isError, a text line with the code
-// and the message, and the error itself in _meta[MetaError]. It carries no structuredContent:
-// clients built on the TypeScript SDK validate structuredContent against the tool's
-// outputSchema even when isError is set, and reject a result that does not match it, so an
-// error object there would hide the error behind a protocol failure.
+// metaError is airlock's error as _meta[MetaError] carries it: the daemon's error and the
+// code's hint.
+type metaError struct {
+	Code      string         `json:"code"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details,omitempty"`
+	Hint      string         `json:"hint"`
+}
+
+// errorResult renders an airlock error as a tool result: isError, a text of two lines (the
+// code and the message, then the code's hint: what to do next), and the error itself with
+// its hint in _meta[MetaError]. It carries no structuredContent: clients built on the
+// TypeScript SDK validate structuredContent against the tool's outputSchema even when isError
+// is set, and reject a result that does not match it, so an error object there would hide the
+// error behind a protocol failure.
 func errorResult(e *protocol.Error) *sdk.CallToolResult {
+	h := hint.For(e.Code)
 	text := "airlock: " + e.Code + ": " + e.Message
 	if e.Retryable {
 		text += " (retryable)"
 	}
-	return &sdk.CallToolResult{IsError: true, Meta: sdk.Meta{MetaError: e}, Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+	text += "\n" + h
+	me := &metaError{Code: e.Code, Message: e.Message, Retryable: e.Retryable, Details: e.Details, Hint: h}
+	return &sdk.CallToolResult{IsError: true, Meta: sdk.Meta{MetaError: me}, Content: []sdk.Content{&sdk.TextContent{Text: text}}}
 }
 
 // codeOf returns the airlock code of err, or "".

@@ -242,6 +242,7 @@ type wireError struct {
 	Message   string         `json:"message"`
 	Retryable bool           `json:"retryable"`
 	Details   map[string]any `json:"details"`
+	Hint      string         `json:"hint"`
 }
 
 // airlockError returns the error of an isError result, which must carry it in

@@ -3,7 +3,9 @@ package mcp_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -154,5 +156,75 @@ func TestStdioLineBound(t *testing.T) {
 		t.Logf("exit %d: %s", ee.ExitCode(), strings.TrimSpace(stderr.String()))
 	case <-time.After(30 * time.Second):
 		t.Fatal("airlock mcp still reads a line past MaxMessageBytes")
+	}
+}
+
+// TestPipedRequestsAreAllAnswered pipes a whole session into airlock mcp at once and closes
+// stdin, as `printf '…' | airlock mcp …` does: every request read gets exactly one response
+// before the process exits, well within StdinDrainTimeout and each with its own outcome (no
+// request is answered by the drain deadline), initialize's first (it is handled before the
+// requests after it); the notification gets none. Before, only initialize was answered: the
+// end of stdin ended the SDK's session and its queued calls with it.
+func TestPipedRequestsAreAllAnswered(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	if err := os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.stat,fs.write"))
+	in := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"printf","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs_read","arguments":{"path":"notes.txt"}}}`,
+		`{"jsonrpc":"2.0","id":"four","method":"tools/call","params":{"name":"fs_write","arguments":{"path":"notes.txt","content":"x","create":true}}}`,
+		`{"jsonrpc":"2.0","id":5,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fs_stat","arguments":{"path":"notes.txt"}}}`,
+	}, "\n") + "\n"
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
+	cmd.Stdin = strings.NewReader(in) // a pipe, closed once written
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("airlock mcp: %v\n%s", err, stderr.String())
+	}
+	if took := time.Since(start); took >= mcp.StdinDrainTimeout {
+		t.Fatalf("airlock mcp took %v: it waited for the drain deadline", took)
+	}
+	type response struct {
+		ID     any             `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code int `json:"code"`
+		} `json:"error"`
+	}
+	byID := map[string]response{}
+	var order []string
+	for line := range strings.SplitSeq(strings.TrimSpace(stdout.String()), "\n") {
+		var r response
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.ID == nil {
+			t.Fatalf("stdout line %q is not a response", line)
+		}
+		id := fmt.Sprint(r.ID)
+		if _, dup := byID[id]; dup {
+			t.Fatalf("request %s answered twice", id)
+		}
+		byID[id] = r
+		order = append(order, id)
+	}
+	want := []string{"1", "2", "3", "four", "5", "6"}
+	if len(order) != len(want) || order[0] != "1" {
+		t.Fatalf("responses to %v, want one to each of %v, initialize's first\n%s", order, want, stdout.String())
+	}
+	for _, id := range want {
+		r, ok := byID[id]
+		if !ok || r.Error != nil || len(r.Result) == 0 {
+			t.Fatalf("request %s: %+v, want a result", id, r)
+		}
+	}
+	if !strings.Contains(string(byID["3"].Result), `hello\n`) || !strings.Contains(string(byID["four"].Result), "file_exists") ||
+		!strings.Contains(string(byID["2"].Result), "fs_stat") {
+		t.Fatalf("results:\n%s", stdout.String())
 	}
 }

@@ -151,16 +151,23 @@ type (
 	}
 )
 
-// shapeCheck collects the first failure of a payload or result check.
+// shapeCheck collects the first failure of a payload or result check: the member, whether it
+// was missing, and what it must be (for the message: a model that sent it reads it and can
+// correct it; the member's value is never quoted).
 type shapeCheck struct {
-	code  string // the code of every failure but paths
-	field string
-	path  *protocol.Error
+	code    string // the code of every failure but paths
+	field   string
+	want    string // what field must be, or "" when the check does not say
+	missing bool
+	path    *protocol.Error
 }
 
-func (c *shapeCheck) fail(field string) {
+func (c *shapeCheck) fail(field string) { c.failWant(field, "", false) }
+
+// failWant records the first failure: field is missing, or is present but not want.
+func (c *shapeCheck) failWant(field, want string, missing bool) {
 	if c.field == "" && c.path == nil {
-		c.field = field
+		c.field, c.want, c.missing = field, want, missing
 	}
 }
 
@@ -168,7 +175,15 @@ func (c *shapeCheck) ok() bool { return c.field == "" && c.path == nil }
 
 func (c *shapeCheck) required(field string, present bool) bool {
 	if !present {
-		c.fail(field)
+		c.failWant(field, "", true)
+	}
+	return present
+}
+
+// requiredWant is required for a member whose form the message names.
+func (c *shapeCheck) requiredWant(field, want string, present bool) bool {
+	if !present {
+		c.failWant(field, want, true)
 	}
 	return present
 }
@@ -176,17 +191,32 @@ func (c *shapeCheck) required(field string, present bool) bool {
 func (c *shapeCheck) intRange(field string, v *int64, lo, hi int64, optional bool) {
 	if v == nil {
 		if !optional {
-			c.fail(field)
+			c.failWant(field, intWant(lo, hi), true)
 		}
 		return
 	}
 	if *v < lo || *v > hi {
-		c.fail(field)
+		c.failWant(field, intWant(lo, hi), false)
 	}
 }
 
+func intWant(lo, hi int64) string {
+	if hi == maxSafeInteger {
+		return "an integer of at least " + strconv.FormatInt(lo, 10)
+	}
+	return "an integer from " + strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)
+}
+
+const (
+	pathWant   = `a path relative to the granted directory ("." for the directory itself)`
+	digestWant = "64 lowercase hexadecimal digits (the SHA-256 a write or edit returned)"
+	boolWant   = "true or false"
+)
+
+var editsWant = "an array of 1 to " + strconv.Itoa(MaxEdits) + " edits, each {oldText, newText}"
+
 func (c *shapeCheck) relPath(field string, p *string) {
-	if !c.required(field, p != nil) {
+	if !c.requiredWant(field, pathWant, p != nil) {
 		return
 	}
 	if e := ValidateRelativePath(*p); e != nil && c.ok() {
@@ -197,30 +227,34 @@ func (c *shapeCheck) relPath(field string, p *string) {
 func (c *shapeCheck) digest(field string, p *string, optional bool) {
 	if p == nil {
 		if !optional {
-			c.fail(field)
+			c.failWant(field, digestWant, true)
 		}
 		return
 	}
 	if !validDigest(*p) {
-		c.fail(field)
+		c.failWant(field, digestWant, false)
 	}
 }
 
 func (c *shapeCheck) content(field string, p *string, minBytes int) {
-	if c.required(field, p != nil) && (len(*p) < minBytes || len(*p) > MaxContentBytes) {
-		c.fail(field)
+	if p == nil || len(*p) < minBytes || len(*p) > MaxContentBytes {
+		want := "a string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
+		if minBytes > 0 {
+			want = "a non-empty string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
+		}
+		c.failWant(field, want, p == nil)
 	}
 }
 
 func (c *shapeCheck) modifiedAt(field string, p *string) {
 	if p != nil && (len(*p) < minModifiedAtLen || len(*p) > maxModifiedAtLen || !validModifiedAt(*p)) {
-		c.fail(field)
+		c.failWant(field, "a UTC RFC 3339 time", false)
 	}
 }
 
 func (c *shapeCheck) entryType(field string, p *string) {
-	if c.required(field, p != nil) && *p != entryTypeFile && *p != entryTypeDir {
-		c.fail(field)
+	if p == nil || *p != entryTypeFile && *p != entryTypeDir {
+		c.failWant(field, `"file" or "directory"`, p == nil)
 	}
 }
 
@@ -228,23 +262,37 @@ func (c *shapeCheck) err(what string) *protocol.Error {
 	if c.path != nil {
 		return c.path
 	}
-	if c.field == "" {
+	switch {
+	case c.field == "":
 		return nil
+	case c.want == "" && c.missing:
+		return fieldError(c.code, c.field, "%s member %s is missing", what, c.field)
+	case c.want == "":
+		return fieldError(c.code, c.field, "%s member %s is out of range", what, c.field)
+	case c.missing:
+		return fieldError(c.code, c.field, "%s member %s is missing: it must be %s", what, c.field, c.want)
 	}
-	return fieldError(c.code, c.field, "%s member %s is missing or out of range", what, c.field)
+	return fieldError(c.code, c.field, "%s member %s must be %s", what, c.field, c.want)
 }
 
+// decodeShape decodes raw into v strictly. A failure names the member: one the shape does
+// not have, or one of the wrong JSON type.
 func decodeShape(code, what string, raw json.RawMessage, v any) *protocol.Error {
 	if raw == nil {
 		return protocol.Errorf(code, "%s is required", what)
 	}
 	if err := ndjson.Decode(raw, v, ndjson.Closed); err != nil {
-		field := what
 		var de *ndjson.DecodeError
 		if errors.As(err, &de) && de.Path != "" {
-			field = de.Path
+			switch de.Reason {
+			case ndjson.ReasonUnknownField, ndjson.ReasonCaseVariant:
+				return fieldError(code, de.Path, "%s member %s is not one this operation takes", what, de.Path)
+			case ndjson.ReasonType:
+				return fieldError(code, de.Path, "%s member %s is not of its type (see the operation's schema)", what, de.Path)
+			}
+			return fieldError(code, de.Path, "%s is not a closed %s object", what, what)
 		}
-		return fieldError(code, field, "%s is not a closed %s object", what, what)
+		return fieldError(code, what, "%s is not a closed %s object", what, what)
 	}
 	return nil
 }
@@ -290,8 +338,8 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
-			if c.required("query", v.Query != nil) && (*v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen) {
-				c.fail("query")
+			if v.Query == nil || *v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen {
+				c.failWant("query", "a non-empty string of at most "+strconv.Itoa(MaxQueryLen)+" characters", v.Query == nil)
 			}
 			c.intRange("maxResults", v.MaxResults, 1, MaxSearchResults, true)
 		}
@@ -308,9 +356,9 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		if e = decodeShape(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
-			if c.required("edits", v.Edits != nil) {
+			if c.requiredWant("edits", editsWant, v.Edits != nil) {
 				if n := len(*v.Edits); n < 1 || n > MaxEdits {
-					c.fail("edits")
+					c.failWant("edits", editsWant, false)
 				}
 				for _, ed := range *v.Edits {
 					c.content("edits.oldText", ed.OldText, 1)
@@ -380,7 +428,7 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 					c.listEntry(en.Name, en.Type, en.Size, en.ModifiedAt)
 				}
 			}
-			c.required("truncated", v.Truncated != nil)
+			c.requiredWant("truncated", boolWant, v.Truncated != nil)
 		}
 	case OpStat:
 		var v statResult
@@ -397,7 +445,7 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
 			c.content("content", v.Content, 0)
 			c.intRange("bytesRead", v.BytesRead, 0, MaxContentBytes, false)
-			c.required("eof", v.EOF != nil)
+			c.requiredWant("eof", boolWant, v.EOF != nil)
 		}
 	case OpSearch:
 		var v searchResult
@@ -419,12 +467,12 @@ func ValidateResult(op string, raw json.RawMessage) *protocol.Error {
 					}
 				}
 			}
-			c.required("truncated", v.Truncated != nil)
+			c.requiredWant("truncated", boolWant, v.Truncated != nil)
 		}
 	case OpWrite:
 		var v writeResult
 		if e = decodeFlat(c.code, "data", raw, &v); e == nil {
-			c.required("created", v.Created != nil)
+			c.requiredWant("created", boolWant, v.Created != nil)
 			c.intRange("bytesWritten", v.BytesWritten, 0, MaxContentBytes, false)
 			c.digest("digest", v.Digest, false)
 		}

@@ -1,8 +1,10 @@
 package tooladapter
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -28,6 +30,37 @@ func TestValidModifiedAt(t *testing.T) {
 	for _, s := range cases {
 		if got, want := validModifiedAt(s), modifiedAtPattern.MatchString(s); got != want {
 			t.Fatalf("validModifiedAt(%q) = %v, the pattern says %v", s, got, want)
+		}
+	}
+}
+
+// TestPayloadErrorsNameTheMember: a payload the runtime refuses names the member and what it
+// must be, in details.field and in the message (which a model reads and acts on), and never
+// quotes the member's value.
+func TestPayloadErrorsNameTheMember(t *testing.T) {
+	cases := []struct {
+		op, payload, field, msg string
+	}{
+		{OpList, `{"path":".","maxEntries":0}`, "maxEntries", "payload member maxEntries must be an integer from 1 to 10000"},
+		{OpList, `{"path":".","maxEntries":"zzqx"}`, "maxEntries", "payload member maxEntries is not of its type"},
+		{OpList, `{"path":".","recursive":true}`, "recursive", "payload member recursive is not one this operation takes"},
+		{OpRead, `{}`, "path", `payload member path is missing: it must be a path relative to the granted directory`},
+		{OpRead, `{"path":"a","offset":-1}`, "offset", "payload member offset must be an integer of at least 0"},
+		{OpSearch, `{"path":".","query":""}`, "query", "payload member query must be a non-empty string of at most 4096 characters"},
+		{OpSearch, `{"path":"."}`, "query", "payload member query is missing: it must be a non-empty string"},
+		{OpWrite, `{"path":"a","content":"x","expectedDigest":"sha256:secretish"}`, "expectedDigest", "payload member expectedDigest must be 64 lowercase hexadecimal digits"},
+		{OpWrite, `{"path":"a"}`, "content", "payload member content is missing: it must be a string of at most 4194304 bytes"},
+		{OpEdit, `{"path":"a","edits":[]}`, "edits", "payload member edits must be an array of 1 to 256 edits"},
+		{OpEdit, `{"path":"a","edits":[{"oldText":"","newText":"b"}]}`, "edits.oldText", "payload member edits.oldText must be a non-empty string"},
+	}
+	for _, tc := range cases {
+		e := ValidatePayload(tc.op, json.RawMessage(tc.payload))
+		if e == nil || e.Code != CodeRequestInvalid || e.Details[DetailField] != tc.field || !strings.Contains(e.Message, tc.msg) {
+			t.Errorf("%s %s: %+v, want %s naming %s: %q", tc.op, tc.payload, e, CodeRequestInvalid, tc.field, tc.msg)
+			continue
+		}
+		if strings.Contains(e.Message, "zzqx") || strings.Contains(e.Message, "secretish") {
+			t.Errorf("%s %s: the message quotes the value: %q", tc.op, tc.payload, e.Message)
 		}
 	}
 }

@@ -59,10 +59,13 @@ func intProp(desc string, min, max int64) schema {
 	return schema{"type": "integer", "description": desc, "minimum": min, "maximum": max}
 }
 
+// digestProp is the wire's expectedDigest: bare lowercase hex, as fs_write and fs_edit return
+// it (tooladapter's validDigest). It once said "sha256:" and a hex digest, which the runtime
+// refuses, so a model that followed it could never make a guarded write.
 var digestProp = schema{
 	"type":        "string",
-	"description": `Only change the file if its current content has this digest ("sha256:" and 64 hex digits), as fs_read-then-fs_stat or a previous write returned.`,
-	"pattern":     "^sha256:[0-9a-f]{64}$",
+	"description": "Only change the file if the SHA-256 of its current content is this (64 lowercase hex digits, as fs_write and fs_edit return it); the call fails digest_mismatch otherwise.",
+	"pattern":     "^[a-f0-9]{64}$",
 }
 
 func definition(op string, l tooladapter.Limits) (string, schema) {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -341,7 +342,9 @@ func callTool(ctx context.Context, spec *Spec, roomTools []RoomTool, scope strin
 		}
 	}
 	if fail != nil {
-		b, _ := json.Marshal(map[string]any{"error": toolError{Code: fail.Code, Message: fail.Message, Retryable: fail.Retryable}})
+		// The model reads the code's hint beside the error: what to do next, from the one
+		// table the MCP door shows too.
+		b, _ := json.Marshal(map[string]any{"error": toolError{Code: fail.Code, Message: fail.Message, Retryable: fail.Retryable, Hint: hint.For(fail.Code)}})
 		output = string(b)
 	}
 	full := len(output)
@@ -397,6 +400,7 @@ type (
 		Code      string `json:"code"`
 		Message   string `json:"message"`
 		Retryable bool   `json:"retryable"`
+		Hint      string `json:"hint"`
 	}
 	turnEnd struct {
 		StopReason string         `json:"stopReason"`

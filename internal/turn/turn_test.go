@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -239,5 +241,69 @@ func TestDefinitionsAreClosedAndBounded(t *testing.T) {
 	json.Unmarshal(defs[2].Parameters, &read)
 	if max := read["properties"].(map[string]any)["maxBytes"].(map[string]any)["maximum"]; max != float64(4096-1024) {
 		t.Fatalf("fs_read maxBytes bound %v", max)
+	}
+}
+
+// TestToolErrorsCarryTheHint: a failed tool call shows the model the error's code and the
+// code's hint from internal/hint (what to do next), for an adapter's refusal that reaches the
+// runtime as a bare code and for the turn's own unknown_tool.
+func TestToolErrorsCarryTheHint(t *testing.T) {
+	m := &script{replies: []model.Response{
+		reply("", call("a", "fs_read", `{"path":"x"}`), call("b", "fs_delete", `{"path":"x"}`)),
+		reply("done"),
+	}}
+	tl := &tools{fail: (&protocol.Error{Code: "file_exists", Message: "host tool adapter request failed"}).With("origin", "adapter")}
+	s := &sink{}
+	spec := &Spec{Model: m, Tools: tl, Operations: []string{"fs.read"}, Limits: limits}
+	if _, e := Run(context.Background(), spec, Request{Prompt: "go"}, nil, s); e != nil {
+		t.Fatal(e)
+	}
+	for i, want := range []string{"file_exists", CodeUnknownTool} {
+		var out struct {
+			Error struct {
+				Code string `json:"code"`
+				Hint string `json:"hint"`
+			} `json:"error"`
+		}
+		content := s.recorded[2+i].Content
+		if err := json.Unmarshal([]byte(content), &out); err != nil || out.Error.Code != want || out.Error.Hint != hint.For(want) || out.Error.Hint == hint.Fallback {
+			t.Errorf("tool output %q, want %s with its hint", content, want)
+		}
+	}
+	if !strings.Contains(s.recorded[2].Content, "overwrite true") {
+		t.Errorf("file_exists does not say how to overwrite: %q", s.recorded[2].Content)
+	}
+}
+
+// TestDigestSchemaIsTheWire: the expectedDigest the model is told to send is the one the
+// runtime accepts (64 lowercase hex digits, as writes return it); the "sha256:" form the
+// schema once asked for is refused by both.
+func TestDigestSchemaIsTheWire(t *testing.T) {
+	hexDigest := strings.Repeat("ab", 32)
+	for _, d := range Definitions([]string{tooladapter.OpWrite, tooladapter.OpEdit}, limits) {
+		var s struct {
+			Properties map[string]struct {
+				Pattern string `json:"pattern"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(d.Parameters, &s); err != nil {
+			t.Fatal(err)
+		}
+		re := regexp.MustCompile(s.Properties["expectedDigest"].Pattern)
+		for _, digest := range []string{hexDigest, "sha256:" + hexDigest} {
+			args, _ := json.Marshal(map[string]any{"path": "a", "content": "x", "edits": []any{map[string]string{"oldText": "a", "newText": "b"}}, "expectedDigest": digest})
+			var m map[string]any
+			json.Unmarshal(args, &m)
+			if d.Name == "fs_write" {
+				delete(m, "edits")
+			} else {
+				delete(m, "content")
+			}
+			args, _ = json.Marshal(m)
+			runtimeOK := tooladapter.ValidatePayload(operationOf(d.Name, tooladapter.Operations), args) == nil
+			if re.MatchString(digest) != runtimeOK {
+				t.Errorf("%s: expectedDigest %q: schema accepts %v, runtime accepts %v", d.Name, digest, re.MatchString(digest), runtimeOK)
+			}
+		}
 	}
 }

@@ -1,0 +1,369 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+)
+
+// StdinDrainTimeout bounds how long a stdio session, once stdin has closed, waits for the
+// requests it has read to be answered. It is airlock-fs's default request deadline (30 s,
+// from admission) and 10 s for the hops around it, so that a call read just before stdin
+// closed is answered with its own outcome under a default grant; a call that runs longer (a
+// grant with a longer deadline, an action of up to two minutes, a wedged daemon) is answered
+// with a JSON-RPC error saying the server stopped waiting, so a stuck call cannot keep the
+// process alive.
+const StdinDrainTimeout = 40 * time.Second
+
+// CodeDrainTimeout is the JSON-RPC error code of a request still unanswered when
+// StdinDrainTimeout passed after stdin closed: the server's internal error, since the call
+// itself did not fail (it may still take effect).
+const CodeDrainTimeout = -32603
+
+// StdioTransport returns the transport of a session on stdin and stdout that answers every
+// request it reads. The go-sdk's stdio connection treats the end of stdin as the end of the
+// session: requests still queued or running then are cancelled and their responses refused,
+// so `printf '<initialize>\n<tools/list>\n<tools/call>\n' | airlock mcp …` answered only
+// initialize. Here the end of stdin reaches the SDK only once every request read (a message
+// with a method and an id, not cancelled by notifications/cancelled) has had its response
+// written, or StdinDrainTimeout (drain, when positive) has passed, when each one still
+// unanswered is answered CodeDrainTimeout and a late response to it is dropped.
+//
+// Requests are tracked on the bytes, below the SDK's connection, so that the connection
+// stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
+// batch is allowed). A line over maxLine is not tracked: the SDK ends the session on it.
+func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
+	if drain <= 0 {
+		drain = StdinDrainTimeout
+	}
+	d := &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
+		changed: make(chan struct{}, 1), closed: make(chan struct{})}
+	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: maxLine}
+}
+
+// drainer tracks the requests read from in until their responses are written to out.
+type drainer struct {
+	in      io.ReadCloser
+	out     io.Writer
+	maxLine int
+	drain   time.Duration
+
+	// line is the unfinished line read so far; only Read touches it.
+	line     []byte
+	overLong bool
+
+	wmu sync.Mutex // serializes writes to out; taken before mu
+
+	mu      sync.Mutex     // guards the fields below
+	pending map[string]int // id key → requests of that id read and not answered
+	expired map[string]bool
+	changed chan struct{} // signalled when pending shrinks
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+type drainReader struct{ d *drainer }
+
+// Read reads from stdin and notes the requests of each complete line. At the end of stdin
+// (or on a read error) it waits for the requests read to be answered before it reports it.
+func (r drainReader) Read(p []byte) (int, error) {
+	d := r.d
+	n, err := d.in.Read(p)
+	d.scan(p[:n])
+	if err != nil {
+		if len(d.line) > 0 && !d.overLong {
+			d.note(d.line) // a last line without its newline, which the SDK decodes too
+		}
+		d.line = d.line[:0]
+		d.wait()
+	}
+	return n, err
+}
+
+// Close closes stdin and ends a wait for answers.
+func (r drainReader) Close() error {
+	r.d.closeOnce.Do(func() { close(r.d.closed) })
+	return r.d.in.Close()
+}
+
+// scan splits b into lines, continuing the unfinished one.
+func (d *drainer) scan(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		part := b
+		if i >= 0 {
+			part = b[:i]
+		}
+		if !d.overLong {
+			if len(d.line)+len(part) > d.maxLine && d.maxLine > 0 {
+				d.overLong, d.line = true, d.line[:0]
+			} else if i >= 0 && len(d.line) == 0 {
+				d.note(part) // the whole line is in b: no copy
+			} else {
+				d.line = append(d.line, part...)
+			}
+		}
+		if i < 0 {
+			return
+		}
+		if len(d.line) > 0 {
+			d.note(d.line)
+		}
+		d.line, d.overLong = d.line[:0], false
+		b = b[i+1:]
+	}
+}
+
+// message is what the drainer reads of a JSON-RPC message.
+type message struct {
+	ID     json.RawMessage `json:"id"`
+	Method json.RawMessage `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// decodeMessage reads raw's members, strictly by the walk (no copy) or, for a message the walk
+// refuses (a repeated key), as encoding/json reads it, which is closer to what the SDK does.
+func decodeMessage(raw []byte, m *message) bool {
+	if ndjson.DecodeAliased(raw, m, ndjson.Open) == nil {
+		return true
+	}
+	*m = message{}
+	return json.Unmarshal(raw, m) == nil
+}
+
+// note records the requests of one line read, and forgets those it cancels.
+func (d *drainer) note(line []byte) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	if line[0] == '[' {
+		var batch []json.RawMessage
+		if json.Unmarshal(line, &batch) != nil {
+			return
+		}
+		for _, m := range batch {
+			d.note(m)
+		}
+		return
+	}
+	var m message
+	if line[0] != '{' || !decodeMessage(line, &m) || len(m.Method) == 0 {
+		return
+	}
+	var method string
+	if json.Unmarshal(m.Method, &method) != nil {
+		return
+	}
+	if method == "notifications/cancelled" {
+		// The MCP server sends no response to a cancelled request.
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(m.Params, &p) == nil {
+			if k, ok := idKey(p.RequestID); ok {
+				d.answered(k)
+			}
+		}
+		return
+	}
+	if k, ok := idKey(m.ID); ok {
+		d.mu.Lock()
+		d.pending[k]++
+		d.mu.Unlock()
+	}
+}
+
+// idKey returns the key of a JSON-RPC id as the SDK answers it: a number as an integer (the
+// SDK reads 1 and 1.0 as one id), a string as its decoded text. Null and absent ids are no
+// request's.
+func idKey(raw json.RawMessage) (string, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "", false
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return "", false
+		}
+		return "s" + s, true
+	case 'n', 't', 'f', '{', '[':
+		return "", false
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return "", false
+	}
+	return "n" + strconv.FormatInt(int64(f), 10), true
+}
+
+// answered forgets one request of id key k.
+func (d *drainer) answered(k string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending[k] == 0 {
+		return
+	}
+	if d.pending[k]--; d.pending[k] == 0 {
+		delete(d.pending, k)
+	}
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns once no request read is unanswered, after answering those left when the drain
+// deadline passes, or once the reader is closed.
+func (d *drainer) wait() {
+	t := time.NewTimer(d.drain)
+	defer t.Stop()
+	for {
+		d.mu.Lock()
+		n := len(d.pending)
+		d.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-d.changed:
+		case <-d.closed:
+			return
+		case <-t.C:
+			d.expire()
+			return
+		}
+	}
+}
+
+// expire answers every request still pending with CodeDrainTimeout and drops what the SDK
+// writes for them later. It holds the write lock throughout, so that a response the SDK is
+// writing either goes first (and its request is no longer pending) or is dropped.
+func (d *drainer) expire() {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	d.mu.Lock()
+	var keys []string
+	for k := range d.pending {
+		keys = append(keys, k)
+		d.expired[k] = true
+	}
+	clear(d.pending)
+	d.mu.Unlock()
+	for _, k := range keys {
+		id := []byte(k[1:])
+		if k[0] == 's' {
+			id = ndjson.AppendString(nil, k[1:])
+		}
+		line := append([]byte(responsePrefix), id...)
+		line = append(line, `,"error":{"code":`+strconv.Itoa(CodeDrainTimeout)+
+			`,"message":"airlock mcp: stdin closed and the call did not finish within `+d.drain.String()+
+			`; it may still take effect"}}`+"\n"...)
+		if _, err := d.out.Write(line); err != nil {
+			return
+		}
+	}
+}
+
+type drainWriter struct{ d *drainer }
+
+// Write writes one or more messages of the SDK to stdout, and notes the responses among them
+// once written. A response to a request the drain deadline answered already is dropped.
+func (w drainWriter) Write(p []byte) (int, error) {
+	d := w.d
+	var keys []string
+	for rest := p; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		keys = responseKeys(line, keys)
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	d.mu.Lock()
+	drop := len(keys) == 1 && d.expired[keys[0]]
+	if drop {
+		delete(d.expired, keys[0])
+	}
+	d.mu.Unlock()
+	if drop {
+		return len(p), nil
+	}
+	n, err := d.out.Write(p)
+	if err == nil {
+		for _, k := range keys {
+			d.answered(k)
+		}
+	}
+	return n, err
+}
+
+func (w drainWriter) Close() error { return nil }
+
+// responsePrefix is how the SDK's encoder begins every message with an id: a response is
+// that, the id, and ,"result": or ,"error": (or the end, for one with neither); a request
+// to the client goes on with ,"method":.
+const responsePrefix = `{"jsonrpc":"2.0","id":`
+
+// responseKeys appends the id keys of the responses in one written line: a response, or a
+// batch of them. The SDK writes the members of a message in a fixed order, so the id of a
+// response is found without reading its result; anything else is read in full.
+func responseKeys(line []byte, keys []string) []string {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return keys
+	}
+	if rest, ok := bytes.CutPrefix(line, []byte(responsePrefix)); ok {
+		i := 0
+		for i < len(rest) && (rest[i] == '-' || rest[i] >= '0' && rest[i] <= '9') {
+			i++
+		}
+		if i > 0 {
+			if k, ok := idKey(rest[:i]); ok {
+				after := rest[i:]
+				if bytes.HasPrefix(after, []byte(`,"result":`)) || bytes.HasPrefix(after, []byte(`,"error":`)) || string(after) == "}" {
+					return append(keys, k)
+				}
+				if bytes.HasPrefix(after, []byte(`,"method":`)) {
+					return keys // a request to the client
+				}
+			}
+		}
+	}
+	if line[0] == '[' {
+		var batch []json.RawMessage
+		if json.Unmarshal(line, &batch) == nil {
+			for _, m := range batch {
+				keys = responseKeys(m, keys)
+			}
+		}
+		return keys
+	}
+	var m message
+	// A message with an id and no method is a response (the SDK reads it so too).
+	if line[0] != '{' || !decodeMessage(line, &m) || len(m.Method) > 0 {
+		return keys
+	}
+	if k, ok := idKey(m.ID); ok {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+var (
+	_ io.ReadCloser  = drainReader{}
+	_ io.WriteCloser = drainWriter{}
+)
