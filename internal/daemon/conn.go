@@ -51,6 +51,7 @@ type conn struct {
 	broken   bool     // the connection failed: drop everything
 	writing  bool     // someone is writing to the socket: the writer or a direct write in run
 	closing  bool     // evicted while an answer was being written: close once the queue is out
+	evicted  bool     // the eviction notice was sent or queued
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
@@ -118,6 +119,15 @@ func (c *conn) timedOut(te *ownersock.LineTimeoutError) {
 // block.
 func (c *conn) evict() {
 	c.srv.count("connectionsEvicted")
+	c.noticeEvicted()
+}
+
+// noticeEvicted sends the eviction notice, once, and closes the connection. Both the pool's
+// evict and the reader that finds its slot evicted as a line arrives (handle) call it,
+// whichever comes first: the reader must not close the connection silently before the pool's
+// call, since the notice is what tells a client that none of its unanswered commands ran and
+// that it may send them again on a new connection (TestEvictionNoticeRacesALine).
+func (c *conn) noticeEvicted() {
 	line := c.srv.encodeResponse(&protocol.Response{
 		ProtocolVersion: protocol.Version1,
 		Kind:            protocol.KindResponse,
@@ -128,9 +138,10 @@ func (c *conn) evict() {
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.broken || c.closing {
+	if c.evicted || c.broken || c.closing {
 		return
 	}
+	c.evicted = true
 	// An idle connection usually has nothing queued and nobody writing: one attempt that does
 	// not wait, and the descriptor is released at once, whatever a flood's pace.
 	if !c.writing && len(c.queue) == 0 {
@@ -172,8 +183,10 @@ func (c *conn) handle(line []byte) bool {
 		return true
 	}
 	if !c.slot.Hold() {
-		// The pool evicted the connection as this line arrived: it is closing.
+		// The pool evicted the connection as this line arrived: the line is not run, and
+		// the connection closes once the notice is out.
 		c.mu.Unlock()
+		c.noticeEvicted()
 		return false
 	}
 	c.inflight[cmd.RequestID] = struct{}{}
