@@ -297,8 +297,11 @@ func (d *directCaller) call(b *testing.B, op string, args map[string]any) time.D
 	r, err := d.c.Call(context.Background(), client.Command{Operation: "invokeTool", SessionID: "bench", Generation: gen(1),
 		Payload: map[string]any{"toolCallId": "direct-" + strconv.Itoa(d.seq), "operation": op, "arguments": args}})
 	took := time.Since(start)
-	if err != nil || !r.OK {
-		b.Fatalf("invokeTool: %v %v", err, r.Err())
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		b.Fatalf("invokeTool: %v", err)
 	}
 	return took
 }
