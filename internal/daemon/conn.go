@@ -176,7 +176,8 @@ func (c *conn) handle(line []byte) bool {
 			"requestId is already in flight on this connection"))
 		return true
 	}
-	if len(c.inflight) >= c.srv.limits.MaxInFlight {
+	cancels := preempts(cmd.Operation)
+	if len(c.inflight) >= c.srv.limits.MaxInFlight && !cancels {
 		c.mu.Unlock()
 		c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Retryable(protocol.CodeConnectionBusy,
 			"connection has %d requests in flight", c.srv.limits.MaxInFlight).With("maxInFlightRequests", c.srv.limits.MaxInFlight))
@@ -192,7 +193,7 @@ func (c *conn) handle(line []byte) bool {
 	c.inflight[cmd.RequestID] = struct{}{}
 	c.mu.Unlock()
 
-	if inline(cmd.Operation) && c.srv.hook == nil {
+	if cancels || inline(cmd.Operation) && c.srv.hook == nil {
 		c.run(cmd)
 		return true
 	}
@@ -321,6 +322,20 @@ func inline(op string) bool {
 		return true
 	}
 	return false
+}
+
+// preempts reports whether an operation goes ahead of the in-flight bound: it only ends work
+// that is already admitted (abortTool ends an invokeTool of this connection, abort a session's
+// turn), so it must never wait behind, or be refused because of, the work it cancels, as x/tools'
+// jsonrpc2 lets a Preempter handle cancellations before its queue. Such a command runs inline on
+// the reader, only cancels a context in memory and never waits (the Preempter's "must not
+// block"); even with a dispatch hook it runs there. The preempted path is therefore bounded
+// without a bound of its own: at most one such command per connection exists at a time, the
+// reader does not read the next line until it is answered, and its answer goes through the
+// connection's outbound bound like any other, so a flood of aborts from a client that does not
+// read fails its connection rather than queueing.
+func preempts(op string) bool {
+	return op == protocol.OpAbortTool || op == protocol.OpAbort
 }
 
 // refuse answers a command that could not be parsed.
