@@ -327,7 +327,11 @@ func benchClient(b *testing.B, cmd *exec.Cmd) *sdk.ClientSession {
 func measureRow(b *testing.B, air, ref *sdk.ClientSession, row *benchRow, conc, n int) (benchStats, benchStats) {
 	b.Helper()
 	ctx := context.Background()
-	for i := range benchWarmup {
+	warmup := benchWarmup
+	if testing.Short() {
+		warmup = 2 // make bench-smoke only checks that the rows run
+	}
+	for i := range warmup {
 		for _, s := range []struct {
 			cs    *sdk.ClientSession
 			p     *sdk.CallToolParams
