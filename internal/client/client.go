@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -26,6 +27,11 @@ const MaxLineBytes = 8 << 20
 // eventBuffer is how many events wait for the reader of Events before the connection stops
 // reading; the daemon's own outbound bound then applies.
 const eventBuffer = 256
+
+// noticeWait bounds how long a call whose write failed waits for the reader to reach the end
+// of the connection, where the daemon's notice of why it closed it (if any) is: the rest of a
+// few lines already in the socket's buffer, read at once.
+const noticeWait = time.Second
 
 // ErrClosed is returned by calls on a closed client or after the daemon closed the connection.
 var ErrClosed = errors.New("client: connection closed")
@@ -345,12 +351,17 @@ func (l *link) call(ctx context.Context, rid string, line []byte) (*Response, er
 	if err := l.write(line); err != nil {
 		l.forget(rid)
 		// The daemon may have said why before it closed: its notice is still to be read.
+		// A failed write means the peer or Close ended the connection, so the reader ends
+		// too; noticeWait only bounds that.
+		t := time.NewTimer(noticeWait)
+		defer t.Stop()
 		select {
 		case <-l.done:
 			if l.notice != nil {
 				return nil, l.readErr()
 			}
 		case <-ctx.Done():
+		case <-t.C:
 		}
 		return nil, err
 	}
