@@ -4,7 +4,7 @@ BIN      := bin
 FUZZTIME ?= 10s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench bench-fs bench-turns bench-observe bench-mcp bench-rooms bench-fabric mcp-clients clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench-smoke bench bench-fs bench-turns bench-observe bench-mcp bench-rooms bench-fabric mcp-clients clean
 
 all: build
 
@@ -15,7 +15,7 @@ build:
 run: build
 	./$(BIN)/airlockd
 
-test: fmt-check vet lint race fuzz
+test: fmt-check vet lint race fuzz bench-smoke
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -37,20 +37,38 @@ race:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-# Round trips through airlockd against bare-socket baselines measured in the same run.
+# Every benchmark of the module once, so that a broken one fails CI: -benchtime 1x, and -short,
+# with which the few whose fixed setup takes minutes shrink it (airlock-fs's 100 MiB search tree
+# to 4 MiB, 20,000-call throughput figures to 640, BridgeStdio's c16 rounds from 160 calls to
+# 16). It checks that each benchmark runs, not what it measures. One package at a time, as race.
+# BenchmarkMCPFilesystem needs the npm clients (make mcp-clients, which .ci/run runs first) and
+# BenchmarkFabricInvoke the loopback addresses 127.0.0.2-4. About 2 minutes on a loaded 2-core
+# machine, most of it building the test binaries.
+bench-smoke:
+	$(GO) test -short -run '^$$' -bench . -benchtime 1x -p 1 ./...
+
+# Each bench target runs within the daemon's limits as it sets them: a benchmark that connects
+# more than 16 clients from its own process (the per-process share against floods, past which
+# its idle connections are evicted) raises the share in its own daemon config, and says so.
+
+# Round trips through airlockd against bare-socket baselines measured in the same run
+# (InvokeTool's 64 clients: the share raised to 64).
 bench:
 	$(GO) test -run '^$$' -bench 'StatusRoundTrip|InvokeTool' -benchtime 20000x ./internal/daemon/
 
-# airlock-fs through airlockd against a two-hop echo, cat, grep and rg (1–2 minutes; needs grep).
+# airlock-fs through airlockd against a two-hop echo, cat, grep and rg (1–2 minutes; needs grep;
+# 64 clients: the share raised with the total to 256).
 bench-fs:
 	$(GO) test -run '^$$' -bench FSThroughDaemon -benchtime 2s ./cmd/airlock-fs/
 
-# Durable wake admission (fsync'd, 1 and 64 clients) and a restart over 4,096 sessions.
+# Durable wake admission (fsync'd, 1 and 64 clients: the share raised to 64) and a restart over
+# 4,096 sessions.
 bench-turns:
 	$(GO) test -run '^$$' -bench WakeAdmission -benchtime 4000x ./internal/daemon/
 	$(GO) test -run '^$$' -bench Recovery -benchtime 5x ./internal/daemon/
 
-# observe through airlockd against a stdio echo and an MCP Go SDK tools/call.
+# observe through airlockd against a stdio echo and an MCP Go SDK tools/call (one client each:
+# the default limits).
 bench-observe:
 	$(GO) test -run '^$$' -bench ObserveRoundTrip -benchtime 5000x ./internal/bench/
 
@@ -59,12 +77,14 @@ mcp-clients:
 	npm ci --prefix internal/mcp/testdata/clients --no-audit --no-fund --loglevel=error
 
 # airlock mcp's fs tools against @modelcontextprotocol/server-filesystem, one go-sdk client, and
-# both servers' answers to the 2025 advisories of the reference (1–3 minutes).
+# both servers' answers to the 2025 advisories of the reference (1–3 minutes; each bridge is a
+# process of its own, with at most 16 connections: the default limits).
 bench-mcp: mcp-clients
 	$(GO) test -run '^$$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
 
 # A room invoke from one daemon's socket through the bus to another's adapter, against a bare
-# NATS request/reply on the same embedded server and a local invokeCapability.
+# NATS request/reply on the same embedded server and a local invokeCapability (the default
+# limits).
 bench-rooms:
 	$(GO) test -run '^$$' -bench RoomInvoke -benchtime 3000x ./internal/bench/
 

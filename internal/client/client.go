@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -26,6 +27,11 @@ const MaxLineBytes = 8 << 20
 // eventBuffer is how many events wait for the reader of Events before the connection stops
 // reading; the daemon's own outbound bound then applies.
 const eventBuffer = 256
+
+// noticeWait bounds how long a call whose write failed waits for the reader to reach the end
+// of the connection, where the daemon's notice of why it closed it (if any) is: the rest of a
+// few lines already in the socket's buffer, read at once.
+const noticeWait = time.Second
 
 // ErrClosed is returned by calls on a closed client or after the daemon closed the connection.
 var ErrClosed = errors.New("client: connection closed")
@@ -123,21 +129,47 @@ type Command struct {
 	RequestID string
 }
 
-// Client is one connection to the daemon. Its methods are safe for concurrent use.
+// Client is a connection to the daemon. Its methods are safe for concurrent use.
+//
+// A Client reconnects once, within one Call, when the daemon closed its connection while it was
+// idle: evicted to admit another connection (connection_evicted, when the process holds its
+// share of the daemon's connections or the daemon is full), or closed because no first line
+// arrived in time (line_timeout with firstLine). Both are retryable, and in both the daemon
+// provably processed none of the requests that were unanswered when its notice came: it evicts
+// only a connection with no command in flight and no session attached, and refuses every line
+// read after the eviction without running it; a connection without a first line ran nothing.
+// Such requests, and a request written after the notice, are sent again on a new connection,
+// so a non-idempotent command is never run twice. A connection that ended any other way (the
+// daemon stopped or restarted, a refusal for capacity, a broken protocol) is not reconnected:
+// whether a request in flight ran is unknown, and the call fails with the cause. A DialRaw
+// client never reconnects.
 type Client struct {
-	nc      net.Conn
+	socket  string
 	raw     bool // every inbound line goes to events, unparsed; see DialRaw
 	version string
 	prefix  string
 	seq     atomic.Uint64
-	events  chan json.RawMessage
+
+	redial chan struct{} // a one-slot lock held while a reconnect dials
+
+	mu     sync.Mutex
+	cur    *link // the connection calls go out on
+	closed bool  // Close was called: no more reconnects
+}
+
+// link is one connection to the daemon, with its reader and the calls that wait on it.
+type link struct {
+	nc     net.Conn
+	raw    bool
+	events chan json.RawMessage
+	done   chan struct{} // closed when the reader has stopped
 
 	writeMu sync.Mutex
 
 	mu      sync.Mutex
 	pending map[string]chan *Response
-	err     error // set when the reader stops
-	done    chan struct{}
+	notice  *protocol.Error // the daemon's last line, when it was an error answering no call of ours
+	err     error           // set when the reader stops
 }
 
 // Dial connects to the daemon's socket. Calls use protocol version "2.0" unless SetVersion
@@ -148,30 +180,87 @@ func Dial(ctx context.Context, socket string) (*Client, error) {
 
 // DialRaw connects for a scripted exchange (airlock raw): the caller writes whole lines with
 // WriteLine, and every line the daemon sends, responses included, reaches Events unparsed, in
-// order and without being dropped. Call fails on such a client.
+// order and without being dropped. Call fails on such a client, and it never reconnects.
 func DialRaw(ctx context.Context, socket string) (*Client, error) {
 	return dial(ctx, socket, true)
 }
 
 func dial(ctx context.Context, socket string, raw bool) (*Client, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", socket)
-	if err != nil {
-		return nil, err
-	}
 	var b [6]byte
 	rand.Read(b[:])
 	c := &Client{
-		nc:      nc,
+		socket:  socket,
 		raw:     raw,
 		version: protocol.Version2,
 		prefix:  "cli-" + hex.EncodeToString(b[:]) + "-",
-		events:  make(chan json.RawMessage, eventBuffer),
-		pending: make(map[string]chan *Response),
-		done:    make(chan struct{}),
+		redial:  make(chan struct{}, 1),
 	}
-	go c.readLoop()
+	l, err := c.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.cur = l
 	return c, nil
+}
+
+// open connects a new link and starts its reader.
+func (c *Client) open(ctx context.Context) (*link, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.socket)
+	if err != nil {
+		return nil, err
+	}
+	l := &link{
+		nc:      nc,
+		raw:     c.raw,
+		events:  make(chan json.RawMessage, eventBuffer),
+		done:    make(chan struct{}),
+		pending: make(map[string]chan *Response),
+	}
+	go l.readLoop()
+	return l, nil
+}
+
+// link returns the current connection.
+func (c *Client) link() *link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+// reconnect replaces the ended link old with a new connection, unless another call already
+// did (then it returns that one) or the client is closed.
+func (c *Client) reconnect(ctx context.Context, old *link) (*link, error) {
+	select {
+	case c.redial <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-c.redial }()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if c.cur != old {
+		l := c.cur
+		c.mu.Unlock()
+		return l, nil
+	}
+	c.mu.Unlock()
+	l, err := c.open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: reconnect: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		l.nc.Close()
+		<-l.done
+		return nil, ErrClosed
+	}
+	c.cur = l
+	return l, nil
 }
 
 // SetVersion sets the protocolVersion of later calls. Call it before the first call.
@@ -179,26 +268,34 @@ func (c *Client) SetVersion(v string) { c.version = v }
 
 // Events returns the events of attached sessions, as raw lines, and responses nobody waits for
 // (dropped when the channel is full); on a DialRaw client, every line the daemon sends. The
-// channel is closed when the connection ends.
-func (c *Client) Events() <-chan json.RawMessage { return c.events }
+// channel is closed when the current connection ends; after a reconnect (see Client), Events
+// returns the new connection's. A connection with a session attached is never evicted.
+func (c *Client) Events() <-chan json.RawMessage { return c.link().events }
 
-// Done is closed when the connection has ended.
-func (c *Client) Done() <-chan struct{} { return c.done }
+// Done is closed when the current connection has ended (see Events).
+func (c *Client) Done() <-chan struct{} { return c.link().done }
 
-// Err returns why the connection ended: nil while it is open, else an error wrapping ErrClosed,
-// and ErrProtocol too when the daemon broke the protocol. A call whose write failed reports
-// only the write error; Err tells whether the daemon sent something unreadable first.
-func (c *Client) Err() error { return c.readErr() }
+// Err returns why the current connection ended: nil while it is open, else an error wrapping
+// ErrClosed, and ErrProtocol too when the daemon broke the protocol. When the daemon said why it
+// closed the connection (connection_evicted, connection_capacity, line_timeout…), the message
+// carries its code. A call whose write failed reports the same error once the connection has
+// ended, or the write error.
+func (c *Client) Err() error { return c.link().readErr() }
 
-// Close closes the connection. Pending calls fail with ErrClosed.
+// Close closes the connection. Pending calls fail with ErrClosed, and later calls too.
 func (c *Client) Close() error {
-	err := c.nc.Close()
-	<-c.done
+	c.mu.Lock()
+	c.closed = true
+	l := c.cur
+	c.mu.Unlock()
+	err := l.nc.Close()
+	<-l.done
 	return err
 }
 
 // Call sends one command and waits for its response. A transport failure is returned as an
-// error; a daemon refusal is a Response whose Err is set.
+// error; a daemon refusal is a Response whose Err is set. When the daemon evicted the
+// connection, the command is sent again on a new one if it was provably not run (see Client).
 func (c *Client) Call(ctx context.Context, cmd Command) (*Response, error) {
 	if c.raw {
 		return nil, errors.New("client: Call on a raw connection")
@@ -224,62 +321,108 @@ func (c *Client) Call(ctx context.Context, cmd Command) (*Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: encode %s: %w", cmd.Operation, err)
 	}
-	ch := make(chan *Response, 1)
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		return nil, c.err
+	l := c.link()
+	r, err := l.call(ctx, rid, line)
+	if err == nil || !l.idleClosed() || ctx.Err() != nil {
+		return r, err
 	}
-	if _, dup := c.pending[rid]; dup {
-		c.mu.Unlock()
+	nl, rerr := c.reconnect(ctx, l)
+	if rerr != nil {
+		return nil, fmt.Errorf("%w (%v)", err, rerr)
+	}
+	return nl.call(ctx, rid, line)
+}
+
+// call sends line, the command rid, on l and waits for its answer.
+func (l *link) call(ctx context.Context, rid string, line []byte) (*Response, error) {
+	ch := make(chan *Response, 1)
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, l.err
+	}
+	if _, dup := l.pending[rid]; dup {
+		l.mu.Unlock()
 		return nil, fmt.Errorf("client: request id %q already pending", rid)
 	}
-	c.pending[rid] = ch
-	c.mu.Unlock()
+	l.pending[rid] = ch
+	l.mu.Unlock()
 
-	if err := c.WriteLine(line); err != nil {
-		c.forget(rid)
+	if err := l.write(line); err != nil {
+		l.forget(rid)
+		// The daemon may have said why before it closed: its notice is still to be read.
+		// A failed write means the peer or Close ended the connection, so the reader ends
+		// too; noticeWait only bounds that.
+		t := time.NewTimer(noticeWait)
+		defer t.Stop()
+		select {
+		case <-l.done:
+			if l.notice != nil {
+				return nil, l.readErr()
+			}
+		case <-ctx.Done():
+		case <-t.C:
+		}
 		return nil, err
 	}
 	select {
 	case r := <-ch:
 		if r == nil {
-			return nil, c.readErr()
+			return nil, l.readErr()
 		}
 		return r, nil
 	case <-ctx.Done():
-		c.forget(rid)
+		l.forget(rid)
 		return nil, ctx.Err()
 	}
 }
 
+// idleClosed reports whether l ended because the daemon closed it while it was idle (see
+// Client): every request unanswered on it was not run.
+func (l *link) idleClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil || l.notice == nil {
+		return false
+	}
+	switch l.notice.Code {
+	case protocol.CodeConnectionEvicted:
+		return true
+	case protocol.CodeLineTimeout:
+		return l.notice.Details["firstLine"] == true
+	}
+	return false
+}
+
 // WriteLine writes raw bytes, which must be whole LF-terminated lines. Responses to them arrive
 // through Call only for request ids Call registered; use DialRaw for scripted exchanges.
-func (c *Client) WriteLine(line []byte) error {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	if _, err := c.nc.Write(line); err != nil {
+func (c *Client) WriteLine(line []byte) error { return c.link().write(line) }
+
+func (l *link) write(line []byte) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if _, err := l.nc.Write(line); err != nil {
 		return fmt.Errorf("client: write: %w", err)
 	}
 	return nil
 }
 
-func (c *Client) forget(rid string) {
-	c.mu.Lock()
-	delete(c.pending, rid)
-	c.mu.Unlock()
+func (l *link) forget(rid string) {
+	l.mu.Lock()
+	delete(l.pending, rid)
+	l.mu.Unlock()
 }
 
-func (c *Client) readErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+func (l *link) readErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
 }
 
-func (c *Client) readLoop() {
-	defer close(c.done)
-	defer close(c.events)
-	r := ndjson.NewReader(c.nc, MaxLineBytes)
+func (l *link) readLoop() {
+	defer close(l.done)
+	defer close(l.events)
+	r := ndjson.NewReader(l.nc, MaxLineBytes)
 	var err error
 	for {
 		var line []byte
@@ -291,8 +434,8 @@ func (c *Client) readLoop() {
 			}
 			break
 		}
-		if c.raw {
-			c.events <- append(json.RawMessage(nil), line...)
+		if l.raw {
+			l.events <- append(json.RawMessage(nil), line...)
 			continue
 		}
 		var m lineMembers
@@ -302,7 +445,10 @@ func (c *Client) readLoop() {
 		}
 		var kind string
 		if m.Kind != nil && json.Unmarshal(m.Kind, &kind) == nil && kind == protocol.KindEvent {
-			c.events <- append(json.RawMessage(nil), line...)
+			l.mu.Lock()
+			l.notice = nil
+			l.mu.Unlock()
+			l.events <- append(json.RawMessage(nil), line...)
 			continue
 		}
 		var resp Response
@@ -310,32 +456,44 @@ func (c *Client) readLoop() {
 			err = fmt.Errorf("%w: malformed response: %v", ErrProtocol, err)
 			break
 		}
-		c.mu.Lock()
-		ch := c.pending[resp.RequestID]
-		delete(c.pending, resp.RequestID)
-		c.mu.Unlock()
+		l.mu.Lock()
+		ch := l.pending[resp.RequestID]
+		delete(l.pending, resp.RequestID)
+		// A refusal of no call of ours as the daemon's last line is its word on why it
+		// closed the connection (connection_evicted, connection_capacity, line_timeout),
+		// which the connection's error then carries; any later line clears it.
+		l.notice = nil
+		if ch == nil && resp.Error != nil {
+			l.notice = resp.Error
+		}
+		l.mu.Unlock()
 		if ch != nil {
 			ch <- &resp
 		} else {
 			// An answer nobody waits for: a refusal of a line that had no usable id, or a
 			// call whose context ended. Surface it as an unsolicited response.
 			select {
-			case c.events <- append(json.RawMessage(nil), line...):
+			case l.events <- append(json.RawMessage(nil), line...):
 			default:
 			}
 		}
 	}
-	c.nc.Close()
-	c.mu.Lock()
-	if err == nil || errors.Is(err, net.ErrClosed) {
+	l.nc.Close()
+	l.mu.Lock()
+	switch {
+	case l.notice != nil && !errors.Is(err, ErrProtocol):
+		// The daemon's code is named, not wrapped: a caller that branches on a daemon
+		// refusal (*protocol.Error) must not mistake a closed connection for one.
+		err = fmt.Errorf("%w by the daemon: %v", ErrClosed, l.notice)
+	case err == nil || errors.Is(err, net.ErrClosed):
 		err = ErrClosed
-	} else {
+	default:
 		err = fmt.Errorf("%w: %w", ErrClosed, err)
 	}
-	c.err = err
-	for rid, ch := range c.pending {
+	l.err = err
+	for rid, ch := range l.pending {
 		close(ch)
-		delete(c.pending, rid)
+		delete(l.pending, rid)
 	}
-	c.mu.Unlock()
+	l.mu.Unlock()
 }

@@ -36,7 +36,9 @@ func BenchmarkInvokeTool(b *testing.B) {
 	stopAdapter := startFastAdapter(b, adapterSock)
 	defer stopAdapter()
 
-	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state")})
+	// 64 clients of this process: the per-process share is raised to 64 (benchLimits).
+	d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
+		Limits: benchLimits(64)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,8 +60,17 @@ func BenchmarkInvokeTool(b *testing.B) {
 		// 64 clients take every connection the daemon serves: the connections closed before
 		// must be gone on its side too, or one of them is refused for capacity.
 		waitNoConns(b, d)
-		b.ReportMetric(throughput(b, d.cfg.SocketPath, clients, max(b.N, 20000)), fmt.Sprintf("calls/s-%dclients", clients))
+		b.ReportMetric(throughput(b, d.cfg.SocketPath, clients, max(b.N, throughputCalls())), fmt.Sprintf("calls/s-%dclients", clients))
 	}
+}
+
+// throughputCalls is the least number of calls a throughput figure is measured over: 20000,
+// or 640 with -short (make bench-smoke, which only checks that the benchmark runs).
+func throughputCalls() int {
+	if testing.Short() {
+		return 640
+	}
+	return 20000
 }
 
 // waitNoConns waits until the daemon has let go of every client connection.
@@ -86,16 +97,26 @@ func throughput(b *testing.B, socket string, clients, total int) float64 {
 	start := time.Now()
 	for i := range clients {
 		wg.Go(func() {
-			c := dialLine(b, socket)
+			c, err := dialLineErr(socket)
+			if err != nil {
+				b.Error(err)
+				return
+			}
 			defer c.close()
 			for j := range per {
 				line := fmt.Sprintf(`{"protocolVersion":"2.0","requestId":"r%d","operation":"invokeTool","sessionId":"bench","generation":1,`+
 					`"payload":{"toolCallId":"c%d-%d","operation":"fs.stat","arguments":{"path":"."}}}`+"\n", j, i, j)
-				c.roundTrip(b, []byte(line))
+				if _, err := c.roundTripErr([]byte(line)); err != nil {
+					b.Errorf("client %d: %v", i, err)
+					return
+				}
 			}
 		})
 	}
 	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 	return float64(per*clients) / time.Since(start).Seconds()
 }
 
@@ -128,8 +149,8 @@ func openToolSessionWith(b testing.TB, d *Daemon, adapterSock, cwd string, ops .
 					"maxQueuedRequests": 256, "requestTimeoutMs": 30000, "maxIdempotencyKeys": 4096, "idempotencyTtlMs": 3600000},
 			}}},
 	}})
-	if err != nil || !r.OK {
-		b.Fatalf("open: %v %v", err, r.Err())
+	if err := callErr(r, err); err != nil {
+		b.Fatalf("open: %v", err)
 	}
 }
 

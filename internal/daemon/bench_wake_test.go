@@ -37,6 +37,9 @@ func BenchmarkWakeAdmission(b *testing.B) {
 		SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
 		Providers: map[string]session.Provider{"local": {Name: "local", BaseURL: llm.URL()}},
 		Turns:     TurnLimits{MaxConcurrentTurns: 1, QueueDepth: 1 << 16},
+		// 64 clients of this process, each idle between its wakes: the per-process share
+		// is raised to 64 (benchLimits).
+		Limits: benchLimits(64),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -57,8 +60,8 @@ func BenchmarkWakeAdmission(b *testing.B) {
 		r, err := c.Call(context.Background(), client.Command{Operation: "open", SessionID: fmt.Sprint("s", i), Generation: ptr(1),
 			Payload: map[string]any{"cwd": cwd, "session": map[string]any{"mode": "new"}, "model": map[string]any{"provider": "local", "id": "m"},
 				"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none", "contextFiles": "none", "tools": "none"}}})
-		if err != nil || !r.OK {
-			b.Fatalf("open: %v %v", err, r.Err())
+		if err := callErr(r, err); err != nil {
+			b.Fatalf("open: %v", err)
 		}
 	}
 	var seq atomic.Int64
@@ -73,14 +76,17 @@ func BenchmarkWakeAdmission(b *testing.B) {
 					k := seq.Add(1)
 					r, err := conns[i].Call(context.Background(), client.Command{Operation: "wake", SessionID: fmt.Sprint("s", i), Generation: ptr(1),
 						IdempotencyKey: fmt.Sprint("k", k), Payload: map[string]any{"prompt": "summarize the changes of the day in three sentences", "waitForTerminal": false}})
-					if err != nil || !r.OK {
-						b.Errorf("wake: %v %v", err, r.Err())
+					if err := callErr(r, err); err != nil {
+						b.Errorf("wake: %v", err)
 						return
 					}
 				}
 			}()
 		}
 		wg.Wait()
+		if b.Failed() {
+			b.FailNow()
+		}
 		return float64(total/clients*clients) / time.Since(start).Seconds()
 	}
 	b.ResetTimer()

@@ -51,6 +51,7 @@ type conn struct {
 	broken   bool     // the connection failed: drop everything
 	writing  bool     // someone is writing to the socket: the writer or a direct write in run
 	closing  bool     // evicted while an answer was being written: close once the queue is out
+	evicted  bool     // the eviction notice was sent or queued
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
@@ -118,6 +119,15 @@ func (c *conn) timedOut(te *ownersock.LineTimeoutError) {
 // block.
 func (c *conn) evict() {
 	c.srv.count("connectionsEvicted")
+	c.noticeEvicted()
+}
+
+// noticeEvicted sends the eviction notice, once, and closes the connection. Both the pool's
+// evict and the reader that finds its slot evicted as a line arrives (handle) call it,
+// whichever comes first: the reader must not close the connection silently before the pool's
+// call, since the notice is what tells a client that none of its unanswered commands ran and
+// that it may send them again on a new connection (TestEvictionNoticeRacesALine).
+func (c *conn) noticeEvicted() {
 	line := c.srv.encodeResponse(&protocol.Response{
 		ProtocolVersion: protocol.Version1,
 		Kind:            protocol.KindResponse,
@@ -128,9 +138,10 @@ func (c *conn) evict() {
 	})
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.broken || c.closing {
+	if c.evicted || c.broken || c.closing {
 		return
 	}
+	c.evicted = true
 	// An idle connection usually has nothing queued and nobody writing: one attempt that does
 	// not wait, and the descriptor is released at once, whatever a flood's pace.
 	if !c.writing && len(c.queue) == 0 {
@@ -165,21 +176,24 @@ func (c *conn) handle(line []byte) bool {
 			"requestId is already in flight on this connection"))
 		return true
 	}
-	if len(c.inflight) >= c.srv.limits.MaxInFlight {
+	cancels := preempts(cmd.Operation)
+	if len(c.inflight) >= c.srv.limits.MaxInFlight && !cancels {
 		c.mu.Unlock()
 		c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Retryable(protocol.CodeConnectionBusy,
 			"connection has %d requests in flight", c.srv.limits.MaxInFlight).With("maxInFlightRequests", c.srv.limits.MaxInFlight))
 		return true
 	}
 	if !c.slot.Hold() {
-		// The pool evicted the connection as this line arrived: it is closing.
+		// The pool evicted the connection as this line arrived: the line is not run, and
+		// the connection closes once the notice is out.
 		c.mu.Unlock()
+		c.noticeEvicted()
 		return false
 	}
 	c.inflight[cmd.RequestID] = struct{}{}
 	c.mu.Unlock()
 
-	if inline(cmd.Operation) && c.srv.hook == nil {
+	if cancels || inline(cmd.Operation) && c.srv.hook == nil {
 		c.run(cmd)
 		return true
 	}
@@ -308,6 +322,20 @@ func inline(op string) bool {
 		return true
 	}
 	return false
+}
+
+// preempts reports whether an operation goes ahead of the in-flight bound: it only ends work
+// that is already admitted (abortTool ends an invokeTool of this connection, abort a session's
+// turn), so it must never wait behind, or be refused because of, the work it cancels, as x/tools'
+// jsonrpc2 lets a Preempter handle cancellations before its queue. Such a command runs inline on
+// the reader, only cancels a context in memory and never waits (the Preempter's "must not
+// block"); even with a dispatch hook it runs there. The preempted path is therefore bounded
+// without a bound of its own: at most one such command per connection exists at a time, the
+// reader does not read the next line until it is answered, and its answer goes through the
+// connection's outbound bound like any other, so a flood of aborts from a client that does not
+// read fails its connection rather than queueing.
+func preempts(op string) bool {
+	return op == protocol.OpAbortTool || op == protocol.OpAbort
 }
 
 // refuse answers a command that could not be parsed.
