@@ -252,7 +252,11 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	var text string
 	switch *which {
 	case configJSON:
-		b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{n: map[string]any{"command": exe, "args": argv}}}, "", "  ")
+		type server struct {
+			Command string   `json:"command"`
+			Args    []string `json:"args"`
+		}
+		b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]server{n: {Command: exe, Args: argv}}}, "", "  ")
 		text = string(b) + "\n"
 	case configClaude:
 		text = line("claude mcp add " + n + " --")
