@@ -117,6 +117,8 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			ce := classify(err)
 			hint := ""
 			if ce.exit == exitUnavailable {
+				// The client sees the bridge's code for it, not the CLI's transport class.
+				ce.body.Code = mcp.CodeDaemonUnreachable
 				hint = a.startHint()
 				fmt.Fprintf(a.stderr, "airlock mcp: %s\n", hint)
 			}

@@ -317,7 +317,7 @@ func TestDirDaemonNotRunning(t *testing.T) {
 
 	npmBin(t, "mcp-inspector")
 	out, code := inspector(t, bin, "--socket", sock, "mcp", "--dir", dir, "--method", "tools/list")
-	if msg, _ := path(out, "error", "message").(string); code == 0 || !want.MatchString(msg) {
+	if msg, _ := path(out, "error", "message").(string); code == 0 || !want.MatchString(msg) || !strings.Contains(msg, "daemon_unreachable") {
 		t.Fatalf("inspector: exit %d, %v", code, out)
 	}
 }
