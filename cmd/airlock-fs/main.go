@@ -45,7 +45,7 @@ const (
 )
 
 const usageText = `usage:
-  airlock-fs serve [--socket PATH] [--admin-socket PATH] [--log-level L] [--log-format text|json]
+  airlock-fs serve [--socket PATH] [--admin-socket PATH] [--log-level L] [--log-format text|json] [--exit-on-stdin-eof]
                    [--max-unbound-connections 128 --max-admin-connections 32
                    --max-connections-per-peer 32 --bind-timeout 5s --admin-line-timeout 10s]
   airlock-fs grant [--admin-socket PATH] --root DIR --host-instance ID --session ID --generation N
@@ -82,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		err = serve(args[1:], stderr, sigs)
+		err = serve(args[1:], os.Stdin, stderr, sigs)
 	case "grant":
 		err = grant(args[1:], stdout, stderr)
 	case "grants":
@@ -137,11 +137,12 @@ func parse(fs *flag.FlagSet, args []string, positional int) error {
 	return nil
 }
 
-func serve(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
+func serve(args []string, stdin io.Reader, stderr io.Writer, sigs <-chan os.Signal) error {
 	fs, admin := newFlags("serve", stderr)
 	socket := fs.String("socket", filepath.Join(paths.RuntimeDir(), "airlock-fs.sock"), "serving socket `path` (the descriptors' endpoint; at most 100 bytes)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	onEOF := fs.Bool("exit-on-stdin-eof", false, "stop, as on SIGTERM, when standard input ends: a supervising parent (airlockd) holds it open, so the adapter and its grants never outlive the parent, however it ends")
 	conns := server.DefaultConnLimits
 	fs.IntVar(&conns.MaxUnbound, "max-unbound-connections", conns.MaxUnbound, "maximum serving connections that have not bound yet (lowered to fit the descriptor limit)")
 	fs.IntVar(&conns.MaxAdmin, "max-admin-connections", conns.MaxAdmin, "maximum admin connections (lowered to fit the descriptor limit)")
@@ -180,8 +181,21 @@ func serve(args []string, stderr io.Writer, sigs <-chan os.Signal) error {
 	if err != nil {
 		return &cliError{"serve_failed", err.Error()}
 	}
-	sig := <-sigs
-	log.Info("signal received; stopping", "signal", sig.String())
+	var eof chan struct{}
+	if *onEOF {
+		eof = make(chan struct{})
+		// Owned by the process: it ends at EOF, or with the process after a signal.
+		go func() {
+			_, _ = io.Copy(io.Discard, stdin)
+			close(eof)
+		}()
+	}
+	select {
+	case sig := <-sigs:
+		log.Info("signal received; stopping", "signal", sig.String())
+	case <-eof:
+		log.Info("standard input ended; stopping")
+	}
 	return s.Close()
 }
 

@@ -41,7 +41,7 @@ func commandTable() []command {
 		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
 		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
 			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
-			"      [--system-prompt-file F] [--descriptor FILE|-] [--room R] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --room the room's published capabilities", (*app).sessionOpen},
+			"      [--system-prompt-file F] [--descriptor FILE|- | --fs-ops OP,OP…] [--room R] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --fs-ops the cwd from airlockd's own airlock-fs, --room the room's published capabilities", (*app).sessionOpen},
 		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
@@ -80,8 +80,11 @@ func commandTable() []command {
 		{"room open-ui", "[--json]", "print a one-time login URL for this host's web page (airlockd --http)", (*app).roomOpenUI},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--pass-env VAR]… [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
-		{"mcp", "--session S --generation N [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",
-			"serve the session's granted tools and the named capabilities as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
+		{"mcp config", "--dir DIR [--client json|claude|codex|gemini] [--name N] [--ops OP,OP…] [--caps ID,ID…]",
+			"print a client configuration that runs airlock mcp --dir DIR, with absolute paths and this socket", (*app).mcpConfig},
+		{"mcp", "(--dir DIR [--ops OP,OP…] | --session S --generation N) [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]]\n" +
+			"      [--poll 2s] [--log-level warn]",
+			"serve a directory (--dir: a session of its own, closed with its grant when the client goes) or a session's granted tools, and the named capabilities, as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
 		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
 			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},
 		{"fabric status", "[--json]", "show the room bus node of this host: with airlockd --fabric its routes and RTT, leaves and JetStream health; else the local node", (*app).fabricStatus},

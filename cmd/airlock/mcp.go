@@ -30,12 +30,24 @@ const (
 )
 
 // mcpServe runs the MCP bridge of one session generation:
-// airlock mcp --session S --generation N [--caps ID,ID…] [--http ADDR [--listen]].
+// airlock mcp --session S --generation N [--caps ID,ID…] [--http ADDR [--listen]], or of a
+// session of its own on a directory: airlock mcp --dir DIR [--ops …] [--caps …] […].
 // On stdio the MCP session ends when the client closes stdin. Over HTTP the server runs until
 // interrupted; the bearer token is printed once, on stderr.
+//
+// With --dir, airlock mcp opens a memory session whose grant of DIR airlockd mints from the
+// airlock-fs it runs, with lifetime "connection": it lives exactly as long as this process's
+// connection that opened it, so the client going away (stdin closed, the process killed)
+// closes it and revokes the grant, and a daemon restart deletes it.
+//
+// When it cannot start (no daemon on the socket, an unknown session, a refused open), an MCP
+// client on stdio gets the reason, and how to fix it, as the error of its first request
+// (serveFailure), as well as stderr.
 func (a *app) mcpServe(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("mcp")
-	session := fs.String("session", "", "session id (required)")
+	session := fs.String("session", "", "session id (this or --dir)")
+	dir := fs.String("dir", "", "give the client this `directory`: a session of its own whose grant airlockd mints and revokes when the client goes (this or --session)")
+	opsFlag := fs.String("ops", "", "with --dir: the operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
 	gen := generationFlag(fs)
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `host:port` instead of stdio (loopback only without --listen)")
@@ -45,11 +57,25 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	if _, code, done := a.parse(o, fs, args); done {
 		return code
 	}
-	if *session == "" {
-		return a.failUsage(o, usageErrorf("--session is required"))
+	switch {
+	case (*session == "") == (*dir == ""):
+		return a.failUsage(o, usageErrorf("give exactly one of --session and --dir"))
+	case *dir != "" && isSet(fs, "generation"):
+		return a.failUsage(o, usageErrorf("--generation goes with --session; --dir opens generation 1 of a session of its own"))
+	case *dir == "" && *opsFlag != "":
+		return a.failUsage(o, usageErrorf("--ops goes with --dir; a --session has its grant already"))
+	case *session != "":
+		if err := checkGeneration(fs, *gen); err != nil {
+			return a.failUsage(o, err)
+		}
 	}
-	if err := checkGeneration(fs, *gen); err != nil {
-		return a.failUsage(o, err)
+	var root string
+	if *dir != "" {
+		d, err := canonicalDir(*dir)
+		if err != nil {
+			return a.failUsage(o, err)
+		}
+		root = d
 	}
 	if *poll < 100*time.Millisecond {
 		return a.failUsage(o, usageErrorf("--poll must be at least 100ms"))
@@ -75,17 +101,64 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	}
 
 	log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	var in io.ReadCloser
+	polled := false
+	if *httpAddr == "" {
+		in, polled = pollable(a.stdin)
+	}
+	// fail reports a failure to start on stderr and, to a client on stdio, as the error of
+	// each of its requests until it closes stdin.
+	fail := func(err error) int {
+		err = mcpError(err)
+		code := o.fail(err)
+		if *httpAddr == "" && !isTerminal(a.stdin) {
+			ce := classify(err)
+			hint := ""
+			if ce.exit == exitUnavailable {
+				// The client sees the bridge's code for it, not the CLI's transport class.
+				ce.body.Code = mcp.CodeDaemonUnreachable
+				hint = a.startHint()
+				fmt.Fprintf(a.stderr, "airlock mcp: %s\n", hint)
+			}
+			serveFailure(ctx, in, a.stdout, &ce.body, hint)
+		}
+		return code
+	}
 	sctx, cancel := context.WithTimeout(ctx, callTimeout)
-	b, err := mcp.New(sctx, mcp.Config{Socket: a.socket, SessionID: *session, Generation: *gen, Capabilities: capIDs,
+	sessionID, generation := *session, *gen
+	var ds *dirSession
+	if root != "" {
+		var err error
+		ds, err = a.openDirSession(sctx, root, parseOps(*opsFlag))
+		if err != nil {
+			cancel()
+			return fail(err)
+		}
+		defer ds.close(context.WithoutCancel(ctx))
+		sessionID, generation = ds.id, 1
+		// The daemon closing the owner connection (it stopped, or restarted) ended the
+		// session: stop serving tools that are gone.
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			select {
+			case <-ds.owner.Done():
+				log.Warn("airlockd closed the connection that held the session; its tools are gone")
+				stop()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	b, err := mcp.New(sctx, mcp.Config{Socket: a.socket, SessionID: sessionID, Generation: generation, Capabilities: capIDs,
 		PollInterval: *poll, Logger: log})
 	cancel()
 	if err != nil {
-		return o.fail(mcpError(err))
+		return fail(err)
 	}
 	defer b.Close()
 
 	if *httpAddr == "" {
-		in, polled := pollable(a.stdin)
 		if polled && os.Getenv("GOMAXPROCS") == "" {
 			// One session's calls pass from goroutine to goroutine: the SDK's stdin
 			// reader, its connection's reader, its handler goroutines, the daemon
@@ -107,7 +180,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		if err := b.Serve(ctx, t); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 			return o.fail(err)
 		}
-		return exitOK
+		return a.ownerLost(o, ds)
 	}
 
 	ln, err := net.Listen("tcp", *httpAddr)
@@ -123,7 +196,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		MaxHeaderBytes:    mcpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s/mcp\n", clean(*session), *gen, ln.Addr())
+	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s/mcp\n", clean(sessionID), generation, ln.Addr())
 	fmt.Fprintf(a.stderr, "airlock mcp: bearer token (shown once): %s\n", token)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -138,6 +211,19 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		srv.Close()
 	}
 	<-served
+	return a.ownerLost(o, ds)
+}
+
+// ownerLost is the exit of a --dir server: a failure when the daemon ended the connection
+// that held its session (the session is gone), success otherwise.
+func (a *app) ownerLost(o *output, ds *dirSession) int {
+	if ds != nil {
+		select {
+		case <-ds.owner.Done():
+			return o.fail(transportErrorf(exitUnavailable, "airlockd closed the connection that held session %s; the session and its grant are gone", ds.id))
+		default:
+		}
+	}
 	return exitOK
 }
 

@@ -51,6 +51,7 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	thinking := fs.String("thinking-level", "", "thinking level of the model (needs --model)")
 	promptFile := fs.String("system-prompt-file", "", "file whose text replaces the system prompt (protocol 2.x)")
 	descriptor := fs.String("descriptor", "", "host tool-adapter descriptor JSON `file` (- for stdin), as airlock-fs grant prints it (protocol 2.x)")
+	fsOps := fs.String("fs-ops", "", "grant the session its cwd for these operations (`fs.read,fs.list,…`) from the airlock-fs airlockd runs, which revokes the grant when the generation ends (protocol 2.x; instead of --descriptor)")
 	version := fs.String("protocol", protocol.Version2, "protocol version of the open: 2.0 or 1.0")
 	roomID := fs.String("room", "", "give the model the capabilities published into this `room` as tools (protocol 2.x)")
 	pos, code, done := a.parse(o, fs, args, "SESSION")
@@ -66,6 +67,15 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	})
 	if err != nil {
 		return a.failUsage(o, err)
+	}
+	if *fsOps != "" {
+		if *descriptor != "" {
+			return a.failUsage(o, usageErrorf("--fs-ops and --descriptor both grant tools: give one"))
+		}
+		ops, _ := json.Marshal(parseOps(*fsOps))
+		mode, _ := json.Marshal(protocol.ToolsManagedFS)
+		tools, _ := json.Marshal(protocol.ToolsResource{Mode: mode, Operations: ops})
+		p.Resources.Tools = tools
 	}
 	if *descriptor != "" {
 		raw, err := a.readDescriptor(*descriptor)

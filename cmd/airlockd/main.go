@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -82,6 +83,8 @@ func run(args []string, stderr io.Writer) error {
 	fs.DurationVar(&adapters.CallTimeout, "adapter-call-timeout", capclient.DefaultCallTimeout, "deadline of one observe or invoke of a capability adapter")
 	httpAddr := fs.String("http", "", "serve the operator's web page on `127.0.0.1:PORT` (off by default; loopback only unless --http-allow-non-loopback); airlock room open-ui prints a login URL")
 	httpAnyAddr := fs.Bool("http-allow-non-loopback", false, "let --http listen on a non-loopback address (the page still answers only requests naming that address)")
+	fsAdapter := fs.String("fs-adapter", "", "the airlock-fs `executable` airlockd runs, on first use, for opens that ask it for a grant (airlock mcp --dir, session open --fs-ops) (default: airlock-fs beside airlockd)")
+	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
 	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)
@@ -157,6 +160,7 @@ func run(args []string, stderr io.Writer) error {
 		Adapters:    adapters,
 		Rooms:       roomsConfig(*roomsOn, rooms),
 		Web:         webConfig(*httpAddr, *httpAnyAddr),
+		ManagedFS:   managedFS(*fsAdapter, *noFSAdapter, log),
 	})
 	if err != nil {
 		return err
@@ -182,6 +186,37 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}()
 	return d.Shutdown(ctx)
+}
+
+// managedFS configures the airlock-fs airlockd runs: the --fs-adapter executable, else
+// airlock-fs in airlockd's own directory (as make build and a release archive lay them out);
+// none with --no-fs-adapter or when there is none to run, which the refusal of a managed open
+// then names.
+func managedFS(path string, off bool, log *slog.Logger) *daemon.ManagedFSConfig {
+	if off {
+		return &daemon.ManagedFSConfig{Disabled: "disabled by --no-fs-adapter"}
+	}
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return &daemon.ManagedFSConfig{Disabled: "airlockd cannot find its own executable to look beside it"}
+		}
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			path = filepath.Join(filepath.Dir(exe), "airlock-fs")
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = os.Stat(abs); err == nil && (!fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0) {
+			err = errors.New("not an executable file")
+		}
+	}
+	if err != nil {
+		log.Info("no airlock-fs to run: opens asking airlockd for a grant are refused", "path", path, "err", err)
+		return &daemon.ManagedFSConfig{Disabled: fmt.Sprintf("no executable airlock-fs at %s; pass --fs-adapter", path)}
+	}
+	return &daemon.ManagedFSConfig{Binary: abs}
 }
 
 func webConfig(addr string, anyAddr bool) *daemon.WebConfig {

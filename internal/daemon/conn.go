@@ -457,6 +457,7 @@ func (c *conn) stop() {
 func (c *conn) close() {
 	c.handlers.Wait()
 	c.srv.sessions.DetachAll(c)
+	c.srv.endOwned(c)
 	c.mu.Lock()
 	c.finish = true
 	c.cond.Broadcast()

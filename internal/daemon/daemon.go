@@ -47,6 +47,10 @@ type Config struct {
 	// Web configures the operator's web page over the room service; nil serves none.
 	Web *WebConfig
 
+	// ManagedFS configures the airlock-fs airlockd runs itself for opens of tools mode
+	// "airlock-fs" (managedfs.go); nil runs none.
+	ManagedFS *ManagedFSConfig
+
 	// dispatchHook, when set, runs before every command; tests use it to hold commands in
 	// flight.
 	dispatchHook func(*protocol.Command)
@@ -172,9 +176,19 @@ func Start(cfg Config) (*Daemon, error) {
 		RoomTools:           d.srv.roomTools,
 		// Temporary adapters tied to a generation end with it; d.srv.adapters is set below,
 		// before the listener accepts any open or close.
-		GenerationEnded: func(id string, generation int64) { d.srv.adapters.sessionEnded(id, generation) },
+		// So do the grants airlockd minted for it from its own airlock-fs; d.srv.fsys is
+		// set below too.
+		GenerationEnded: func(id string, generation int64) {
+			d.srv.adapters.sessionEnded(id, generation)
+			d.srv.fsys.sessionEnded(id, generation)
+		},
 	})
 	d.srv.sessions = d.sessions
+	mfs := ManagedFSConfig{Disabled: "none configured"}
+	if cfg.ManagedFS != nil {
+		mfs = *cfg.ManagedFS
+	}
+	d.srv.fsys = newManagedFS(mfs, cfg.SocketPath, d.hostID, cfg.Logger)
 	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
 	d.srv.adapters.checkRoom = d.srv.checkOpenRoom
 	d.srv.roomsPending = cfg.Rooms != nil
@@ -260,6 +274,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		// The page goes before the room service it shows.
 		d.stopWeb(ctx)
 		d.stopRooms()
+		d.srv.fsys.close()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)
 		}

@@ -21,6 +21,50 @@ func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *
 	return s.respond(cmd, data, err)
 }
 
+// open runs an open: a managed grant is minted first (tools mode "airlock-fs"), and is
+// revoked unless the open binds it; a connection-scoped generation is recorded under the
+// connection that opened it.
+func (s *Server) open(ctx context.Context, c *conn, cmd *protocol.Command, p *protocol.OpenPayload, policy *protocol.Policy) (any, error) {
+	if policy.Lifetime == protocol.LifetimeConnection && c == nil {
+		return nil, protocol.Errorf(protocol.CodeInvalidField, "lifetime %q needs an owner-socket connection", protocol.LifetimeConnection).
+			With("field", "payload.lifetime")
+	}
+	minted := ""
+	if ops := p.ManagedOperations(); ops != nil {
+		raw, id, e := s.fsys.mint(ctx, cmd.SessionID, cmd.Generation, policy.Cwd, ops)
+		if e != nil {
+			return nil, e
+		}
+		p.SetToolDescriptor(raw)
+		minted = id
+	}
+	req := sessionOpen(cmd, policy)
+	bound := false
+	req.ToolsBound = &bound
+	res, err := s.openBound(ctx, p, &req)
+	if minted != "" && (err != nil || !bound) {
+		s.fsys.drop(cmd.SessionID, cmd.Generation, minted)
+	}
+	if err == nil && policy.Lifetime == protocol.LifetimeConnection {
+		s.own(c, cmd.SessionID, cmd.Generation)
+	}
+	return res, err
+}
+
+// openBound parses the open's descriptor, if any, against this host incarnation and opens.
+func (s *Server) openBound(ctx context.Context, p *protocol.OpenPayload, req *session.OpenRequest) (*protocol.OpenResult, error) {
+	if raw := p.ToolDescriptor(); raw != nil {
+		d, e := tooladapter.ParseDescriptor(raw, tooladapter.Binding{
+			HostInstanceID: s.hostID, SessionID: req.SessionID, Generation: req.Generation})
+		if e != nil {
+			return nil, e
+		}
+		req.Policy.ToolAdapter = d.Summary().Canonical()
+		req.Tools = d
+	}
+	return s.sessions.Open(ctx, *req)
+}
+
 // respond builds the response to cmd from its handler's result.
 func (s *Server) respond(cmd *protocol.Command, data any, err error) *protocol.Response {
 	// The response and its sequence share one allocation.
@@ -82,17 +126,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		if e := s.checkOpenRoom(policy.Room); e != nil {
 			return nil, e
 		}
-		req := sessionOpen(cmd, policy)
-		if raw := p.ToolDescriptor(); raw != nil {
-			d, e := tooladapter.ParseDescriptor(raw, tooladapter.Binding{
-				HostInstanceID: s.hostID, SessionID: cmd.SessionID, Generation: cmd.Generation})
-			if e != nil {
-				return nil, e
-			}
-			policy.ToolAdapter = d.Summary().Canonical()
-			req.Tools = d
-		}
-		return s.sessions.Open(ctx, req)
+		return s.open(ctx, c, cmd, &p, policy)
 
 	case protocol.OpInvokeTool:
 		if c != nil {

@@ -112,6 +112,9 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 
+	fsys  *managedFS // the airlock-fs airlockd runs (managedfs.go)
+	owned owners     // connection-scoped generations by connection (lifetime.go)
+
 	metricsMu sync.Mutex
 	metrics   map[string]uint64
 }

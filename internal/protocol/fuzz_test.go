@@ -239,10 +239,19 @@ func FuzzOpenPayload(f *testing.F) {
 			}
 		}
 		switch {
-		case pol.Tools == ResourceNone && p.ToolDescriptor() == nil:
-		case pol.Tools == ToolsHostAdapter && v2 && len(p.ToolDescriptor()) > 0 && p.ToolDescriptor()[0] == '{':
+		case pol.Tools == ResourceNone && p.ToolDescriptor() == nil && p.ManagedOperations() == nil:
+		case pol.Tools == ToolsHostAdapter && v2 && len(p.ToolDescriptor()) > 0 && p.ToolDescriptor()[0] == '{' && p.ManagedOperations() == nil:
+		case pol.Tools == ToolsHostAdapter && v2 && p.ToolDescriptor() == nil && len(p.ManagedOperations()) > 0:
+			for i, op := range p.ManagedOperations() {
+				if !isIdentifier(op, MaxNameLen) || slices.Contains(p.ManagedOperations()[:i], op) {
+					t.Fatalf("accepted operations %q", p.ManagedOperations())
+				}
+			}
 		default:
 			t.Fatalf("tools %q under %s with descriptor %q", pol.Tools, version.Raw, p.ToolDescriptor())
+		}
+		if pol.Lifetime != "" && (!v2 || pol.Lifetime != LifetimeConnection || pol.Mode != ModeMemory) {
+			t.Fatalf("accepted lifetime %q of a %s session under %s", pol.Lifetime, pol.Mode, version.Raw)
 		}
 		if utf8.RuneCountInString(pol.SystemPrompt) > MaxSystemPromptLen {
 			t.Fatalf("accepted systemPrompt of %d bytes under %s", len(pol.SystemPrompt), version.Raw)

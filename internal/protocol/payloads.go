@@ -105,25 +105,57 @@ type OpenPayload struct {
 	// this host must be in, as tools next to its host tool adapter's. A 1.x open ignores it,
 	// as it ignores any member it does not know.
 	Room json.RawMessage `json:"room,omitempty"`
+	// Lifetime (2.x) is "session", the default, or "connection": the generation is closed and
+	// deleted when the connection that opened it closes, and deleted, never quarantined, by
+	// the next start of a daemon that did not see it close. Such a generation must be a
+	// memory session. A 1.x open ignores it.
+	Lifetime json.RawMessage `json:"lifetime,omitempty"`
 
 	toolDescriptor json.RawMessage // set by Validate when tools grants a host adapter
+	managedOps     []string        // set by Validate when tools asks for a managed airlock-fs grant
 }
+
+// Lifetimes of a session generation (OpenPayload.Lifetime).
+const (
+	LifetimeSession    = "session"
+	LifetimeConnection = "connection"
+)
 
 // ToolsHostAdapter is the tools mode that grants a host tool adapter (2.x).
 const ToolsHostAdapter = "host-adapter"
 
-// ToolsResource is resources.tools when it grants a host tool adapter. The descriptor is
-// validated by the tool-adapter layer, which knows the host incarnation it must be bound to.
-// Mode stays raw: any value but the string "host-adapter" is an unsupported policy, whatever
-// its type.
+// ToolsManagedFS is the tools mode that asks the daemon for a grant of the session's cwd from
+// the airlock-fs it runs itself (2.x): the daemon mints the grant, binds it as a host-adapter
+// descriptor and revokes it when the generation ends. The policy it yields is the
+// host-adapter policy of that descriptor.
+const ToolsManagedFS = "airlock-fs"
+
+// maxManagedOps bounds resources.tools.operations: the six operations, with room for the
+// adapter to refuse an unknown one by name rather than this layer by count.
+const maxManagedOps = 16
+
+// ToolsResource is resources.tools when it grants a host tool adapter: mode "host-adapter"
+// with a descriptor, or mode "airlock-fs" with the operations to grant. The descriptor is
+// validated by the tool-adapter layer, which knows the host incarnation it must be bound to;
+// the operations by the adapter that mints the grant. Mode stays raw: any value but those
+// strings is an unsupported policy, whatever its type.
 type ToolsResource struct {
 	Mode       json.RawMessage `json:"mode"`
-	Descriptor json.RawMessage `json:"descriptor"`
+	Descriptor json.RawMessage `json:"descriptor,omitempty"`
+	Operations json.RawMessage `json:"operations,omitempty"`
 }
 
 // ToolDescriptor returns the raw host tool-adapter descriptor of a validated 2.x open, or nil
 // when the open grants no tools. It holds the capability handle: never log or store it.
 func (p *OpenPayload) ToolDescriptor() json.RawMessage { return p.toolDescriptor }
+
+// ManagedOperations returns the operations a validated 2.x open asks the daemon's own
+// airlock-fs to grant on its cwd (tools mode "airlock-fs"), or nil.
+func (p *OpenPayload) ManagedOperations() []string { return p.managedOps }
+
+// SetToolDescriptor records the descriptor the daemon minted for a managed open, after which
+// the open proceeds as a host-adapter open of it.
+func (p *OpenPayload) SetToolDescriptor(raw json.RawMessage) { p.toolDescriptor = raw }
 
 // decodeTools reads a 2.x resources.tools: "none", or {mode:"host-adapter", descriptor}, closed
 // like the descriptor inside it. Pi Daemon's rules and codes: anything but "none" or an object
@@ -152,15 +184,45 @@ func (p *OpenPayload) decodeTools(raw json.RawMessage) *Error {
 		e.Details["field"] = field
 		return e
 	}
-	if s, ok := rawString(t.Mode); !ok || s != ToolsHostAdapter {
-		return Errorf(CodeUnsupportedResource, "resources.tools.mode must be %q", ToolsHostAdapter).
+	mode, ok := rawString(t.Mode)
+	if !ok || (mode != ToolsHostAdapter && mode != ToolsManagedFS) {
+		return Errorf(CodeUnsupportedResource, "resources.tools.mode must be %q or %q", ToolsHostAdapter, ToolsManagedFS).
 			With("field", "payload.resources.tools.mode")
+	}
+	if mode == ToolsManagedFS {
+		return p.decodeManaged(t)
+	}
+	if t.Operations != nil {
+		return Errorf(CodeInvalidToolDescriptor, "resources.tools.operations goes with mode %q, not a descriptor", ToolsManagedFS).
+			With("field", "payload.resources.tools.operations")
 	}
 	if len(t.Descriptor) == 0 || t.Descriptor[0] != '{' {
 		return Errorf(CodeInvalidToolDescriptor, "resources.tools.descriptor must be an object").
 			With("field", "payload.resources.tools.descriptor")
 	}
 	p.toolDescriptor = t.Descriptor
+	return nil
+}
+
+// decodeManaged reads the operations of a tools object of mode "airlock-fs": a non-empty array
+// of distinct strings. Which operations exist is the adapter's to say when it mints the grant.
+func (p *OpenPayload) decodeManaged(t ToolsResource) *Error {
+	if t.Descriptor != nil {
+		return Errorf(CodeInvalidToolDescriptor, "resources.tools of mode %q takes operations, not a descriptor", ToolsManagedFS).
+			With("field", "payload.resources.tools.descriptor")
+	}
+	const field = "payload.resources.tools.operations"
+	var ops []string
+	if t.Operations == nil || t.Operations[0] != '[' || ndjson.Decode(t.Operations, &ops, ndjson.Closed) != nil ||
+		len(ops) == 0 || len(ops) > maxManagedOps {
+		return invalidField(field, "must be an array of 1 to %d operation names", maxManagedOps)
+	}
+	for i, op := range ops {
+		if !validIdentifier(op, MaxNameLen) || contains(ops[:i], op) {
+			return invalidField(field, "must name distinct operations without control characters")
+		}
+	}
+	p.managedOps = ops
 	return nil
 }
 
@@ -220,6 +282,9 @@ type Policy struct {
 	ToolAdapter json.RawMessage `json:"toolAdapter,omitempty"`
 	// Room is the room whose published capabilities the model gets as tools (2.x).
 	Room string `json:"room,omitempty"`
+	// Lifetime is "connection" for a generation that lives as long as the connection that
+	// opened it (2.x); empty for the default, "session".
+	Lifetime string `json:"lifetime,omitempty"`
 }
 
 // Digest is the lowercase hex SHA-256 of the policy's canonical JSON.
@@ -314,6 +379,18 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 		}
 		pol.Room = id
 	}
+	if p.Lifetime != nil && v.V2() {
+		l, ok := rawString(p.Lifetime)
+		if !ok || (l != LifetimeSession && l != LifetimeConnection) {
+			return nil, invalidField("payload.lifetime", "must be %q or %q", LifetimeSession, LifetimeConnection)
+		}
+		if l == LifetimeConnection {
+			if pol.Mode != ModeMemory {
+				return nil, invalidField("payload.lifetime", "%q needs session.mode %q", LifetimeConnection, ModeMemory)
+			}
+			pol.Lifetime = l
+		}
+	}
 	return pol, nil
 }
 
@@ -358,7 +435,7 @@ func (p *OpenPayload) validateResources(v Version, pol *Policy) *Error {
 			return unsupportedResource(m.name, v)
 		}
 	}
-	if p.toolDescriptor != nil {
+	if p.toolDescriptor != nil || p.managedOps != nil {
 		pol.Tools = ToolsHostAdapter
 	}
 	if r.SystemPrompt != nil {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -691,5 +692,75 @@ func TestOpenPayloadToolsGrant(t *testing.T) {
 	_, e = validateOpen(t, "1.0", apply(openBase(), change{"resources.tools", map[string]any{"mode": "host-adapter", "descriptor": descriptor}}))
 	if e == nil || e.Code != CodeInvalidField || e.Details["field"] != "payload.resources.tools" {
 		t.Errorf("1.x tools object: %v", e)
+	}
+}
+
+// TestOpenPayloadManagedGrant: in 2.x, resources.tools may be {mode:"airlock-fs", operations}:
+// the daemon mints the grant. Its policy is a host-adapter policy; operations must be a
+// non-empty array of distinct names, and each mode refuses the other's member.
+func TestOpenPayloadManagedGrant(t *testing.T) {
+	ops := []any{"fs.read", "fs.list"}
+	v := mustVersion(t, "2.0")
+	b, _ := json.Marshal(apply(openBase(), change{"resources.tools", map[string]any{"mode": "airlock-fs", "operations": ops}}))
+	var p OpenPayload
+	if e := DecodePayload(&Command{Version: v, Operation: OpOpen, Payload: b}, &p); e != nil {
+		t.Fatal(e)
+	}
+	pol, e := p.Validate(v)
+	if e != nil || pol.Tools != ToolsHostAdapter || !slices.Equal(p.ManagedOperations(), []string{"fs.read", "fs.list"}) || p.ToolDescriptor() != nil {
+		t.Fatalf("managed grant: %v %+v %v", e, pol, p.ManagedOperations())
+	}
+	for _, tc := range []struct {
+		name        string
+		tools       any
+		code, field string
+	}{
+		{"no operations", map[string]any{"mode": "airlock-fs"}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"empty operations", map[string]any{"mode": "airlock-fs", "operations": []any{}}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"operations not an array", map[string]any{"mode": "airlock-fs", "operations": "fs.read"}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"operation not a string", map[string]any{"mode": "airlock-fs", "operations": []any{1}}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"repeated operation", map[string]any{"mode": "airlock-fs", "operations": []any{"fs.read", "fs.read"}}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"control character", map[string]any{"mode": "airlock-fs", "operations": []any{"fs.\nread"}}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"too many", map[string]any{"mode": "airlock-fs", "operations": slices.Repeat([]any{"x"}, 17)}, CodeInvalidField, "payload.resources.tools.operations"},
+		{"with a descriptor", map[string]any{"mode": "airlock-fs", "operations": ops, "descriptor": map[string]any{}}, CodeInvalidToolDescriptor, "payload.resources.tools.descriptor"},
+		{"host-adapter with operations", map[string]any{"mode": "host-adapter", "operations": ops, "descriptor": map[string]any{}}, CodeInvalidToolDescriptor, "payload.resources.tools.operations"},
+	} {
+		_, e := validateOpen(t, "2.0", apply(openBase(), change{"resources.tools", tc.tools}))
+		if e == nil || e.Code != tc.code || e.Details["field"] != tc.field {
+			t.Errorf("%s: %v, want %s at %s", tc.name, e, tc.code, tc.field)
+		}
+	}
+}
+
+// TestOpenPayloadLifetime: lifetime "connection" (2.x, memory sessions only) enters the
+// policy; "session" is the default and leaves it as it was; 1.x ignores the member.
+func TestOpenPayloadLifetime(t *testing.T) {
+	memory := change{"session", map[string]any{"mode": "memory"}}
+	pol, e := validateOpen(t, "2.0", apply(openBase(), memory, change{"lifetime", "connection"}))
+	if e != nil || pol.Lifetime != LifetimeConnection {
+		t.Fatalf("connection: %v %+v", e, pol)
+	}
+	plain, _ := validateOpen(t, "2.0", apply(openBase(), memory))
+	if pol.Digest() == plain.Digest() {
+		t.Fatal("a connection-scoped policy has the digest of a durable one")
+	}
+	pol, e = validateOpen(t, "2.0", apply(openBase(), memory, change{"lifetime", "session"}))
+	if e != nil || pol.Lifetime != "" || pol.Digest() != plain.Digest() {
+		t.Fatalf("session: %v %+v", e, pol)
+	}
+	for _, tc := range []struct {
+		name string
+		p    map[string]any
+	}{
+		{"not memory", apply(openBase(), change{"lifetime", "connection"})},
+		{"unknown", apply(openBase(), memory, change{"lifetime", "process"})},
+		{"not a string", apply(openBase(), memory, change{"lifetime", 1})},
+	} {
+		if _, e := validateOpen(t, "2.0", tc.p); e == nil || e.Code != CodeInvalidField || e.Details["field"] != "payload.lifetime" {
+			t.Errorf("%s: %v", tc.name, e)
+		}
+	}
+	if pol, e := validateOpen(t, "1.0", apply(openBase(), change{"lifetime", "connection"})); e != nil || pol.Lifetime != "" {
+		t.Errorf("1.x: %v %+v", e, pol)
 	}
 }

@@ -26,6 +26,11 @@ type OpenRequest struct {
 	// Tools is the validated host tool-adapter descriptor when the policy grants one; its
 	// summary is already in Policy.ToolAdapter.
 	Tools *tooladapter.Descriptor
+	// ToolsBound, when set, is set to true by an Open that succeeds having bound Tools to the
+	// generation (created, or a failed connection replaced), and left false by one that
+	// reused the generation's connection: the caller then knows whether the grant behind
+	// Tools is in use.
+	ToolsBound *bool
 }
 
 // Open applies the generation rules: a lower generation than the session's is stale; the same
@@ -224,6 +229,9 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	m.known[req.SessionID] = struct{}{}
 	m.clearQuarantineLocked(req.SessionID)
 	m.metrics["openCreated"]++
+	if conn != nil && req.ToolsBound != nil {
+		*req.ToolsBound = true
+	}
 	m.log.Info("session opened", "sessionId", req.SessionID, "generation", req.Generation)
 	return &protocol.OpenResult{Created: true, Session: m.snapshotLocked(rt)}, nil
 }

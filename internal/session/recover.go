@@ -30,6 +30,8 @@ const (
 //   - A session whose model provider is unconfigured or has no key now is quarantined
 //     credentials_required the same way.
 //   - A memory session stays dormant; it has no journal.
+//   - A generation opened with lifetime "connection" is deleted: the connection it lived as
+//     long as is gone, and its grant with the previous incarnation's adapters.
 //   - Every other session that was resident is reopened on exactly its recorded transcript,
 //     within RecoveryOpenTimeout each and RecoveryTimeout for the phase.
 //
@@ -65,6 +67,9 @@ func (m *Manager) Recover() error {
 func (m *Manager) recover(started time.Time) error {
 	recs, err := m.cfg.Store.Records()
 	if err != nil {
+		return fmt.Errorf("recover catalog: %w", err)
+	}
+	if recs, err = m.dropConnectionScoped(recs); err != nil {
 		return fmt.Errorf("recover catalog: %w", err)
 	}
 	manifests, err := m.cfg.Store.Manifests()
@@ -141,6 +146,24 @@ func (m *Manager) recover(started time.Time) error {
 		m.startWorkerLocked(rt)
 	}
 	return nil
+}
+
+// dropConnectionScoped deletes the sessions whose generation lived as long as a connection of
+// the previous incarnation (lifetime "connection"), records, manifests and journal alike, before
+// recovery reads the rest, and returns the other records.
+func (m *Manager) dropConnectionScoped(recs []protocol.CatalogRecord) ([]protocol.CatalogRecord, error) {
+	kept := recs[:0]
+	for _, rec := range recs {
+		if rec.Policy.Lifetime != protocol.LifetimeConnection {
+			kept = append(kept, rec)
+			continue
+		}
+		if _, err := m.cfg.Store.DeleteSession(rec.SessionID); err != nil {
+			return nil, err
+		}
+		m.log.Info("connection-scoped session deleted after restart", "sessionId", rec.SessionID, "generation", rec.Generation)
+	}
+	return kept, nil
 }
 
 type restoreOutcome struct {

@@ -45,6 +45,9 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 		rt.spec = &spec
 	}
 	rt.lastUsed = m.now()
+	if req.ToolsBound != nil {
+		*req.ToolsBound = true
+	}
 	return &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}, nil
 }
 

@@ -24,6 +24,7 @@ const (
 	CodeInvalidRequest = "invalid_request" // not one closed admin request object
 	CodeRootInvalid    = "root_invalid"    // the grant root cannot be opened as a directory
 	CodeGrantNotFound  = "grant_not_found" // revoke-grant of an unknown grant id
+	CodeGrantExists    = "grant_exists"    // grant naming a grantId that is live already
 	CodeGrantCapacity  = "grant_capacity"  // MaxGrants live grants already
 	CodeServerClosing  = "server_closing"  // the server is shutting down
 	// CodeLineTimeout: no request line within the admin line timeout of connecting or of the
@@ -51,11 +52,14 @@ type LimitsRequest struct {
 // AdminRequest is one request on the admin socket, one NDJSON line:
 //
 //	{"op":"grant","root":DIR,"hostInstanceId":ID,"sessionId":ID,"generation":N,
-//	 "operations":[…],"limits":{…}?,"adapterId":ID?}
+//	 "operations":[…],"limits":{…}?,"adapterId":ID?,"grantId":ID?}
 //	{"op":"grants"}
 //	{"op":"revoke-grant","grantId":ID}
 //
-// Members an op does not take are refused.
+// Members an op does not take are refused. A grant's grantId, when given, names the grant
+// instead of a fresh random id, so that a caller that loses the answer (airlockd minting for a
+// session, whose deadline passed) can still revoke exactly that grant; an id already live is
+// refused grant_exists.
 type AdminRequest struct {
 	Op             string         `json:"op"`
 	Root           *string        `json:"root,omitempty"`
@@ -106,8 +110,8 @@ func DecodeAdminRequest(line []byte) (*AdminRequest, *protocol.Error) {
 				return nil, invalid(m.field, "grant requires %s", m.field)
 			}
 		}
-		if r.GrantID != nil {
-			return nil, invalid("grantId", "grant does not take grantId")
+		if r.GrantID != nil && !validGrantID(*r.GrantID) {
+			return nil, invalid("grantId", "grantId must be 1 to %d letters, digits, '.', '_' or '-'", maxGrantIDLen)
 		}
 		if !filepath.IsAbs(*r.Root) {
 			return nil, invalid("root", "root must be an absolute path")
@@ -130,6 +134,23 @@ func DecodeAdminRequest(line []byte) (*AdminRequest, *protocol.Error) {
 		return nil, invalid("op", "op must be grant, grants or revoke-grant")
 	}
 	return &r, nil
+}
+
+// maxGrantIDLen bounds a caller-chosen grant id.
+const maxGrantIDLen = 64
+
+// validGrantID reports whether id may name a grant: 1 to maxGrantIDLen ASCII letters, digits,
+// '.', '_' or '-', so that it prints in the grants table as it is.
+func validGrantID(id string) bool {
+	if id == "" || len(id) > maxGrantIDLen {
+		return false
+	}
+	for _, c := range []byte(id) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func invalid(field, format string, args ...any) *protocol.Error {

@@ -18,7 +18,7 @@ func TestCodesDocumented(t *testing.T) {
 	codes := append([]string{
 		CodeQueueCapacity, CodeIdempotencyConflict, CodeIdempotencyCapacity, CodeIdempotencyInFlight, CodeRequestTimeout,
 		CodeOperationDenied, CodeInternal, CodeHandleInResult,
-		CodeInvalidRequest, CodeRootInvalid, CodeGrantNotFound, CodeGrantCapacity, CodeServerClosing,
+		CodeInvalidRequest, CodeRootInvalid, CodeGrantNotFound, CodeGrantExists, CodeGrantCapacity, CodeServerClosing,
 		CodeLineTimeout, CodeConnectionEvicted,
 	}, fsops.Codes...)
 	for _, c := range codes {

@@ -16,6 +16,8 @@ func FuzzDecodeAdminRequest(f *testing.F) {
 		`{"op":"revoke-grant","grantId":"g-abc"}`,
 		`{"op":"grant","root":"/srv/x","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"]}`,
 		`{"op":"grant","root":"/srv/x","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"],"limits":{"maxQueuedRequests":0},"adapterId":"a"}`,
+		`{"op":"grant","root":"/srv/x","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"],"grantId":"d-1.a_b"}`,
+		`{"op":"grant","root":"/srv/x","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"],"grantId":"a b"}`,
 		`{"op":"grants","op":"grant"}`,
 		`{"OP":"grants"}`,
 		`{"op":"grant","root":null}`,
@@ -38,7 +40,7 @@ func FuzzDecodeAdminRequest(f *testing.F) {
 		}
 		switch r.Op {
 		case OpGrant:
-			if r.Root == nil || r.HostInstanceID == nil || r.SessionID == nil || r.Generation == nil || r.Operations == nil || r.GrantID != nil {
+			if r.Root == nil || r.HostInstanceID == nil || r.SessionID == nil || r.Generation == nil || r.Operations == nil || (r.GrantID != nil && !validGrantID(*r.GrantID)) {
 				t.Fatalf("grant with wrong members: %+v", r)
 			}
 		case OpGrants, OpRevokeGrant:

@@ -476,8 +476,12 @@ func (s *Server) Grant(r *AdminRequest) (json.RawMessage, *protocol.Error) {
 		}
 		return nil, protocol.Errorf(CodeRootInvalid, "root is not a directory that can be opened: %v", err)
 	}
+	id := newGrantID()
+	if r.GrantID != nil {
+		id = *r.GrantID
+	}
 	g := &grant{
-		id: newGrantID(), handle: h, secret: []byte(d.Binding.CapabilityHandle), root: root,
+		id: id, handle: h, secret: []byte(d.Binding.CapabilityHandle), root: root,
 		identity: tooladapter.Identity{AdapterID: d.AdapterID, AdapterVersion: d.AdapterVersion,
 			HostInstanceID: d.Binding.HostInstanceID, SessionID: d.Binding.SessionID, Generation: d.Binding.Generation},
 		ops: d.Operations, limits: l, created: time.Now(),
@@ -488,6 +492,10 @@ func (s *Server) Grant(r *AdminRequest) (json.RawMessage, *protocol.Error) {
 		s.mu.Unlock()
 		root.Close()
 		return nil, protocol.Errorf(CodeServerClosing, "airlock-fs is shutting down")
+	case s.grants[g.id] != nil:
+		s.mu.Unlock()
+		root.Close()
+		return nil, protocol.Errorf(CodeGrantExists, "a live grant has this grantId")
 	case len(s.grants) >= MaxGrants:
 		s.mu.Unlock()
 		root.Close()

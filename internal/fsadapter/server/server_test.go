@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -454,6 +455,27 @@ func TestAdminRequests(t *testing.T) {
 	}
 	if strings.Contains(f.logs.String(), f.handle) {
 		t.Fatal("the handle reached the log")
+	}
+	// A caller may name its grant, to revoke exactly it even without the answer; a name
+	// that is live already, or not a plain token, is refused.
+	named := `{"op":"grant","root":"` + f.root + `","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"],"grantId":"d-1"}`
+	if ok, _, code := f.admin(named); !ok {
+		t.Fatalf("named grant: %s", code)
+	}
+	if !slices.Contains(grantIDs(t, f), "d-1") {
+		t.Fatalf("grants: %v", grantIDs(t, f))
+	}
+	if ok, _, code := f.admin(named); ok || code != CodeGrantExists {
+		t.Fatalf("named grant again: ok=%v code=%s, want %s", ok, code, CodeGrantExists)
+	}
+	if ok, _, code := f.admin(strings.Replace(named, `"d-1"`, `"d 1"`, 1)); ok || code != CodeInvalidRequest {
+		t.Fatalf("grant named with a space: ok=%v code=%s", ok, code)
+	}
+	if ok, _, code := f.admin(`{"op":"revoke-grant","grantId":"d-1"}`); !ok {
+		t.Fatalf("revoke the named grant: %s", code)
+	}
+	if ok, _, code := f.admin(named); !ok {
+		t.Fatalf("a revoked name is free again: %s", code)
 	}
 }
 

@@ -1,0 +1,273 @@
+package main
+
+// This file holds the one-command forms of airlock mcp: --dir (a session of its own, whose
+// grant airlockd mints and whose life is this process's), the failure server that a client
+// sees when airlock mcp cannot start, and airlock mcp config.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+	"github.com/airlockhq/airlock/internal/version"
+)
+
+// defaultDirOps are the operations airlock mcp --dir grants without --ops: all six, as the
+// reference filesystem server grants reading and writing by default. Writes stay confined
+// to DIR by both layers and are guarded by the file's digest; --ops fs.read,fs.list,fs.stat,
+// fs.search gives a read-only folder.
+var defaultDirOps = []string{tooladapter.OpRead, tooladapter.OpList, tooladapter.OpStat, tooladapter.OpSearch,
+	tooladapter.OpWrite, tooladapter.OpEdit}
+
+// dirSession is the session airlock mcp --dir opened: its id and the connection that owns it.
+// The daemon closes and deletes the session, and revokes its grant, when owner closes, so it
+// must stay open exactly as long as the MCP server serves.
+type dirSession struct {
+	id    string
+	owner *client.Client
+}
+
+// canonicalDir makes dir absolute, resolves its symbolic links and checks that it is a
+// directory: the grant root and the session's cwd are this path.
+func canonicalDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", usageErrorf("--dir: %v", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", usageErrorf("--dir %s: %v", abs, errors.Unwrap(err))
+	}
+	fi, err := os.Stat(real)
+	if err != nil || !fi.IsDir() {
+		return "", usageErrorf("--dir %s is not a directory", abs)
+	}
+	return real, nil
+}
+
+// parseOps reads --ops: comma-separated operation names, defaultDirOps when empty.
+func parseOps(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return append([]string(nil), defaultDirOps...)
+	}
+	var ops []string
+	for op := range strings.SplitSeq(s, ",") {
+		if op = strings.TrimSpace(op); op != "" {
+			ops = append(ops, op)
+		}
+	}
+	return ops
+}
+
+// openDirSession opens a memory session of generation 1 on dir whose grant of ops the daemon
+// mints from its own airlock-fs, with lifetime "connection": the session, and the grant,
+// end when the returned owner connection does, however this process ends.
+func (a *app) openDirSession(ctx context.Context, dir string, ops []string) (*dirSession, error) {
+	owner, err := a.dial(ctx, protocol.Version2)
+	if err != nil {
+		return nil, err
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	id := "mcp-" + hex.EncodeToString(b[:])
+	opsJSON, _ := json.Marshal(ops)
+	mode, _ := json.Marshal(protocol.ToolsManagedFS)
+	tools, _ := json.Marshal(protocol.ToolsResource{Mode: mode, Operations: opsJSON})
+	lifetime, _ := json.Marshal(protocol.LifetimeConnection)
+	name := "airlock mcp " + filepath.Base(dir)
+	if len([]rune(name)) > protocol.MaxNameLen {
+		name = string([]rune(name)[:protocol.MaxNameLen])
+	}
+	p := &protocol.OpenPayload{
+		Cwd: dir, Name: &name, Session: &protocol.OpenSession{Mode: protocol.ModeMemory}, Lifetime: lifetime,
+		Resources: &protocol.OpenResource{
+			Extensions: resourceNone, Skills: resourceNone, PromptTemplates: resourceNone,
+			Themes: resourceNone, ContextFiles: resourceNone, Tools: tools,
+		},
+	}
+	if _, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p}); err != nil {
+		owner.Close()
+		return nil, err
+	}
+	return &dirSession{id: id, owner: owner}, nil
+}
+
+// close ends the session at once (its grant is revoked before this returns) and the owner
+// connection; closing the connection alone would end both too, a moment later.
+func (s *dirSession) close(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	_, _ = exchange(ctx, s.owner, client.Command{Operation: protocol.OpClose, SessionID: s.id, Generation: new(int64(1)),
+		Payload: protocol.ClosePayload{RetainSession: new(false)}})
+	s.owner.Close()
+}
+
+// startHint is the sentence that tells the reader of a failure how to start the daemon this
+// airlock mcp looked for: airlockd beside this airlock (as make build and a release lay them
+// out), on the socket it looked at.
+func (a *app) startHint() string {
+	daemon := "airlockd"
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if p := filepath.Join(filepath.Dir(exe), "airlockd"); isExecutable(p) {
+				daemon = p
+			}
+		}
+	}
+	return fmt.Sprintf("start it with `%s --socket %s &` (or `systemctl --user start airlockd`), then restart this MCP server",
+		shellQuote(daemon), shellQuote(a.socket))
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// isTerminal reports whether r is a terminal, where a person reads the failure on stderr and
+// no MCP client is waiting for an answer.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// failureErrorCode is the JSON-RPC code of every answer of the failure server: the server
+// could not do what it is for. It is not -32000, which the TypeScript SDK's clients name
+// "connection closed".
+const failureErrorCode = jsonrpc.CodeInternalError
+
+// serveFailure answers an MCP client on stdio when airlock mcp cannot serve: every request,
+// initialize first, gets a JSON-RPC error whose message is the failure and what to do about
+// it, and whose data carries airlock's code; notifications are dropped. Clients show that
+// message where a server that just exits shows only "connection closed". It returns when
+// the client closes stdin or ctx ends.
+func serveFailure(ctx context.Context, in io.ReadCloser, out io.Writer, pe *protocol.Error, hint string) {
+	msg := "airlock mcp: " + pe.Code + ": " + pe.Message
+	if hint != "" {
+		msg += "; " + hint
+	}
+	data, _ := json.Marshal(map[string]any{"code": pe.Code, "retryable": pe.Retryable})
+	srv := sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, nil)
+	srv.AddReceivingMiddleware(func(sdk.MethodHandler) sdk.MethodHandler {
+		return func(context.Context, string, sdk.Request) (sdk.Result, error) {
+			return nil, &jsonrpc.Error{Code: failureErrorCode, Message: msg, Data: data}
+		}
+	})
+	// The failure server answers at once, so every request read is answered before stdin's end
+	// ends it (see mcp.StdioTransport).
+	_ = srv.Run(ctx, mcp.StdioTransport(in, out, mcp.MaxMessageBytes, 0))
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@+%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Clients that airlock mcp config writes for.
+const (
+	configJSON   = "json"
+	configClaude = "claude"
+	configCodex  = "codex"
+	configGemini = "gemini"
+)
+
+var serverNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+
+// mcpConfig prints a client configuration that runs airlock mcp --dir DIR with every path
+// absolute and the daemon's socket named, so that a client's reduced environment (no
+// XDG_RUNTIME_DIR, no PATH of the shell, another working directory) cannot lose the daemon:
+// airlock mcp config --dir DIR [--client json|claude|codex|gemini] [--name N] [--ops …] [--caps …].
+func (a *app) mcpConfig(ctx context.Context, args []string) int {
+	o, fs := a.newCommand("mcp config")
+	dir := fs.String("dir", "", "the directory to give the client (required)")
+	which := fs.String("client", configJSON, "what to print: json (an mcpServers object, for Claude Desktop, Cursor, VS Code, …), or a claude, codex or gemini `mcp add` line")
+	name := fs.String("name", "", "the server's name in the client (default airlock-DIRNAME)")
+	ops := fs.String("ops", "", "operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
+	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
+	if _, code, done := a.parse(o, fs, args); done {
+		return code
+	}
+	if *dir == "" {
+		return a.failUsage(o, usageErrorf("--dir is required"))
+	}
+	d, err := canonicalDir(*dir)
+	if err != nil {
+		return a.failUsage(o, err)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		return o.fail(fmt.Errorf("cannot find the airlock executable: %w", err))
+	}
+	sock, err := filepath.Abs(a.socket)
+	if err != nil {
+		return a.failUsage(o, usageErrorf("--socket: %v", err))
+	}
+	n := *name
+	if n == "" {
+		n = "airlock-" + strings.Trim(serverNameUnsafe.ReplaceAllString(filepath.Base(d), "-"), "-")
+	}
+	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`).MatchString(n) {
+		return a.failUsage(o, usageErrorf("--name must be 1 to 64 letters, digits, '_' or '-'"))
+	}
+	argv := []string{"--socket", sock, "mcp", "--dir", d}
+	if *ops != "" {
+		argv = append(argv, "--ops", strings.Join(parseOps(*ops), ","))
+	}
+	if *caps != "" {
+		argv = append(argv, "--caps", *caps)
+	}
+	line := func(prefix string) string {
+		words := []string{prefix, shellQuote(exe)}
+		for _, w := range argv {
+			words = append(words, shellQuote(w))
+		}
+		return strings.Join(words, " ") + "\n"
+	}
+	var text string
+	switch *which {
+	case configJSON:
+		type server struct {
+			Command string   `json:"command"`
+			Args    []string `json:"args"`
+		}
+		b, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]server{n: {Command: exe, Args: argv}}}, "", "  ")
+		text = string(b) + "\n"
+	case configClaude:
+		text = line("claude mcp add " + n + " --")
+	case configCodex:
+		text = line("codex mcp add " + n + " --")
+	case configGemini:
+		text = line("gemini mcp add " + n)
+	default:
+		return a.failUsage(o, usageErrorf("--client must be %s, %s, %s or %s", configJSON, configClaude, configCodex, configGemini))
+	}
+	_, _ = io.WriteString(a.stdout, text)
+	return exitOK
+}

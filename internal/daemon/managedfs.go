@@ -1,0 +1,459 @@
+package daemon
+
+// This file owns the airlock-fs that airlockd runs itself (the managed adapter): starting and
+// supervising the child, minting grants for opens of tools mode "airlock-fs", and revoking
+// them when their generation ends.
+//
+// Design. A grant of the operator's own airlock-fs needs its host id piped by hand and
+// outlives its session unless someone revokes it; the daemon can do both itself when it holds
+// the adapter's admin socket. So airlockd starts `airlock-fs serve --exit-on-stdin-eof` as its
+// child, on first use (a daemon that never opens a managed grant runs no extra process), with
+// both sockets in a private 0700 directory beside the owner socket, and restarts it with a
+// bounded backoff when it exits. The child's stdin is a pipe the daemon holds open and it is
+// started with a parent-death signal, so it never outlives the daemon however the daemon ends
+// (kill -9 included): a new daemon starts a new child, whose memory holds no grant. Its stderr
+// goes to the daemon's log, a line at a time; airlock-fs never logs a handle.
+//
+// A managed open mints a grant named by the daemon (grantId "d-…"), so that the daemon can
+// revoke exactly it even when the answer never came. The grant is tracked under its session
+// generation before the open runs; an open that fails or does not bind it (a reuse of the
+// generation's live connection) revokes it at once, and the end of the generation (a close, a
+// delete, a replacing open: session.Config.GenerationEnded) revokes every grant of it and of
+// older generations. A grant of an operator-run airlock-fs is not the daemon's to revoke: it
+// holds no admin socket for it.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/fsadapter/server"
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// ManagedFSConfig configures the airlock-fs that airlockd runs itself.
+type ManagedFSConfig struct {
+	// Binary is the airlock-fs executable. Empty runs none: managed opens are refused
+	// fs_adapter_unavailable with Disabled as the reason.
+	Binary string
+	// Disabled says why there is no Binary ("disabled by --no-fs-adapter", …).
+	Disabled string
+	// Dir is the private directory of its sockets (default: the owner socket's path with
+	// ".fs" appended).
+	Dir string
+	// StartTimeout bounds how long a managed open waits for the child's admin socket
+	// (default 10 s).
+	StartTimeout time.Duration
+}
+
+// CodeFSAdapterUnavailable refuses a managed open when airlockd runs no airlock-fs, or the one
+// it runs is not up within the start timeout (retryable then).
+const CodeFSAdapterUnavailable = "fs_adapter_unavailable"
+
+// Managed-adapter bounds.
+const (
+	managedStartTimeout = 10 * time.Second
+	managedAdminTimeout = 5 * time.Second // one admin request, dial to answer
+	managedStopTimeout  = 5 * time.Second // from closing its stdin to SIGKILL
+	managedBackoffMin   = 100 * time.Millisecond
+	managedBackoffMax   = 30 * time.Second
+	managedStableAfter  = time.Minute // a child up this long restarts without backoff
+	managedLogLineBytes = 16 << 10
+	managedAnswerBytes  = 1 << 20 // a descriptor or a revoke answer is far smaller
+)
+
+// managedFS is the daemon's airlock-fs: the supervised child and the grants minted from it.
+type managedFS struct {
+	cfg    ManagedFSConfig
+	hostID string
+	log    *slog.Logger
+	socket string // serving socket: the descriptors' endpoint
+	admin  string
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	started bool          // the supervisor runs
+	up      chan struct{} // closed while a child answers on its admin socket; replaced when it goes
+	stopped bool
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed when the supervisor has ended
+	// grants are the daemon-minted grants of each session generation: session → generation →
+	// grant ids.
+	grants map[string]map[int64][]string
+}
+
+func newManagedFS(cfg ManagedFSConfig, ownerSocket, hostID string, log *slog.Logger) *managedFS {
+	if cfg.Dir == "" {
+		cfg.Dir = ownerSocket + ".fs"
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = managedStartTimeout
+	}
+	return &managedFS{
+		cfg: cfg, hostID: hostID, log: log.With("component", "airlock-fs"),
+		socket: filepath.Join(cfg.Dir, "fs.sock"), admin: filepath.Join(cfg.Dir, "admin.sock"),
+		up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
+		grants: make(map[string]map[int64][]string),
+	}
+}
+
+// unavailable is the refusal of a managed open that cannot be served now.
+func (m *managedFS) unavailable(retryable bool, format string, args ...any) *protocol.Error {
+	e := protocol.Errorf(CodeFSAdapterUnavailable, format, args...)
+	e.Retryable = retryable
+	return e.With("field", "payload.resources.tools.mode")
+}
+
+// ready starts the supervisor if it does not run yet and waits until the child answers.
+func (m *managedFS) ready(ctx context.Context) *protocol.Error {
+	if m.cfg.Binary == "" {
+		return m.unavailable(false, "airlockd runs no airlock-fs (%s); grant a descriptor of one you run instead", m.cfg.Disabled)
+	}
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return m.unavailable(true, "airlockd is stopping")
+	}
+	if !m.started {
+		m.started = true
+		go m.supervise()
+	}
+	up := m.up
+	m.mu.Unlock()
+	t := time.NewTimer(m.cfg.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-up:
+		return nil
+	case <-t.C:
+		return m.unavailable(true, "airlockd's airlock-fs did not start within %v (airlockd's log says why)", m.cfg.StartTimeout)
+	case <-ctx.Done():
+		return m.unavailable(true, "the open ended before airlockd's airlock-fs was up")
+	}
+}
+
+// supervise runs the child until close, restarting it with a bounded backoff.
+func (m *managedFS) supervise() {
+	defer close(m.done)
+	backoff := managedBackoffMin
+	for {
+		began := time.Now()
+		err := m.runChild()
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		if time.Since(began) >= managedStableAfter {
+			backoff = managedBackoffMin
+		}
+		m.log.Warn("airlock-fs exited; its grants are gone; restarting", "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-m.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, managedBackoffMax)
+	}
+}
+
+// runChild starts one child, marks it up once its admin socket answers, and returns when it
+// exits or close stops it.
+func (m *managedFS) runChild() error {
+	if err := os.MkdirAll(m.cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	stdin, lifeline, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	stderr, logw, err := os.Pipe()
+	if err != nil {
+		stdin.Close()
+		lifeline.Close()
+		return err
+	}
+	cmd := exec.Command(m.cfg.Binary, "serve", "--socket", m.socket, "--admin-socket", m.admin,
+		"--exit-on-stdin-eof", "--log-format", "json")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, nil, logw
+	cmd.Dir = "/"
+	// The lifeline (its stdin) covers every way the daemon ends; the signal covers a child
+	// that stopped reading it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	stdin.Close()
+	logw.Close()
+	if err != nil {
+		lifeline.Close()
+		stderr.Close()
+		return fmt.Errorf("start %s: %w", m.cfg.Binary, err)
+	}
+	m.log.Info("airlock-fs started", "pid", cmd.Process.Pid, "socket", m.socket)
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		m.copyLog(stderr)
+	}()
+	var werr error
+	waited := make(chan struct{})
+	go func() {
+		werr = cmd.Wait()
+		close(waited)
+	}()
+
+	// Up once the admin socket answers; the child exiting, or close, ends the wait.
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, e := m.call(&server.AdminRequest{Op: server.OpGrants}); e == nil {
+				m.mu.Lock()
+				close(m.up)
+				m.mu.Unlock()
+				return
+			}
+			select {
+			case <-waited:
+				return
+			case <-m.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+
+	select {
+	case <-waited:
+	case <-m.stop:
+		lifeline.Close()
+		t := time.NewTimer(managedStopTimeout)
+		select {
+		case <-waited:
+		case <-t.C:
+			_ = cmd.Process.Kill()
+			<-waited
+		}
+		t.Stop()
+	}
+	<-probed
+	lifeline.Close()
+	<-logged
+	m.mu.Lock()
+	select {
+	case <-m.up:
+		m.up = make(chan struct{})
+	default:
+	}
+	// Its grants died with it: nothing is left to revoke.
+	clear(m.grants)
+	m.mu.Unlock()
+	return werr
+}
+
+// copyLog writes the child's stderr into the daemon's log, a line at a time; a line longer
+// than managedLogLineBytes is cut.
+func (m *managedFS) copyLog(r *os.File) {
+	defer r.Close()
+	br := bufio.NewReaderSize(r, managedLogLineBytes)
+	skipping := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 && !skipping {
+			m.log.Info("airlock-fs log", "line", string(trimNL(line)))
+		}
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			skipping = true
+		case err != nil:
+			return
+		default:
+			skipping = false
+		}
+	}
+}
+
+func trimNL(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		return b[:n-1]
+	}
+	return b
+}
+
+// close stops the child and the supervisor: the child's stdin is closed, and it is killed if
+// it has not stopped within managedStopTimeout.
+func (m *managedFS) close() {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
+	m.stopped = true
+	started := m.started
+	close(m.stop)
+	m.mu.Unlock()
+	if started {
+		<-m.done
+	}
+}
+
+// mint grants root to a session generation for ops and returns the descriptor and the
+// grant's id. The grant is tracked under its generation before this returns, so that the
+// generation's end revokes it whatever happens to the open; the caller revokes it (drop) when
+// the open does not bind it.
+func (m *managedFS) mint(ctx context.Context, sessionID string, generation int64, root string, ops []string) (json.RawMessage, string, *protocol.Error) {
+	if e := m.ready(ctx); e != nil {
+		return nil, "", e
+	}
+	id := "d-" + newID()
+	m.mu.Lock()
+	gens := m.grants[sessionID]
+	if gens == nil {
+		gens = make(map[int64][]string)
+		m.grants[sessionID] = gens
+	}
+	gens[generation] = append(gens[generation], id)
+	m.mu.Unlock()
+	host, gen := m.hostID, generation
+	raw, e := m.call(&server.AdminRequest{Op: server.OpGrant, Root: &root, HostInstanceID: &host, SessionID: &sessionID,
+		Generation: &gen, Operations: &ops, GrantID: &id})
+	if e != nil {
+		// The grant may exist though the answer did not come: revoke it by its name.
+		m.drop(sessionID, generation, id)
+		return nil, "", mintError(e)
+	}
+	m.log.Info("grant minted", "grant", id, "sessionId", sessionID, "generation", generation, "operations", ops)
+	return raw, id, nil
+}
+
+// mintError gives an admin refusal the field of the open that caused it.
+func mintError(e *protocol.Error) *protocol.Error {
+	if f, ok := e.Details["field"].(string); ok {
+		switch f {
+		case "root":
+			e.Details["field"] = "payload.cwd"
+		case "operations":
+			e.Details["field"] = "payload.resources.tools.operations"
+		}
+	}
+	if e.Code == server.CodeRootInvalid {
+		e.Details["field"] = "payload.cwd"
+	}
+	return e
+}
+
+// drop revokes one grant minted for a generation and forgets it.
+func (m *managedFS) drop(sessionID string, generation int64, id string) {
+	m.mu.Lock()
+	if gens := m.grants[sessionID]; gens != nil {
+		ids := gens[generation]
+		for i, x := range ids {
+			if x == id {
+				gens[generation] = append(ids[:i:i], ids[i+1:]...)
+				break
+			}
+		}
+		if len(gens[generation]) == 0 {
+			delete(gens, generation)
+		}
+		if len(gens) == 0 {
+			delete(m.grants, sessionID)
+		}
+	}
+	m.mu.Unlock()
+	m.revoke(id, "open did not bind it")
+}
+
+// sessionEnded revokes the grants of generation of session id and of every older one: they
+// will never be resident again.
+func (m *managedFS) sessionEnded(id string, generation int64) {
+	m.mu.Lock()
+	var ids []string
+	if gens := m.grants[id]; gens != nil {
+		for g, gids := range gens {
+			if g <= generation {
+				ids = append(ids, gids...)
+				delete(gens, g)
+			}
+		}
+		if len(gens) == 0 {
+			delete(m.grants, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, gid := range ids {
+		m.revoke(gid, "session generation ended")
+	}
+}
+
+// revoke ends one grant; a grant that is gone already (its child restarted) is no error.
+func (m *managedFS) revoke(id, why string) {
+	_, e := m.call(&server.AdminRequest{Op: server.OpRevokeGrant, GrantID: &id})
+	switch {
+	case e == nil:
+		m.log.Info("grant revoked", "grant", id, "why", why)
+	case e.Code == server.CodeGrantNotFound:
+	default:
+		// The child is gone or wedged: its grants go with it, and a wedged child is
+		// replaced when it exits.
+		m.log.Warn("grant revoke failed", "grant", id, "code", e.Code)
+	}
+}
+
+// call sends one admin request to the child and returns the answer's data.
+func (m *managedFS) call(req *server.AdminRequest) (json.RawMessage, *protocol.Error) {
+	ctx, cancel := context.WithTimeout(context.Background(), managedAdminTimeout)
+	defer cancel()
+	unreachable := func(what string) *protocol.Error {
+		return protocol.Retryable(CodeFSAdapterUnavailable, "airlockd's airlock-fs %s", what)
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", m.admin)
+	if err != nil {
+		return nil, unreachable("is not answering")
+	}
+	defer nc.Close()
+	deadline, _ := ctx.Deadline()
+	_ = nc.SetDeadline(deadline)
+	line, err := ndjson.Marshal(req)
+	if err != nil {
+		return nil, protocol.Errorf(protocol.CodeInternal, "admin request not serializable")
+	}
+	if _, err := nc.Write(line); err != nil {
+		return nil, unreachable("closed the admin connection")
+	}
+	answer, err := ndjson.NewReader(io.LimitReader(nc, managedAnswerBytes+1), managedAnswerBytes).Next()
+	if err != nil {
+		return nil, unreachable("did not answer")
+	}
+	var resp struct {
+		OK    bool            `json:"ok"`
+		Data  json.RawMessage `json:"data"`
+		Error *protocol.Error `json:"error"`
+	}
+	if err := json.Unmarshal(answer, &resp); err != nil || (!resp.OK && resp.Error == nil) {
+		return nil, unreachable("answered out of protocol")
+	}
+	if !resp.OK {
+		if resp.Error.Details == nil {
+			resp.Error.Details = map[string]any{}
+		}
+		return nil, resp.Error
+	}
+	return resp.Data, nil
+}
