@@ -249,3 +249,146 @@ func TestBinaryAttachFlood(t *testing.T) {
 	}
 	w.waitEvent(t, "sessionClosed", "")
 }
+
+// airlockCmd runs the airlock CLI against d and returns its exit code and output.
+func airlockCmd(t *testing.T, d *daemontest.Daemon, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), append([]string{"--socket", d.Socket}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatalf("airlock %v: %v", args, err)
+	}
+	return 0, string(out)
+}
+
+// TestBinaryAttachmentEvictedAcrossProcesses: at the per-session bound, a flooding process's
+// new attachment displaces its own older one, which gets attachmentEvicted as its last line
+// before the daemon closes it, while another process's single attachment made before keeps
+// its events; a third process, when every attachment left is another's single one, is
+// refused attachment_capacity.
+func TestBinaryAttachmentEvictedAcrossProcesses(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--max-attachments-per-session", "2"}})
+	if _, err := dialCall(d.Socket, client.Command{Operation: "open", SessionID: "s1", Generation: gen(1), Payload: openPayload(t.TempDir())}); err != nil {
+		t.Fatal(err)
+	}
+	w := startWatcher(t, d, "s1")
+	// Three connections of one process attach s1 one after another: the first two are
+	// displaced by the next, and not redialled.
+	f := daemontest.StartFlood(t, daemontest.FloodOptions{Socket: d.Socket, Conns: 3, Attach: []string{"s1"}, NoRedial: true})
+	var host struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
+	if !daemontest.WaitFor(20*time.Second, func() bool {
+		r, err := dialCall(d.Socket, client.Command{Operation: "status"})
+		return err == nil && r.Decode(&host) == nil && host.Metrics["attachmentsEvicted"] >= 2
+	}) {
+		t.Fatalf("the flood's attachments were not evicted: metrics %v", host.Metrics)
+	}
+	code, out := airlockCmd(t, d, "session", "attach", "s1", "--generation", "1")
+	if code == 0 || !strings.Contains(out, "attachment_capacity") {
+		t.Errorf("a third process attaching s1 (the watcher's and the flood's single attachments): exit %d %s, want attachment_capacity", code, out)
+	}
+	r := f.Stop()
+	if r.ClosedByServer != 2 || r.Codes["attachmentEvicted"] != 2 {
+		t.Errorf("flood: %v, want two connections closed by the daemon after attachmentEvicted", r)
+	}
+	if _, err := dialCall(d.Socket, client.Command{Operation: "close", SessionID: "s1", Generation: gen(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := w.next(t); ev["event"] != "sessionClosed" {
+		t.Errorf("the watcher got %v, want sessionClosed: its attachment was displaced", ev)
+	}
+}
+
+// TestBinaryControlBand: with every regular connection busy (one attached, one waiting for a
+// turn), other processes still get probe, status and close through the control band; any
+// other operation there is refused connection_control_only and the connection closed; and
+// when the band itself is busy (a drain waiting for the turn), connection_capacity names it.
+func TestBinaryControlBand(t *testing.T) {
+	llm := startModel(t)
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--provider", "local=" + llm.URL(),
+		"--max-connections", "2", "--max-connections-per-peer", "2", "--max-attachments", "1", "--control-connections", "1"}})
+	cwd := t.TempDir()
+	for _, s := range []string{"s1", "s2", "s3"} {
+		if _, err := dialCall(d.Socket, client.Command{Operation: "open", SessionID: s, Generation: gen(1), Payload: modelOpen(cwd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attached, waker := d.Dial(), d.Dial()
+	if r := call(t, attached, client.Command{Operation: "attach", SessionID: "s1", Generation: gen(1)}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	hold := make(chan struct{})
+	llm.Push(modeltest.Reply{Hold: hold, Text: "done"})
+	woke := make(chan *client.Response, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		r, _ := waker.Call(ctx, client.Command{Operation: "wake", SessionID: "s2", Generation: gen(1), IdempotencyKey: "k",
+			Payload: map[string]any{"prompt": "go", "waitForTerminal": true}})
+		woke <- r
+	}()
+	<-llm.Arrived(1)
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+		<-woke
+	}()
+
+	if code, out := airlockCmd(t, d, "probe"); code != 0 {
+		t.Errorf("probe with every connection busy: exit %d %s", code, out)
+	}
+	if code, out := airlockCmd(t, d, "status"); code != 0 {
+		t.Errorf("status with every connection busy: exit %d %s", code, out)
+	}
+	if code, out := airlockCmd(t, d, "session", "close", "s3", "--generation", "1"); code != 0 {
+		t.Errorf("close with every connection busy: exit %d %s", code, out)
+	}
+	// airlock raw prints every line the daemon sends: the refusal, then the connection ends.
+	raw := exec.Command(daemontest.Binary(t, "airlock"), "--socket", d.Socket, "raw", "--wait", "10s")
+	raw.Stdin = strings.NewReader(`{"protocolVersion":"2.0","requestId":"ls","operation":"listSessions","payload":{}}` + "\n")
+	out, _ := raw.Output()
+	var refusal client.Response
+	if err := json.Unmarshal(out, &refusal); err != nil || refusal.RequestID != "ls" || refusal.Error == nil ||
+		refusal.Error.Code != "connection_control_only" || !refusal.Error.Retryable ||
+		refusal.Error.Details["controlConnections"] != 1.0 || refusal.Error.Details["maxConnections"] != 2.0 {
+		t.Errorf("listSessions on a control connection: %s %v, want connection_control_only", out, err)
+	}
+
+	// A drain waits for the held turn, keeping the band's one connection busy.
+	drain := exec.Command(daemontest.Binary(t, "airlock"), "--socket", d.Socket, "drain", "--timeout-ms", "60000")
+	if err := drain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, attached); ev["event"] != "hostDraining" {
+		t.Fatalf("attached connection got %v, want hostDraining", ev)
+	}
+	// probe reports a refusal the daemon sends before any answer (airlock status only sees
+	// the connection close).
+	code, msg := airlockCmd(t, d, "probe")
+	if code != 75 || !strings.Contains(msg, "connection_capacity") || !strings.Contains(msg, "1 control connections") {
+		t.Errorf("probe with the band busy: exit %d %s, want connection_capacity naming the control connections", code, msg)
+	}
+	close(hold)
+	released = true
+	if err := drain.Wait(); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	if code, out := airlockCmd(t, d, "status"); code != 0 {
+		t.Errorf("status once the drain ended: exit %d %s", code, out)
+	}
+	var h struct {
+		Metrics map[string]float64 `json:"metrics"`
+	}
+	if err := call(t, attached, client.Command{Operation: "status"}).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Metrics["connectionsAcceptedControl"] < 5 || h.Metrics["controlOnlyRefused"] != 1 {
+		t.Errorf("metrics %v, want connectionsAcceptedControl ≥ 5 and controlOnlyRefused 1", h.Metrics)
+	}
+}
