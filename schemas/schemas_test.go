@@ -201,7 +201,8 @@ func TestFixtures(t *testing.T) {
 		want := []string{"handshake", "error", "event sessionClosed", "event eventDropped", "event hostDraining",
 			"error stale_generation", "error outbound_record_too_large",
 			"wakeResult", "ticketResult", "queuedResult", "abortResult",
-			"error session_not_running", "error session_queue_full", "error idempotency_conflict", "error request_indeterminate"}
+			"error session_not_running", "error session_queue_full", "error idempotency_conflict", "error request_indeterminate",
+			"event attachmentEvicted", "error attachment_capacity", "error connection_control_only"}
 		for _, op := range protocol.Operations(major) {
 			want = append(want, "command "+op)
 		}
@@ -819,6 +820,57 @@ var baseAgreementCases = []agreementCase{
 
 // TestAgreement runs each command line through the parser and through the schema of its major
 // version and requires the same verdict from both, and the one the table expects.
+// TestServerOutputAttachmentBounds checks the lines the attachment bounds produce (issue
+// 24.3) against the schemas: attachmentEvicted, in the evicted session's version, as the last
+// line of the connection whose attachment made room; attachment_capacity when none may.
+func TestServerOutputAttachmentBounds(t *testing.T) {
+	v := newValidator(t)
+	limits := daemon.DefaultLimits
+	limits.MaxAttachments, limits.MaxAttachmentsPerSession = 2, 1
+	_, socket, cwd, _ := startDaemon(t, limits)
+	checked := 0
+	o := v.dial(t, socket, "o", "2.0", &checked)
+	waitReady(t, o)
+	open := `{"cwd":"` + cwd + `","session":{"mode":"new"},"resources":` + resources("") + `}`
+	for _, s := range []string{"s1", "s2", "s3"} {
+		o.ok(o.call("open", `"sessionId":"`+s+`","generation":1`, open), "openResult")
+	}
+	x := v.dial(t, socket, "x", "1.0", &checked)
+	x.ok(x.call("attach", `"sessionId":"s1","generation":1`, `{}`), "attachResult")
+	// s1 is at its bound of one: y's attachment displaces x's, the process's own.
+	y := v.dial(t, socket, "y", "2.0", &checked)
+	y.ok(y.call("attach", `"sessionId":"s1","generation":1`, `{}`), "attachResult")
+	ev := x.next()
+	data, _ := ev["data"].(map[string]any)
+	if ev["event"] != "attachmentEvicted" || ev["sessionId"] != "s1" || ev["protocolVersion"] != "2.0" || num(ev["sequence"]) != 0 ||
+		data["limit"] != "perSession" || num(data["maxAttachmentsPerSession"]) != 1 || num(data["maxAttachments"]) != 2 {
+		t.Errorf("x got %v, want attachmentEvicted of s1", ev)
+	}
+	select {
+	case line, ok := <-x.c.Events():
+		if ok {
+			t.Errorf("x got %s after attachmentEvicted, want the connection closed", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("x's connection was not closed after attachmentEvicted")
+	}
+	// y holds s1 and s2, the total: its third attachment could displace only its own, on this
+	// very connection, so it is refused.
+	y.ok(y.call("attach", `"sessionId":"s2","generation":1`, `{}`), "attachResult")
+	e := y.fail(y.call("attach", `"sessionId":"s3","generation":1`, `{}`), "attachment_capacity")
+	if det := e["details"].(map[string]any); det["limit"] != "total" || num(det["maxAttachments"]) != 2 || num(det["maxAttachmentsPerSession"]) != 1 {
+		t.Errorf("attachment_capacity details: %v", det)
+	}
+	// y keeps both attachments.
+	o.ok(o.call("close", `"sessionId":"s2","generation":1`, `{}`), "closeResult")
+	if ev := y.next(); ev["event"] != "sessionClosed" || ev["sessionId"] != "s2" {
+		t.Errorf("y got %v, want sessionClosed of s2", ev)
+	}
+	if checked < 8 {
+		t.Errorf("only %d lines checked", checked)
+	}
+}
+
 func TestAgreement(t *testing.T) {
 	if len(agreementCases) < 60 {
 		t.Fatalf("only %d agreement cases", len(agreementCases))
@@ -1834,7 +1886,9 @@ func piCompatCases() []agreementCase {
 func TestServerOutputConnectionAdmission(t *testing.T) {
 	v := newValidator(t)
 	limits := daemon.DefaultLimits
-	limits.MaxConnections, limits.MaxConnectionsPerPeer = 2, 2
+	// Three connections, two per process: a and c stay attached while b and d are turned
+	// away; two attachments, so that c's does not displace a's.
+	limits.MaxConnections, limits.MaxConnectionsPerPeer, limits.MaxAttachments = 3, 2, 2
 	limits.FirstLineTimeout = 300 * time.Millisecond
 	_, socket, cwd, _ := startDaemon(t, limits)
 	checked := 0
@@ -1848,7 +1902,7 @@ func TestServerOutputConnectionAdmission(t *testing.T) {
 	b.ok(b.call("handshake", "", `{}`), "handshake")
 	c := v.dial(t, socket, "c", "1.0", &checked)
 	e := b.fail(b.next(), "connection_evicted")
-	if det := e["details"].(map[string]any); num(det["maxConnections"]) != 2 || num(det["maxConnectionsPerPeer"]) != 2 {
+	if det := e["details"].(map[string]any); num(det["maxConnections"]) != 3 || num(det["maxConnectionsPerPeer"]) != 2 {
 		t.Errorf("connection_evicted details: %v", det)
 	}
 	c.ok(c.call("open", `"sessionId":"s2","generation":1`, open), "openResult")

@@ -169,6 +169,10 @@ func (c *conn) handle(line []byte) bool {
 		c.refuse(perr)
 		return !perr.Close
 	}
+	if c.slot.Control() && !protocol.ControlOperation(cmd.Operation) {
+		c.refuseControlOnly(cmd)
+		return false
+	}
 	c.mu.Lock()
 	if _, dup := c.inflight[cmd.RequestID]; dup {
 		c.mu.Unlock()
@@ -367,6 +371,37 @@ func (c *conn) Deliver(line []byte) {
 	c.mu.Unlock()
 }
 
+// Evict implements session.Subscriber: the connection's attachment made room for another at an
+// attachment bound. line (attachmentEvicted) goes out after what is already queued, and the
+// writer closes the connection once it is written; the reader stops at once, so that the
+// connection admits nothing more. A client that does not read holds the descriptor no longer
+// than evictWriteTimeout. It is called with the session Manager's lock held and does not block.
+func (c *conn) Evict(line []byte) {
+	c.srv.pool.Warn("attachment_evicted", c.slot.PID(), "attachment flood: attachments evicted at an attachment bound")
+	c.mu.Lock()
+	if !c.broken && !c.closing {
+		c.enqueueLocked(line)
+		c.closing = true
+	}
+	c.mu.Unlock()
+	c.lines.Stop()
+}
+
+// Peer implements session.Subscriber: the connection's peer process.
+func (c *conn) Peer() int { return c.slot.PID() }
+
+// refuseControlOnly answers a command that a connection of the control band may not run; the
+// connection then closes. A band connection is never promoted to a regular one, so it could
+// serve nothing else later, and closing it at once gives its place in the band back to the
+// next operator instead of leaving it for an eviction.
+func (c *conn) refuseControlOnly(cmd *protocol.Command) {
+	c.srv.count("controlOnlyRefused")
+	n, _ := c.srv.pool.Control()
+	c.sendError(cmd.Version.Raw, cmd.RequestID, protocol.Retryable(protocol.CodeConnectionControlOnly,
+		"every regular connection is busy: this connection, one of the %d reserved for control, serves only handshake, status, drain, close and abort", n).
+		With("maxConnections", c.srv.limits.MaxConnections).With("controlConnections", n))
+}
+
 // enqueueLocked queues one line and reports whether it did. Past the outbound bound the
 // connection is failed rather than allowed to grow: a client that does not read cannot make the
 // daemon hold unbounded memory.
@@ -415,6 +450,11 @@ func (c *conn) writeLoop() {
 		batch, held := c.queue, c.pooled
 		c.queue, c.pooled = spare[:0], spareHeld[:0]
 		c.writing = true
+		if c.closing {
+			// An evicted connection's last lines get evictWriteTimeout from when they are
+			// written, not from the eviction: on a loaded host the writer may run later.
+			_ = c.nc.SetWriteDeadline(time.Now().Add(evictWriteTimeout))
+		}
 		c.mu.Unlock()
 
 		n := 0

@@ -135,6 +135,8 @@ func Start(cfg Config) (*Daemon, error) {
 		metrics:  make(map[string]uint64),
 		pool:     ownersock.NewPool(cfg.SocketPath, cfg.Limits.MaxConnections, cfg.Limits.MaxConnectionsPerPeer, cfg.Logger),
 	}
+	d.srv.pool.ReserveControl(cfg.Limits.ControlConnections, cfg.Limits.ControlConnectionsPerPeer)
+	maxAttachments, maxAttachmentsPerSession := cfg.Limits.Attachments()
 	maxSessions := cfg.MaxSessions
 	if maxSessions <= 0 {
 		maxSessions = session.DefaultMaxSessions
@@ -165,6 +167,9 @@ func Start(cfg Config) (*Daemon, error) {
 		MaxSessions:    maxSessions,
 		Logger:         cfg.Logger,
 		EncodeEvent:    d.srv.encodeEvent,
+
+		MaxAttachments:           maxAttachments,
+		MaxAttachmentsPerSession: maxAttachmentsPerSession,
 
 		Providers:           cfg.Providers,
 		SessionsDir:         filepath.Join(cfg.StateDir, "sessions"),

@@ -35,12 +35,29 @@ type Limits struct {
 	// accept; LineTimeout bounds any line from its first byte to its LF.
 	FirstLineTimeout time.Duration
 	LineTimeout      time.Duration
+	// MaxAttachments bounds the session attachments of all connections, 0 meaning half of
+	// MaxConnections; it must stay below MaxConnections, since an attached connection is busy
+	// and the pool never evicts it. MaxAttachmentsPerSession bounds one session's. At a bound
+	// an attachment of the process holding the most makes room (session.Manager.Attach).
+	MaxAttachments           int
+	MaxAttachmentsPerSession int
+	// ControlConnections is the control band beyond MaxConnections (ownersock.Pool), and
+	// ControlConnectionsPerPeer one process's share of it; 0 connections disables it.
+	ControlConnections        int
+	ControlConnectionsPerPeer int
 }
 
 // DefaultLimits are the limits of the original protocol implementation, and the flood limits
 // of issue 16: a client writes its command as soon as it connects, and a line of a MiB takes
 // milliseconds over a local socket, so seconds are generous; a quarter of the connections per
 // process leaves room for three others however one behaves.
+//
+// The attachment bounds and the control band are issue 24.3's: several processes, each
+// within its share, could attach on every connection. Eight attachments per session are
+// more than a session has watchers (a harness, airlock session attach, an MCP bridge), and
+// half the connections attached leaves the other half for commands. The control band is the
+// one path that needs no regular connection at all: eight connections, two per process, so
+// that even four processes that take it cannot close it to a fifth.
 var DefaultLimits = Limits{
 	MaxConnections:        64,
 	MaxConnectionsPerPeer: 16,
@@ -51,6 +68,20 @@ var DefaultLimits = Limits{
 	MaxOutboundBytes:      4 << 20,
 	FirstLineTimeout:      5 * time.Second,
 	LineTimeout:           10 * time.Second,
+
+	MaxAttachmentsPerSession:  8,
+	ControlConnections:        8,
+	ControlConnectionsPerPeer: 2,
+}
+
+// Attachments returns the effective attachment bounds: in total (MaxAttachments, or half of
+// MaxConnections, at least 1) and per session (capped at the total).
+func (l Limits) Attachments() (total, perSession int) {
+	total = l.MaxAttachments
+	if total <= 0 {
+		total = max(1, l.MaxConnections/2)
+	}
+	return total, min(l.MaxAttachmentsPerSession, total)
 }
 
 // minRecordBytes is the smallest response or event limit accepted. It is what the records that
@@ -66,6 +97,12 @@ func (l Limits) Validate() error {
 		return errors.New("max connections must be at least 1")
 	case l.MaxConnectionsPerPeer < 1:
 		return errors.New("max connections per peer must be at least 1")
+	case l.MaxAttachments < 0 || l.MaxAttachmentsPerSession < 1:
+		return errors.New("max attachments must not be negative, and max attachments per session must be at least 1")
+	case l.MaxAttachments > 0 && l.MaxAttachments >= l.MaxConnections && l.MaxConnections > 1:
+		return errors.New("max attachments must be below max connections, so that attachments never hold every connection")
+	case l.ControlConnections < 0 || l.ControlConnections > 0 && l.ControlConnectionsPerPeer < 1:
+		return errors.New("control connections must not be negative, and their per-peer share must be at least 1")
 	case l.FirstLineTimeout <= 0 || l.LineTimeout <= 0:
 		return errors.New("the first-line and line timeouts must be positive")
 	case l.MaxInFlight < 1:
@@ -137,7 +174,15 @@ func (s *Server) serve(ln *ownersock.Socket) {
 // admit checks a new connection's peer, then admits it to the pool and serves it. At capacity
 // the pool makes room by evicting an idle connection (no command in flight, no attachment):
 // one of the same peer when it holds its share, else one of the peer holding the most. When
-// every connection is busy, the new one is refused with connection_capacity.
+// every connection is busy, the new one goes to the control band, where it may run only the
+// control operations (protocol.ControlOperation); when the band is busy too, or the peer
+// holds its share, it is refused with connection_capacity.
+//
+// The band, rather than a second socket, is how probe, status, drain and close always get
+// through (issue 24.3): every client already knows the one socket, the band costs nothing
+// while the host is not saturated, and a band connection can never become busy for long
+// (it cannot attach, nor call an adapter), so that its own bound and per-peer share keep any
+// set of processes from holding it.
 func (s *Server) admit(nc *net.UnixConn) {
 	cred, err := ownersock.PeerCred(nc)
 	if err != nil || cred.UID != s.ownerUID {
@@ -157,6 +202,10 @@ func (s *Server) admit(nc *net.UnixConn) {
 	}
 	if evicted {
 		s.pool.Warn("evicted", cred.PID, "connection flood: idle connections evicted to admit new ones")
+	}
+	if slot.Control() {
+		s.count("connectionsAcceptedControl")
+		s.pool.Warn("control", cred.PID, "connection flood: every connection is busy; a connection admitted to the control band")
 	}
 	c.slot = slot
 	s.mu.Lock()
@@ -178,7 +227,14 @@ func (s *Server) admit(nc *net.UnixConn) {
 // closes.
 func (s *Server) refuseCapacity(nc *net.UnixConn, ce *ownersock.CapacityError) {
 	e := protocol.Retryable(protocol.CodeConnectionCapacity, "the host serves at most %d connections, all busy", s.limits.MaxConnections)
-	if ce.PerPeer {
+	switch {
+	case ce.Control && ce.PerPeer:
+		e = protocol.Retryable(protocol.CodeConnectionCapacity, "every connection is busy, and this process holds %d busy control connections, its share", ce.Limit).
+			With("controlConnectionsPerPeer", ce.Limit)
+	case ce.Control:
+		e = protocol.Retryable(protocol.CodeConnectionCapacity, "the host serves at most %d connections and %d control connections, all busy", s.limits.MaxConnections, ce.Limit).
+			With("controlConnections", ce.Limit)
+	case ce.PerPeer:
 		e = protocol.Retryable(protocol.CodeConnectionCapacity, "this process holds %d busy connections, its share", ce.Limit).
 			With("maxConnectionsPerPeer", ce.Limit)
 	}

@@ -171,6 +171,11 @@ func TestLimitsValidate(t *testing.T) {
 		func(l *Limits) { l.MaxConnectionsPerPeer = 0 },
 		func(l *Limits) { l.FirstLineTimeout = 0 },
 		func(l *Limits) { l.LineTimeout = -time.Second },
+		func(l *Limits) { l.MaxAttachments = l.MaxConnections },
+		func(l *Limits) { l.MaxAttachments = -1 },
+		func(l *Limits) { l.MaxAttachmentsPerSession = 0 },
+		func(l *Limits) { l.ControlConnections = -1 },
+		func(l *Limits) { l.ControlConnectionsPerPeer = 0 },
 	}
 	for i, mutate := range bad {
 		l := DefaultLimits
@@ -181,5 +186,18 @@ func TestLimitsValidate(t *testing.T) {
 	}
 	if err := DefaultLimits.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// The attachment bounds default to half the connections, and never take the only one.
+	for _, tc := range []struct{ conns, attachments, perSession, wantTotal, wantPer int }{
+		{64, 0, 8, 32, 8}, {10, 0, 8, 5, 5}, {1, 0, 8, 1, 1}, {64, 63, 8, 63, 8},
+	} {
+		l := DefaultLimits
+		l.MaxConnections, l.MaxAttachments, l.MaxAttachmentsPerSession = tc.conns, tc.attachments, tc.perSession
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", tc, err)
+		}
+		if total, per := l.Attachments(); total != tc.wantTotal || per != tc.wantPer {
+			t.Errorf("%+v: attachments %d per session %d", tc, total, per)
+		}
 	}
 }

@@ -22,6 +22,12 @@ type FloodOptions struct {
 	// NoRedial leaves a connection closed once the server closed it; by default the flooder
 	// redials it, as a looping harness would.
 	NoRedial bool
+	// Attach makes every connection attach a session as soon as it is open, connection i the
+	// session Attach[i%len(Attach)] of Generation, and then read its events: a harness that
+	// subscribes over and over. The server never closes an attached connection by itself, so
+	// Stop closes those still open at once instead of waiting for the server.
+	Attach     []string
+	Generation int64
 }
 
 // Flood is a running flooder process (internal/daemontest/flooder): one peer process holding
@@ -40,14 +46,21 @@ type FloodResult struct {
 	DialFailed     int            `json:"dialFailed"`
 	ClosedByServer int            `json:"closedByServer"`
 	LeftOpen       int            `json:"leftOpen"` // the server had not closed them by the end of the drain
-	Codes          map[string]int `json:"codes"`    // code of the last line before the server closed ("" for none)
+	Codes          map[string]int `json:"codes"`    // code (or event name) of the last line before the server closed ("" for none)
 	MaxOpen        int            `json:"maxOpen"`
 }
 
 // StartFlood starts a flood and returns once every connection was dialled once.
 func StartFlood(t testing.TB, o FloodOptions) *Flood {
 	t.Helper()
-	args := []string{"-socket", o.Socket, "-conns", strconv.Itoa(o.Conns), "-drain", "20s"}
+	drain := "20s"
+	if len(o.Attach) > 0 {
+		drain = "0s"
+	}
+	args := []string{"-socket", o.Socket, "-conns", strconv.Itoa(o.Conns), "-drain", drain}
+	if len(o.Attach) > 0 {
+		args = append(args, "-mode", "attach", "-sessions", strings.Join(o.Attach, ","), "-generation", strconv.FormatInt(max(o.Generation, 1), 10))
+	}
 	if o.Slow {
 		args = append(args, "-mode", "slow", "-interval", "1s", "-prefix", o.Prefix)
 	}

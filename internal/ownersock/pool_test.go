@@ -66,6 +66,108 @@ func TestPoolNeverEvictsABusyConnection(t *testing.T) {
 	}
 }
 
+// TestPoolFullNeverEvictsASmallerPeer pins issue 24.3's rule: a peer whose connections are
+// busy does not make room out of a smaller peer's single idle connection; it makes room out
+// of its own, or out of a peer holding as many as it would.
+func TestPoolFullNeverEvictsASmallerPeer(t *testing.T) {
+	var evicted []string
+	p := NewPool("test", 4, 4, nil)
+	for _, n := range []string{"a1", "a2", "a3"} {
+		admit(t, p, 1, n, &evicted).Hold()
+	}
+	b1 := admit(t, p, 2, "b1", &evicted) // a client that just connected: idle
+	_, _, err := p.Admit(1, func() {})
+	var ce *CapacityError
+	if !errors.As(err, &ce) || ce.PerPeer || ce.Limit != 4 || b1.Evicted() {
+		t.Fatalf("admit of the largest, busy peer: %v (b1 evicted %v), want a total CapacityError", err, b1.Evicted())
+	}
+	// The same peer with an idle connection of its own makes room out of it.
+	p.peers[1][0].Unhold()
+	admit(t, p, 1, "a4", &evicted)
+	if len(evicted) != 1 || evicted[0] != "a1" || b1.Evicted() {
+		t.Fatalf("evicted %v, want a1, the peer's own", evicted)
+	}
+	// A smaller peer still makes room out of the largest.
+	for _, s := range p.peers[1] {
+		s.Unhold()
+		s.Hold()
+	}
+	p.peers[1][1].Unhold()
+	admit(t, p, 3, "c1", &evicted)
+	if len(evicted) != 2 || evicted[1] != "a3" {
+		t.Fatalf("evicted %v, want a3", evicted)
+	}
+}
+
+// TestPoolControlBand pins the reserved control band (issue 24.3): admitted only when the
+// total is full of busy connections and the peer is under its share, bounded with its own
+// per-peer share, its idle connections making room in it, never counted in the total.
+func TestPoolControlBand(t *testing.T) {
+	var evicted []string
+	p := NewPool("test", 2, 2, nil)
+	p.ReserveControl(3, 2)
+	a1 := admit(t, p, 1, "a1", &evicted)
+	b1 := admit(t, p, 2, "b1", &evicted)
+	// With an idle regular connection, a new one takes its place: no band.
+	if c := admit(t, p, 3, "c1", &evicted); c.Control() || len(evicted) != 1 || evicted[0] != "a1" {
+		t.Fatalf("control %v, evicted %v: want a regular slot in place of a1", c.Control(), evicted)
+	}
+	a1.Close()
+	b1.Hold()
+	for _, s := range p.peers[3] {
+		s.Hold()
+	}
+	// Every regular connection busy: the band.
+	d1 := admit(t, p, 4, "d1", &evicted)
+	d2 := admit(t, p, 4, "d2", &evicted)
+	if !d1.Control() || !d2.Control() || p.Len() != 4 {
+		t.Fatalf("control %v %v, len %d: want two band connections beyond the total", d1.Control(), d2.Control(), p.Len())
+	}
+	// At its band share, the peer's own idle band connection makes room, not another's.
+	e1 := admit(t, p, 5, "e1", &evicted)
+	d1.Hold()
+	d2.Unhold()
+	admit(t, p, 4, "d3", &evicted)
+	if len(evicted) != 2 || evicted[1] != "d2" || e1.Evicted() {
+		t.Fatalf("evicted %v, want d2, the peer's idle band connection", evicted)
+	}
+	// The band full: an idle band connection of the largest band holder makes room.
+	admit(t, p, 6, "f1", &evicted)
+	if len(evicted) != 3 || evicted[2] != "d3" {
+		t.Fatalf("evicted %v, want d3 (peer 4 holds the most band connections, d1 is busy)", evicted)
+	}
+	// Busy band connections are never evicted.
+	for _, slots := range p.bandPeers {
+		for _, s := range slots {
+			s.Hold()
+		}
+	}
+	_, _, err := p.Admit(7, func() {})
+	var ce *CapacityError
+	if !errors.As(err, &ce) || !ce.Control || ce.PerPeer || ce.Limit != 3 {
+		t.Fatalf("admit with the band busy: %v, want a band CapacityError", err)
+	}
+	e1.Close()
+	admit(t, p, 4, "d4", &evicted).Hold()
+	_, _, err = p.Admit(4, func() {})
+	if !errors.As(err, &ce) || !ce.Control || !ce.PerPeer || ce.Limit != 2 {
+		t.Fatalf("admit of a peer at its busy band share: %v, want a per-peer band CapacityError", err)
+	}
+	// A peer at its regular share is not let into the band.
+	q := NewPool("test", 2, 1, nil)
+	q.ReserveControl(3, 2)
+	admit(t, q, 1, "x1", &evicted).Hold()
+	_, _, err = q.Admit(1, func() {})
+	if !errors.As(err, &ce) || ce.Control || !ce.PerPeer {
+		t.Fatalf("admit of a peer at its share: %v, want a per-peer CapacityError outside the band", err)
+	}
+	// Closing a band slot gives its place back.
+	d1.Close()
+	if p.Len() != 4 {
+		t.Fatalf("len %d after closing a band slot, want 4", p.Len())
+	}
+}
+
 func TestPoolFullEvictsFromTheLargestPeer(t *testing.T) {
 	var evicted []string
 	p := NewPool("test", 5, 3, nil)

@@ -42,7 +42,26 @@ const (
 	EventSessionClosed = "sessionClosed"
 	EventEventDropped  = "eventDropped"
 	EventHostDraining  = "hostDraining"
+	// EventAttachmentEvicted is the last line of a connection whose attachment made room for
+	// another at an attachment bound; the connection is then closed. Only that connection
+	// receives it, so it takes no sequence of its own: it carries the session's current one.
+	EventAttachmentEvicted = "attachmentEvicted"
 )
+
+// Attachment bounds an attachmentEvicted event names in its limit.
+const (
+	AttachmentLimitPerSession = "perSession" // the session's attachments were at maxAttachmentsPerSession
+	AttachmentLimitTotal      = "total"      // the host's attachments were at maxAttachments
+)
+
+// AttachmentEvictedData is the data of an attachmentEvicted event: which bound was reached and
+// both bounds. The evicted attachment was the least recently attached of the process holding
+// the most attachments within that bound.
+type AttachmentEvictedData struct {
+	Limit                    string `json:"limit"`
+	MaxAttachments           int    `json:"maxAttachments"`
+	MaxAttachmentsPerSession int    `json:"maxAttachmentsPerSession"`
+}
 
 // EventDroppedData is the data of an eventDropped event, which replaces an event too large to
 // send at the same sequence.

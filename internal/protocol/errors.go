@@ -22,8 +22,9 @@ const (
 	CodeDuplicateRequestID     = "duplicate_request_id"
 	CodeConnectionBusy         = "connection_busy"
 	CodeConnectionCapacity     = "connection_capacity"
-	CodeConnectionEvicted      = "connection_evicted" // an idle connection closed to admit another
-	CodeLineTimeout            = "line_timeout"       // a first or partial line not completed in time
+	CodeConnectionEvicted      = "connection_evicted"      // an idle connection closed to admit another
+	CodeLineTimeout            = "line_timeout"            // a first or partial line not completed in time
+	CodeConnectionControlOnly  = "connection_control_only" // not a ControlOperation, on a reserved-band connection
 	CodeOutboundTooLarge       = "outbound_record_too_large"
 	CodeOutboundNotSerializ    = "outbound_not_serializable"
 	CodeInternal               = "internal_error"
@@ -37,6 +38,7 @@ const (
 	CodeHostNotReady          = "host_not_ready"
 	CodeHostDraining          = "host_draining"
 	CodeOpenFailed            = "open_failed"
+	CodeAttachmentCapacity    = "attachment_capacity" // an attachment bound, and nothing may make room
 
 	// Durability.
 	CodeInsecureStatePath = "insecure_state_path"

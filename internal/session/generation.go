@@ -246,7 +246,7 @@ func (m *Manager) residentRuntime(id string, generation int64, version string, p
 		digest:     digest,
 		state:      protocol.StateIdle,
 		lastUsed:   m.now(),
-		subs:       make(map[Subscriber]struct{}),
+		subs:       make(map[Subscriber]*attachment),
 	}
 }
 
@@ -306,6 +306,7 @@ func (m *Manager) retireLocked(rt *runtime, data protocol.SessionClosedData) {
 	data.Session = m.snapshotLocked(rt)
 	data.Session.Sequence++ // the snapshot describes the session as of this, its last event
 	m.emitLocked(rt, protocol.EventSessionClosed, "", data)
+	m.attachments -= len(rt.subs)
 	rt.subs = nil
 	delete(m.sessions, rt.id)
 	if !rt.working && rt.active == nil {

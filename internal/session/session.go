@@ -54,6 +54,10 @@ type Config struct {
 	// RoomTools, when set, gives the turns of a session whose policy names a room the
 	// capabilities published into it as tools.
 	RoomTools func(room string) turn.RoomTools
+	// MaxAttachments bounds the attachments of all sessions, MaxAttachmentsPerSession those of
+	// one (DefaultMaxAttachments, DefaultMaxAttachmentsPerSession when 0).
+	MaxAttachments           int
+	MaxAttachmentsPerSession int
 	// RecoveryOpenTimeout bounds the restore of one session at startup, RecoveryTimeout the
 	// whole recovery phase (DefaultRecoveryOpenTimeout, DefaultRecoveryTimeout when 0).
 	RecoveryOpenTimeout time.Duration
@@ -82,6 +86,10 @@ type Manager struct {
 	draining bool
 	recovery protocol.RecoveryHealth
 	metrics  map[string]uint64
+	// attachments counts the subscriptions of every resident runtime; attachClock orders
+	// them (see Attach).
+	attachments int
+	attachClock uint64
 
 	clients map[string]turn.Completer // model backends, by provider name
 
@@ -121,7 +129,7 @@ type runtime struct {
 	state      string
 	sequence   uint64
 	lastUsed   time.Time
-	subs       map[Subscriber]struct{}
+	subs       map[Subscriber]*attachment
 	tools      *toolclient.Conn // the bound host tool adapter, if the policy grants one
 	revoked    bool             // tools was revoked (drain); the generation keeps no capability
 
@@ -172,6 +180,12 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.SessionsDir == "" && cfg.Store != nil {
 		cfg.SessionsDir = filepath.Join(filepath.Dir(cfg.Store.Path()), "sessions")
+	}
+	if cfg.MaxAttachments <= 0 {
+		cfg.MaxAttachments = DefaultMaxAttachments
+	}
+	if cfg.MaxAttachmentsPerSession <= 0 {
+		cfg.MaxAttachmentsPerSession = DefaultMaxAttachmentsPerSession
 	}
 	if cfg.QueueDepth <= 0 {
 		cfg.QueueDepth = DefaultQueueDepth

@@ -43,9 +43,13 @@ func code(err error) string {
 	return ""
 }
 
+// recorder is a Subscriber of process peer that keeps the lines it gets; evicted is set once
+// it was evicted (its last line is then the eviction's).
 type recorder struct {
-	mu    sync.Mutex
-	lines []string
+	peer    int
+	mu      sync.Mutex
+	lines   []string
+	evicted bool
 }
 
 func (r *recorder) Deliver(line []byte) {
@@ -53,6 +57,15 @@ func (r *recorder) Deliver(line []byte) {
 	r.lines = append(r.lines, string(line))
 	r.mu.Unlock()
 }
+
+func (r *recorder) Evict(line []byte) {
+	r.mu.Lock()
+	r.lines = append(r.lines, string(line))
+	r.evicted = true
+	r.mu.Unlock()
+}
+
+func (r *recorder) Peer() int { return r.peer }
 
 func TestOpenBeforeRecoveryIsNotReady(t *testing.T) {
 	dir := t.TempDir()

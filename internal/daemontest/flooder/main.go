@@ -1,7 +1,7 @@
 // Command flooder is a test harness, built by daemontest.StartFlood: from one process it holds
-// many connections to a Unix socket that never complete a line (idle), or that send one byte
-// per interval (slow), as a looping or hostile agent harness would, and reports how the
-// server closed them.
+// many connections to a Unix socket that never complete a line (idle), that send one byte
+// per interval (slow), or that attach a session each and wait for its events (attach), as a
+// looping or hostile agent harness would, and reports how the server closed them.
 //
 // It opens -conns connections, prints "ready" on stdout, and keeps them open: a connection the
 // server closes is redialled while -redial is set. When stdin closes it stops redialling,
@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ type result struct {
 	DialFailed     int            `json:"dialFailed"`     // dials the kernel or server refused
 	ClosedByServer int            `json:"closedByServer"` // connections the server closed
 	LeftOpen       int            `json:"leftOpen"`       // still open after the drain: closed by the flooder
-	Codes          map[string]int `json:"codes"`          // error code of the last line before close ("" for none)
+	Codes          map[string]int `json:"codes"`          // error code, or event name, of the last line before close ("" for none)
 	MaxOpen        int            `json:"maxOpen"`        // most connections open at once
 }
 
@@ -42,6 +43,8 @@ type flooder struct {
 	prefix   string
 	interval time.Duration
 	redial   bool
+	sessions []string // attach: connection i attaches sessions[i%len(sessions)]
+	gen      int64
 
 	mu      sync.Mutex
 	stopped bool
@@ -55,11 +58,16 @@ func main() {
 	conns := flag.Int("conns", 100, "connections to hold")
 	drain := flag.Duration("drain", 20*time.Second, "how long to wait for the server to close the connections after stdin closes")
 	flag.StringVar(&f.socket, "socket", "", "Unix socket `path`")
-	flag.StringVar(&f.mode, "mode", "idle", "idle: send nothing; slow: send one byte per -interval")
+	flag.StringVar(&f.mode, "mode", "idle", "idle: send nothing; slow: send one byte per -interval; attach: attach one of -sessions and read its events")
 	flag.StringVar(&f.prefix, "prefix", "", "slow mode: a complete line that every second connection sends first")
 	flag.DurationVar(&f.interval, "interval", time.Second, "slow mode: time between bytes")
 	flag.BoolVar(&f.redial, "redial", true, "redial a connection the server closed")
+	sessions := flag.String("sessions", "", "attach mode: comma-separated session ids; connection i attaches the (i mod n)th")
+	flag.Int64Var(&f.gen, "generation", 1, "attach mode: the sessions' generation")
 	flag.Parse()
+	if *sessions != "" {
+		f.sessions = strings.Split(*sessions, ",")
+	}
 	raiseNoFile()
 
 	for i := range *conns {
@@ -134,7 +142,7 @@ func (f *flooder) hold(i int) {
 		f.res.MaxOpen = max(f.res.MaxOpen, len(f.open))
 		f.mu.Unlock()
 
-		code, byServer := f.serve(nc, i%2 == 1)
+		code, byServer := f.serve(nc, i)
 
 		f.mu.Lock()
 		delete(f.open, nc)
@@ -155,9 +163,16 @@ func (f *flooder) hold(i int) {
 
 // serve runs one connection until it ends. It returns the error code of the last line the
 // server sent and whether the server closed the connection (rather than the flooder).
-func (f *flooder) serve(nc net.Conn, withPrefix bool) (code string, byServer bool) {
+func (f *flooder) serve(nc net.Conn, i int) (code string, byServer bool) {
+	withPrefix := i%2 == 1
 	stopWrites := make(chan struct{})
 	var writes sync.WaitGroup
+	if f.mode == "attach" && len(f.sessions) > 0 {
+		line := fmt.Sprintf(`{"protocolVersion":"2.0","requestId":"attach-%d","operation":"attach","sessionId":%q,"generation":%d,"payload":{}}`+"\n",
+			i, f.sessions[i%len(f.sessions)], f.gen)
+		// A failed write is a connection the server already closed: the reader sees why.
+		_, _ = nc.Write([]byte(line))
+	}
 	if f.mode == "slow" {
 		writes.Add(1)
 		go func() {
@@ -196,13 +211,21 @@ func (f *flooder) serve(nc net.Conn, withPrefix bool) (code string, byServer boo
 	}
 }
 
+// lineCode returns the error code of a response line, the event name of an event line, or "".
 func lineCode(line []byte) string {
 	var m struct {
+		Kind  string `json:"kind"`
+		Event string `json:"event"`
 		Error *struct {
 			Code string `json:"code"`
 		} `json:"error"`
 	}
-	if json.Unmarshal(line, &m) != nil || m.Error == nil {
+	switch {
+	case json.Unmarshal(line, &m) != nil:
+		return ""
+	case m.Kind == "event":
+		return m.Event
+	case m.Error == nil:
 		return ""
 	}
 	return m.Error.Code
