@@ -35,12 +35,14 @@ var doorSources = []string{
 	"roomhost",               // the daemon's side of rooms
 	"turn",                   // unknown_tool
 	"mcp",                    // daemon_unreachable
+	"daemon",                 // fs_adapter_unavailable (an open with a grant airlockd mints)
 }
 
 // skipFiles hold codes that no call can end with.
 var skipFiles = map[string]string{
 	"fsadapter/server/admin.go": "airlock-fs's admin socket (grants), which neither door speaks",
 	"roomhost/fabric.go":        "starting the daemon with a fabric file",
+	"daemon/web.go":             "the operator's login to the web page (roomUILogin), which neither door calls",
 }
 
 var codeName = regexp.MustCompile(`^Code[A-Z]`)
