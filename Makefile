@@ -27,7 +27,8 @@ vet:
 lint:
 	$(GO) run $(STATICCHECK) ./...
 
-# One package at a time (scripts/race.sh says why), with the ten slowest tests at the end.
+# The light packages side by side, then one at a time those that start daemons, NATS clusters,
+# Chromium or deadline-bound children (scripts/race.sh says why); the ten slowest tests at the end.
 race:
 	GO=$(GO) ./scripts/race.sh
 
