@@ -26,6 +26,7 @@ light=(
   ./internal/client
   ./internal/expiry
   ./internal/fsadapter
+  ./internal/fsadapter/fsops
   ./internal/fsadapter/server
   ./internal/model
   ./internal/model/modeltest
