@@ -38,19 +38,20 @@ fuzz_one() {
   return 1
 }
 
+files=$(git ls-files '*_test.go' 2>/dev/null | xargs grep -l '^func Fuzz' || true)
+pkgs=$(for file in $files; do echo "./$(dirname "$file")"; done | sort -u)
+# The binaries are built two at a time before any target runs, so that no build takes CPU
+# from a target's fuzzing.
+printf '%s\n' $pkgs | xargs -r -n 1 -P 2 sh -c 'exec "$0" test -c -fuzz=. -o "$1/$(echo "$2" | tr / _).test" "$2"' "$go" "$bins"
 found=0
-declare -A built
-while IFS= read -r file; do
+for file in $files; do
   pkg="./$(dirname "$file")"
-  bin=$bins/${pkg//\//_}.test
-  if [[ -z ${built[$pkg]:-} ]]; then
-    "$go" test -c -fuzz=. -o "$bin" "$pkg"
-    built[$pkg]=$("$go" list "$pkg")
-  fi
+  bin=$bins/$(echo "$pkg" | tr / _).test
+  importpath=$("$go" list "$pkg")
   for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)\(' "$file" | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/'); do
     found=$((found + 1))
     echo "fuzz: $pkg $target ($fuzztime)"
-    fuzz_one "$pkg" "$target" "$bin" "${built[$pkg]}"
+    fuzz_one "$pkg" "$target" "$bin" "$importpath"
   done
-done < <(git ls-files '*_test.go' 2>/dev/null | xargs grep -l '^func Fuzz' || true)
+done
 echo "fuzz: $found targets passed"
