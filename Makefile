@@ -27,11 +27,10 @@ vet:
 lint:
 	$(GO) run $(STATICCHECK) ./...
 
-# One package at a time: several packages start real daemons, NATS clusters and Chromium,
-# and run side by side on a 2-core machine they starve each other's children of the CPU that
-# the tests' start and call deadlines assume.
+# The light packages side by side, then one at a time those that start daemons, NATS clusters,
+# Chromium or deadline-bound children (scripts/race.sh says why); the ten slowest tests at the end.
 race:
-	$(GO) test -race -p 1 -count=1 ./...
+	GO=$(GO) ./scripts/race.sh
 
 # A short pass of every fuzz target over its committed corpus and fresh inputs.
 fuzz:

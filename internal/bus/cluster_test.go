@@ -165,17 +165,46 @@ type node struct {
 // start starts node i in process, with its store under state.
 func (tf *testFabric) start(t testing.TB, i int, state string) *node {
 	t.Helper()
+	n := &node{i: i, state: state, srv: tf.serve(t, i, state)}
+	t.Cleanup(func() { _ = n.srv.Close() })
+	return n
+}
+
+func (tf *testFabric) serve(t testing.TB, i int, state string) *bus.Server {
+	t.Helper()
 	s, err := bus.StartServer(bus.ServerConfig{StateDir: state, Fabric: tf.load(t, i)})
 	if err != nil {
 		t.Fatalf("node %d: %v", i+1, err)
 	}
-	n := &node{i: i, state: state, srv: s}
-	t.Cleanup(func() { _ = s.Close() })
-	return n
+	return s
+}
+
+// restart starts the stopped node n again on its store, in process or in a child as before.
+// The cleanup of n's first start stops it: one registered now would run before the cleanups
+// of the hosts dialled since, and a host pinned to n would wait out every call of its
+// teardown (5 s each).
+func (tf *testFabric) restart(t testing.TB, n *node) {
+	t.Helper()
+	if n.cmd != nil {
+		n.cmd = tf.spawn(t, n.i, n.state)
+		return
+	}
+	n.srv = tf.serve(t, n.i, n.state)
 }
 
 // startChild starts node i in a child process (the test binary itself; see TestMain).
 func (tf *testFabric) startChild(t testing.TB, i int, state string) *node {
+	t.Helper()
+	n := &node{i: i, state: state, cmd: tf.spawn(t, i, state)}
+	t.Cleanup(func() {
+		_ = n.cmd.Process.Kill()
+		_ = n.cmd.Wait()
+	})
+	return n
+}
+
+// spawn starts node i in a child and waits until it serves.
+func (tf *testFabric) spawn(t testing.TB, i int, state string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childNodeEnv+"="+tf.file(i), childStateEnv+"="+state)
@@ -191,15 +220,13 @@ func (tf *testFabric) startChild(t testing.TB, i int, state string) *node {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		t.Fatalf("child node %d: %q %v", i+1, line, err)
 	}
-	return &node{i: i, state: state, cmd: cmd}
+	return cmd
 }
 
 // stop stops a node: Shutdown in process, SIGKILL for a child.

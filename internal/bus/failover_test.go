@@ -173,7 +173,7 @@ func testFailover(t *testing.T, child bool) {
 	invokes.waitDone(t, 666)
 	restarted := time.Now()
 	t.Logf("node 2 was down %v, from invoke 333 to 666 and up to write %d", restarted.Sub(stopped).Round(time.Millisecond), puts.done.Load())
-	nodes[1] = start(1)
+	tf.restart(t, nodes[1])
 	wg.Wait()
 	// Node 2 is back on its store: node 1 routes to it, and C on it reads the last write.
 	waitFormed(t, nodes[0].srv, 2)
@@ -230,7 +230,7 @@ func testPartition(t *testing.T, pinned bool) {
 	invokes.waitDone(t, 333)
 	nodes[0].stop(t)
 	time.Sleep(5 * time.Second) // the partition: a real outage of a real node
-	nodes[0] = tf.start(t, 0, states[0])
+	tf.restart(t, nodes[0])
 	restarted := time.Now()
 	invokes.mu.Lock()
 	ackedAtRestart := invokes.acked
@@ -279,11 +279,11 @@ func TestFabricSoak(t *testing.T) {
 		l.waitDone(t, 250)
 		nodes[1].stop(t)
 		l.waitDone(t, 500)
-		nodes[1] = tf.startChild(t, 1, states[1])
+		tf.restart(t, nodes[1])
 		l.waitDone(t, 750)
 		nodes[0].stop(t)
 		time.Sleep(5 * time.Second)
-		nodes[0] = tf.start(t, 0, states[0])
+		tf.restart(t, nodes[0])
 		wg.Wait()
 		waitFormed(t, nodes[0].srv, 2)
 		if l.acked != l.n || l.gaveUp != 0 || inv.count()-base != l.acked {

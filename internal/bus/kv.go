@@ -208,10 +208,15 @@ type watching struct {
 	once   sync.Once
 }
 
+// Stop ends the watch: no entry is delivered once it returns. Cancelling the watch's context
+// unsubscribes it (nats.go's goroutine for that context does) and then deletes its consumer, a
+// JetStream API call that waits up to 5 s for the answer that a cluster without a leader never
+// gives: Stop does not wait for it (the last host of a fabric to stop waited 5 s per watch).
+// The server drops the consumer itself after its inactivity threshold, and closing the
+// connection ends the call at once.
 func (ws *watching) Stop() error {
 	ws.once.Do(func() {
 		ws.cancel()
-		_ = ws.w.Stop()
 		<-ws.done
 		ws.conn.untrack(ws)
 	})
