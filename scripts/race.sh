@@ -23,7 +23,8 @@ light=(
   ./cmd/airlockd
   ./internal/bench
   ./internal/capadapter
-  ./internal/client
+  ./internal/hint
+  ./internal/visible
   ./internal/expiry
   ./internal/fsadapter
   ./internal/fsadapter/fsops
