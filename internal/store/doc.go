@@ -17,7 +17,7 @@
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "5"       decimal; the version of the last applied migration
+//	  schemaVersion = "6"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
@@ -35,6 +35,8 @@
 //	  <roomId>      = RoomRecord as JSON: the room, its trusted owner and (owner only) its roster
 //	publications/               since schema 5
 //	  <roomId>/<capabilityId> = PublicationRecord as JSON
+//	bus_hosts/                  since schema 6
+//	  <hostId>      = BusHostRecord as JSON: another host admitted to this host's embedded bus
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets

@@ -24,6 +24,9 @@ var (
 	bucketRooms = []byte("rooms")
 	// bucketPublications holds this host's publications of capabilities into rooms (schema 5).
 	bucketPublications = []byte("publications")
+	// bucketBusHosts holds the other hosts admitted to this host's embedded room bus
+	// (schema 6).
+	bucketBusHosts = []byte("bus_hosts")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -51,6 +54,7 @@ var migrations = []migration{
 	{version: 3, name: "create journal bucket", migrate: migrateV3},
 	{version: 4, name: "rewrite registrations as version 2 records", migrate: migrateRegistrationsV2},
 	{version: 5, name: "create rooms and publications buckets", migrate: migrateV5},
+	{version: 6, name: "create bus_hosts bucket", migrate: migrateV6},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -81,6 +85,13 @@ func migrateV5(tx *bolt.Tx) error {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}
+	}
+	return nil
+}
+
+func migrateV6(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketBusHosts); err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucketBusHosts, err)
 	}
 	return nil
 }
@@ -176,7 +187,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications, bucketBusHosts} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}
