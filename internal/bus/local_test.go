@@ -189,3 +189,36 @@ func TestLoadOrCreateSeed(t *testing.T) {
 		t.Fatalf("an account seed: %v, want ErrConfig", err)
 	}
 }
+
+// FuzzLoadSeed: a seed file's content either loads as an nkey user (whose public key is
+// valid) or is refused with ErrConfig; it never loads anything else.
+func FuzzLoadSeed(f *testing.F) {
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	f.Add(append(seed, '\n'))
+	f.Add([]byte("not a seed\n"))
+	acct, _ := nkeys.CreateAccount()
+	aseed, _ := acct.Seed()
+	f.Add(aseed)
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(dir, "bus.nk")
+		_ = os.Remove(path)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kp, created, err := bus.LoadOrCreateSeed(path)
+		if created {
+			t.Fatal("an existing file was replaced")
+		}
+		if err != nil {
+			if !errors.Is(err, bus.ErrConfig) {
+				t.Fatalf("refused with %v, want ErrConfig", err)
+			}
+			return
+		}
+		if _, err := bus.NkeyPublic(kp); err != nil {
+			t.Fatalf("loaded a key that is no nkey user: %v", err)
+		}
+	})
+}
