@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,29 @@ func TestRoomBusAdmitsItsHostsOnly(t *testing.T) {
 	a.data(&hosts, "room", "bus-hosts")
 	if len(hosts.Hosts) != 1 {
 		t.Fatalf("A's bus hosts after the removal %+v", hosts)
+	}
+
+	// The seeds stay in their 0600 files: in no log and no answer.
+	listing := a.cli("", "room", "bus-hosts", "--json").stdout + b.cli("", "room", "status", "--json").stdout
+	for _, h := range []*roomHost{a, b} {
+		path := filepath.Join(h.d.StateDir, "bus.nk")
+		fi, err := os.Stat(path)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v, want mode 0600", path, fi, err)
+		}
+		seed, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.TrimSpace(string(seed))
+		if !strings.HasPrefix(s, "SU") {
+			t.Fatalf("%s holds no user seed", path)
+		}
+		for _, out := range []string{a.d.Stderr(), b.d.Stderr(), listing} {
+			if strings.Contains(out, s) {
+				t.Fatalf("the seed of %s was printed", path)
+			}
+		}
 	}
 }
 
