@@ -136,7 +136,7 @@ func TestSchemasCompile(t *testing.T) {
 		"ticketPayload", "reconcilePayload", "conversationRef",
 		"roomPayload", "createRoomPayload", "inviteRoomPayload", "joinRoomPayload", "publishCapabilityPayload",
 		"roomCapabilityPayload", "roomObservePayload", "roomInvokePayload", "decideApprovalPayload",
-		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "fabricStatusResult", "roomResult", "roomList",
+		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "fabricStatusResult", "busHostAdmitted", "busHostList", "busHostRemoved", "admitBusHostPayload", "busHostPayload", "roomResult", "roomList",
 		"roomDetail", "roomClosed", "inviteResult", "publishResult", "unpublishResult", "roomCapabilityList",
 		"roomCallResult", "approval", "approvalList", "approvalDecision"} {
 		v.def(t, 2, d)
@@ -768,6 +768,20 @@ var baseAgreementCases = []agreementCase{
 	{"roomUILogin in 1.x", 1, line("1.0", "roomUILogin", "", `{}`), false},
 	{"fabricStatus", 2, line("2.0", "fabricStatus", "", `{}`), true},
 	{"fabricStatus in 1.x", 1, line("1.0", "fabricStatus", "", `{}`), false},
+	{"listBusHosts", 2, line("2.0", "listBusHosts", "", `{}`), true},
+	{"listBusHosts in 1.x", 1, line("1.0", "listBusHosts", "", `{}`), false},
+	{"admitBusHost", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","rooms":[{"room":"home","owner":true}]}`), true},
+	{"admitBusHost without rooms", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`"}`), true},
+	{"admitBusHost unknown member", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","extra":1}`), true},
+	{"admitBusHost a seed", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"SU`+rep("A", 56)+`"}`), false},
+	{"admitBusHost lowercase nkey", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("a", 55)+`"}`), false},
+	{"admitBusHost no nkey", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`"}`), false},
+	{"admitBusHost bad host", 2, line("2.0", "admitBusHost", "", `{"hostId":"B`+rep("b", 63)+`","nkey":"U`+rep("A", 55)+`"}`), false},
+	{"admitBusHost bad room", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","rooms":[{"room":"-x"}]}`), false},
+	{"admitBusHost room case variant", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","rooms":[{"room":"home","Owner":true}]}`), false},
+	{"admitBusHost too many rooms", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","rooms":[`+strings.Repeat(`{"room":"r"},`, 256)+`{"room":"r"}]}`), false},
+	{"removeBusHost", 2, line("2.0", "removeBusHost", "", `{"hostId":"`+rep("b", 64)+`"}`), true},
+	{"removeBusHost bad host", 2, line("2.0", "removeBusHost", "", `{"hostId":"b"}`), false},
 	{"createRoom", 2, line("2.0", "createRoom", "", `{"room":"home","title":"Home"}`), true},
 	{"createRoom without title", 2, line("2.0", "createRoom", "", `{"room":"home"}`), true},
 	{"createRoom id 64", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 64)+`"}`), true},
@@ -982,8 +996,18 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin, protocol.OpFabricStatus:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin, protocol.OpFabricStatus, protocol.OpListBusHosts:
 		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpAdmitBusHost:
+		var p protocol.AdmitBusHostPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpRemoveBusHost:
+		var p protocol.BusHostPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
 	case protocol.OpCreateRoom:
 		var p protocol.CreateRoomPayload
 		if e = protocol.DecodePayload(cmd, &p); e == nil {

@@ -82,6 +82,45 @@ func (a *app) roomStatus(ctx context.Context, args []string) int {
 	})
 }
 
+func (a *app) roomBusHosts(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "room bus-hosts", protocol.OpListBusHosts, args, "", nil, func(w io.Writer, data json.RawMessage) {
+		var res struct {
+			Hosts []struct {
+				HostID     string    `json:"hostId"`
+				AdmittedAt time.Time `json:"admittedAt"`
+				Rooms      []string  `json:"rooms"`
+				Owns       []string  `json:"owns"`
+			} `json:"hosts"`
+		}
+		_ = json.Unmarshal(data, &res)
+		t := newTable(w)
+		fmt.Fprintln(t, "HOST	ADMITTED	ROOMS	OWNS")
+		for _, h := range res.Hosts {
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", h.HostID, h.AdmittedAt.Format(time.RFC3339), dash(strings.Join(h.Rooms, ",")), dash(strings.Join(h.Owns, ",")))
+		}
+		t.Flush()
+	})
+}
+
+func (a *app) roomBusRemove(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "room bus-remove", protocol.OpRemoveBusHost, args, "HOST",
+		func(id string) any { return protocol.BusHostPayload{HostID: id} },
+		func(w io.Writer, data json.RawMessage) {
+			var res struct {
+				HostID string `json:"hostId"`
+			}
+			_ = json.Unmarshal(data, &res)
+			fmt.Fprintf(w, "removed %s from this host's room bus\n", res.HostID)
+		})
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func (a *app) roomCreate(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("room create")
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {room}")

@@ -242,7 +242,7 @@ func TestRoomTwoDaemons(t *testing.T) {
 	if !sa.Embedded || !strings.HasPrefix(sa.NATSURL, "nats://127.0.0.1:") || len(sa.HostID) != 64 {
 		t.Fatalf("A's room status %+v", sa)
 	}
-	b := startRoomHost(t, "--nats-url", sa.NATSURL, "--room-approval-wait", "3s")
+	b := startRoomHost(t, "--nats-via", a.d.Socket, "--room-approval-wait", "3s")
 	var sb roomStatusData
 	b.data(&sb, "room", "status")
 	if sb.Embedded || sb.NATSURL != sa.NATSURL || sb.HostID == sa.HostID {

@@ -38,7 +38,7 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	a := startRoomHost(t)
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
-	b := startRoomHost(t, "--nats-url", sa.NATSURL, "--http", "127.0.0.1:0")
+	b := startRoomHost(t, "--nats-via", a.d.Socket, "--http", "127.0.0.1:0")
 	a.refused("ui_disabled", "room", "open-ui")
 
 	a.cli("", "adapter", "register", "light", "--", python, exampleFile(t, "python-light", "light.py"), config).wantCode(t, exitOK)
@@ -228,7 +228,7 @@ func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 	a := startRoomHost(t)
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
-	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	b := startRoomHost(t, "--nats-via", a.d.Socket)
 	a.cli("", "room", "create", "home").wantCode(t, exitOK)
 	var inv struct {
 		Code string `json:"code"`

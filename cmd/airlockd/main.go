@@ -76,8 +76,11 @@ func run(args []string, stderr io.Writer) error {
 	fs.DurationVar(&turns.RecoveryOpenTimeout, "recovery-open-timeout", session.DefaultRecoveryOpenTimeout, "deadline for restoring one session at startup")
 	fs.DurationVar(&turns.RecoveryTimeout, "recovery-timeout", session.DefaultRecoveryTimeout, "deadline for the whole startup recovery")
 	var rooms daemon.RoomsConfig
-	roomsOn := fs.Bool("rooms", true, "run the room service: an embedded NATS server on loopback, or the one --nats-url names")
-	fs.StringVar(&rooms.NATSURL, "nats-url", "", "join another daemon's room bus (`nats://127.0.0.1:PORT`, shown by airlock room status) instead of embedding one")
+	roomsOn := fs.Bool("rooms", true, "run the room service: an embedded NATS server on loopback, or the one of the daemon --nats-via names")
+	fs.StringVar(&rooms.NATSVia, "nats-via", "", "join the room bus of another airlockd of this user instead of embedding one: its owner `SOCKET`, through which this host is admitted (airlock room bus-hosts lists the hosts admitted)")
+	fs.Func("nats-url", "removed: the embedded room bus admits authenticated hosts only; use --nats-via SOCKET", func(string) error {
+		return errors.New("--nats-url is gone: the embedded room bus admits only the hosts it knows; pass the first daemon's owner socket with --nats-via SOCKET")
+	})
 	fs.StringVar(&rooms.Listen, "nats-listen", "", "the embedded room bus's listen `address` (loopback only; default 127.0.0.1 on a random port)")
 	fabricFile := fs.String("fabric", "", "make the embedded room bus a node of a room fabric: its fabric `FILE` (written by airlock fabric init; docs/fabric.md)")
 	fs.DurationVar(&rooms.ApprovalWait, "room-approval-wait", room.ApprovalTimeout, "how long this host's calls wait for a provider's per-call approval (at most 60s)")
@@ -106,14 +109,14 @@ func run(args []string, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "airlockd: warning: provider %s: environment variable %s is unset or empty; its sessions cannot run turns\n", name, p.KeyEnv)
 		}
 	}
-	if rooms.NATSURL != "" && rooms.Listen != "" {
-		return errors.New("--nats-listen configures the embedded room bus, which --nats-url replaces")
+	if rooms.NATSVia != "" && rooms.Listen != "" {
+		return errors.New("--nats-listen configures the embedded room bus, which --nats-via replaces")
 	}
-	if !*roomsOn && (rooms.NATSURL != "" || rooms.Listen != "" || *fabricFile != "") {
-		return errors.New("--nats-url, --nats-listen and --fabric need the room service (--rooms)")
+	if !*roomsOn && (rooms.NATSVia != "" || rooms.Listen != "" || *fabricFile != "") {
+		return errors.New("--nats-via, --nats-listen and --fabric need the room service (--rooms)")
 	}
-	if *fabricFile != "" && (rooms.NATSURL != "" || rooms.Listen != "") {
-		return errors.New("--fabric configures the embedded room bus from its file, without --nats-url or --nats-listen")
+	if *fabricFile != "" && (rooms.NATSVia != "" || rooms.Listen != "") {
+		return errors.New("--fabric configures the embedded room bus from its file, without --nats-via or --nats-listen")
 	}
 	if rooms.ApprovalWait <= 0 || rooms.ApprovalWait > room.ApprovalTimeout {
 		return fmt.Errorf("--room-approval-wait must be in (0, %s]", room.ApprovalTimeout)

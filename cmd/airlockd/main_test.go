@@ -15,8 +15,11 @@ func TestFabricFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--fabric", missing, "--nats-url", "nats://127.0.0.1:4222"}, "without --nats-url or --nats-listen"},
-		{[]string{"--fabric", missing, "--nats-listen", "127.0.0.1:4222"}, "without --nats-url or --nats-listen"},
+		{[]string{"--fabric", missing, "--nats-via", "/tmp/a.sock"}, "without --nats-via or --nats-listen"},
+		{[]string{"--fabric", missing, "--nats-listen", "127.0.0.1:4222"}, "without --nats-via or --nats-listen"},
+		{[]string{"--nats-via", "/tmp/a.sock", "--nats-listen", "127.0.0.1:4222"}, "which --nats-via replaces"},
+		{[]string{"--nats-via", "/tmp/a.sock", "--rooms=false"}, "need the room service"},
+		{[]string{"--nats-url", "nats://127.0.0.1:4222"}, "--nats-url is gone"},
 		{[]string{"--fabric", missing, "--rooms=false"}, "need the room service"},
 		{[]string{"--fabric", missing}, "--fabric: bus: fabric: fabric_file"},
 	} {

@@ -3,12 +3,16 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/daemon"
@@ -50,7 +54,7 @@ func BenchmarkRoomInvoke(b *testing.B) {
 		NATSURL string `json:"natsUrl"`
 	}
 	roomData(b, la, "roomStatus", `{}`, &st, true)
-	bd, err := daemon.Start(daemon.Config{SocketPath: sockB, StateDir: filepath.Join(rootB, "state"), Rooms: &daemon.RoomsConfig{NATSURL: st.NATSURL}})
+	bd, err := daemon.Start(daemon.Config{SocketPath: sockB, StateDir: filepath.Join(rootB, "state"), Rooms: &daemon.RoomsConfig{NATSVia: sockA}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,17 +81,23 @@ func BenchmarkRoomInvoke(b *testing.B) {
 		}
 	}
 
-	server, err := bus.Dial(bus.DialConfig{URL: st.NATSURL, Name: "bench-echo"})
+	// The bare request travels the same embedded server as two hosts admitted to it, each
+	// authenticated as its nkey user with a host's permissions: a provider serving its call
+	// subject and a member of the room calling it.
+	echoHost, echoSeed := benchHost(b, la, "")
+	clientHost, clientSeed := benchHost(b, la, `,"rooms":[{"room":"bench"}]`)
+	server, err := bus.Dial(bus.DialConfig{URL: st.NATSURL, Name: "bench-echo", Nkey: echoSeed, InboxPrefix: bus.InboxPrefix(echoHost)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer server.Close()
-	echoSub, err := server.Serve("bench.echo", 64, echoHandler{})
+	echoSubject := "airlock.room.bench.call." + echoHost
+	echoSub, err := server.Serve(echoSubject, 64, echoHandler{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer echoSub.Stop()
-	client, err := bus.Dial(bus.DialConfig{URL: st.NATSURL, Name: "bench-client"})
+	client, err := bus.Dial(bus.DialConfig{URL: st.NATSURL, Name: "bench-client", Nkey: clientSeed, InboxPrefix: bus.InboxPrefix(clientHost)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -96,7 +106,7 @@ func BenchmarkRoomInvoke(b *testing.B) {
 	bare := func() {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := client.Request(rctx, "bench.echo", payload); err != nil {
+		if _, err := client.Request(rctx, echoSubject, payload); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -137,6 +147,21 @@ func BenchmarkRoomInvoke(b *testing.B) {
 	b.ReportMetric(l99, "local-p99-ns")
 	b.ReportMetric(r50/(n50+l50), "ratio-p50")
 	b.ReportMetric(r99/(n99+l99), "ratio-p99")
+}
+
+// benchHost admits a new host to A's embedded bus through A's owner socket (admitBusHost, as
+// airlockd --nats-via does), with rooms (a JSON member, or ""), and returns its id and nkey.
+func benchHost(b *testing.B, la *lineConn, rooms string) (string, nkeys.KeyPair) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	var id [32]byte
+	rand.Read(id[:])
+	host := hex.EncodeToString(id[:])
+	roomData(b, la, "admitBusHost", `{"hostId":"`+host+`","nkey":"`+pub+`"`+rooms+`}`, nil, false)
+	return host, kp
 }
 
 // roomData sends a room operation and decodes its data into v; with wait, it retries while

@@ -254,7 +254,13 @@ func nkeyUsers(users []FabricUser, domain string) []*server.NkeyUser {
 // restart: a host that joined or left a room gets its new permissions on its next message
 // (the server re-evaluates its connected clients). users are checked as a fabric file's are,
 // and must still include the node's own host.
+//
+// On a local server (ServerConfig.Host) it sets the hosts that may connect, the embedding
+// host among them.
 func (s *Server) SetUsers(users []FabricUser) error {
+	if s.local != nil {
+		return s.setLocalUsers(users)
+	}
 	if s.fabric == nil || s.fabric.File.Mode != ModeCluster {
 		return fmt.Errorf("%w: only a cluster node has users", ErrConfig)
 	}

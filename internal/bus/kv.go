@@ -242,3 +242,23 @@ func Forming(err error) bool {
 	ae := je.APIError()
 	return ae.Code == 503 || ae.ErrorCode == jsNoPeers || ae.ErrorCode == jsNotAvailable
 }
+
+// BucketsCreated returns, for each of names, when its bucket's stream was created, or the
+// zero time for a bucket that does not exist (its stream was deleted, or never created). A
+// bucket deleted and made again has another creation time, which is how a host that did not
+// see it go learns that the records it wrote are gone. It reads each stream's info, which a
+// host's broker permissions allow for the room buckets.
+func (c *Conn) BucketsCreated(ctx context.Context, names ...string) ([]time.Time, error) {
+	out := make([]time.Time, len(names))
+	for i, n := range names {
+		st, err := c.js.Stream(ctx, "KV_"+n)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case err != nil:
+			return nil, mapError(err)
+		default:
+			out[i] = st.CachedInfo().Created
+		}
+	}
+	return out, nil
+}

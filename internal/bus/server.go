@@ -69,6 +69,11 @@ type ServerConfig struct {
 	// name, client listener, cluster or leaf connections, TLS and users come from it, and
 	// Name, Listen and AllowRemote are ignored.
 	Fabric *Fabric
+	// Host, without a fabric, makes the server admit nkey users only (local.go): this host,
+	// in process, with the permissions of no room until SetUsers gives it its rooms; the
+	// other hosts SetUsers adds; and the server's warden. Without Host or a fabric the
+	// server admits any connection, which only tests and in-process servers should want.
+	Host *LocalHost
 }
 
 // Server is a running embedded NATS server with JetStream.
@@ -76,6 +81,7 @@ type Server struct {
 	ns         *server.Server
 	maxPayload int
 	fabric     *Fabric
+	local      *local // nil without ServerConfig.Host
 
 	mu   sync.Mutex // guards opts, the options the server runs with (SetUsers replaces them)
 	opts *server.Options
@@ -121,6 +127,19 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		}
 		opts.Host, opts.Port = host, port
 	}
+	var loc *local
+	if cfg.Host != nil {
+		if cfg.Fabric != nil {
+			return nil, fmt.Errorf("%w: a fabric node's users come from its file", ErrConfig)
+		}
+		var err error
+		if loc, err = newLocal(cfg.Host); err != nil {
+			return nil, err
+		}
+		if opts.Nkeys, err = loc.users([]FabricUser{{Host: loc.host, Nkey: loc.hostPub}}); err != nil {
+			return nil, err
+		}
+	}
 	store := filepath.Join(cfg.StateDir, "nats")
 	if err := privateDir(store); err != nil {
 		return nil, err
@@ -137,7 +156,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("bus: server not ready within %v", readyTimeout)
 	}
-	return &Server{ns: ns, maxPayload: maxPayload, fabric: cfg.Fabric, opts: opts}, nil
+	return &Server{ns: ns, maxPayload: maxPayload, fabric: cfg.Fabric, local: loc, opts: opts}, nil
 }
 
 // listenAddress parses a Listen value into the server's host and port (-1: random).

@@ -510,7 +510,7 @@ func TestBinaryResourcePolicy(t *testing.T) {
 }
 
 func TestBinaryOversizedRecords(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{Args: []string{"--max-response-bytes", "2400", "--max-event-bytes", "2400",
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--max-response-bytes", "2450", "--max-event-bytes", "2450",
 		"--provider", "local=http://127.0.0.1:9/v1"}})
 	cwd := t.TempDir()
 	c := d.Dial()
@@ -523,14 +523,14 @@ func TestBinaryOversizedRecords(t *testing.T) {
 		}
 	}
 	r := call(t, c, client.Command{Operation: "status"})
-	if code(r) != "outbound_record_too_large" || r.Error.Details["maxBytes"] != 2400.0 {
+	if code(r) != "outbound_record_too_large" || r.Error.Details["maxBytes"] != 2450.0 {
 		t.Fatalf("oversized status: %+v", r)
 	}
 	// The connection is still usable.
 	call(t, c, client.Command{Operation: "status", SessionID: "one"})
 
 	// A session id of 256 four-byte characters appears twice in sessionClosed (envelope and
-	// snapshot): over 2400 bytes. Its eventDropped replacement names it once and fits. (The
+	// snapshot): over 2450 bytes. Its eventDropped replacement names it once and fits. (The
 	// limit leaves room for the 2.x handshake, which daemontest's readiness wait reads.)
 	long := strings.Repeat("\U0001D530", 256)
 	if r := call(t, c, client.Command{Operation: "open", SessionID: long, Generation: gen(1), Payload: openPayload(cwd)}); code(r) != "outbound_record_too_large" {

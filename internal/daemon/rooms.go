@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/bus"
+	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
@@ -16,12 +18,14 @@ import (
 
 // RoomsConfig configures the daemon's room service; a nil *RoomsConfig runs none.
 type RoomsConfig struct {
-	// NATSURL joins another daemon's bus instead of embedding one.
-	NATSURL string
+	// NATSVia joins the embedded bus of the daemon whose owner socket this is (a daemon of
+	// the same user on this machine) instead of embedding one: this host is admitted there
+	// through admitBusHost.
+	NATSVia string
 	// Listen is the embedded server's address; empty means 127.0.0.1 on a random port.
 	Listen string
 	// Fabric makes the embedded server a node of a room fabric (bus.LoadFabric); exclusive
-	// with NATSURL and Listen.
+	// with NATSVia and Listen.
 	Fabric *bus.Fabric
 	// ApprovalWait bounds how long this host's calls wait for a provider's per-call approval.
 	ApprovalWait time.Duration
@@ -42,9 +46,13 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		d.srv.roomsPending, d.srv.withdrawnEarly = false, nil
 		d.srv.withdrawMu.Unlock()
 	}()
+	var via roomhost.Admission
+	if rc.NATSVia != "" {
+		via = socketAdmission(rc.NATSVia)
+	}
 	svc, err := roomhost.Start(ctx, roomhost.Config{
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
-		NATSURL: rc.NATSURL, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
+		Via: via, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})
 	if err != nil {
@@ -236,6 +244,57 @@ type ApprovalList struct {
 type ApprovalDecision struct {
 	ApprovalID string `json:"approvalId"`
 	Approved   bool   `json:"approved"`
+}
+
+// BusHostList is the data of listBusHosts.
+type BusHostList struct {
+	Hosts []roomhost.BusHost `json:"hosts"`
+}
+
+// BusHostAdmitted is the data of admitBusHost: the URL of the bus the host may now join.
+type BusHostAdmitted struct {
+	NATSURL string `json:"natsUrl"`
+}
+
+// BusHostRemoved is the data of removeBusHost.
+type BusHostRemoved struct {
+	HostID  string `json:"hostId"`
+	Removed bool   `json:"removed"`
+}
+
+// socketAdmission admits this host to the embedded bus of the daemon at a socket path: one
+// admitBusHost on a connection of its own per call. The socket is that daemon's owner socket,
+// which serves only its own user (peer credentials), so only a daemon of the same user is
+// admitted.
+type socketAdmission string
+
+// AdmitBusHost implements roomhost.Admission.
+func (path socketAdmission) AdmitBusHost(ctx context.Context, req roomhost.AdmitRequest) (string, error) {
+	c, err := client.Dial(ctx, string(path))
+	if err != nil {
+		return "", fmt.Errorf("--nats-via: the daemon at %s: %w", string(path), err)
+	}
+	defer c.Close()
+	p := protocol.AdmitBusHostPayload{HostID: string(req.Host), Nkey: req.Nkey}
+	for _, m := range req.Rooms {
+		p.Rooms = append(p.Rooms, protocol.BusHostRoom{Room: m.Room, Owner: m.Owner})
+	}
+	r, err := c.Call(ctx, client.Command{Operation: protocol.OpAdmitBusHost, Payload: &p})
+	if err != nil {
+		return "", fmt.Errorf("--nats-via: the daemon at %s: %w", string(path), err)
+	}
+	if err := r.Err(); err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			return "", roomhost.ErrorOf(pe.Code, "the daemon at "+string(path)+": "+pe.Message)
+		}
+		return "", err
+	}
+	var out BusHostAdmitted
+	if err := r.Decode(&out); err != nil || out.NATSURL == "" {
+		return "", fmt.Errorf("--nats-via: the daemon at %s answered no bus URL", string(path))
+	}
+	return out.NATSURL, nil
 }
 
 // roomError maps a room service error to the wire: its code, its message, and retryable for
@@ -451,6 +510,38 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 			return nil, err
 		}
 		return &RoomCallResult{Room: p.Room, Provider: p.Provider, CapabilityID: p.CapabilityID, Action: p.Action, Result: raw}, nil
+	case protocol.OpAdmitBusHost:
+		p, e := decodeRoom[protocol.AdmitBusHostPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		req := roomhost.AdmitRequest{Host: room.HostID(p.HostID), Nkey: p.Nkey}
+		for _, r := range p.Rooms {
+			req.Rooms = append(req.Rooms, bus.Membership{Room: r.Room, Owner: r.Owner})
+		}
+		url, err := svc.AdmitBusHost(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &BusHostAdmitted{NATSURL: url}, nil
+	case protocol.OpListBusHosts:
+		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+			return nil, e
+		}
+		hosts, err := svc.BusHosts()
+		if err != nil {
+			return nil, err
+		}
+		return &BusHostList{Hosts: hosts}, nil
+	case protocol.OpRemoveBusHost:
+		p, e := decodeRoom[protocol.BusHostPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		if err := svc.RemoveBusHost(room.HostID(p.HostID)); err != nil {
+			return nil, err
+		}
+		return &BusHostRemoved{HostID: p.HostID, Removed: true}, nil
 	case protocol.OpDecideApproval:
 		p, e := decodeRoom[protocol.DecideApprovalPayload](cmd)
 		if e != nil {

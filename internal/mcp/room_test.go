@@ -57,7 +57,7 @@ func TestRoomPublicationsAreTools(t *testing.T) {
 	}
 	waitRooms(t, a)
 	roomData(t, a.c, "roomStatus", map[string]any{}, &st)
-	b := startEnvWith(t, daemontest.Options{Args: []string{"--nats-url", st.NATSURL}})
+	b := startEnvWith(t, daemontest.Options{Args: []string{"--nats-via", a.d.Socket}})
 	waitRooms(t, b)
 
 	roomData(t, a.c, "createRoom", map[string]any{"room": "home"}, nil)

@@ -15,6 +15,7 @@ func FuzzRoomPayloads(f *testing.F) {
 	f.Add([]byte(`{"room":"home","capabilityId":"desk_lamp","actions":["set_power"],"members":["` + host + `"],"observe":true}`))
 	f.Add([]byte(`{"approvalId":"0123456789abcdef01234567","approve":true}`))
 	f.Add([]byte(`{"code":"ajc1.home.x.y"}`))
+	f.Add([]byte(`{"hostId":"` + host + `","nkey":"UBD4IDB5L5HWQWZYSG7NQIWDPS2EGW6JQWWXL4JJ26SJUOX2ZAJEKJYV","rooms":[{"room":"home","owner":true}]}`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		cmd := &Command{Version: Version{Major: 2, Raw: "2.0"}, Payload: payload}
 		check := func(e *Error) {
@@ -83,6 +84,25 @@ func FuzzRoomPayloads(f *testing.F) {
 		if e := DecodePayload(cmd, &dp); e == nil {
 			if e = dp.Validate(); e == nil && (dp.Approve == nil || !approvalIDPattern.MatchString(dp.ApprovalID)) {
 				t.Fatalf("accepted %+v", dp)
+			}
+			check(e)
+		}
+		var ap AdmitBusHostPayload
+		if e := DecodePayload(cmd, &ap); e == nil {
+			if e = ap.Validate(); e == nil {
+				if !hostIDPattern.MatchString(ap.HostID) || !nkeyPattern.MatchString(ap.Nkey) || len(ap.Rooms) > MaxBusHostRooms {
+					t.Fatalf("accepted %+v", ap)
+				}
+				for _, r := range ap.Rooms {
+					okRoom(r.Room)
+				}
+			}
+			check(e)
+		}
+		var bp BusHostPayload
+		if e := DecodePayload(cmd, &bp); e == nil {
+			if e = bp.Validate(); e == nil && !hostIDPattern.MatchString(bp.HostID) {
+				t.Fatalf("accepted host %q", bp.HostID)
 			}
 			check(e)
 		}

@@ -94,6 +94,9 @@ var operations = map[string]opSpec{
 	OpDecideApproval:        {2, idNone},
 	OpRoomUILogin:           {2, idNone},
 	OpFabricStatus:          {2, idNone},
+	OpAdmitBusHost:          {2, idNone},
+	OpListBusHosts:          {2, idNone},
+	OpRemoveBusHost:         {2, idNone},
 }
 
 // v1Operations is the handshake order of the version 1 operations.

@@ -297,7 +297,8 @@ func TestOperationTables(t *testing.T) {
 		"ticket", "reconcile", "abortTool",
 		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
 		"publishCapability", "unpublishCapability", "listRoomCapabilities",
-		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus")
+		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus",
+		"admitBusHost", "listBusHosts", "removeBusHost")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -375,6 +376,9 @@ var identityRules = map[string][3]presence{
 	"decideApproval":        {ignored, ignored, ignored},
 	"roomUILogin":           {ignored, ignored, ignored},
 	"fabricStatus":          {ignored, ignored, ignored},
+	"admitBusHost":          {ignored, ignored, ignored},
+	"listBusHosts":          {ignored, ignored, ignored},
+	"removeBusHost":         {ignored, ignored, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

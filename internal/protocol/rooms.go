@@ -28,6 +28,14 @@ const (
 	// OpFabricStatus reports the embedded room bus node: its fabric's routes, leaves and
 	// JetStream health, or the single local node (airlock fabric status).
 	OpFabricStatus = "fabricStatus"
+	// OpAdmitBusHost admits another daemon of the same user to this host's embedded room bus
+	// (airlockd --nats-via calls it at start and whenever its rooms change) and answers the
+	// bus's URL.
+	OpAdmitBusHost = "admitBusHost"
+	// OpListBusHosts lists the hosts admitted to this host's embedded room bus.
+	OpListBusHosts = "listBusHosts"
+	// OpRemoveBusHost removes an admitted host from this host's embedded room bus.
+	OpRemoveBusHost = "removeBusHost"
 )
 
 // roomOperations are the room operations in handshake order.
@@ -35,7 +43,7 @@ var roomOperations = []string{
 	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
 	OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
 	OpObserveRoomCapability, OpInvokeRoomCapability, OpListApprovals, OpDecideApproval,
-	OpRoomUILogin, OpFabricStatus,
+	OpRoomUILogin, OpFabricStatus, OpAdmitBusHost, OpListBusHosts, OpRemoveBusHost,
 }
 
 // Bounds and grammars of the room operations' payloads: the room layer's rules
@@ -53,6 +61,8 @@ const (
 	MaxPublicationActions = 8
 	// MaxPublicationMembers bounds a publication's named members.
 	MaxPublicationMembers = 64
+	// MaxBusHostRooms bounds admitBusHost's rooms: the store's bound on a host's rooms.
+	MaxBusHostRooms = 256
 )
 
 var (
@@ -60,6 +70,8 @@ var (
 	roomIDPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	hostIDPattern     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	approvalIDPattern = regexp.MustCompile(`^[0-9a-f]{24}$`)
+	// nkeyPattern is an nkey user public key: "U" and 55 base32 characters.
+	nkeyPattern = regexp.MustCompile(`^U[A-Z2-7]{55}$`)
 )
 
 func validRoomID(field, id string) *Error {
@@ -286,3 +298,44 @@ type RoomAction struct {
 	Input       json.RawMessage `json:"input"`
 	ApproveEach bool            `json:"approveEach"`
 }
+
+// AdmitBusHostPayload is the payload of admitBusHost: the host to admit, the public key of
+// its nkey user (never a seed), and the rooms it is in, with those it owns.
+type AdmitBusHostPayload struct {
+	HostID string        `json:"hostId"`
+	Nkey   string        `json:"nkey"`
+	Rooms  []BusHostRoom `json:"rooms,omitempty"`
+}
+
+// BusHostRoom is one room of an admitted host.
+type BusHostRoom struct {
+	Room  string `json:"room"`
+	Owner bool   `json:"owner,omitempty"`
+}
+
+// Validate checks the grammars and bounds.
+func (p *AdmitBusHostPayload) Validate() *Error {
+	if e := validHostID("payload.hostId", p.HostID); e != nil {
+		return e
+	}
+	if !nkeyPattern.MatchString(p.Nkey) {
+		return invalidField("payload.nkey", "must match %s", nkeyPattern.String())
+	}
+	if len(p.Rooms) > MaxBusHostRooms {
+		return invalidField("payload.rooms", "must have at most %d items", MaxBusHostRooms)
+	}
+	for _, r := range p.Rooms {
+		if e := validRoomID("payload.rooms", r.Room); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// BusHostPayload names an admitted host: the payload of removeBusHost.
+type BusHostPayload struct {
+	HostID string `json:"hostId"`
+}
+
+// Validate checks the host id grammar.
+func (p *BusHostPayload) Validate() *Error { return validHostID("payload.hostId", p.HostID) }

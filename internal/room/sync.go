@@ -58,6 +58,7 @@ type SyncConfig struct {
 // the changes made meanwhile.
 type Sync struct {
 	key      *HostKey
+	conn     busport.Conn
 	dir      *Directory
 	rooms    busport.Bucket
 	presence busport.Bucket
@@ -88,24 +89,21 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 	if ttl <= 0 {
 		ttl = PresenceTTL
 	}
-	rooms, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: RoomsBucket, MaxValueBytes: MaxRecordBytes})
-	if err != nil {
-		return nil, fmt.Errorf("room: sync: %w", err)
+	var buckets [3]busport.Bucket
+	for i, bc := range bucketConfigs(ttl) {
+		b, err := cfg.Conn.Bucket(ctx, bc)
+		if err != nil {
+			return nil, fmt.Errorf("room: sync: %w", err)
+		}
+		buckets[i] = b
 	}
-	presence, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: PresenceBucket, TTL: ttl, MaxValueBytes: MaxRecordBytes})
-	if err != nil {
-		return nil, fmt.Errorf("room: sync: %w", err)
-	}
-	catalog, err := cfg.Conn.Bucket(ctx, busport.BucketConfig{Name: CatalogBucket, MaxValueBytes: MaxRecordBytes})
-	if err != nil {
-		return nil, fmt.Errorf("room: sync: %w", err)
-	}
+	rooms, presence, catalog := buckets[0], buckets[1], buckets[2]
 	every := cfg.PresenceRefresh
 	if every <= 0 {
 		every = ttl / 3
 	}
 	s := &Sync{
-		key: cfg.Key, dir: cfg.Directory, rooms: rooms, presence: presence, catalog: catalog, ttl: ttl, every: every,
+		key: cfg.Key, conn: cfg.Conn, dir: cfg.Directory, rooms: rooms, presence: presence, catalog: catalog, ttl: ttl, every: every,
 		dropped: cfg.Dropped, joined: make(map[string][]busport.Subscription),
 		projections: make(map[string]map[HostID]Projection), catalogs: make(map[string]map[HostID]Catalog),
 		reconnected: make(chan struct{}, 1), stop: make(chan struct{}),
@@ -237,6 +235,51 @@ func (s *Sync) rewatch(room string) bool {
 		_ = sub.Stop()
 	}
 	return true
+}
+
+// bucketConfigs are the room buckets' configurations under presence TTL ttl.
+func bucketConfigs(ttl time.Duration) []busport.BucketConfig {
+	return []busport.BucketConfig{
+		{Name: RoomsBucket, MaxValueBytes: MaxRecordBytes},
+		{Name: PresenceBucket, TTL: ttl, MaxValueBytes: MaxRecordBytes},
+		{Name: CatalogBucket, MaxValueBytes: MaxRecordBytes},
+	}
+}
+
+// Repair restores this host's part of the rooms after a room bucket disappeared from the bus
+// (an operator deleted its stream): it opens the three buckets again, which creates the
+// missing ones, then in every joined room rewrites this host's key record and presence and
+// restarts the watches, which deliver every live record again. The other records are their
+// writers' own to restore: a room's owner rewrites its roster, each provider its projection
+// and catalog (package roomhost). It returns the first failure; the rest is still tried.
+func (s *Sync) Repair(ctx context.Context) error {
+	for _, cfg := range bucketConfigs(s.ttl) {
+		if _, err := s.conn.Bucket(ctx, cfg); err != nil {
+			return fmt.Errorf("room: repair: %w", err)
+		}
+	}
+	s.mu.Lock()
+	rooms := make([]string, 0, len(s.joined))
+	for r, subs := range s.joined {
+		if subs != nil {
+			rooms = append(rooms, r)
+		}
+	}
+	s.mu.Unlock()
+	var first error
+	for _, r := range rooms {
+		err := s.writeKey(ctx, r)
+		if err == nil {
+			err = s.announce(ctx, r)
+		}
+		if err == nil && !s.rewatch(r) {
+			err = newError(CodeUnavailable, "repair: the watches did not restart")
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("room: repair %s: %w", r, err)
+		}
+	}
+	return first
 }
 
 // Leave stops following room and withdraws this host's presence in it.

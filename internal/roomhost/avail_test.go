@@ -155,7 +155,7 @@ func startProxiedHost(t *testing.T, a *host, refresh time.Duration) (*host, *cut
 	h := &host{st: st, dir: dir, caps: &lamp{}}
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	h.svc, err = Start(c, Config{StateDir: dir, Store: st, Capabilities: h.caps, NATSURL: p.url(),
+	h.svc, err = Start(c, Config{StateDir: dir, Store: st, Capabilities: h.caps, Via: a.svc, viaURL: p.url(),
 		PresenceTTL: 3 * time.Second, presenceRefresh: refresh})
 	if err != nil {
 		st.Close()
@@ -219,7 +219,7 @@ func present(t *testing.T, h *host, member room.HostID) bool {
 // available again once it is back and has announced itself; a call to it meanwhile fails
 // unavailable. Its own listing says bus_disconnected for A's capability.
 func TestAvailabilityProviderAbsent(t *testing.T) {
-	a := startHost(t, "", "", 0)
+	a := startHost(t, nil, "", 0)
 	if _, err := a.svc.Create(ctx(t), "home", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func TestAvailabilityProviderAbsent(t *testing.T) {
 // reconnect can announce it — and its restarted watches bring what changed while it was
 // away.
 func TestAvailabilityBusDisconnected(t *testing.T) {
-	a := startHost(t, "", "", 0)
+	a := startHost(t, nil, "", 0)
 	if _, err := a.svc.Create(ctx(t), "home", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestAvailabilityBusDisconnected(t *testing.T) {
 // (up, but carrying nothing, as to a server that died) and while it is cut, and describes the
 // capability from the catalog last delivered. A room B left keeps no catalog.
 func TestCatalogsFollowTheWatch(t *testing.T) {
-	a := startHost(t, "", "", 0)
+	a := startHost(t, nil, "", 0)
 	if _, err := a.svc.Create(ctx(t), "home", ""); err != nil {
 		t.Fatal(err)
 	}

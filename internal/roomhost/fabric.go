@@ -22,17 +22,17 @@ const (
 	CodeNoFabricStatus = "no_fabric_status"
 )
 
-// brokerUsers keeps the users of this host's cluster node: the fabric file's, with this
-// host's own rooms replaced by the ones it is actually in, so its nkey user may touch those
-// rooms and no others (bus.HostPermissions). Every change goes to the running node at once
-// (bus.Server.SetUsers). The other users stay as the file lists them: a node authorizes only
-// the clients connecting to it, and another host's daemon connects to its own node.
+// brokerUsers keeps this host's rooms at whoever authorizes its bus connection, so its broker
+// user may touch those rooms and no others (bus.HostPermissions): its own cluster node on a
+// fabric (the fabric file's users, with this host's own rooms replaced by the ones it is
+// actually in, given to the node with bus.Server.SetUsers; the other users stay as the file
+// lists them: a node authorizes only the clients connecting to it, and another host's daemon
+// connects to its own node), its own embedded server (localBus), or the daemon whose bus it
+// joined (an Admission). Every change goes out at once.
 type brokerUsers struct {
-	server *bus.Server
-	file   []bus.FabricUser
-	self   string
+	push func(rooms map[string]bool) error
 
-	mu    sync.Mutex      // serializes changes, so the node's users follow the order of rooms
+	mu    sync.Mutex      // serializes changes, so the users follow the order of rooms
 	rooms map[string]bool // room → this host owns it
 }
 
@@ -42,7 +42,33 @@ func newBrokerUsers(srv *bus.Server, fb *bus.Fabric) *brokerUsers {
 	if fb == nil || fb.File.Mode != bus.ModeCluster {
 		return nil
 	}
-	return &brokerUsers{server: srv, file: fb.File.Users, self: fb.HostID(), rooms: make(map[string]bool)}
+	file, self := fb.File.Users, fb.HostID()
+	return pushUsers(func(rooms map[string]bool) error {
+		users := make([]bus.FabricUser, 0, len(file))
+		for _, f := range file {
+			if f.Host == self {
+				f.Rooms, f.Owns = roomLists(rooms)
+			}
+			users = append(users, f)
+		}
+		return srv.SetUsers(users)
+	})
+}
+
+// pushUsers returns users that push every change of this host's rooms with push.
+func pushUsers(push func(rooms map[string]bool) error) *brokerUsers {
+	return &brokerUsers{push: push, rooms: make(map[string]bool)}
+}
+
+// roomLists turns rooms (room → owner) into a fabric user's sorted rooms and owns.
+func roomLists(rooms map[string]bool) (all, owns []string) {
+	for _, id := range slices.Sorted(maps.Keys(rooms)) {
+		all = append(all, id)
+		if rooms[id] {
+			owns = append(owns, id)
+		}
+	}
+	return all, owns
 }
 
 // set sets this host's rooms to rooms (room → owner) on the node.
@@ -85,22 +111,9 @@ func (u *brokerUsers) revoke(id string) error {
 	return u.apply()
 }
 
-// apply sends the users to the node; u.mu is held.
+// apply sends a copy of the rooms out; u.mu is held.
 func (u *brokerUsers) apply() error {
-	users := make([]bus.FabricUser, 0, len(u.file))
-	for _, f := range u.file {
-		if f.Host == u.self {
-			f.Rooms, f.Owns = nil, nil
-			for _, id := range slices.Sorted(maps.Keys(u.rooms)) {
-				f.Rooms = append(f.Rooms, id)
-				if u.rooms[id] {
-					f.Owns = append(f.Owns, id)
-				}
-			}
-		}
-		users = append(users, f)
-	}
-	return u.server.SetUsers(users)
+	return u.push(maps.Clone(u.rooms))
 }
 
 // FabricStatus is the status of this host's embedded node: the fabric node's routes, leaves

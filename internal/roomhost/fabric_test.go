@@ -233,20 +233,20 @@ func TestFabricRefusesAnotherHostsFile(t *testing.T) {
 	}
 	defer st.Close()
 	if _, err := Start(ctx(t), Config{StateDir: fh[0].dir, Store: st, Capabilities: &lamp{}, Fabric: loadFabric(t, fh[0].fabric),
-		NATSURL: "nats://127.0.0.1:4222"}); err == nil {
-		t.Fatal("started with a fabric and a NATS URL")
+		Via: &Service{}}); err == nil {
+		t.Fatal("started with a fabric and another daemon's bus")
 	}
 }
 
 // TestFabricStatusWithoutFabric: the embedded server alone is one local node; a host on
 // another daemon's bus has none to report.
 func TestFabricStatusWithoutFabric(t *testing.T) {
-	a := startHost(t, "", "", 0)
+	a := startHost(t, nil, "", 0)
 	st, err := a.svc.FabricStatus()
 	if err != nil || st.Mode != "local" || len(st.Routes) != 0 || !st.JetStream.Enabled {
 		t.Fatalf("status %+v, %v", st, err)
 	}
-	b := startHost(t, a.svc.Status().NATSURL, "", 0)
+	b := startHost(t, a.svc, "", 0)
 	_, err = b.svc.FabricStatus()
 	codeIs(t, err, CodeNoFabricStatus)
 }

@@ -31,7 +31,7 @@ func TestProviderFloorsInTheStore(t *testing.T) {
 	}
 
 	b.stop()
-	b = startHost(t, a.svc.Status().NATSURL, b.dir, 0)
+	b = startHost(t, a.svc, b.dir, 0)
 	before := time.Now()
 	if err := invoke(); err != nil {
 		t.Fatalf("after B's restart: %v", err)

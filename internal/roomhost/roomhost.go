@@ -71,16 +71,17 @@ type Config struct {
 	Capabilities Capabilities
 	Logger       *slog.Logger
 
-	// NATSURL joins another daemon's server (nats://127.0.0.1:PORT) instead of embedding
-	// one.
-	NATSURL string
+	// Via joins the embedded bus of another daemon of the same operator instead of embedding
+	// one: this host is admitted there as its nkey user (BusSeedFile) with the rooms it is
+	// in, and connects to the URL the admission answers.
+	Via Admission
 	// Listen is the embedded server's listen address; empty means 127.0.0.1 on a random
 	// port. A non-loopback address is refused.
 	Listen string
 	// Fabric, when set, makes the embedded server a node of a room fabric (bus.LoadFabric):
 	// the host connects to it as its nkey user, with bus.InboxPrefix and the fabric's
 	// replicas, and on a cluster node its user's rooms follow the rooms this host is in.
-	// Its host id must be this host's. Exclusive with NATSURL and Listen.
+	// Its host id must be this host's. Exclusive with Via and Listen.
 	Fabric *bus.Fabric
 
 	// ApprovalWait is how long this host's calls to a publication with per-call approval
@@ -108,6 +109,11 @@ type Config struct {
 	// noResponders, when set, is told each time a join request found nobody serving the
 	// owner's subject, before it is sent again (tests).
 	noResponders func()
+	// viaURL, when set, replaces the URL the admission answers (tests reach the bus through a
+	// proxy).
+	viaURL string
+	// keepEvery overrides how often the service checks that the room buckets exist (tests).
+	keepEvery time.Duration
 }
 
 // Service is a running room service.
@@ -116,7 +122,8 @@ type Service struct {
 	log     *slog.Logger
 	key     *room.HostKey
 	server  *bus.Server  // nil when joined to another daemon's server
-	users   *brokerUsers // nil without a fabric cluster node
+	users   *brokerUsers // nil on a fabric leaf node
+	local   *localBus    // the users of the embedded server without a fabric; else nil
 	conn    *bus.Conn
 	url     string
 	dir     *room.Directory
@@ -139,6 +146,9 @@ type Service struct {
 	rosterMu sync.Mutex
 	// wg counts the goroutines that forget a room whose owner dropped this host.
 	wg sync.WaitGroup
+	// stop ends the keeper (keep), which keepWG counts.
+	stop   chan struct{}
+	keepWG sync.WaitGroup
 
 	mu      sync.Mutex
 	joined  map[string]store.RoomRecord
@@ -172,8 +182,11 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	if cfg.CallLogEntries <= 0 {
 		cfg.CallLogEntries = DefaultCallLogEntries
 	}
-	if cfg.Fabric != nil && (cfg.NATSURL != "" || cfg.Listen != "") {
-		return nil, errors.New("roomhost: a fabric node is configured by its fabric file, without a NATS URL or listen address")
+	if cfg.Fabric != nil && (cfg.Via != nil || cfg.Listen != "") {
+		return nil, errors.New("roomhost: a fabric node is configured by its fabric file, without another daemon's bus or a listen address")
+	}
+	if cfg.Via != nil && cfg.Listen != "" {
+		return nil, errors.New("roomhost: a listen address configures the embedded bus, which another daemon's replaces")
 	}
 	key, created, err := room.LoadOrCreateHostKey(cfg.StateDir)
 	if err != nil {
@@ -190,6 +203,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		joined:  make(map[string]store.RoomRecord),
 		invites: make(map[[32]byte]invite),
 		version: make(map[string]uint64),
+		stop:    make(chan struct{}),
 	}
 	s.approve = room.NewApprovals(s.pending)
 	defer func() {
@@ -201,26 +215,25 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		s.log.Info("room host key created", "hostId", key.ID())
 	}
 
-	dial := bus.DialConfig{URL: cfg.NATSURL, Name: string(key.ID()), InboxPrefix: bus.InboxPrefix(string(key.ID()))}
-	if cfg.NATSURL == "" {
-		s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Listen: cfg.Listen, Fabric: cfg.Fabric})
-		if err != nil {
+	var dial bus.DialConfig
+	switch {
+	case cfg.Fabric != nil:
+		if s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Fabric: cfg.Fabric}); err != nil {
 			return nil, err
 		}
-		dial.Server = s.server
-		if cfg.Fabric != nil {
-			dial = cfg.Fabric.DialConfig(s.server)
-			s.users = newBrokerUsers(s.server, cfg.Fabric)
-			if err := s.users.set(storedRooms(cfg.Store, key.ID())); err != nil {
-				return nil, err
-			}
-			if err := s.waitFabric(ctx); err != nil {
-				return nil, err
-			}
+		dial = cfg.Fabric.DialConfig(s.server)
+		s.users = newBrokerUsers(s.server, cfg.Fabric)
+		if err := s.users.set(storedRooms(cfg.Store, key.ID())); err != nil {
+			return nil, err
+		}
+		if err := s.waitFabric(ctx); err != nil {
+			return nil, err
 		}
 		s.url = s.server.ClientURL()
-	} else {
-		s.url = cfg.NATSURL
+	default:
+		if dial, err = s.startBus(ctx); err != nil {
+			return nil, err
+		}
 	}
 	dial.Reconnected = s.reconnected
 	if s.conn, err = bus.Dial(dial); err != nil {
@@ -271,6 +284,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	for _, id := range ids {
 		s.dropped(id)
 	}
+	s.keepWG.Go(s.keep)
 	s.log.Info("rooms ready", "hostId", key.ID(), "embedded", s.server != nil, "rooms", len(s.joined))
 	return s, nil
 }
@@ -282,6 +296,28 @@ func (s *Service) reconnected() {
 	if sy := s.resync.Load(); sy != nil {
 		sy.Reconnected()
 	}
+	if s.cfg.Via != nil {
+		s.readmit()
+	}
+}
+
+// readmit tells the daemon whose bus this host joined its rooms again, on a goroutine of the
+// service: that daemon may have restarted, and until told it knows this host's rooms only from
+// the rosters it reads.
+func (s *Service) readmit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || !s.live {
+		return
+	}
+	s.wg.Go(func() {
+		s.users.mu.Lock()
+		err := s.users.apply()
+		s.users.mu.Unlock()
+		if err != nil {
+			s.log.Warn("rooms not told again to the daemon whose bus this host is on", "err", err)
+		}
+	})
 }
 
 // restore rejoins every stored room and republishes this host's publications into them.
@@ -346,6 +382,8 @@ func (s *Service) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	close(s.stop)
+	s.keepWG.Wait()
 	s.wg.Wait()
 	var errs []error
 	if s.provider != nil {
@@ -359,6 +397,9 @@ func (s *Service) Close() error {
 	}
 	if s.conn != nil {
 		errs = append(errs, s.conn.Close())
+	}
+	if s.local != nil {
+		errs = append(errs, s.local.close())
 	}
 	if s.server != nil {
 		errs = append(errs, s.server.Close())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -91,7 +92,13 @@ func (h *host) roomsClosed() []string {
 	return slices.Clone(h.closed)
 }
 
-func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
+func startHost(t *testing.T, via Admission, dir string, wait time.Duration) *host {
+	t.Helper()
+	return startHostAt(t, via, dir, wait, "")
+}
+
+// startHostAt is startHost with the embedded server's listen address.
+func startHostAt(t *testing.T, via Admission, dir string, wait time.Duration, listen string) *host {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -106,8 +113,8 @@ func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
 	h := &host{st: st, dir: dir, caps: &lamp{}, clock: new(atomic.Int64)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, NATSURL: url, ApprovalWait: wait,
-		PresenceTTL: 3 * time.Second, clock: func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
+	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, Via: via, Listen: listen, ApprovalWait: wait, Logger: testLogger(t),
+		PresenceTTL: 3 * time.Second, keepEvery: 200 * time.Millisecond, clock: func() time.Time { return time.Now().Add(time.Duration(h.clock.Load())) },
 		RoomClosed: func(_ context.Context, id string) {
 			h.mu.Lock()
 			h.closed = append(h.closed, id)
@@ -119,6 +126,14 @@ func startHost(t *testing.T, url string, dir string, wait time.Duration) *host {
 	}
 	t.Cleanup(h.stop)
 	return h
+}
+
+// testLogger logs to the test's output when AIRLOCK_TEST_LOG is set.
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("AIRLOCK_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, nil))
 }
 
 func (h *host) stop() {
@@ -156,12 +171,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // twoHosts starts A (embedded server) and B (joined to it), with A's room "home" joined by B.
 func twoHosts(t *testing.T, wait time.Duration) (a, b *host) {
-	a = startHost(t, "", "", 0)
+	a = startHost(t, nil, "", 0)
 	st := a.svc.Status()
 	if !st.Embedded || !strings.HasPrefix(st.NATSURL, "nats://127.0.0.1:") {
 		t.Fatalf("status %+v", st)
 	}
-	b = startHost(t, st.NATSURL, "", wait)
+	b = startHost(t, a.svc, "", wait)
 	if b.svc.Status().Embedded {
 		t.Fatal("B embeds a server although it joined A's")
 	}
@@ -276,7 +291,7 @@ func TestTwoHostsPublishInvokeWithdraw(t *testing.T) {
 func TestInviteOneTimeAndExpiry(t *testing.T) {
 	a, b := twoHosts(t, 0)
 	bg := ctx(t)
-	c := startHost(t, a.svc.Status().NATSURL, "", 0)
+	c := startHost(t, a.svc, "", 0)
 
 	// A used code is refused, as is one for a room B is already in.
 	inv, err := a.svc.Invite(bg, "home", "")
@@ -382,9 +397,8 @@ func TestRestartKeepsRoomsAndPublications(t *testing.T) {
 		t.Fatal(err)
 	}
 	bID := b.svc.HostID()
-	url := a.svc.Status().NATSURL
 	b.stop()
-	b = startHost(t, url, b.dir, 0)
+	b = startHost(t, a.svc, b.dir, 0)
 	if b.svc.HostID() != bID {
 		t.Fatal("B's host id changed over a restart")
 	}
@@ -451,12 +465,11 @@ func TestOwnerCloseDropsMember(t *testing.T) {
 	if _, err := b.svc.Join(bg, inv.Code); err != nil {
 		t.Fatal(err)
 	}
-	url := a.svc.Status().NATSURL
 	b.stop()
 	if err := a.svc.CloseRoom(bg, "hall"); err != nil {
 		t.Fatal(err)
 	}
-	b = startHost(t, url, b.dir, 0)
+	b = startHost(t, a.svc, b.dir, 0)
 	if rooms, err := b.svc.Rooms(bg); err != nil || len(rooms) != 0 {
 		t.Fatalf("B's rooms after restarting into a closed room: %+v, %v", rooms, err)
 	}
@@ -473,8 +486,8 @@ func TestOwnerCloseDropsMember(t *testing.T) {
 // the owner answers; an owner that stays away is reported unavailable when the join's
 // context ends.
 func TestJoinAsksAgainUntilTheOwnerIsServed(t *testing.T) {
-	a := startHost(t, "", "", 0)
-	b := startHost(t, a.svc.Status().NATSURL, "", 0)
+	a := startHost(t, nil, "", 0)
+	b := startHost(t, a.svc, "", 0)
 	bg := ctx(t)
 	if _, err := a.svc.Create(bg, "home", ""); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,7 @@
 //
 //	meta/                       written once at creation; schemaVersion by every migration
 //	  format        = "airlock-state"
-//	  schemaVersion = "6"       decimal; the version of the last applied migration
+//	  schemaVersion = "7"       decimal; the version of the last applied migration
 //	  createdAt     = RFC 3339 time of creation
 //	catalog/                    since schema 1
 //	  <sessionId>   = protocol.CatalogRecord as JSON
@@ -40,6 +40,8 @@
 //	  <roomId>/<capabilityId> = PublicationRecord as JSON
 //	callFloors/                 since schema 6
 //	  <callerHostId> = the caller's floor lease: decimal milliseconds since 1970
+//	bus_hosts/                  since schema 7
+//	  <hostId>      = BusHostRecord as JSON: another host admitted to this host's embedded bus
 //
 // A file bbolt cannot open, a bbolt file without meta/format = "airlock-state" and a file whose
 // schemaVersion is newer than this build are refused with corrupt_state; the store never resets

@@ -26,6 +26,9 @@ var (
 	bucketPublications = []byte("publications")
 	// bucketCallFloors holds the room providers' call floor leases, per caller (schema 6).
 	bucketCallFloors = []byte("callFloors")
+	// bucketBusHosts holds the other hosts admitted to this host's embedded room bus
+	// (schema 7).
+	bucketBusHosts = []byte("bus_hosts")
 
 	keyFormat        = []byte("format")
 	keySchemaVersion = []byte("schemaVersion")
@@ -54,6 +57,7 @@ var migrations = []migration{
 	{version: 4, name: "rewrite registrations as version 2 records", migrate: migrateRegistrationsV2},
 	{version: 5, name: "create rooms and publications buckets", migrate: migrateV5},
 	{version: 6, name: "create callFloors bucket", migrate: migrateV6},
+	{version: 7, name: "create bus_hosts bucket", migrate: migrateV7},
 }
 
 func migrateV1(tx *bolt.Tx) error {
@@ -91,6 +95,13 @@ func migrateV5(tx *bolt.Tx) error {
 func migrateV6(tx *bolt.Tx) error {
 	if _, err := tx.CreateBucketIfNotExists(bucketCallFloors); err != nil {
 		return fmt.Errorf("create bucket %s: %w", bucketCallFloors, err)
+	}
+	return nil
+}
+
+func migrateV7(tx *bolt.Tx) error {
+	if _, err := tx.CreateBucketIfNotExists(bucketBusHosts); err != nil {
+		return fmt.Errorf("create bucket %s: %w", bucketBusHosts, err)
 	}
 	return nil
 }
@@ -186,7 +197,7 @@ func applyMigrations(tx *bolt.Tx, from int) error {
 // requireBuckets checks that the buckets of the current schema exist, so that later reads can
 // rely on them.
 func requireBuckets(tx *bolt.Tx, path string) error {
-	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications, bucketCallFloors} {
+	for _, name := range [][]byte{bucketCatalog, bucketManifests, bucketRegistrations, bucketJournal, bucketRooms, bucketPublications, bucketCallFloors, bucketBusHosts} {
 		if tx.Bucket(name) == nil {
 			return corrupt("%s lacks the %s bucket of its schema", path, name)
 		}

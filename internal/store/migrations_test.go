@@ -122,6 +122,21 @@ var migrationTests = []struct {
 			return nil
 		},
 	},
+	{
+		name: "v7 creates bus_hosts and keeps rooms",
+		init: func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketRooms).Put([]byte("living"), []byte(`{"kept":true}`))
+		},
+		check: func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketBusHosts) == nil {
+				return fmt.Errorf("bucket %s missing", bucketBusHosts)
+			}
+			if got := string(tx.Bucket(bucketRooms).Get([]byte("living"))); got != `{"kept":true}` {
+				return fmt.Errorf("rooms/living = %q after the migration", got)
+			}
+			return nil
+		},
+	},
 }
 
 // A registration that is not a valid version 1 record fails the schema 4 migration, and the
