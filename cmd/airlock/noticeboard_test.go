@@ -128,7 +128,7 @@ func TestNoticeBoardWithheldResults(t *testing.T) {
 	// The room door: B calls A's board through the room, and A's provider sends B the code.
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
-	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	b := startRoomHost(t, "--nats-via", a.d.Socket)
 	a.cli("", "room", "create", "board-room").wantCode(t, exitOK)
 	var inv struct {
 		Code string `json:"code"`

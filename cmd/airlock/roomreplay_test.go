@@ -11,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/room"
+	"github.com/airlockhq/airlock/internal/roomhost"
 )
 
 // replayCalls is how many calls TestRoomReplayAfterProviderRestart captures and replays: the
@@ -39,7 +41,7 @@ func TestRoomReplayAfterProviderRestart(t *testing.T) {
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
 	root := daemontest.ShortDir(t)
-	bOpts := daemontest.Options{Socket: filepath.Join(root, "b.sock"), StateDir: filepath.Join(root, "state"), Args: []string{"--nats-url", sa.NATSURL}}
+	bOpts := daemontest.Options{Socket: filepath.Join(root, "b.sock"), StateDir: filepath.Join(root, "state"), Args: []string{"--nats-via", a.d.Socket}}
 	b := startRoomHostWith(t, bOpts)
 	var sb roomStatusData
 	b.data(&sb, "room", "status")
@@ -70,7 +72,8 @@ func TestRoomReplayAfterProviderRestart(t *testing.T) {
 			"--args", `{"on":`+strconv.FormatBool(i%2 == 0)+`}`, "--json")
 	}
 
-	nc, captured := captureCalls(t, sa.NATSURL, room.CallSubject("home", room.HostID(sb.HostID)))
+	nc, captured := captureCalls(t, sa.NATSURL, filepath.Join(bOpts.StateDir, roomhost.BusSeedFile), sb.HostID,
+		room.CallSubject("home", room.HostID(sb.HostID)))
 	// Four at a time, the caller's in-flight bound at a provider, to keep the capture short:
 	// the replay must come within the clock window of the first call's signing.
 	var wg sync.WaitGroup
@@ -153,14 +156,20 @@ func TestRoomReplayAfterProviderRestart(t *testing.T) {
 	}
 }
 
-// captureCalls connects to the bus at url as any local process can (the embedded server
-// accepts anonymous connections on 127.0.0.1: docs/rooms.md, "Not guaranteed on one machine's
-// bus") and copies every message published on subject from then on, as an attacker on the bus
-// would. It returns the connection, for the replay, and a function giving the copies so far.
-// It is the one place where the test joins the bus as the attacker.
-func captureCalls(t *testing.T, url, subject string) (*nats.Conn, func() []*nats.Msg) {
+// captureCalls connects to the bus at url as B itself — with the nkey seed in B's state
+// directory (seedFile), which a process of the operator's user can read: the embedded bus
+// admits nobody else (docs/rooms.md, "The trust boundary") — and copies every message published
+// on subject, B's call subject, from then on, as an attacker with B's bus credential would. It
+// returns the connection, for the replay (its requests' replies come to B's inbox prefix, the
+// only one B's user may subscribe to), and a function giving the copies so far. It is the one
+// place where the test joins the bus as the attacker.
+func captureCalls(t *testing.T, url, seedFile, host, subject string) (*nats.Conn, func() []*nats.Msg) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name("replay-attacker"))
+	seed, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, nats.Name("replay-attacker"), seed, nats.CustomInboxPrefix(bus.InboxPrefix(host)))
 	if err != nil {
 		t.Fatal(err)
 	}

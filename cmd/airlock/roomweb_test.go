@@ -300,7 +300,7 @@ func TestRoomWebApprovalShowsHidden(t *testing.T) {
 	a := startRoomHost(t, "--http", "127.0.0.1:0")
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
-	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	b := startRoomHost(t, "--nats-via", a.d.Socket)
 	a.cli("", "adapter", "register", "light", "--", python, exampleFile(t, "python-light", "light.py"), config).wantCode(t, exitOK)
 	a.cli("", "room", "create", "home", "--title", "Home\u2066 sweet\u2069").wantCode(t, exitOK)
 	var inv struct {

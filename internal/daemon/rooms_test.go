@@ -217,8 +217,8 @@ func TestBinaryRoomAgentWithheldResult(t *testing.T) {
 	llm := startModel(t)
 	a := daemontest.Start(t, daemontest.Options{})
 	ca := a.Dial()
-	sa := roomReady(t, ca)
-	b := daemontest.Start(t, daemontest.Options{Args: []string{"--nats-url", sa["natsUrl"].(string), "--provider", "local=" + llm.URL()}})
+	roomReady(t, ca)
+	b := daemontest.Start(t, daemontest.Options{Args: []string{"--nats-via", a.Socket, "--provider", "local=" + llm.URL()}})
 	cb := b.Dial()
 	roomReady(t, cb)
 
