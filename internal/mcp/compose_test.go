@@ -352,6 +352,7 @@ func TestFind(t *testing.T) {
 		{map[string]any{"path": ".", "pattern": "{dir,node_modules}/*"}, "dir/b.txt\ndir/deep/\nnode_modules/x.js\n"},
 		{map[string]any{"path": ".", "pattern": "**/*.go", "exclude": []string{"deep"}}, "e.go\n"},
 		{map[string]any{"path": "dir", "pattern": "*/*.txt"}, "dir/deep/c.txt\n"},
+		{map[string]any{"path": "dir", "pattern": "./deep/./*.go"}, "dir/deep/d.go\n"},
 		{map[string]any{"path": ".", "pattern": "**/d*"}, "dir/\ndir/deep/\ndir/deep/d.go\n"},
 		{map[string]any{"path": ".", "pattern": "*.rs"}, "(no matches)\n"},
 		// The link is not followed: the secret beyond it is not found.

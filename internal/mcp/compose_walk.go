@@ -335,8 +335,10 @@ func runFind(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 	if perr != nil {
 		return nil, perr
 	}
-	// The pattern's literal start becomes the walk's start, as written: the daemon checks it
-	// as it checks any path, so "../x/*" or "/etc/*" is its refusal, not a walk.
+	// The pattern's literal start becomes the walk's start, as written but for "." segments
+	// ("./src/*.go" is "src/*.go"): the daemon checks it as it checks any path, so "../x/*"
+	// or "/etc/*" is its refusal, not a walk.
+	prefix = slices.DeleteFunc(prefix, func(s string) bool { return s == "." })
 	start := *a.Path
 	if len(prefix) > 0 {
 		start = joinPath(start, strings.Join(prefix, "/"))
