@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -561,5 +562,51 @@ func TestEditPreviewBounds(t *testing.T) {
 	if s["truncated"] != true || strings.Count(d, "@@ -") != 1 || !strings.Contains(d, "+line one\n") || s["digest"] != sha(code) ||
 		!strings.Contains(text(r), "(truncated: the diff is longer than one response; these are its first hunks)\n") {
 		t.Fatalf("truncated diff (%v):\n%s", s["truncated"], text(r))
+	}
+}
+
+// TestComposedCancelAbortsItsCalls cancels an fs_read_many whose reads a scripted adapter
+// holds: each read in flight is aborted in the adapter (as a plain fs call is), and none is
+// sent after.
+func TestComposedCancelAbortsItsCalls(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	for _, f := range []string{"a", "b", "c"} {
+		write(t, e.root, f, f) // the daemon walks the paths before it sends them
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cn.cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read_many", Arguments: map[string]any{"paths": []string{"a", "b", "c"}}})
+		errc <- err
+	}()
+	waitFor(t, "three reads at once", func() bool { return len(a.framesOf("invoke")) == 3 })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	waitFor(t, "three aborts", func() bool { return len(a.framesOf("abort")) == 3 })
+	var invoked, aborted []string
+	for _, f := range a.framesOf("invoke") {
+		invoked = append(invoked, f["requestId"].(string))
+	}
+	for _, f := range a.framesOf("abort") {
+		aborted = append(aborted, f["targetRequestId"].(string))
+	}
+	slices.Sort(invoked)
+	slices.Sort(aborted)
+	if !slices.Equal(invoked, aborted) {
+		t.Fatalf("aborts target %v, the reads were %v", aborted, invoked)
+	}
+	a.unblock()
+	// The session still answers, and the cancelled call sent nothing more.
+	if r := cn.call(t, "fs_read", map[string]any{"path": "a"}); r.IsError {
+		t.Fatalf("a read after the cancel: %s", text(r))
+	}
+	if n := len(a.framesOf("invoke")); n != 4 {
+		t.Fatalf("%d invokes, want the 3 cancelled and 1 after", n)
 	}
 }
