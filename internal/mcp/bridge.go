@@ -367,7 +367,7 @@ func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
 			out = append(out, toolSpec{tool: t, kind: kindFS, operation: op, fingerprint: "fs\x00" + op + "\x00" + string(limits)})
 		}
 	}
-	return out
+	return append(out, composedTools(sum.Operations, sum.Limits, string(limits))...)
 }
 
 // liveGeneration reports whether rec is generation gen, resident or quarantined by a restart.

@@ -45,7 +45,8 @@ func checkOutput(t *testing.T, tool *sdk.Tool, r *sdk.CallToolResult) {
 
 // TestToolsAreTheGrant lists and calls every tool of a session granted five of the six fs
 // operations by a real airlock-fs, and the go-lamp example's capability: the list is exactly
-// the grant, every tool works and its result matches its output schema, and the operation
+// the grant (with the composed tools its operations make, and not fs_edit_preview, which
+// needs fs.edit), every tool works and its result matches its output schema, and the operation
 // that was not granted is neither listed nor callable by name.
 func TestToolsAreTheGrant(t *testing.T) {
 	e := startEnv(t)
@@ -61,7 +62,8 @@ func TestToolsAreTheGrant(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	want := []string{"desk_lamp_observe", "desk_lamp_set_brightness", "desk_lamp_set_power", "fs_list", "fs_read", "fs_search", "fs_stat", "fs_write"}
+	want := []string{"desk_lamp_observe", "desk_lamp_set_brightness", "desk_lamp_set_power",
+		"fs_find", "fs_head", "fs_list", "fs_list_sorted", "fs_read", "fs_read_many", "fs_search", "fs_stat", "fs_tail", "fs_tree", "fs_write"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools/list = %v, want %v", names, want)
 	}

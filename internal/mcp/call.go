@@ -50,6 +50,8 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 				return b.callFS(ctx, req, s, "", args)
 			}
 			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
+		case kindComposed:
+			return b.callComposed(ctx, req, s, args)
 		case kindObserve:
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}})

@@ -142,7 +142,7 @@ func TestInspectorCLI(t *testing.T) {
 		slices.Sort(n)
 		return n
 	}
-	want := []string{"fs_list", "fs_read", "fs_stat"}
+	want := []string{"fs_find", "fs_head", "fs_list", "fs_list_sorted", "fs_read", "fs_read_many", "fs_stat", "fs_tail", "fs_tree"}
 	out, code := inspector(t, append(stdio, "--method", "tools/list")...)
 	if code != 0 || !slices.Equal(names(out), want) {
 		t.Fatalf("tools/list: exit %d, tools %v, want %v: %v", code, names(out), want, out)

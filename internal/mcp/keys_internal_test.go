@@ -80,6 +80,11 @@ func TestCapabilityBases(t *testing.T) {
 	if len(got["room"]) != len("room_")+8 || len(got["room_lamp"]) != len("room_lamp_")+8 {
 		t.Fatalf("ids that meet the room tools' names: %v", got)
 	}
+	// fs_read_many would be capability fs.read's action many.
+	got = capabilityBases([]string{"fs.read", "fs_x", "fsx"})
+	if len(got["fs.read"]) != len("fs_read_")+8 || len(got["fs_x"]) != len("fs_x_")+8 || got["fsx"] != "fsx" {
+		t.Fatalf("ids that meet the fs and composed tools' names: %v", got)
+	}
 }
 
 func TestObjectArguments(t *testing.T) {

@@ -119,7 +119,7 @@ func TestDirOneCommand(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	slices.Sort(names)
-	if want := []string{"fs_edit", "fs_list", "fs_read", "fs_search", "fs_stat", "fs_write"}; !slices.Equal(names, want) {
+	if want := []string{"fs_edit", "fs_edit_preview", "fs_find", "fs_head", "fs_list", "fs_list_sorted", "fs_read", "fs_read_many", "fs_search", "fs_stat", "fs_tail", "fs_tree", "fs_write"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
 	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "notes.txt"})); got != "hello\n" {
@@ -166,7 +166,7 @@ func TestDirKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	lt, err := cs.ListTools(ctx, nil)
-	if err != nil || len(lt.Tools) != 2 {
+	if err != nil || len(lt.Tools) != 7 { // fs_read, fs_list and the five composed from them
 		t.Fatalf("tools with --ops fs.read,fs.list: %v %v", lt, err)
 	}
 	if len(e.managedGrants(t)) != 1 {

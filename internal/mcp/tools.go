@@ -25,6 +25,7 @@ const (
 	kindAction                      // invokeCapability of one action
 	kindRoomObserve                 // observeRoomCapability of the session's room
 	kindRoomAction                  // invokeRoomCapability of one published action
+	kindComposed                    // a composed tool: invokeTool calls of granted operations (compose.go)
 )
 
 // toolSpec is one MCP tool and what it calls. Two specs with the same fingerprint are the
@@ -38,6 +39,9 @@ type toolSpec struct {
 	room         string // room tools: the session's room
 	provider     string // room tools: the publishing host
 	fingerprint  string
+
+	composed *composedDef       // composed tools
+	limits   tooladapter.Limits // composed tools: the grant's limits
 }
 
 // schema is a JSON Schema under construction.
@@ -213,7 +217,7 @@ func capabilityTools(d capadapter.Descriptor, base string) []toolSpec {
 
 // capabilityBases maps each capability id to the prefix of its tool names. A capability id may
 // hold '.' and ':' (^[a-z0-9][a-z0-9._:-]{0,63}$); both become '_'. When two ids of the set
-// map to the same prefix, or a prefix would meet an fs or room tool's name, every one involved gets
+// map to the same prefix, or a prefix would meet an fs, composed or room tool's name, every one involved gets
 // "_" and 8 hex digits of the SHA-256 of its id appended, so that the names stay stable and
 // distinct whatever else is listed.
 func capabilityBases(ids []string) map[string]string {
@@ -227,8 +231,8 @@ func capabilityBases(ids []string) map[string]string {
 	out := make(map[string]string, len(ids))
 	for _, id := range ids {
 		b := plain(id)
-		// "fs" and "room" begin the names of the fs and room tools.
-		if count[b] > 1 || b == "fs" || b == "room" || strings.HasPrefix(b, "room_") {
+		// "fs" and "room" begin the names of the fs, composed and room tools.
+		if count[b] > 1 || b == "fs" || strings.HasPrefix(b, "fs_") || b == "room" || strings.HasPrefix(b, "room_") {
 			sum := sha256.Sum256([]byte(id))
 			b += "_" + hex.EncodeToString(sum[:4])
 		}

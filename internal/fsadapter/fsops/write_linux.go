@@ -105,19 +105,8 @@ func (r *Root) Edit(ctx context.Context, p EditPayload) (*EditResult, *protocol.
 	if perr := ValidatePath(p.Path); perr != nil {
 		return nil, perr
 	}
-	if len(p.Edits) < 1 || len(p.Edits) > MaxEdits {
-		return nil, argError("edits", "edits must hold 1 to %d items", MaxEdits)
-	}
-	for i, e := range p.Edits {
-		switch {
-		case e.OldText == "":
-			return nil, argError("edits", "oldText must not be empty").With(DetailEdit, i)
-		case len(e.OldText) > MaxContentBytes || len(e.NewText) > MaxContentBytes:
-			return nil, protocol.Errorf(CodeTooLarge, "edit text exceeds %d bytes", MaxContentBytes).
-				With(DetailField, "edits").With(DetailEdit, i)
-		case !utf8.ValidString(e.OldText) || !utf8.ValidString(e.NewText):
-			return nil, protocol.Errorf(CodeNotUTF8, "edit text is not valid UTF-8").With(DetailEdit, i)
-		}
+	if perr := CheckEdits(p.Edits); perr != nil {
+		return nil, perr
 	}
 	if perr := checkDigestArg(p.ExpectedDigest); perr != nil {
 		return nil, perr
@@ -157,7 +146,7 @@ func (r *Root) Edit(ctx context.Context, p EditPayload) (*EditResult, *protocol.
 	if !utf8.Valid(data) {
 		return nil, protocol.Errorf(CodeNotUTF8, "file content is not valid UTF-8")
 	}
-	text, perr := applyEdits(string(data), p.Edits, limit)
+	text, perr := ApplyEdits(string(data), p.Edits, limit)
 	if perr != nil {
 		return nil, perr
 	}
@@ -169,24 +158,6 @@ func (r *Root) Edit(ctx context.Context, p EditPayload) (*EditResult, *protocol.
 		return nil, perr
 	}
 	return &EditResult{Replacements: len(p.Edits), Digest: digest(out)}, nil
-}
-
-// applyEdits applies edits in order; each oldText must occur exactly once in the current text.
-func applyEdits(text string, edits []Edit, limit int) (string, *protocol.Error) {
-	for i, e := range edits {
-		at := strings.Index(text, e.OldText)
-		if at < 0 {
-			return "", protocol.Errorf(CodeEditNotFound, "edit %d: oldText does not occur", i).With(DetailEdit, i)
-		}
-		if strings.Contains(text[at+1:], e.OldText) {
-			return "", protocol.Errorf(CodeEditAmbiguous, "edit %d: oldText occurs more than once", i).With(DetailEdit, i)
-		}
-		if len(text)-len(e.OldText)+len(e.NewText) > limit {
-			return "", protocol.Errorf(CodeTooLarge, "edit %d: the file would exceed %d bytes", i, limit).With(DetailEdit, i)
-		}
-		text = text[:at] + e.NewText + text[at+len(e.OldText):]
-	}
-	return text, nil
 }
 
 func checkDigestArg(d *string) *protocol.Error {
