@@ -235,3 +235,43 @@ func TestHTTPGoSDKBothRevisions(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPStatelessCancelAbortsTheAdapterCall: under 2026-07-28 over Streamable HTTP a call is
+// its POST, and a client that cancels it closes that request: the bridge cancels the call and
+// the adapter receives the abort frame of exactly that request, as notifications/cancelled
+// does for the session revisions.
+func TestHTTPStatelessCancelAbortsTheAdapterCall(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.write"))
+	url, token, _ := httpServer(t, e, mcp.Config{SessionID: "agent", Generation: 1, PollInterval: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: bearer{token, &http.Transport{}}}
+	defer hc.CloseIdleConnections()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "cancel", Version: "1"}, nil).Connect(ctx,
+		&sdk.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, &sdk.ClientSessionOptions{ProtocolVersion: revStateless})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if v := cs.InitializeResult().ProtocolVersion; v != revStateless {
+		t.Fatalf("negotiated %q", v)
+	}
+	callCtx, cancelCall := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(callCtx, &sdk.CallToolParams{Name: "fs_write", Arguments: map[string]any{"path": "f.txt", "content": "x", "create": true}})
+		errc <- err
+	}()
+	waitFor(t, "the invoke", func() bool { return len(a.framesOf("invoke")) == 1 })
+	cancelCall()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled call returned no error")
+	}
+	waitFor(t, "the abort", func() bool { return len(a.framesOf("abort")) == 1 })
+	if ab, inv := a.framesOf("abort")[0], a.framesOf("invoke")[0]; ab["targetRequestId"] != inv["requestId"] {
+		t.Fatalf("abort targets %v, the invoke was %v", ab["targetRequestId"], inv["requestId"])
+	}
+	a.unblock()
+}
