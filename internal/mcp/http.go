@@ -133,19 +133,24 @@ func isStateless(r *http.Request) (bool, error) {
 		return false, err
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	return namesStatelessRevision(body), nil
+}
+
+// namesStatelessRevision reports whether body is one JSON-RPC message whose params._meta names
+// a stateless revision, members matched exactly, as the SDK matches them. A body without the
+// member's name written out (as every client writes it, rather than with \u or \/ escapes) is
+// not decoded: most bodies are not, and some are megabytes.
+func namesStatelessRevision(body []byte) bool {
 	if !bytes.Contains(body, metaRevisionKey) {
-		return false, nil
+		return false
 	}
-	var req struct {
-		Params struct {
-			Meta map[string]any `json:"_meta"`
-		} `json:"params"`
+	var msg, params, meta map[string]json.RawMessage
+	var v string
+	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg["params"], &params) != nil ||
+		json.Unmarshal(params["_meta"], &meta) != nil || json.Unmarshal(meta[sdk.MetaKeyProtocolVersion], &v) != nil {
+		return false // a batch, not JSON, or no revision there: the stateful handler answers it
 	}
-	if json.Unmarshal(body, &req) != nil {
-		return false, nil // a batch, or not JSON: the SDK answers it
-	}
-	v, _ := req.Params.Meta[sdk.MetaKeyProtocolVersion].(string)
-	return v >= statelessRevision, nil
+	return v >= statelessRevision
 }
 
 // allowedHost reports whether hostport is an IP literal or localhost with port.
