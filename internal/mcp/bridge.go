@@ -119,6 +119,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 			"(paths relative to the granted directory) and the capabilities its operator named. An error's text gives airlock's "+
 			"machine code and, on its second line, what to do next; _meta[\"io.airlock/error\"] carries both (code, hint).", cfg.SessionID, cfg.Generation),
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
+		SetCacheable: uncachedPrivate,
 		Logger:       log,
 	})
 	if err := b.startup(ctx); err != nil {

@@ -1,8 +1,13 @@
 package mcp
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,8 +38,15 @@ type HTTPConfig struct {
 	Port string
 }
 
-// HTTPHandler returns the bridge's Streamable HTTP handler (the SDK's, one MCP session per
-// client), behind three checks, in this order:
+// statelessRevision is the first MCP revision without sessions (SEP-2575: no initialize, a
+// server/discover probe, no Mcp-Session-Id, the revision and the client's capabilities in each
+// request's _meta). Revisions compare as strings, as the SDK compares them.
+const statelessRevision = "2026-07-28"
+
+// metaRevisionKey is the _meta member in which a request of a stateless revision names it.
+var metaRevisionKey = []byte(`"` + sdk.MetaKeyProtocolVersion + `"`)
+
+// HTTPHandler returns the bridge's Streamable HTTP handler, behind three checks, in this order:
 //
 //   - Host must be an IP literal or "localhost", with the listening port. DNS rebinding needs
 //     a DNS name that resolves to this host, so such a name is refused (403).
@@ -43,11 +55,34 @@ type HTTPConfig struct {
 //   - Authorization must be "Bearer " and the token, compared in constant time (401).
 //
 // Bodies are bounded by MaxMessageBytes (413).
+//
+// Behind them are two of the SDK's handlers, one per kind of revision, because one SDK
+// handler serves either the session revisions (2025-11-25 and before: initialize, then one
+// MCP session per client, named by Mcp-Session-Id) or the stateless one (2026-07-28), and a
+// stateful one answers a 2026-07-28 request with -32022. A request goes to the stateless
+// handler when its MCP-Protocol-Version header names 2026-07-28 or later (both the go-sdk and
+// the TypeScript clients send it with every request of that revision, server/discover
+// included), or, without the header, when its body names a revision in _meta, so that the SDK
+// answers such a request with the header it lacks rather than with the wrong revision. Every
+// other request (initialize, the session's requests, GET streams, DELETE) goes to the
+// stateful one. The stateless handler's server/discover lists 2026-07-28 and the session
+// revisions, which a client then reaches with initialize. Under 2026-07-28 a client learns of
+// a changed tool list on a subscriptions/listen stream (a POST held open, on which the SDK
+// sends notifications/tools/list_changed), which ends when the client closes it.
 func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
-	inner := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return b.srv }, &sdk.StreamableHTTPOptions{
+	getServer := func(*http.Request) *sdk.Server { return b.srv }
+	sessions := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
 		MaxRequestBodyBytes: MaxMessageBytes,
 		SessionTimeout:      httpSessionIdle,
 		Logger:              b.log,
+	})
+	stateless := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
+		Stateless:           true,
+		MaxRequestBodyBytes: MaxMessageBytes,
+		Logger:              b.log,
+		// A call of this revision is its POST: a client that goes away cancels it, and
+		// the bridge aborts the adapter's work as it does for notifications/cancelled.
+		PropagateRequestCancellation: true,
 	})
 	want := []byte("Bearer " + cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -65,8 +100,57 @@ func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
-		inner.ServeHTTP(w, r)
+		modern, err := isStateless(r)
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				http.Error(w, fmt.Sprintf("airlock: request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+				return
+			}
+			http.Error(w, "airlock: reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if modern {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		sessions.ServeHTTP(w, r)
 	})
+}
+
+// isStateless reports whether r is a request of a stateless revision (see HTTPHandler). Only a
+// POST without MCP-Protocol-Version has its body read (initialize, and every request of a
+// client older than 2025-06-18), and then put back for the SDK.
+func isStateless(r *http.Request) (bool, error) {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" {
+		return v >= statelessRevision, nil
+	}
+	if r.Method != http.MethodPost || r.Body == nil {
+		return false, nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return false, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return namesStatelessRevision(body), nil
+}
+
+// namesStatelessRevision reports whether body is one JSON-RPC message whose params._meta names
+// a stateless revision, members matched exactly, as the SDK matches them. A body without the
+// member's name written out (as every client writes it, rather than with \u or \/ escapes) is
+// not decoded: most bodies are not, and some are megabytes.
+func namesStatelessRevision(body []byte) bool {
+	if !bytes.Contains(body, metaRevisionKey) {
+		return false
+	}
+	var msg, params, meta map[string]json.RawMessage
+	var v string
+	if json.Unmarshal(body, &msg) != nil || json.Unmarshal(msg["params"], &params) != nil ||
+		json.Unmarshal(params["_meta"], &meta) != nil || json.Unmarshal(meta[sdk.MetaKeyProtocolVersion], &v) != nil {
+		return false // a batch, not JSON, or no revision there: the stateful handler answers it
+	}
+	return v >= statelessRevision
 }
 
 // allowedHost reports whether hostport is an IP literal or localhost with port.
