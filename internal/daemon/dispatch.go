@@ -45,7 +45,9 @@ func (s *Server) open(ctx context.Context, c *conn, cmd *protocol.Command, p *pr
 	if minted != "" && (err != nil || !bound) {
 		s.fsys.drop(cmd.SessionID, cmd.Generation, minted)
 	}
-	if err == nil && policy.Lifetime == protocol.LifetimeConnection {
+	if err == nil && res.Created && policy.Lifetime == protocol.LifetimeConnection {
+		// Only the connection whose open created the generation owns it: another
+		// connection's open of it reuses it, and that connection's end must not end it.
 		s.own(c, cmd.SessionID, cmd.Generation)
 	}
 	return res, err
