@@ -115,8 +115,8 @@ func continued(line string) bool {
 }
 
 // readmeScript renders the runnable blocks as one script, README.md.sh, whose line numbers are
-// the README's, so that bash's $LINENO names the README line that failed. Every other line is empty; a
-// refused line becomes a check on the same line.
+// the README's, so that bash's $LINENO names the README line that failed. Every other line is
+// empty; a refused line becomes a check on the same line.
 func readmeScript(total int, blocks []readmeBlock) string {
 	out := make([]string, total)
 	for _, b := range blocks {
@@ -315,8 +315,9 @@ func readmeEnv() []string {
 	// The race runtime sleeps a second before a program exits (ThreadSanitizer's
 	// atexit_sleep_ms), once for each of the README's forty-odd commands; scripts/race.sh
 	// shortens it for make test, and so does this for a plain go test -race.
-	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
-		env = append(env, strings.TrimSpace("GORACE=atexit_sleep_ms=50 "+g))
+	g := os.Getenv("GORACE")
+	if !strings.Contains(g, "atexit_sleep_ms") {
+		g = strings.TrimSpace("atexit_sleep_ms=50 " + g)
 	}
-	return env
+	return append(env, "GORACE="+g)
 }
