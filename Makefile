@@ -8,8 +8,9 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 all: build
 
+# The binaries, and the Go example adapter the README's room walkthrough registers.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/... ./examples/adapters/go-lamp
 
 # Start airlockd in the foreground on the default socket and state directory.
 run: build
