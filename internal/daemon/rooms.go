@@ -43,7 +43,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		d.srv.withdrawMu.Unlock()
 	}()
 	svc, err := roomhost.Start(ctx, roomhost.Config{
-		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
+		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.roomCapabilities(), Logger: d.log,
 		NATSURL: rc.NATSURL, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})

@@ -108,6 +108,10 @@ type Status struct {
 	ApprovalsWaiting int
 	// Rooms is the room service's state; nil when it does not run.
 	Rooms *Rooms
+	// Counters are the host's content-free event counters that status reports under
+	// host.metrics (connectionsAccepted, eventsDropped…), by name. The names are the
+	// daemon's own constants.
+	Counters map[string]uint64
 }
 
 // Adapter is one capability adapter registration's state.
@@ -176,7 +180,7 @@ func New(status func() Status) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if status != nil {
-		m.reg.MustRegister(&statusCollector{status: status, adapters: newLabelSet(MaxLabelValues)})
+		m.reg.MustRegister(&statusCollector{status: status, adapters: newLabelSet(MaxLabelValues), counters: newLabelSet(MaxLabelValues)})
 	}
 	return m
 }

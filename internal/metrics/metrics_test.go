@@ -130,7 +130,8 @@ func TestLabelValuesBounded(t *testing.T) {
 
 func TestStatusCollector(t *testing.T) {
 	st := Status{Sessions: 3, DormantSessions: 1, ActiveTurns: 2, Connections: 5, ApprovalsWaiting: 1,
-		Adapters: []Adapter{{Name: "lamp", State: "backoff", Restarts: 4}, {Name: "printer", State: "ready"}}}
+		Adapters: []Adapter{{Name: "lamp", State: "backoff", Restarts: 4}, {Name: "printer", State: "ready"}},
+		Counters: map[string]uint64{"connectionsAccepted": 7}}
 	calls := 0
 	m := New(func() Status { calls++; return st })
 	base := serve(t, m)
@@ -146,6 +147,7 @@ func TestStatusCollector(t *testing.T) {
 		`airlock_adapter_state{adapter="lamp",state="ready"} 0`,
 		`airlock_adapter_state{adapter="printer",state="ready"} 1`,
 		`airlock_adapter_restarts_total{adapter="lamp"} 4`,
+		`airlock_host_events_total{event="connectionsAccepted"} 7`,
 	)
 	if strings.Contains(body, "airlock_room_bus_connected") {
 		t.Error("bus state reported without a room service")

@@ -19,17 +19,19 @@ var (
 		"1 while the room service's connection to the room bus is up, 0 while it is lost; absent without a room service.", nil, nil)
 	descRooms = prometheus.NewDesc("airlock_rooms",
 		"Rooms this host is in; absent without a room service.", nil, nil)
+	descHostEvents = prometheus.NewDesc("airlock_host_events_total",
+		"The host's content-free event counters, as status reports them under host.metrics, by name.", []string{"event"}, nil)
 )
 
 // statusCollector reports the daemon's state, read once per scrape from its status function.
 type statusCollector struct {
-	status   func() Status
-	adapters *labelSet
+	status             func() Status
+	adapters, counters *labelSet
 }
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descTurns, descConnections, descApprovals,
-		descAdapterState, descAdapterRestarts, descBusConnected, descRooms} {
+		descAdapterState, descAdapterRestarts, descBusConnected, descRooms, descHostEvents} {
 		ch <- d
 	}
 }
@@ -62,6 +64,12 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descAdapterState, v, name, s)
 		}
 		ch <- prometheus.MustNewConstMetric(descAdapterRestarts, prometheus.CounterValue, float64(a.Restarts), name)
+	}
+	for name, n := range st.Counters {
+		if name = c.counters.bound(name); name == Other {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descHostEvents, prometheus.CounterValue, float64(n), name)
 	}
 	if r := st.Rooms; r != nil {
 		up := 0
