@@ -142,6 +142,7 @@ type Metrics struct {
 	auditFsync   prometheus.Histogram
 
 	capabilities, actions, codes *labelSet
+	series                       sync.Map // callKey → *callSeries
 }
 
 // New returns the collectors, registered with the Go runtime's and the process's; status, when
@@ -208,8 +209,27 @@ func (m *Metrics) ObserveCall(c Call, d time.Duration) {
 	} else {
 		code = m.codes.bound(code)
 	}
-	m.calls.WithLabelValues(door, op, capability, action, code).Inc()
-	m.duration.WithLabelValues(door, op, capability, action, outcome).Observe(d.Seconds())
+	k := callKey{door, op, capability, action, code}
+	e, ok := m.series.Load(k)
+	if !ok {
+		// The label values are bounded, so the cache is too.
+		e, _ = m.series.LoadOrStore(k, &callSeries{
+			count:    m.calls.WithLabelValues(door, op, capability, action, code),
+			duration: m.duration.WithLabelValues(door, op, capability, action, outcome),
+		})
+	}
+	cs := e.(*callSeries)
+	cs.count.Inc()
+	cs.duration.Observe(d.Seconds())
+}
+
+// callKey names one call series; callSeries holds its counter and histogram, so that a call
+// pays one map lookup rather than two label hashes.
+type callKey struct{ door, op, capability, action, code string }
+
+type callSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // ObserveAuditAppend counts one group commit of the audit journal: the records and bytes it

@@ -215,3 +215,14 @@ func TestServerRefusesForeignHost(t *testing.T) {
 		t.Errorf("GET /: %d, want 404", code)
 	}
 }
+
+// BenchmarkObserveCall is the cost a call pays for its metrics (go test -bench ObserveCall).
+func BenchmarkObserveCall(b *testing.B) {
+	m := New(nil)
+	c := Call{Door: DoorSocket, Operation: "invoke", Capability: "desk_lamp", Action: "set_power"}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.ObserveCall(c, time.Millisecond)
+		}
+	})
+}
