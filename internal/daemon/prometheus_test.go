@@ -2,9 +2,11 @@ package daemon_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,6 +24,7 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // promTimeout bounds each wait on Prometheus: its start, and the scrapes that bring the values.
@@ -80,18 +83,14 @@ func (r *scrapeRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-// startPrometheus runs prometheus with a config that scrapes target every second, its storage
-// and its listener in dir, and returns its base URL once it listens.
-func startPrometheus(t *testing.T, bin, dir, target string) string {
+// startPrometheus runs prometheus with a config that scrapes each job's target every second,
+// its storage and its listener in dir, and returns its base URL once it listens.
+func startPrometheus(t *testing.T, bin, dir string, targets map[string]string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: airlockd
-    static_configs:
-      - targets: [%q]
-`, target)
+	cfg := "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+	for _, job := range slices.Sorted(maps.Keys(targets)) {
+		cfg += fmt.Sprintf("  - job_name: %s\n    static_configs:\n      - targets: [%q]\n", job, targets[job])
+	}
 	cfgFile := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -201,6 +200,71 @@ func value(t *testing.T, base, q string) string {
 	return ""
 }
 
+// promEnv is a real Prometheus scraping real airlockd endpoints, each through a scrapeRelay.
+type promEnv struct {
+	base    string
+	scrapes chan struct{} // a scrape of any target was answered
+}
+
+// metricsEndpoint returns the host:port a daemon started with --metrics 127.0.0.1:0 logged.
+func metricsEndpoint(t *testing.T, d *daemontest.Daemon) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="metrics endpoint listening" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(d.Stderr())
+	if m == nil {
+		t.Fatalf("no metrics endpoint in the log:\n%s", d.Stderr())
+	}
+	return m[1]
+}
+
+// startPromEnv starts Prometheus scraping each daemon, by job name.
+func startPromEnv(t *testing.T, daemons map[string]*daemontest.Daemon) *promEnv {
+	t.Helper()
+	bin := prometheusBinary(t)
+	p := &promEnv{scrapes: make(chan struct{}, 1)}
+	targets := map[string]string{}
+	for job, d := range daemons {
+		relay := &scrapeRelay{target: metricsEndpoint(t, d), client: &http.Client{Transport: &http.Transport{}}, scrapes: p.scrapes}
+		rs := httptest.NewServer(relay)
+		t.Cleanup(func() {
+			rs.Close()
+			relay.client.CloseIdleConnections()
+		})
+		targets[job] = strings.TrimPrefix(rs.URL, "http://")
+	}
+	t.Cleanup(http.DefaultClient.CloseIdleConnections)
+	p.base = startPrometheus(t, bin, t.TempDir(), targets)
+	return p
+}
+
+// await waits until every query of want answers its value ("" for no series): after each
+// scrape that began after it was called, it asks Prometheus again, since a scrape's samples
+// are committed before the next scrape of its target begins. It fails at promTimeout.
+func (p *promEnv) await(t *testing.T, want map[string]string) {
+	t.Helper()
+	select {
+	case <-p.scrapes: // one that may have begun before the call
+	default:
+	}
+	deadline := time.After(promTimeout)
+	var missing []string
+	for {
+		select {
+		case <-p.scrapes:
+		case <-deadline:
+			t.Fatalf("after %s, Prometheus still answers differently:\n%s", promTimeout, strings.Join(missing, "\n"))
+		}
+		missing = missing[:0]
+		for _, q := range slices.Sorted(maps.Keys(want)) {
+			if got := value(t, p.base, q); got != want[q] {
+				missing = append(missing, fmt.Sprintf("%s = %q, want %q", q, got, want[q]))
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+	}
+}
+
 // TestPrometheusScrapesAirlockd: a real Prometheus scrapes a real airlockd's --metrics
 // endpoint; the calls made through the owner socket (a tool call through the managed
 // airlock-fs, capability invokes and an observe of the go-lamp example adapter, refusals) and
@@ -208,21 +272,11 @@ func value(t *testing.T, base, q string) string {
 // operation, capability, action and code, next to the state read at scrape time (the
 // adapter's state, the room bus connection, the resident session).
 func TestPrometheusScrapesAirlockd(t *testing.T) {
-	prom := prometheusBinary(t)
+	prometheusBinary(t)
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	e := startManaged(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0"}})
-	m := regexp.MustCompile(`msg="metrics endpoint listening" addr=(127\.0\.0\.1:\d+)`).FindStringSubmatch(e.d.Stderr())
-	if m == nil {
-		t.Fatalf("no metrics endpoint in the log:\n%s", e.d.Stderr())
-	}
-	relay := &scrapeRelay{target: m[1], client: &http.Client{Transport: &http.Transport{}}, scrapes: make(chan struct{}, 1)}
-	rs := httptest.NewServer(relay)
-	t.Cleanup(func() {
-		rs.Close()
-		relay.client.CloseIdleConnections()
-		http.DefaultClient.CloseIdleConnections()
-	})
-	base := startPrometheus(t, prom, t.TempDir(), strings.TrimPrefix(rs.URL, "http://"))
+	p := startPromEnv(t, map[string]*daemontest.Daemon{"airlockd": e.d})
+	base := p.base
 
 	c := e.c
 	roomReady(t, c)
@@ -292,37 +346,7 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 		`airlock_approvals_waiting`:                            "0",
 		`airlock_sessions{residency="resident"}`:               "1",
 	}
-	queries := slices.Sorted(func(yield func(string) bool) {
-		for q := range want {
-			if !yield(q) {
-				return
-			}
-		}
-	})
-	// Wait for scrapes, and after each one that began after the calls were answered, ask
-	// Prometheus; a scrape's samples are committed before its next scrape of the target.
-	select {
-	case <-relay.scrapes: // drain one that may predate the calls
-	default:
-	}
-	deadline := time.After(promTimeout)
-	var missing []string
-	for {
-		select {
-		case <-relay.scrapes:
-		case <-deadline:
-			t.Fatalf("after %s, Prometheus still answers differently:\n%s", promTimeout, strings.Join(missing, "\n"))
-		}
-		missing = missing[:0]
-		for _, q := range queries {
-			if got := value(t, base, q); got != want[q] {
-				missing = append(missing, fmt.Sprintf("%s = %q, want %q", q, got, want[q]))
-			}
-		}
-		if len(missing) == 0 {
-			break
-		}
-	}
+	p.await(t, want)
 	// connectionsAccepted counts at least this test's connection; its exact number is not ours.
 	if v := value(t, base, `airlock_host_events_total{event="connectionsAccepted"}`); v == "" || v == "0" {
 		t.Errorf("connectionsAccepted = %q", v)
@@ -336,6 +360,87 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPrometheusApprovalsAndBus: host B, on host A's room bus, calls A's lamp, published with
+// a per-call approval. Prometheus, scraping both, sees the call wait at A
+// (airlock_approvals_waiting 1), then, once A's operator approves it, run at A's room door;
+// when A stops, B's bus connection is lost (airlock_room_bus_connected 0 at B).
+func TestPrometheusApprovalsAndBus(t *testing.T) {
+	prometheusBinary(t)
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	a := daemontest.Start(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0"}})
+	ca := a.Dial()
+	sa := roomReady(t, ca)
+	b := daemontest.Start(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0",
+		"--nats-url", sa["natsUrl"].(string), "--room-approval-wait", "60s"}})
+	cb := b.Dial()
+	roomReady(t, cb)
+	p := startPromEnv(t, map[string]*daemontest.Daemon{"a": a, "b": b})
+
+	mustOK(t, ca, "registerAdapter", map[string]any{"name": "lamp", "command": lamp})
+	mustOK(t, ca, "createRoom", map[string]any{"room": "home"})
+	var inv struct {
+		Code string `json:"code"`
+	}
+	if err := mustOK(t, ca, "inviteRoom", map[string]any{"room": "home"}).Decode(&inv); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, cb, "joinRoom", map[string]any{"code": inv.Code})
+	mustOK(t, ca, "publishCapability", map[string]any{"room": "home", "capabilityId": "desk_lamp",
+		"actions": []string{"set_power"}, "approveEach": true})
+	if !daemontest.WaitFor(20*time.Second, func() bool {
+		var caps struct {
+			Capabilities []any `json:"capabilities"`
+		}
+		mustOK(t, cb, "listRoomCapabilities", map[string]any{"room": "home"}).Decode(&caps)
+		return len(caps.Capabilities) == 1
+	}) {
+		t.Fatal("B never saw A's publication")
+	}
+
+	called := make(chan *client.Response, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*promTimeout)
+		defer cancel()
+		r, err := cb.Call(ctx, client.Command{Operation: "invokeRoomCapability", Payload: map[string]any{"room": "home",
+			"provider": sa["hostId"], "capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{"on": true}}})
+		if err != nil {
+			r = &client.Response{Error: &protocol.Error{Code: "transport: " + err.Error()}}
+		}
+		called <- r
+	}()
+	p.await(t, map[string]string{
+		`airlock_approvals_waiting{job="a"}`: "1",
+		`airlock_approvals_waiting{job="b"}`: "0",
+		// Not yet run: nothing counted at A's room door.
+		`airlock_calls_total{job="a",door="room"}`: "",
+		`airlock_room_bus_connected{job="b"}`:      "1",
+	})
+	var ap struct {
+		Approvals []struct {
+			ID string `json:"id"`
+		} `json:"approvals"`
+	}
+	if err := mustOK(t, ca, "listApprovals", nil).Decode(&ap); err != nil || len(ap.Approvals) != 1 {
+		t.Fatalf("approvals: %v %+v", err, ap)
+	}
+	mustOK(t, ca, "decideApproval", map[string]any{"approvalId": ap.Approvals[0].ID, "approve": true})
+	if r := <-called; !r.OK {
+		t.Fatalf("B's call: %v", r.Err())
+	}
+	p.await(t, map[string]string{
+		`airlock_approvals_waiting{job="a"}`: "0",
+		`airlock_calls_total{job="a",door="room",operation="invoke",capability="desk_lamp",action="set_power",code="ok"}`: "1",
+		// B made the call through the bus; it ran at A, where it is counted.
+		`airlock_calls_total{job="b",door="room"}`: "",
+	})
+
+	a.Stop()
+	p.await(t, map[string]string{
+		`up{job="a"}`:                         "0",
+		`airlock_room_bus_connected{job="b"}`: "0",
+	})
 }
 
 // A metrics address that is not loopback is refused unless explicitly allowed, and so is one
