@@ -21,7 +21,7 @@ const (
 	WriteTimeout      = 30 * time.Second
 	IdleTimeout       = 2 * time.Minute
 	MaxHeaderBytes    = 8 << 10
-	// MaxScrapes bounds the scrapes served at once; more wait for one to end.
+	// MaxScrapes bounds the scrapes served at once; one more is answered 503 at once.
 	MaxScrapes = 4
 	// ScrapeTimeout bounds the gathering of one scrape.
 	ScrapeTimeout = 10 * time.Second
