@@ -29,6 +29,7 @@ light=(
   ./internal/fsadapter
   ./internal/fsadapter/fsops
   ./internal/fsadapter/server
+  ./internal/metrics
   ./internal/model
   ./internal/model/modeltest
   ./internal/ndjson

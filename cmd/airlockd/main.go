@@ -90,6 +90,8 @@ func run(args []string, stderr io.Writer) error {
 	fs.DurationVar(&adapters.CallTimeout, "adapter-call-timeout", capclient.DefaultCallTimeout, "deadline of one observe or invoke of a capability adapter")
 	httpAddr := fs.String("http", "", "serve the operator's web page on `127.0.0.1:PORT` (off by default; loopback only unless --http-allow-non-loopback); airlock room open-ui prints a login URL")
 	httpAnyAddr := fs.Bool("http-allow-non-loopback", false, "let --http listen on a non-loopback address (the page still answers only requests naming that address)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`127.0.0.1:PORT`/metrics (off by default; loopback only unless --metrics-allow-non-loopback)")
+	metricsAnyAddr := fs.Bool("metrics-allow-non-loopback", false, "let --metrics listen on a non-loopback address")
 	fsAdapter := fs.String("fs-adapter", "", "the airlock-fs `executable` airlockd runs, on first use, for opens that ask it for a grant (airlock mcp --dir, session open --fs-ops) (default: airlock-fs beside airlockd)")
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	var providers providerFlags
@@ -130,6 +132,9 @@ func run(args []string, stderr io.Writer) error {
 	if *httpAnyAddr && *httpAddr == "" {
 		return errors.New("--http-allow-non-loopback needs --http")
 	}
+	if *metricsAnyAddr && *metricsAddr == "" {
+		return errors.New("--metrics-allow-non-loopback needs --metrics")
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -167,6 +172,7 @@ func run(args []string, stderr io.Writer) error {
 		Adapters:    adapters,
 		Rooms:       roomsConfig(*roomsOn, rooms),
 		Web:         webConfig(*httpAddr, *httpAnyAddr),
+		Metrics:     metricsConfig(*metricsAddr, *metricsAnyAddr),
 		ManagedFS:   managedFS(*fsAdapter, *noFSAdapter, log),
 	})
 	if err != nil {
@@ -231,6 +237,13 @@ func webConfig(addr string, anyAddr bool) *daemon.WebConfig {
 		return nil
 	}
 	return &daemon.WebConfig{Addr: addr, AllowNonLoopback: anyAddr}
+}
+
+func metricsConfig(addr string, anyAddr bool) *daemon.MetricsConfig {
+	if addr == "" {
+		return nil
+	}
+	return &daemon.MetricsConfig{Addr: addr, AllowNonLoopback: anyAddr}
 }
 
 func roomsConfig(on bool, c daemon.RoomsConfig) *daemon.RoomsConfig {

@@ -29,3 +29,22 @@ func TestFabricFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsFlags: --metrics-allow-non-loopback means nothing without --metrics, and a
+// non-loopback --metrics without it stops airlockd before it starts.
+func TestMetricsFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--metrics-allow-non-loopback"}, "--metrics-allow-non-loopback needs --metrics"},
+		{[]string{"--metrics", "0.0.0.0:0", "--rooms=false", "--socket", filepath.Join(dir, "s.sock"), "--state-dir", filepath.Join(dir, "state")},
+			"metrics endpoint: invalid_config: listen address is not loopback"},
+	} {
+		err := run(c.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}

@@ -479,8 +479,10 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		}
 		return &CapabilityDescription{Descriptor: d}, nil
 	case protocol.OpObserveCapability, protocol.OpInvokeCapability:
+		start := time.Now()
 		cc, e := capabilityCallOf(cmd)
 		if e != nil {
+			s.meterCapability(start, cmd, nil, e)
 			return nil, e
 		}
 		var raw json.RawMessage
@@ -490,7 +492,9 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		} else {
 			raw, err = a.sup.Invoke(ctx, cc.id, cc.action, cc.args)
 		}
-		return cc.result(raw, err)
+		data, werr := cc.result(raw, err)
+		s.meterCapability(start, cmd, cc, werr)
+		return data, werr
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
 }
@@ -545,13 +549,16 @@ func (cc *capabilityCall) result(raw json.RawMessage, err error) (any, error) {
 // answer is queued, so that close answers it first.
 func (c *conn) startCapability(cmd *protocol.Command) {
 	c.handlers.Add(1)
+	start := time.Now()
 	cc, e := capabilityCallOf(cmd)
 	if e != nil {
+		c.srv.meterCapability(start, cmd, nil, e)
 		c.endCapability(cmd, nil, e)
 		return
 	}
 	done := func(raw json.RawMessage, err error) {
 		data, werr := cc.result(raw, err)
+		c.srv.meterCapability(start, cmd, cc, werr)
 		c.endCapability(cmd, data, werr)
 	}
 	if cc.observe {

@@ -47,6 +47,10 @@ type Config struct {
 	// Web configures the operator's web page over the room service; nil serves none.
 	Web *WebConfig
 
+	// Metrics configures the Prometheus endpoint (metrics.go); nil serves none and counts
+	// nothing.
+	Metrics *MetricsConfig
+
 	// ManagedFS configures the airlock-fs airlockd runs itself for opens of tools mode
 	// "airlock-fs" (managedfs.go); nil runs none.
 	ManagedFS *ManagedFSConfig
@@ -76,6 +80,7 @@ type Daemon struct {
 	srv       *Server
 	ln        *ownersock.Socket
 	web       *web.Server    // nil without Config.Web
+	promSrv   *promServer    // nil without Config.Metrics
 	bg        sync.WaitGroup // recovery
 
 	closeOnce sync.Once
@@ -201,7 +206,14 @@ func Start(cfg Config) (*Daemon, error) {
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 
+	if err := d.startMetrics(); err != nil {
+		cancel()
+		sup.Close(context.Background())
+		st.Close()
+		return nil, fmt.Errorf("metrics endpoint: %w", err)
+	}
 	if err := d.startWeb(); err != nil {
+		d.stopMetrics(context.Background())
 		cancel()
 		sup.Close(context.Background())
 		st.Close()
@@ -210,6 +222,7 @@ func Start(cfg Config) (*Daemon, error) {
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
 		d.stopWeb(context.Background())
+		d.stopMetrics(context.Background())
 		cancel()
 		sup.Close(context.Background())
 		st.Close()
@@ -278,6 +291,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		d.bg.Wait()
 		// The page goes before the room service it shows.
 		d.stopWeb(ctx)
+		d.stopMetrics(ctx)
 		d.stopRooms()
 		d.srv.fsys.close()
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {

@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 )
 
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
-// session generation, the payload and the idempotency key of the call.
+// session generation, the payload and the idempotency key of the call. On an error the payload
+// is nil unless it decoded and passed its checks.
 func (s *Server) toolCall(cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, string, error) {
 	p, e := protocol.DecodeInvokeToolPayload(cmd)
 	if e != nil {
@@ -21,21 +23,26 @@ func (s *Server) toolCall(cmd *protocol.Command) (*toolclient.Conn, *protocol.In
 	}
 	tc, err := s.sessions.Tool(cmd.SessionID, cmd.Generation)
 	if err != nil {
-		return nil, nil, "", err
+		// The payload still names the operation, which the call's metric counts.
+		return nil, p, "", err
 	}
 	return tc, p, toolclient.IdempotencyKey(p.Operation, p.ToolCallID), nil
 }
 
 // invokeTool runs invokeTool and waits for the adapter's answer.
 func (s *Server) invokeTool(ctx context.Context, cmd *protocol.Command) (any, error) {
+	start := time.Now()
 	tc, p, key, err := s.toolCall(cmd)
 	if err != nil {
+		s.meterTool(start, p, protocol.AsError(err).Code)
 		return nil, err
 	}
 	data, e := tc.Invoke(ctx, p.Operation, key, p.Arguments)
 	if e != nil {
+		s.meterTool(start, p, e.Code)
 		return nil, e
 	}
+	s.meterTool(start, p, "")
 	// The connection returns data that DecodeFrame walked and compacted.
 	return &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil
 }
@@ -51,8 +58,10 @@ func (s *Server) invokeTool(ctx context.Context, cmd *protocol.Command) (any, er
 // first, as it does for commands that run on their own goroutine.
 func (c *conn) startTool(cmd *protocol.Command) {
 	c.handlers.Add(1)
+	start := time.Now()
 	tc, p, key, err := c.srv.toolCall(cmd)
 	if err != nil {
+		c.srv.meterTool(start, p, protocol.AsError(err).Code)
 		c.endTool(cmd, nil, err)
 		return
 	}
@@ -60,9 +69,11 @@ func (c *conn) startTool(cmd *protocol.Command) {
 	tc.Start(ctx, p.Operation, key, p.Arguments, func(data json.RawMessage, e *protocol.Error) {
 		done()
 		if e != nil {
+			c.srv.meterTool(start, p, e.Code)
 			c.endTool(cmd, nil, e)
 			return
 		}
+		c.srv.meterTool(start, p, "")
 		// The connection returns data that DecodeFrame walked and compacted. It is a slice
 		// of the connection's read buffer, valid only until this function returns
 		// (toolclient.Conn.Start): endTool copies it into the answer before that.

@@ -51,7 +51,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		via = socketAdmission(rc.NATSVia)
 	}
 	svc, err := roomhost.Start(ctx, roomhost.Config{
-		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
+		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.roomCapabilities(), Logger: d.log,
 		Via: via, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -154,6 +155,10 @@ type Server struct {
 
 	metricsMu sync.Mutex
 	metrics   map[string]uint64
+
+	// prom are the Prometheus collectors (metrics.go); nil without Config.Metrics. Set
+	// before the socket accepts, never changed.
+	prom *metrics.Metrics
 }
 
 // serve accepts connections until the listener closes.

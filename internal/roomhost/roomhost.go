@@ -430,6 +430,13 @@ func (s *Service) Status() Status {
 	return Status{HostID: s.key.ID(), NATSURL: s.url, Embedded: s.server != nil, Rooms: n}
 }
 
+// BusConnected reports whether the service's connection to the room bus is up: false while
+// it has lost its server and tries to reconnect.
+func (s *Service) BusConnected() bool { return s.conn.Connected() }
+
+// ApprovalsWaiting counts the calls waiting for this host's operator to decide.
+func (s *Service) ApprovalsWaiting() int { return len(s.approve.Pending()) }
+
 // Error is every error the service returns: a stable machine code and a message that quotes
 // no argument, result, join code or key.
 type Error struct {
