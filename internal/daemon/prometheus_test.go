@@ -373,7 +373,7 @@ func TestPrometheusApprovalsAndBus(t *testing.T) {
 	ca := a.Dial()
 	sa := roomReady(t, ca)
 	b := daemontest.Start(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0",
-		"--nats-url", sa["natsUrl"].(string), "--room-approval-wait", "60s"}})
+		"--nats-via", a.Socket, "--room-approval-wait", "60s"}})
 	cb := b.Dial()
 	roomReady(t, cb)
 	p := startPromEnv(t, map[string]*daemontest.Daemon{"a": a, "b": b})
