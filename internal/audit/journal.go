@@ -569,7 +569,7 @@ func (j *Journal) waitDurable(seq uint64) error {
 			}
 			s.mu.Unlock()
 			j.mu.Lock()
-			err = j.fail(err)
+			j.fail(err) // sets s.err, which the loop returns
 			j.mu.Unlock()
 			s.mu.Lock()
 		}
