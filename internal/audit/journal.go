@@ -27,6 +27,12 @@ const (
 	DefaultMaxArgsBytes    = 4 << 10        // arguments kept (RecordArgs) only up to 4 KiB
 )
 
+// DirName is the journal's directory in the state directory.
+const DirName = "audit"
+
+// DirIn returns the journal directory of a state directory.
+func DirIn(stateDir string) string { return filepath.Join(stateDir, DirName) }
+
 // Options configure a Journal. The zero value takes every default and keeps no arguments.
 type Options struct {
 	MaxSegmentBytes int64         // rotate before a record would take a segment past this
