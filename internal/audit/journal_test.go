@@ -387,7 +387,12 @@ func TestTornTailIsCutAndReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	torn := `{"seq":4,"time":"2026-12-06T00:00:00Z","kind":"sta`
+	whole, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Longer than the record appended next, so that overwriting alone would leave some.
+	torn := `{"seq":4,"time":"2026-12-06T00:00:00Z","kind":"started","prev":"` + strings.Repeat("a", 64) + `","door":"owner","target":{"op":"fs.write","path":"` + strings.Repeat("p", 600)
 	f.WriteString(torn)
 	f.Close()
 	rep, _ := Verify(dir, nil)
@@ -401,6 +406,9 @@ func TestTornTailIsCutAndReported(t *testing.T) {
 	defer j2.Close()
 	if orep.TornBytes != int64(len(torn)) || orep.TornSegment != segmentName(1) || orep.Head.Digest != o.Digest {
 		t.Fatalf("open report %+v", orep)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != whole.Size() {
+		t.Fatalf("after open the segment is %d bytes, want %d (%v)", fi.Size(), whole.Size(), err)
 	}
 	write(t, j2, "s", "b")
 	if rep := mustVerify(t, dir); rep.TornBytes != 0 || rep.LastSeq != 5 {
@@ -477,10 +485,19 @@ func TestGroupCommitSharesOneFdatasync(t *testing.T) {
 		_, err := j.Append(Entry{Kind: KindEvent, Door: DoorDaemon, Target: Target{Op: "tick", Path: fmt.Sprint(i)}})
 		errs <- err
 	}
+	await := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(waitTimeout):
+			close(release)
+			t.Fatalf("%s did not happen", what)
+		}
+	}
 	wg.Add(1)
 	go appendOne(0)
 	<-written
-	<-entered // the first append leads a group, holding its fdatasync
+	await(entered, "the first append leading a group") // it holds its fdatasync
 	wg.Add(followers)
 	for i := range followers {
 		go appendOne(i + 1)
