@@ -35,11 +35,12 @@ func FuzzReadSegment(f *testing.F) {
 	f.Add([]byte("{\"seq\":1,\"time\":\"2026-12-06T01:00:00Z\",\"kind\":\"header\",\"prev\":\"\",\"segment\":{\"number\":1}}\n{\"seq\":2"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var last uint64
-		info, err := readSegment(bytes.NewReader(data), 1, 0, "", func(rec *Record, _ string) {
+		info, err := readSegment(bytes.NewReader(data), 1, 0, "", func(rec *Record, _ string, _ int64) error {
 			if last != 0 && rec.Seq != last+1 {
 				t.Fatalf("accepted seq %d after %d", rec.Seq, last)
 			}
 			last = rec.Seq
+			return nil
 		})
 		if info.size+info.torn > int64(len(data)) {
 			t.Fatalf("size %d + torn %d > %d", info.size, info.torn, len(data))

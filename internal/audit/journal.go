@@ -33,6 +33,9 @@ const DirName = "audit"
 // DirIn returns the journal directory of a state directory.
 func DirIn(stateDir string) string { return filepath.Join(stateDir, DirName) }
 
+// maxPending bounds the started records a Journal remembers awaiting their outcome.
+const maxPending = 1 << 16
+
 // Options configure a Journal. The zero value takes every default and keeps no arguments.
 type Options struct {
 	MaxSegmentBytes int64         // rotate before a record would take a segment past this
@@ -142,6 +145,12 @@ type Journal struct {
 	headTime   time.Time
 	failed     error // sticky: a write or fdatasync failed
 	closed     bool
+	// pending holds the seqs of started records appended since Open that have no outcome
+	// yet, so that a second outcome for one effect is refused. openSeq is the head at Open:
+	// an outcome may refer to a record before it, which this process cannot know. When
+	// pending reaches maxPending (a caller that never records outcomes), tracking stops.
+	pending map[uint64]struct{}
+	openSeq uint64
 
 	sync struct {
 		mu      sync.Mutex
@@ -178,13 +187,14 @@ func Open(dir string, opt Options) (*Journal, OpenReport, error) {
 		lock.Close()
 		return nil, rep, protocol.Wrap(protocol.Errorf(CodeWriteFailed, "the audit journal in %s is open in another process", dir), err)
 	}
-	j := &Journal{dir: dir, opt: opt, lock: lock}
+	j := &Journal{dir: dir, opt: opt, lock: lock, pending: map[uint64]struct{}{}}
 	j.sync.cond.L = &j.sync.mu
 	if err := j.open(&rep); err != nil {
 		j.closeFiles()
 		return nil, rep, err
 	}
 	rep.Head = j.Head()
+	j.openSeq = rep.Head.Seq
 	return j, rep, nil
 }
 
@@ -496,9 +506,16 @@ func (j *Journal) Append(e Entry) (Ref, error) {
 		j.mu.Unlock()
 		return Ref{}, j.failed
 	}
-	if e.Kind == KindOutcome && e.Ref > j.seq {
-		j.mu.Unlock()
-		return Ref{}, invalid("an outcome refers to seq %d, which is not written yet", e.Ref)
+	if e.Kind == KindOutcome {
+		_, open := j.pending[e.Ref]
+		switch {
+		case e.Ref > j.seq:
+			j.mu.Unlock()
+			return Ref{}, invalid("an outcome refers to seq %d, which is not written yet", e.Ref)
+		case e.Ref > j.openSeq && j.pending != nil && !open:
+			j.mu.Unlock()
+			return Ref{}, invalid("seq %d is not a started record awaiting its outcome (an effect has one outcome)", e.Ref)
+		}
 	}
 	now := j.opt.Now().UTC()
 	rec.Time = now
@@ -525,6 +542,15 @@ func (j *Journal) Append(e Entry) (Ref, error) {
 	}
 	ref := Ref{Seq: rec.Seq, Digest: Digest(line[:len(line)-1])}
 	j.seq, j.prev, j.headTime = ref.Seq, ref.Digest, now
+	switch {
+	case j.pending == nil:
+	case e.Kind == KindStarted && len(j.pending) >= maxPending:
+		j.pending = nil
+	case e.Kind == KindStarted:
+		j.pending[ref.Seq] = struct{}{}
+	case e.Kind == KindOutcome:
+		delete(j.pending, e.Ref)
+	}
 	if j.afterWrite != nil {
 		j.afterWrite(ref.Seq)
 	}

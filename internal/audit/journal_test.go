@@ -207,6 +207,7 @@ func TestEntryRefused(t *testing.T) {
 		"args duplicate key": func(e *Entry) { e.Args = json.RawMessage(`{"a":1,"a":2}`) },
 		"negative duration":  func(e *Entry) { e.Duration = -1 },
 		"outcome in future":  func(e *Entry) { e.Kind = KindOutcome; e.Ref = 99; e.Outcome = "ok" },
+		"outcome of event":   func(e *Entry) { e.Kind = KindOutcome; e.Ref = 2; e.Outcome = "ok" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := newDir(t)
@@ -222,6 +223,28 @@ func TestEntryRefused(t *testing.T) {
 				t.Fatalf("a refused entry moved the head to %d", h.Seq)
 			}
 		})
+	}
+}
+
+func TestOneOutcomePerEffect(t *testing.T) {
+	dir := newDir(t)
+	j := openJ(t, dir, Options{})
+	s, _ := write(t, j, "s", "a")
+	_, err := j.Append(Entry{Kind: KindOutcome, Ref: s.Seq, Door: DoorOwner, Target: Target{Op: "fs.write"}, Outcome: "ok"})
+	wantCode(t, err, CodeInvalidEntry)
+	// After a restart, an outcome may refer to a record this process did not append.
+	st, err := j.Append(Entry{Kind: KindStarted, Door: DoorOwner, Target: Target{Op: "fs.write"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j2 := openJ(t, dir, Options{})
+	if _, err := j2.Append(Entry{Kind: KindOutcome, Ref: st.Seq, Door: DoorOwner, Target: Target{Op: "fs.write"}, Outcome: "interrupted"}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir, nil)
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify %+v %v", rep.Break, err)
 	}
 }
 

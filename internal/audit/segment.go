@@ -198,8 +198,9 @@ func (e *linkError) Error() string {
 // links to prevDigest at seq prevSeq+1 (unchecked when prevDigest is "" and prevSeq is 0,
 // because the segment before is unknown). It stops at the first broken link, returning a
 // *linkError; a torn tail is not an error, it is reported in torn. visit, when not nil, sees
-// every record whose links hold, with its digest.
-func readSegment(r io.Reader, n uint64, prevSeq uint64, prevDigest string, visit func(rec *Record, digest string)) (*segmentInfo, error) {
+// every record whose links hold, with its digest and offset; an error it returns is a broken
+// link at that record.
+func readSegment(r io.Reader, n uint64, prevSeq uint64, prevDigest string, visit func(rec *Record, digest string, off int64) error) (*segmentInfo, error) {
 	info := &segmentInfo{number: n}
 	sc := newScanner(r, 0)
 	anchored := prevDigest != "" || prevSeq != 0
@@ -270,7 +271,9 @@ func readSegment(r io.Reader, n uint64, prevSeq uint64, prevDigest string, visit
 		info.size = sc.off
 		prevSeq, prevDigest = rec.Seq, dig
 		if visit != nil {
-			visit(&rec, dig)
+			if err := visit(&rec, dig, off); err != nil {
+				return info, brk(rec.Seq, "%v", err)
+			}
 		}
 	}
 }

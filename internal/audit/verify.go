@@ -86,6 +86,11 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 	var prevSeq uint64
 	var prevDig string
 	var lastTime time.Time
+	// awaiting holds the started records checked so far that have no outcome yet: an outcome
+	// must end one of them, unless it refers to a record before the checked range. Started
+	// records a crash cut short stay in it; it holds no more than the effects in flight.
+	awaiting := map[uint64]struct{}{}
+	var firstChecked uint64
 	for i, n := range nums {
 		name := segmentName(n)
 		if i > 0 && n != nums[i-1]+1 {
@@ -96,12 +101,25 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		info, err := readSegment(f, n, prevSeq, prevDig, func(rec *Record, dig string) {
+		info, err := readSegment(f, n, prevSeq, prevDig, func(rec *Record, dig string, _ int64) error {
+			if firstChecked == 0 {
+				firstChecked = rec.Seq
+			}
+			switch rec.Kind {
+			case KindStarted:
+				awaiting[rec.Seq] = struct{}{}
+			case KindOutcome:
+				if _, ok := awaiting[rec.Ref]; !ok && rec.Ref >= firstChecked {
+					return fmt.Errorf("the outcome of seq %d ends no started record awaiting one (an effect recorded twice, or a record edited)", rec.Ref)
+				}
+				delete(awaiting, rec.Ref)
+			}
 			lastTime = rec.Time
 			if rep.Anchor != nil && rec.Seq == rep.Anchor.Seq {
 				rep.Anchor.Checked = true
 				rep.Anchor.Holds = dig == rep.Anchor.Digest
 			}
+			return nil
 		})
 		f.Close()
 		if info.records > 0 {

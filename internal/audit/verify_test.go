@@ -212,3 +212,23 @@ func TestParseAnchor(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyFindsAnEffectRecordedTwice: a chain that holds two outcomes for one started record
+// (written here past Append's own guard) verifies only up to the second.
+func TestVerifyFindsAnEffectRecordedTwice(t *testing.T) {
+	dir := newDir(t)
+	j := openJ(t, dir, Options{})
+	s, _ := write(t, j, "s", "a")
+	j.pending = nil // the guard's tracking off, as after maxPending
+	dup, err := j.Append(Entry{Kind: KindOutcome, Ref: s.Seq, Door: DoorOwner, Target: Target{Op: "fs.write"}, Outcome: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.Break.Seq != dup.Seq || !strings.Contains(rep.Break.Reason, "recorded twice") {
+		t.Fatalf("report %+v break %+v", rep, rep.Break)
+	}
+}
