@@ -44,6 +44,10 @@ type Options struct {
 	RecordArgs      bool          // keep the canonical arguments themselves, not only their digest
 	MaxArgsBytes    int           // RecordArgs: arguments longer than this keep only their digest
 	Now             func() time.Time
+	// OnSync, when set, is called after each successful fdatasync (a group commit, a
+	// rotation's, Close's) with the records and bytes it made durable and how long it took: the
+	// daemon passes metrics.ObserveAuditAppend. It runs on the appending goroutine; keep it short.
+	OnSync func(records, bytes int, took time.Duration)
 }
 
 func (o Options) withDefaults() Options {
@@ -141,10 +145,12 @@ type Journal struct {
 	headerDig  string
 	size       int64
 	seq        uint64 // last record written
-	prev       string // its digest
-	headTime   time.Time
-	failed     error // sticky: a write or fdatasync failed
-	closed     bool
+	// unsyncedRecords and unsyncedBytes were written since the last fdatasync, for OnSync.
+	unsyncedRecords, unsyncedBytes int
+	prev                           string // its digest
+	headTime                       time.Time
+	failed                         error // sticky: a write or fdatasync failed
+	closed                         bool
 	// pending holds the seqs of started records appended since Open that have no outcome
 	// yet, so that a second outcome for one effect is refused. openSeq is the head at Open:
 	// an outcome may refer to a record before it, which this process cannot know. When
@@ -332,7 +338,9 @@ func (j *Journal) startSegment(n uint64) error {
 		_, err = f.Write(line)
 	}
 	if err == nil {
-		err = j.fdatasync(f)
+		j.unsyncedRecords++
+		j.unsyncedBytes += len(line)
+		err = j.fdatasync(f, j.takeUnsynced())
 	}
 	if err == nil {
 		err = syncDir(j.dir)
@@ -380,7 +388,7 @@ func (j *Journal) rotate() error {
 		return err
 	}
 	j.seq, j.prev = rec.Seq, Digest(line[:len(line)-1])
-	if err := j.fdatasync(j.f); err != nil {
+	if err := j.fdatasync(j.f, j.takeUnsynced()); err != nil {
 		return j.fail(err)
 	}
 	j.markSynced(rec.Seq)
@@ -416,6 +424,8 @@ func (j *Journal) write(line []byte) error {
 	if err == nil {
 		j.size += int64(n)
 		j.segRecords++
+		j.unsyncedRecords++
+		j.unsyncedBytes += n
 		j.records.Add(1)
 		j.bytes.Add(uint64(n))
 		return nil
@@ -430,7 +440,19 @@ func (j *Journal) write(line []byte) error {
 	return werr
 }
 
-func (j *Journal) fdatasync(f *os.File) error {
+// syncCounts are the records and bytes one fdatasync makes durable.
+type syncCounts struct{ records, bytes int }
+
+// takeUnsynced returns and resets the records and bytes written since the last fdatasync.
+// j.mu is held.
+func (j *Journal) takeUnsynced() syncCounts {
+	c := syncCounts{j.unsyncedRecords, j.unsyncedBytes}
+	j.unsyncedRecords, j.unsyncedBytes = 0, 0
+	return c
+}
+
+// fdatasync syncs f's data and size, counting it, and reports c to OnSync when it succeeds.
+func (j *Journal) fdatasync(f *os.File, c syncCounts) error {
 	start := time.Now()
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -440,8 +462,12 @@ func (j *Journal) fdatasync(f *os.File) error {
 	if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
 		return err
 	}
+	took := time.Since(start)
 	j.fsyncs.Add(1)
-	j.fsyncNanos.Add(uint64(time.Since(start)))
+	j.fsyncNanos.Add(uint64(took))
+	if serr == nil && j.opt.OnSync != nil {
+		j.opt.OnSync(c.records, c.bytes, took)
+	}
 	return serr
 }
 
@@ -582,11 +608,11 @@ func (j *Journal) waitDurable(seq uint64) error {
 			j.beforeSync()
 		}
 		j.mu.Lock()
-		f, target := j.f, j.seq
+		f, target, counts := j.f, j.seq, j.takeUnsynced()
 		j.mu.Unlock()
 		var err error
 		if f != nil {
-			err = j.fdatasync(f)
+			err = j.fdatasync(f, counts)
 		}
 		s.mu.Lock()
 		s.syncing = false
@@ -595,6 +621,13 @@ func (j *Journal) waitDurable(seq uint64) error {
 			s.synced = max(s.synced, target)
 		case s.synced >= target:
 			// Rotation or Close synced and closed the file before this leader reached it.
+			// Its records are durable; the next sync reports them to OnSync.
+			s.mu.Unlock()
+			j.mu.Lock()
+			j.unsyncedRecords += counts.records
+			j.unsyncedBytes += counts.bytes
+			j.mu.Unlock()
+			s.mu.Lock()
 		default:
 			if err == nil {
 				err = errors.New("the segment was closed before it was synced")
@@ -636,7 +669,7 @@ func (j *Journal) Close() error {
 	j.closed = true
 	var err error
 	if j.f != nil && j.failed == nil {
-		if err = j.fdatasync(j.f); err != nil {
+		if err = j.fdatasync(j.f, j.takeUnsynced()); err != nil {
 			err = j.fail(err)
 		} else {
 			j.markSynced(j.seq)

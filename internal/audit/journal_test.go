@@ -632,3 +632,50 @@ func TestCanonical(t *testing.T) {
 		}
 	}
 }
+
+// TestOnSyncCountsEveryByte: what OnSync reports adds up to every record and byte written,
+// headers and footers included, across rotations and Close.
+func TestOnSyncCountsEveryByte(t *testing.T) {
+	dir := newDir(t)
+	var mu sync.Mutex
+	var records, nbytes, syncs int
+	j, _, err := Open(dir, Options{MaxSegmentBytes: 2048, OnSync: func(r, b int, took time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if took <= 0 {
+			t.Errorf("a sync took %v", took)
+		}
+		records += r
+		nbytes += b
+		syncs++
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 10 {
+				write(t, j, fmt.Sprint("s", w), fmt.Sprint(i))
+			}
+		})
+	}
+	wg.Wait()
+	st := j.Stats()
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if uint64(records) != st.Records || uint64(nbytes) != st.Bytes || st.Rotations == 0 {
+		t.Fatalf("OnSync saw %d records, %d bytes in %d syncs; the journal wrote %+v", records, nbytes, syncs, st)
+	}
+	var onDisk int64
+	for _, n := range mustList(t, dir) {
+		fi, _ := os.Stat(segPath(dir, n))
+		onDisk += fi.Size()
+	}
+	if int64(nbytes) != onDisk {
+		t.Fatalf("OnSync saw %d bytes, the segments hold %d", nbytes, onDisk)
+	}
+}
