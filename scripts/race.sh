@@ -21,6 +21,7 @@ export GORACE="atexit_sleep_ms=50${GORACE:+ $GORACE}"
 go=${GO:-go}
 light=(
   ./cmd/airlockd
+  ./internal/audit
   ./internal/bench
   ./internal/capadapter
   ./internal/hint

@@ -90,6 +90,9 @@ func commandTable() []command {
 		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
 			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},
 		{"fabric status", "[--json]", "show the room bus node of this host: with airlockd --fabric its routes and RTT, leaves and JetStream health; else the local node", (*app).fabricStatus},
+		{"audit verify", "[--dir DIR] [--head SEQ:DIGEST] [--json]", "check every link of the audit journal; exit 1 (audit_chain_broken) naming the first broken one, or when the exported head is not in it", (*app).auditVerify},
+		{"audit head", "[--dir DIR] [--json]", "print the audit journal's newest record as SEQ:DIGEST, to keep elsewhere and pass to audit verify --head later", (*app).auditHead},
+		{"audit", "[--dir DIR] [--since 2h|TIME|DATE] [--session S] [--room R] [--door D] [--follow] [--marks] [--json]", "print the audit journal's effects and decisions, oldest first (--json: NDJSON, each line as the journal holds it); reads the files, no daemon needed", (*app).auditRead},
 		{"drain", "[--timeout-ms N] [--json]", "stop admitting new sessions and tell attached clients", (*app).drain},
 		{"raw", "[--wait 10s]", "send NDJSON envelopes from stdin, print every line the daemon sends", (*app).raw},
 		{"help", "", "print this help", (*app).help},
