@@ -416,7 +416,7 @@ func adapterError(err error, project bool) *protocol.Error {
 	return e
 }
 
-func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, error) {
+func (s *Server) runAdapters(ctx context.Context, c *conn, cmd *protocol.Command) (any, error) {
 	a := s.adapters
 	switch cmd.Operation {
 	case protocol.OpRegisterAdapter:
@@ -483,13 +483,17 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 		if e != nil {
 			return nil, e
 		}
+		x, err := s.gateCapability(ctx, c, cmd, cc)
+		if err != nil {
+			return nil, err
+		}
 		var raw json.RawMessage
-		var err error
 		if cc.observe {
 			raw, err = a.sup.Observe(ctx, cc.id)
 		} else {
 			raw, err = a.sup.Invoke(ctx, cc.id, cc.action, cc.args)
 		}
+		x.done(capabilityCode(err))
 		return cc.result(raw, err)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
@@ -550,7 +554,13 @@ func (c *conn) startCapability(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
+	x, err := c.srv.gateCapability(c.ctx, c, cmd, cc)
+	if err != nil {
+		c.endCapability(cmd, nil, err)
+		return
+	}
 	done := func(raw json.RawMessage, err error) {
+		x.done(capabilityCode(err))
 		data, werr := cc.result(raw, err)
 		c.endCapability(cmd, data, werr)
 	}

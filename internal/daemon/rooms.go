@@ -44,6 +44,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	}()
 	svc, err := roomhost.Start(ctx, roomhost.Config{
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.adapters.sup, Logger: d.log,
+		Invoker: &providerInvoker{srv: d.srv, sup: d.srv.adapters.sup}, ErrorCode: providerErrorCode,
 		NATSURL: rc.NATSURL, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})
