@@ -118,8 +118,10 @@ type Call struct {
 	Args json.RawMessage
 	// Key is the call's idempotency key, where it has one.
 	Key string
-	// Verdict is the policy's decision and the rule that gave it.
+	// Verdict is the policy's decision and the rule that gave it; Policy says whose rule:
+	// PolicyHost or PolicySession.
 	Verdict policy.Verdict
+	Policy  string
 	// Started is when the gate admitted the call (zero when no hook is installed: nothing
 	// reads it then).
 	Started time.Time
@@ -136,6 +138,12 @@ func (c *Call) Target() string {
 	}
 	return c.Capability + "." + c.Action
 }
+
+// Whose policy decided a call (Call.Policy).
+const (
+	PolicyHost    = "host"
+	PolicySession = "session"
+)
 
 // Stage is where a call ended.
 type Stage string
@@ -217,7 +225,7 @@ func (g *Gate) hooksNow() []Hook {
 // then do and call Done with the outcome; otherwise the refusal, already reported to the
 // hooks' After, which the door answers as it answers an adapter's error.
 func (g *Gate) Check(ctx context.Context, c *Call, session *policy.Policy) *protocol.Error {
-	c.Verdict = g.decide(c, session)
+	c.Verdict, c.Policy = g.decide(c, session)
 	hooks := g.hooksNow()
 	if len(hooks) > 0 {
 		c.Started = time.Now()
@@ -251,8 +259,11 @@ func (g *Gate) Done(c *Call, code string) {
 
 func (g *Gate) refuse(hooks []Hook, c *Call, stage Stage, e *protocol.Error) *protocol.Error {
 	e = e.With("target", c.Target())
-	if c.Verdict.Rule >= 0 {
-		e = e.With("rule", c.Verdict.Rule+1)
+	if stage == StagePolicy {
+		e = e.With("policy", c.Policy)
+		if c.Verdict.Rule >= 0 {
+			e = e.With("rule", c.Verdict.Rule+1)
+		}
 	}
 	var d time.Duration
 	if !c.Started.IsZero() {
@@ -264,15 +275,16 @@ func (g *Gate) refuse(hooks []Hook, c *Call, stage Stage, e *protocol.Error) *pr
 	return e
 }
 
-// decide is the stricter verdict of the host's policy and the session's.
-func (g *Gate) decide(c *Call, session *policy.Policy) policy.Verdict {
+// decide is the stricter verdict of the host's policy and the session's, and whose it is
+// (the host's when both decide alike).
+func (g *Gate) decide(c *Call, session *policy.Policy) (policy.Verdict, string) {
 	v := g.verdict(g.host, c)
 	if session != nil && v.Decision != policy.Deny {
 		if s := g.verdict(session, c); policy.Stricter(v.Decision, s.Decision) != v.Decision {
-			v = s
+			return s, PolicySession
 		}
 	}
-	return v
+	return v, PolicyHost
 }
 
 func (g *Gate) verdict(p *policy.Policy, c *Call) policy.Verdict {

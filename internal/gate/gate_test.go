@@ -55,11 +55,11 @@ func TestCheckOrderAndStricterPolicy(t *testing.T) {
 	g.Done(c, "")
 
 	c = &Call{Actor: Actor{Door: DoorTurn}, Kind: KindTool, Operation: "fs.write", Path: "README"}
-	if e := g.Check(ctx, c, sess); e == nil || e.Code != CodeApprovalRequired || e.Details["rule"] != 2 {
+	if e := g.Check(ctx, c, sess); e == nil || e.Code != CodeApprovalRequired || e.Details["rule"] != 2 || e.Details["policy"] != PolicySession {
 		t.Fatalf("ask: %v", e)
 	}
 	c = &Call{Actor: Actor{Door: DoorRoom}, Kind: KindInvoke, Capability: "lamp", Action: "on"}
-	if e := g.Check(ctx, c, nil); e == nil || e.Code != CodePolicyDenied || CodeOf(e) != CodePolicyDenied {
+	if e := g.Check(ctx, c, nil); e == nil || e.Code != CodePolicyDenied || CodeOf(e) != CodePolicyDenied || e.Details["policy"] != PolicyHost {
 		t.Fatalf("host deny: %v", e)
 	}
 	// The session's policy cannot loosen the host's.
