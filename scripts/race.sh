@@ -29,11 +29,13 @@ light=(
   ./internal/fsadapter
   ./internal/fsadapter/fsops
   ./internal/fsadapter/server
+  ./internal/gate
   ./internal/model
   ./internal/model/modeltest
   ./internal/ndjson
   ./internal/ownersock
   ./internal/paths
+  ./internal/policy
   ./internal/protocol
   ./internal/room
   ./internal/session
