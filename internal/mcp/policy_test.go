@@ -25,7 +25,8 @@ func policyFile(t *testing.T, doc string) string {
 // under ask/ with approval_required, and neither reaches airlock-fs; an fs tool's description
 // says what the policy decides; the host's policy (airlockd --policy) refuses the lamp's
 // set_power, which the bridge now sends with its session and client name, while
-// set_brightness runs.
+// set_brightness runs; the session's ask rule on the lamp's observation applies to the
+// bridge's observe, and not to an owner-socket observe that names no session.
 func TestPolicyAtTheMCPDoor(t *testing.T) {
 	host := policyFile(t, `{"default":"allow","rules":[{"capability":"desk_lamp","actions":["set_power"],"decision":"deny"}]}`)
 	e := startEnvWith(t, daemontest.Options{Args: []string{"--policy", host}})
@@ -37,7 +38,8 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 	}
 	sess := policyFile(t, `{"name":"guard","default":"allow","rules":[
 		{"operations":["fs.write"],"paths":["locked/**"],"decision":"deny"},
-		{"operations":["fs.write"],"paths":["ask/**"],"decision":"ask"}]}`)
+		{"operations":["fs.write"],"paths":["ask/**"],"decision":"ask"},
+		{"capability":"desk_lamp","actions":["observe"],"decision":"ask"}]}`)
 	desc := fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.write")
 	p := map[string]any{
 		"cwd": e.root, "session": map[string]any{"mode": "memory"}, "policy": map[string]any{"file": sess},
@@ -78,7 +80,20 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 	if r := cn.call(t, "desk_lamp_set_brightness", map[string]any{"level": 10}); r.IsError {
 		t.Fatalf("set_brightness: %s", text(r))
 	}
-	if r := cn.call(t, "desk_lamp_observe", map[string]any{}); r.IsError || strings.Contains(text(r), `"on":true`) {
-		t.Fatalf("the lamp after the calls: %s", text(r))
+	// The session's capability rules apply too: the bridge names its session.
+	if r := cn.call(t, "desk_lamp_observe", map[string]any{}); errorCode(t, r) != "approval_required" {
+		t.Fatalf("observe under the session's ask rule: %s", text(r))
+	}
+	var lamp struct {
+		Result struct {
+			On         bool `json:"on"`
+			Brightness int  `json:"brightness"`
+		} `json:"result"`
+	}
+	if err := call(t, e.c, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}}).Decode(&lamp); err != nil {
+		t.Fatal(err)
+	}
+	if lamp.Result.On || lamp.Result.Brightness != 10 {
+		t.Fatalf("the lamp after the calls: %+v (set_power must never have run)", lamp.Result)
 	}
 }
