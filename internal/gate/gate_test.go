@@ -114,3 +114,32 @@ func TestAddHookAndExecutable(t *testing.T) {
 		t.Fatal("Executable of no process")
 	}
 }
+
+// BenchmarkCheck is the gate's own cost per call: the trivial path (no policy, no hooks)
+// and an allow decided by a host policy's rules (a non-matching deny rule on a path glob,
+// then an allow rule), as BenchmarkInvokeToolPolicy's daemon decides it.
+func BenchmarkCheck(b *testing.B) {
+	p, err := policy.Parse([]byte(`{"default":"ask","rules":[
+		{"operations":["fs.read","fs.stat"],"paths":[".env*","**/.env*"],"decision":"deny"},
+		{"operations":["fs.stat","fs.list"],"decision":"allow"}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		host *policy.Policy
+	}{{"none", nil}, {"allow-rule", p}} {
+		b.Run(bc.name, func(b *testing.B) {
+			g := New(Config{Host: bc.host})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				c := Call{Kind: KindTool, Operation: "fs.stat", Path: "src/main.go"}
+				if e := g.Check(ctx, &c, nil); e != nil {
+					b.Fatal(e)
+				}
+				g.Done(&c, "")
+			}
+		})
+	}
+}
