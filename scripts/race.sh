@@ -31,11 +31,13 @@ light=(
   ./internal/fsadapter/fsops
   ./internal/fsadapter/server
   ./internal/metrics
+  ./internal/gate
   ./internal/model
   ./internal/model/modeltest
   ./internal/ndjson
   ./internal/ownersock
   ./internal/paths
+  ./internal/policy
   ./internal/protocol
   ./internal/room
   ./internal/session

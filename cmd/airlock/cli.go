@@ -41,7 +41,8 @@ func commandTable() []command {
 		{"probe", "[--timeout 5s] [--json]", "check readiness: exit 0 ready, 75 not ready, 69 unreachable, 76 protocol failure", (*app).probe},
 		{"session open", "SESSION --generation N --cwd DIR [--name S] [--mode new|open|continue|memory]\n" +
 			"      [--path P] [--session-dir D] [--agent-dir D] [--model PROVIDER/ID] [--thinking-level L]\n" +
-			"      [--system-prompt-file F] [--descriptor FILE|- | --fs-ops OP,OP…] [--room R] [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --fs-ops the cwd from airlockd's own airlock-fs, --room the room's published capabilities", (*app).sessionOpen},
+			"      [--system-prompt-file F] [--descriptor FILE|- | --fs-ops OP,OP…] [--room R] [--policy NAME|FILE]\n" +
+			"      [--protocol 2.0|1.0] [--json]", "open (or reuse) a session generation; --descriptor grants a host tool adapter, --fs-ops the cwd from airlockd's own airlock-fs, --room the room's published capabilities", (*app).sessionOpen},
 		{"session close", "SESSION --generation N [--delete] [--json]", "close a session generation; --delete also removes its durable records", (*app).sessionClose},
 		{"session list", "[--limit N] [--json]", "list the durable session catalog", (*app).sessionList},
 		{"session show", "SESSION [--json]", "show a session's catalog record and runtime snapshot", (*app).sessionShow},
@@ -80,6 +81,7 @@ func commandTable() []command {
 		{"room approve", "APPROVAL [--json]", "let a waiting call run", (*app).roomApprove},
 		{"room deny", "APPROVAL [--json]", "refuse a waiting call (approval_denied)", (*app).roomDeny},
 		{"room open-ui", "[--json]", "print a one-time login URL for this host's web page (airlockd --http)", (*app).roomOpenUI},
+		{"policy check", "FILE [--json]", "validate a policy file as airlockd reads it (strict: unknown keys, bad globs refused with the field) and run its examples; exit 1 on any failure", (*app).policyCheck},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--pass-env VAR]… [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"mcp config", "--dir DIR [--client json|claude|codex|gemini] [--name N] [--ops OP,OP…] [--caps ID,ID…]",

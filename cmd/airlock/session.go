@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/policy"
 	"io"
 	"os"
 	"path/filepath"
@@ -54,6 +55,7 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 	fsOps := fs.String("fs-ops", "", "grant the session its cwd for these operations (`fs.read,fs.list,…`) from the airlock-fs airlockd runs, which revokes the grant when the generation ends (protocol 2.x; instead of --descriptor)")
 	version := fs.String("protocol", protocol.Version2, "protocol version of the open: 2.0 or 1.0")
 	roomID := fs.String("room", "", "give the model the capabilities published into this `room` as tools (protocol 2.x)")
+	pol := fs.String("policy", "", "the session's policy: a built-in `NAME` (allow-all, read-only, ask-writes, deny-all) or a policy FILE (a path with a /) that the daemon reads (protocol 2.x)")
 	pos, code, done := a.parse(o, fs, args, "SESSION")
 	if done {
 		return code
@@ -94,6 +96,20 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 			return a.failUsage(o, usageErrorf("--room needs protocol 2.x"))
 		}
 		p.Room, _ = json.Marshal(*roomID)
+	}
+	if *pol != "" {
+		if *version == protocol.Version1 {
+			return a.failUsage(o, usageErrorf("--policy needs protocol 2.x"))
+		}
+		ref := protocol.PolicyRef{Name: *pol}
+		if strings.Contains(*pol, "/") {
+			abs, err := filepath.Abs(*pol)
+			if err != nil {
+				return a.failUsage(o, usageErrorf("--policy: %v", err))
+			}
+			ref = protocol.PolicyRef{File: abs}
+		}
+		p.Policy, _ = json.Marshal(ref)
 	}
 	data, err := a.call(ctx, *version, client.Command{
 		Operation: protocol.OpOpen, SessionID: pos[0], Generation: gen, Payload: p,
@@ -406,6 +422,9 @@ func printRecord(w io.Writer, r *protocol.CatalogRecord) {
 	if r.Policy.Model != nil {
 		fmt.Fprintf(t, "model\t%s/%s\n", clean(r.Policy.Model.Provider), clean(r.Policy.Model.ID))
 	}
+	if len(r.Policy.Rules) > 0 {
+		fmt.Fprintf(t, "rules\t%s\n", rulesSummary(r.Policy.Rules))
+	}
 	fmt.Fprintf(t, "policyDigest\t%s\n", orDash(r.PolicyDigest))
 	fmt.Fprintf(t, "created\t%s\n", timestamp(r.CreatedAt))
 	fmt.Fprintf(t, "updated\t%s\n", timestamp(r.UpdatedAt))
@@ -491,4 +510,22 @@ func (a *app) readDescriptor(name string) (json.RawMessage, error) {
 		return nil, usageErrorf("--descriptor: not a JSON object")
 	}
 	return raw, nil
+}
+
+// rulesSummary is one line of what a session's policy decides for each fs operation, with
+// its name: "ask-writes: fs.list allow, …, fs.write ask".
+func rulesSummary(raw json.RawMessage) string {
+	p, err := policy.Parse(raw)
+	if err != nil {
+		return "unreadable (every call is denied)"
+	}
+	var parts []string
+	for _, op := range policy.FSOperations {
+		parts = append(parts, op+" "+p.Summary(op))
+	}
+	s := strings.Join(parts, ", ") + "; capabilities: see --json"
+	if p.Name() != "" {
+		s = clean(p.Name()) + ": " + s
+	}
+	return s
 }

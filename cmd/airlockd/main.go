@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/policy"
 	"io"
 	"log/slog"
 	"os"
@@ -93,6 +94,7 @@ func run(args []string, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`127.0.0.1:PORT`/metrics (off by default; loopback only unless --metrics-allow-non-loopback)")
 	metricsAnyAddr := fs.Bool("metrics-allow-non-loopback", false, "let --metrics listen on a non-loopback address")
 	fsAdapter := fs.String("fs-adapter", "", "the airlock-fs `executable` airlockd runs, on first use, for opens that ask it for a grant (airlock mcp --dir, session open --fs-ops) (default: airlock-fs beside airlockd)")
+	policyFile := fs.String("policy", "", "the host's policy `FILE` (docs/operations.md, \"Approvals and policy\"): allow, ask or deny for every fs operation and capability action at every door, beside each session's own; its examples must pass (airlock policy check FILE)")
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
@@ -160,7 +162,18 @@ func run(args []string, stderr io.Writer) error {
 		}
 	}
 
+	var hostPolicy *policy.Policy
+	if *policyFile != "" {
+		if hostPolicy, err = policy.ReadFile(*policyFile); err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		if f := hostPolicy.Check(); len(f) > 0 {
+			return fmt.Errorf("--policy: example %d expects %s and gets %s (airlock policy check %s)", f[0].Index+1, f[0].Example.Expect, f[0].Got.Decision, *policyFile)
+		}
+	}
+
 	d, err := daemon.Start(daemon.Config{
+		Policy:      hostPolicy,
 		SocketPath:  *socket,
 		StateDir:    *stateDir,
 		Limits:      limits,

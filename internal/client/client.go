@@ -124,7 +124,10 @@ type Command struct {
 	SessionID      string
 	Generation     *int64
 	IdempotencyKey string
-	Payload        any // nil sends {}
+	// Client is the envelope's client member (2.x): the name of the MCP client the command
+	// is made for; airlock mcp sets it so that the daemon's gate knows the call's actor.
+	Client  string
+	Payload any // nil sends {}
 	// RequestID is generated when empty.
 	RequestID string
 }
@@ -315,8 +318,9 @@ func (c *Client) Call(ctx context.Context, cmd Command) (*Response, error) {
 		SessionID       string `json:"sessionId,omitempty"`
 		Generation      *int64 `json:"generation,omitempty"`
 		IdempotencyKey  string `json:"idempotencyKey,omitempty"`
+		Client          string `json:"client,omitempty"`
 		Payload         any    `json:"payload"`
-	}{c.version, rid, cmd.Operation, cmd.SessionID, cmd.Generation, cmd.IdempotencyKey, payload}
+	}{c.version, rid, cmd.Operation, cmd.SessionID, cmd.Generation, cmd.IdempotencyKey, cmd.Client, payload}
 	line, err := ndjson.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("client: encode %s: %w", cmd.Operation, err)

@@ -416,7 +416,7 @@ func adapterError(err error, project bool) *protocol.Error {
 	return e
 }
 
-func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, error) {
+func (s *Server) runAdapters(ctx context.Context, c *conn, cmd *protocol.Command) (any, error) {
 	a := s.adapters
 	switch cmd.Operation {
 	case protocol.OpRegisterAdapter:
@@ -485,13 +485,18 @@ func (s *Server) runAdapters(ctx context.Context, cmd *protocol.Command) (any, e
 			s.meterCapability(start, cmd, nil, e)
 			return nil, e
 		}
+		x, err := s.gateCapability(ctx, c, cmd, cc)
+		if err != nil {
+			s.meterCapability(start, cmd, cc, err)
+			return nil, err
+		}
 		var raw json.RawMessage
-		var err error
 		if cc.observe {
 			raw, err = a.sup.Observe(ctx, cc.id)
 		} else {
 			raw, err = a.sup.Invoke(ctx, cc.id, cc.action, cc.args)
 		}
+		x.done(capabilityCode(err))
 		data, werr := cc.result(raw, err)
 		s.meterCapability(start, cmd, cc, werr)
 		return data, werr
@@ -556,7 +561,14 @@ func (c *conn) startCapability(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
+	x, err := c.srv.gateCapability(c.ctx, c, cmd, cc)
+	if err != nil {
+		c.srv.meterCapability(start, cmd, cc, err)
+		c.endCapability(cmd, nil, err)
+		return
+	}
 	done := func(raw json.RawMessage, err error) {
+		x.done(capabilityCode(err))
 		data, werr := cc.result(raw, err)
 		c.srv.meterCapability(start, cmd, cc, werr)
 		c.endCapability(cmd, data, werr)

@@ -45,7 +45,7 @@ func BenchmarkStatusRoundTrip(b *testing.B) {
 	b.ReportMetric(float64(d50)/float64(e50), "ratio-p50")
 }
 
-func waitReady(b *testing.B, d *Daemon) {
+func waitReady(b testing.TB, d *Daemon) {
 	for deadline := time.Now().Add(10 * time.Second); !d.sessions.Ready(); {
 		if time.Now().After(deadline) {
 			b.Fatal("daemon not ready")

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/gate"
+	"github.com/airlockhq/airlock/internal/policy"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -50,6 +52,12 @@ type Config struct {
 	// Metrics configures the Prometheus endpoint (metrics.go); nil serves none and counts
 	// nothing.
 	Metrics *MetricsConfig
+	// Policy is the host's policy (airlockd --policy): it applies to every call at every
+	// door, beside the session's own; nil allows all.
+	Policy *policy.Policy
+	// GateHooks are installed on the gate before the socket accepts (the audit journal, the
+	// metrics); more can be added with Daemon.Gate().AddHook.
+	GateHooks []gate.Hook
 
 	// ManagedFS configures the airlock-fs airlockd runs itself for opens of tools mode
 	// "airlock-fs" (managedfs.go); nil runs none.
@@ -140,6 +148,7 @@ func Start(cfg Config) (*Daemon, error) {
 		metrics:  make(map[string]uint64),
 		pool:     ownersock.NewPool(cfg.SocketPath, cfg.Limits.MaxConnections, cfg.Limits.MaxConnectionsPerPeer, cfg.Logger),
 	}
+	d.srv.gate = gate.New(gate.Config{Host: cfg.Policy, Hooks: cfg.GateHooks})
 	d.srv.pool.ReserveControl(cfg.Limits.ControlConnections, cfg.Limits.ControlConnectionsPerPeer)
 	maxAttachments, maxAttachmentsPerSession := cfg.Limits.Attachments()
 	maxSessions := cfg.MaxSessions
@@ -184,6 +193,7 @@ func Start(cfg Config) (*Daemon, error) {
 		RecoveryOpenTimeout: turns.RecoveryOpenTimeout,
 		RecoveryTimeout:     turns.RecoveryTimeout,
 		RoomTools:           d.srv.roomTools,
+		GateTools:           d.srv.gateTurnTools,
 		// Temporary adapters tied to a generation end with it; d.srv.adapters is set below,
 		// before the listener accepts any open or close.
 		// So do the grants airlockd minted for it from its own airlock-fs; d.srv.fsys is

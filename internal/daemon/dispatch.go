@@ -29,6 +29,9 @@ func (s *Server) open(ctx context.Context, c *conn, cmd *protocol.Command, p *pr
 		return nil, protocol.Errorf(protocol.CodeInvalidField, "lifetime %q needs an owner-socket connection", protocol.LifetimeConnection).
 			With("field", "payload.lifetime")
 	}
+	if e := resolvePolicy(p, policy); e != nil {
+		return nil, e
+	}
 	minted := ""
 	if ops := p.ManagedOperations(); ops != nil {
 		raw, id, e := s.fsys.mint(ctx, cmd.SessionID, cmd.Generation, policy.Cwd, ops)
@@ -136,7 +139,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 			ctx, done = c.tools.track(ctx, cmd.RequestID)
 			defer done()
 		}
-		return s.invokeTool(ctx, cmd)
+		return s.invokeTool(ctx, c, cmd)
 
 	case protocol.OpAbortTool:
 		return c.abortTool(cmd)
@@ -199,7 +202,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 
 	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs, protocol.OpApproveAdapter,
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:
-		return s.runAdapters(ctx, cmd)
+		return s.runAdapters(ctx, c, cmd)
 
 	case protocol.OpRoomStatus, protocol.OpCreateRoom, protocol.OpListRooms, protocol.OpShowRoom, protocol.OpCloseRoom,
 		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpPublishCapability, protocol.OpUnpublishCapability,

@@ -11,38 +11,40 @@ import (
 )
 
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
-// session generation, the payload and the idempotency key of the call. On an error the payload
-// is nil unless it decoded and passed its checks.
-func (s *Server) toolCall(cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, string, error) {
+// session generation, the payload and the call at the gate (c is nil for a command that did
+// not arrive on a connection). On an error the payload is nil unless it decoded and passed its
+// checks (the call's metric counts its operation).
+func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, *gated, error) {
 	p, e := protocol.DecodeInvokeToolPayload(cmd)
 	if e != nil {
-		return nil, nil, "", e
+		return nil, nil, nil, e
 	}
 	if e := p.Validate(); e != nil {
-		return nil, nil, "", e
+		return nil, nil, nil, e
 	}
-	tc, err := s.sessions.Tool(cmd.SessionID, cmd.Generation)
+	tc, rules, err := s.sessions.GatedTool(cmd.SessionID, cmd.Generation)
 	if err != nil {
-		// The payload still names the operation, which the call's metric counts.
-		return nil, p, "", err
+		return nil, p, nil, err
 	}
-	return tc, p, toolclient.IdempotencyKey(p.Operation, p.ToolCallID), nil
+	key := toolclient.IdempotencyKey(p.Operation, p.ToolCallID)
+	return tc, p, s.gateTool(ctx, c, cmd, rules, p, key), nil
 }
 
-// invokeTool runs invokeTool and waits for the adapter's answer.
-func (s *Server) invokeTool(ctx context.Context, cmd *protocol.Command) (any, error) {
+// invokeTool runs invokeTool and waits for the adapter's answer. The adapter connection runs
+// the grant and path checks, then the gate (gated.check), then sends.
+func (s *Server) invokeTool(ctx context.Context, c *conn, cmd *protocol.Command) (any, error) {
 	start := time.Now()
-	tc, p, key, err := s.toolCall(cmd)
+	tc, p, x, err := s.toolCall(ctx, c, cmd)
 	if err != nil {
 		s.meterTool(start, p, protocol.AsError(err).Code)
 		return nil, err
 	}
-	data, e := tc.Invoke(ctx, p.Operation, key, p.Arguments)
+	data, e := tc.InvokeChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check)
+	x.done(codeOf(e))
+	s.meterTool(start, p, codeOf(e))
 	if e != nil {
-		s.meterTool(start, p, e.Code)
 		return nil, e
 	}
-	s.meterTool(start, p, "")
 	// The connection returns data that DecodeFrame walked and compacted.
 	return &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil
 }
@@ -59,21 +61,22 @@ func (s *Server) invokeTool(ctx context.Context, cmd *protocol.Command) (any, er
 func (c *conn) startTool(cmd *protocol.Command) {
 	c.handlers.Add(1)
 	start := time.Now()
-	tc, p, key, err := c.srv.toolCall(cmd)
+	ctx, done := c.tools.track(c.ctx, cmd.RequestID)
+	tc, p, x, err := c.srv.toolCall(ctx, c, cmd)
 	if err != nil {
+		done()
 		c.srv.meterTool(start, p, protocol.AsError(err).Code)
 		c.endTool(cmd, nil, err)
 		return
 	}
-	ctx, done := c.tools.track(c.ctx, cmd.RequestID)
-	tc.Start(ctx, p.Operation, key, p.Arguments, func(data json.RawMessage, e *protocol.Error) {
+	tc.StartChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check, func(data json.RawMessage, e *protocol.Error) {
 		done()
+		x.done(codeOf(e))
+		c.srv.meterTool(start, p, codeOf(e))
 		if e != nil {
-			c.srv.meterTool(start, p, e.Code)
 			c.endTool(cmd, nil, e)
 			return
 		}
-		c.srv.meterTool(start, p, "")
 		// The connection returns data that DecodeFrame walked and compacted. It is a slice
 		// of the connection's read buffer, valid only until this function returns
 		// (toolclient.Conn.Start): endTool copies it into the answer before that.

@@ -194,7 +194,15 @@ func (m meteredCapabilities) StartInvoke(ctx context.Context, capability, action
 
 // roomCapabilities is the room service's view of the local capabilities: the supervisor,
 // metered when metrics are on.
-func (s *Server) roomCapabilities() roomhost.Capabilities {
+// roomSupervisor is what the room service takes of the capability supervisor: the
+// capabilities it publishes, and calls that start without waiting (the provider's invoker,
+// behind the gate).
+type roomSupervisor interface {
+	roomhost.Capabilities
+	room.StartInvoker
+}
+
+func (s *Server) roomCapabilities() roomSupervisor {
 	if s.prom == nil {
 		return s.adapters.sup
 	}

@@ -50,8 +50,10 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	if rc.NATSVia != "" {
 		via = socketAdmission(rc.NATSVia)
 	}
+	caps := d.srv.roomCapabilities()
 	svc, err := roomhost.Start(ctx, roomhost.Config{
-		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: d.srv.roomCapabilities(), Logger: d.log,
+		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: caps, Logger: d.log,
+		Invoker: &providerInvoker{srv: d.srv, sup: caps}, ErrorCode: providerErrorCode,
 		Via: via, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed,
 	})

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/gate"
 	"log/slog"
 	"net"
 	"sync"
@@ -127,6 +128,8 @@ type Server struct {
 	log      *slog.Logger
 	sessions *session.Manager
 	adapters *adapterHost
+	// gate is the one gate every effect passes (gate.go).
+	gate *gate.Gate
 	// rooms is the room service once it runs (nil before, and without one).
 	rooms atomic.Pointer[roomhost.Service]
 	// withdrawMu orders withdrawals against the room service's installation in rooms;

@@ -32,19 +32,19 @@ func startInProcess(t *testing.T, cfg Config) *Daemon {
 	return d
 }
 
-// gate holds commands of one operation in dispatch until released.
-type gate struct {
+// holdGate holds commands of one operation in dispatch until released.
+type holdGate struct {
 	op      string
 	entered chan struct{}
 	release chan struct{}
 	once    sync.Once
 }
 
-func newGate(op string) *gate {
-	return &gate{op: op, entered: make(chan struct{}, 64), release: make(chan struct{})}
+func newGate(op string) *holdGate {
+	return &holdGate{op: op, entered: make(chan struct{}, 64), release: make(chan struct{})}
 }
 
-func (g *gate) hook(cmd *protocol.Command) {
+func (g *holdGate) hook(cmd *protocol.Command) {
 	if cmd.Operation != g.op {
 		return
 	}
@@ -52,9 +52,9 @@ func (g *gate) hook(cmd *protocol.Command) {
 	<-g.release
 }
 
-func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+func (g *holdGate) open() { g.once.Do(func() { close(g.release) }) }
 
-func (g *gate) waitEntered(t *testing.T, n int) {
+func (g *holdGate) waitEntered(t *testing.T, n int) {
 	t.Helper()
 	for range n {
 		select {

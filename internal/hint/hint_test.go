@@ -36,6 +36,7 @@ var doorSources = []string{
 	"turn",                   // unknown_tool
 	"mcp",                    // daemon_unreachable
 	"daemon",                 // fs_adapter_unavailable (an open with a grant airlockd mints)
+	"gate",                   // policy_denied, approval_required, record_failed
 }
 
 // skipFiles hold codes that no call can end with.

@@ -363,9 +363,12 @@ func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
 	}
 	limits, _ := json.Marshal(sum.Limits)
 	var out []toolSpec
+	rules := sessionRules(rec.Policy.Rules)
 	for _, op := range sum.Operations {
 		if t := fsTool(op, sum.Limits); t != nil {
-			out = append(out, toolSpec{tool: t, kind: kindFS, operation: op, fingerprint: "fs\x00" + op + "\x00" + string(limits)})
+			note := policyNote(rules, op)
+			t.Description += note
+			out = append(out, toolSpec{tool: t, kind: kindFS, operation: op, fingerprint: "fs\x00" + op + "\x00" + string(limits) + "\x00" + note})
 		}
 	}
 	return append(out, composedTools(sum.Operations, sum.Limits, string(limits))...)

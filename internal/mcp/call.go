@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,9 +40,10 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		sessionID := ""
+		sessionID, clientName := "", ""
 		if req.Session != nil {
 			sessionID = req.Session.ID()
+			clientName = clientNameOf(req.Session)
 		}
 		switch s.kind {
 		case kindFS:
@@ -47,14 +51,14 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 				// A read has no effect a retry could repeat: each call gets a key of its own,
 				// so that identical reads in flight together are not one call to the daemon,
 				// which refuses a key already in flight.
-				return b.callFS(ctx, req, s, "", args)
+				return b.callFS(ctx, req, s, "", clientName, args)
 			}
-			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), args)
+			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), clientName, args)
 		case kindComposed:
 			return b.callComposed(ctx, req, s, args)
 		case kindObserve:
-			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveCapability,
-				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}})
+			return b.callCapability(ctx, b.gated(client.Command{Operation: protocol.OpObserveCapability,
+				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, clientName))
 		case kindRoomObserve:
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID}})
@@ -63,11 +67,35 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID, Action: s.action, Args: args}},
 				callFingerprint(sessionID, s.tool.Name, args, explicit))
 		default:
-			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeCapability,
-				Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}},
+			return b.callAction(ctx, b.gated(client.Command{Operation: protocol.OpInvokeCapability,
+				Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}}, clientName),
 				callFingerprint(sessionID, s.tool.Name, args, explicit))
 		}
 	}
+}
+
+// gated fills a local capability call's actor members: the bridge's session, so that the
+// daemon's gate applies the session's policy, and the MCP client's name.
+func (b *Bridge) gated(cmd client.Command, clientName string) client.Command {
+	if b.cfg.SessionID != "" {
+		cmd.SessionID, cmd.Generation = b.cfg.SessionID, &b.cfg.Generation
+	}
+	cmd.Client = clientName
+	return cmd
+}
+
+// clientNameOf is the name the MCP client gave at initialize, bounded to what the envelope's
+// client member takes ("" when it gave none, or one the daemon would refuse).
+func clientNameOf(ss *sdk.ServerSession) string {
+	p := ss.InitializeParams()
+	if p == nil || p.ClientInfo == nil {
+		return ""
+	}
+	name := p.ClientInfo.Name
+	if name == "" || utf8.RuneCountInString(name) > protocol.MaxClientNameLen || strings.ContainsFunc(name, unicode.IsControl) {
+		return ""
+	}
+	return name
 }
 
 // objectArguments returns a call's arguments as compact JSON: absent arguments are {}; anything
@@ -109,7 +137,7 @@ func writes(op string) bool { return op == tooladapter.OpWrite || op == tooladap
 // in the key table from before it is sent until its outcome is known; a cancelled call is
 // aborted in the daemon (abortTool), which aborts the adapter request, and its key stays open
 // for a retry. Without one (a read), the call gets a fresh key.
-func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
+func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp, clientName string, args json.RawMessage) (*sdk.CallToolResult, error) {
 	e := &keyEntry{key: b.keys.fresh()}
 	definite := false
 	if fp != "" {
@@ -130,6 +158,7 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 	rid := b.requestID()
 	resp, err := l.send(ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
+		Client:  clientName,
 		Payload: protocol.InvokeToolPayload{ToolCallID: e.key, Operation: s.operation, Arguments: args},
 	})
 	if err != nil {

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -314,3 +316,57 @@ func roomTools(roomID string, caps []protocol.RoomCapability) []toolSpec {
 	}
 	return out
 }
+
+// sessionRules parses the session's policy as its record holds it; nil when it has none (or
+// one this bridge cannot read, whose calls the daemon denies).
+func sessionRules(raw json.RawMessage) *policy.Policy {
+	if len(raw) == 0 {
+		return nil
+	}
+	p, err := policy.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	return p
+}
+
+// policyNote is what an fs tool's description says of the session's policy for op, so that
+// a model knows before it calls that a write will wait or is denied. Empty without a policy.
+func policyNote(p *policy.Policy, op string) string {
+	if p == nil {
+		return ""
+	}
+	name := ""
+	if p.Name() != "" {
+		name = " (" + p.Name() + ")"
+	}
+	switch sum := p.Summary(op); sum {
+	case string(policy.Allow):
+		return ""
+	case string(policy.Deny):
+		return " The session's policy" + name + " denies this operation: every call is refused policy_denied."
+	case string(policy.Ask):
+		return " The session's policy" + name + " asks the operator before this operation: a call is refused approval_required unless the operator allows it."
+	default:
+		var globs []string
+		for i, r := range p.Document().Rules {
+			if !slices.Contains(r.Operations, op) && !slices.Contains(r.Operations, "fs.*") {
+				continue
+			}
+			where := "any path"
+			if len(r.Paths) > 0 {
+				where = strings.Join(r.Paths, ", ")
+			}
+			globs = append(globs, fmt.Sprintf("%d. %s: %s", i+1, where, r.Decision))
+			if len(globs) == maxNoteRules {
+				globs = append(globs, "…")
+				break
+			}
+		}
+		return fmt.Sprintf(" The session's policy%s decides by path (%s): first match of %s; otherwise %s. A denied call is refused policy_denied, one that asks approval_required.",
+			name, sum, strings.Join(globs, "; "), p.Document().Default)
+	}
+}
+
+// maxNoteRules bounds the rules a tool description lists.
+const maxNoteRules = 8

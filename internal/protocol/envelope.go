@@ -81,7 +81,12 @@ type Command struct {
 	Generation     int64
 	HasGeneration  bool
 	IdempotencyKey string
-	Payload        json.RawMessage
+	// Client (2.x) is the envelope's client member: the name of the MCP client airlock mcp
+	// serves, sent by the bridge with each call it makes for that client. It labels the
+	// call's actor (door mcp) for the policy's hooks; it is the client's own claim, never
+	// authority.
+	Client  string
+	Payload json.RawMessage
 }
 
 // wireCommand is the outer envelope as sent. Every member stays raw so that a bad member can be
@@ -94,5 +99,6 @@ type wireCommand struct {
 	SessionID       json.RawMessage `json:"sessionId"`
 	Generation      json.RawMessage `json:"generation"`
 	IdempotencyKey  json.RawMessage `json:"idempotencyKey"`
+	Client          json.RawMessage `json:"client"`
 	Payload         json.RawMessage `json:"payload"`
 }

@@ -72,8 +72,8 @@ var operations = map[string]opSpec{
 	OpApproveAdapter:     {2, idNone},
 	OpListCapabilities:   {2, idNone},
 	OpDescribeCapability: {2, idNone},
-	OpObserveCapability:  {2, idNone},
-	OpInvokeCapability:   {2, idNone},
+	OpObserveCapability:  {2, idOptional},
+	OpInvokeCapability:   {2, idOptional},
 
 	OpTicket:    {2, idNone},
 	OpReconcile: {2, idNone},

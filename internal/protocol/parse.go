@@ -19,6 +19,8 @@ const (
 	MaxSessionIDLen      = 256
 	MaxIdempotencyKeyLen = 512
 	MaxOperationLen      = 32
+	// MaxClientNameLen bounds the envelope's client member (an MCP client's name).
+	MaxClientNameLen = 128
 	// MaxSafeInteger is the largest integer every JSON peer represents exactly (2^53 − 1).
 	MaxSafeInteger = 1<<53 - 1
 )
@@ -152,6 +154,13 @@ func ParseCommand(line []byte) (*Command, *ParseError) {
 			return fail(invalidField("idempotencyKey", "must be a string of 1 to %d characters without control characters", MaxIdempotencyKeyLen))
 		}
 		cmd.IdempotencyKey = k
+	}
+	if w.Client != nil && v.Major == 2 {
+		c, ok := rawString(w.Client)
+		if !ok || !validIdentifier(c, MaxClientNameLen) {
+			return fail(invalidField("client", "must be a string of 1 to %d characters without control characters", MaxClientNameLen))
+		}
+		cmd.Client = c
 	}
 	if e := checkIdentity(cmd, spec.identity, hasKey); e != nil {
 		return fail(e)

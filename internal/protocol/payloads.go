@@ -110,8 +110,14 @@ type OpenPayload struct {
 	// the next start of a daemon that did not see it close. Such a generation must be a
 	// memory session. A 1.x open ignores it.
 	Lifetime json.RawMessage `json:"lifetime,omitempty"`
+	// Policy (2.x) names the session's rules for its agent (internal/policy): {"name": N} for
+	// a built-in policy, or {"file": PATH} for a policy file the operator owns, which the
+	// daemon reads at open. Without it the session has no rules of its own (the host's still
+	// apply). A 1.x open ignores it.
+	Policy json.RawMessage `json:"policy,omitempty"`
 
 	toolDescriptor json.RawMessage // set by Validate when tools grants a host adapter
+	policyRef      *PolicyRef      // set by Validate when policy is present
 	managedOps     []string        // set by Validate when tools asks for a managed airlock-fs grant
 }
 
@@ -144,6 +150,15 @@ type ToolsResource struct {
 	Descriptor json.RawMessage `json:"descriptor,omitempty"`
 	Operations json.RawMessage `json:"operations,omitempty"`
 }
+
+// PolicyRef is the open payload's policy member: exactly one of Name and File.
+type PolicyRef struct {
+	Name string `json:"name,omitempty"`
+	File string `json:"file,omitempty"`
+}
+
+// PolicyRef returns the policy a validated 2.x open names, or nil.
+func (p *OpenPayload) PolicyRef() *PolicyRef { return p.policyRef }
 
 // ToolDescriptor returns the raw host tool-adapter descriptor of a validated 2.x open, or nil
 // when the open grants no tools. It holds the capability handle: never log or store it.
@@ -285,6 +300,11 @@ type Policy struct {
 	// Lifetime is "connection" for a generation that lives as long as the connection that
 	// opened it (2.x); empty for the default, "session".
 	Lifetime string `json:"lifetime,omitempty"`
+	// Rules is the session's policy document (internal/policy's Document, compact), resolved
+	// at open from the open's policy member: what the gate decides the session's calls by,
+	// what describe shows and what a manifest keeps, so that a recovered generation keeps
+	// its rules even if the file changed. Absent: no rules of its own.
+	Rules json.RawMessage `json:"rules,omitempty"`
 }
 
 // Digest is the lowercase hex SHA-256 of the policy's canonical JSON.
@@ -390,6 +410,23 @@ func (p *OpenPayload) Validate(v Version) (*Policy, *Error) {
 			}
 			pol.Lifetime = l
 		}
+	}
+	if p.Policy != nil && v.V2() {
+		var ref PolicyRef
+		if err := ndjson.Decode(p.Policy, &ref, ndjson.Closed); err != nil {
+			return nil, invalidField("payload.policy", "must be {\"name\": NAME} or {\"file\": PATH}")
+		}
+		switch {
+		case (ref.Name == "") == (ref.File == ""):
+			return nil, invalidField("payload.policy", "must name exactly one of name and file")
+		case ref.Name != "" && !validIdentifier(ref.Name, MaxNameLen):
+			return nil, invalidField("payload.policy.name", "must be 1 to %d characters without control characters", MaxNameLen)
+		case ref.File != "":
+			if e := checkPath("payload.policy.file", ref.File, true); e != nil {
+				return nil, e
+			}
+		}
+		p.policyRef = &ref
 	}
 	return pol, nil
 }

@@ -42,6 +42,22 @@ type StartInvoker interface {
 	StartInvoke(ctx context.Context, capability, action string, args json.RawMessage, done func(json.RawMessage, error))
 }
 
+// ProvidedCall is what a provider's Invoker learns, from its ctx, of the room call it runs:
+// the room and the calling host, both authorized by then. The daemon's gate records them as
+// the call's actor.
+type ProvidedCall struct {
+	Room   string
+	Caller HostID
+}
+
+type providedCallKey struct{}
+
+// CallOf returns the room call an Invoker's ctx carries, if it runs one.
+func CallOf(ctx context.Context) (ProvidedCall, bool) {
+	pc, ok := ctx.Value(providedCallKey{}).(ProvidedCall)
+	return pc, ok
+}
+
 // CallRecord describes one call a provider answered, for a call log. It holds no args and no
 // result.
 type CallRecord struct {
@@ -447,7 +463,8 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 		}
 	}
 
-	ictx, cancel := context.WithDeadline(ctx, earliest(deadline, time.Now().Add(InvokeTimeout)))
+	ictx, cancel := context.WithDeadline(context.WithValue(ctx, providedCallKey{}, ProvidedCall{Room: c.Room, Caller: c.Caller}),
+		earliest(deadline, time.Now().Add(InvokeTimeout)))
 	finish := func(result json.RawMessage, err error) {
 		p.result(ctx, ictx, c, departed, r, result, err)
 		cancel()

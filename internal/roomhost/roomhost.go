@@ -69,7 +69,13 @@ type Config struct {
 	StateDir     string
 	Store        *store.Store
 	Capabilities Capabilities
-	Logger       *slog.Logger
+	// Invoker, when set, is what the provider calls to run a room call this host provides
+	// instead of Capabilities: the daemon's gate in front of it. ErrorCode, when set, maps
+	// its errors to a room reply's code instead of capadapter.WireCode, so that the gate's
+	// refusals keep their codes.
+	Invoker   room.Invoker
+	ErrorCode func(error) string
+	Logger    *slog.Logger
 
 	// Via joins the embedded bus of another daemon of the same operator instead of embedding
 	// one: this host is admitted there as its nkey user (BusSeedFile) with the rooms it is
@@ -255,9 +261,17 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		return nil, err
 	}
 	s.resync.Store(s.sync)
+	var invoker room.Invoker = cfg.Capabilities
+	if cfg.Invoker != nil {
+		invoker = cfg.Invoker
+	}
+	errorCode := capadapter.WireCode
+	if cfg.ErrorCode != nil {
+		errorCode = cfg.ErrorCode
+	}
 	s.provider, err = room.NewProvider(room.ProviderConfig{
-		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: cfg.Capabilities,
-		Approvals: s.approve, ErrorCode: capadapter.WireCode, OnCall: s.provided,
+		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: invoker,
+		Approvals: s.approve, ErrorCode: errorCode, OnCall: s.provided,
 		Floors: floors{store: cfg.Store, log: s.log},
 	})
 	if err != nil {

@@ -25,7 +25,7 @@ func newBoundedManager(t *testing.T, total, perSession int, sessions ...string) 
 		t.Fatal(err)
 	}
 	for _, id := range sessions {
-		if _, err := m.Open(context.Background(), OpenRequest{SessionID: id, Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
+		if _, err := m.Open(context.Background(), OpenRequest{SessionID: id, Generation: 1, Version: v1(), Policy: testPolicy(t, "")}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ package session
 import (
 	"context"
 	"errors"
+	"github.com/airlockhq/airlock/internal/policy"
 	"os"
 	"time"
 
@@ -219,7 +220,7 @@ func (m *Manager) Open(ctx context.Context, req OpenRequest) (*protocol.OpenResu
 	defer m.mu.Unlock()
 	rt = m.residentRuntime(req.SessionID, req.Generation, req.Version.Raw, req.Policy, digest)
 	rt.tools, rt.conv, rt.history = conn, conv, hist
-	rt.spec = m.turnSpec(req.Policy, completer, conn)
+	rt.spec = m.turnSpec(rt, completer, conn)
 	if old != nil {
 		// The sequence is per session, not per generation: a client that follows a session
 		// across a replacement never sees it go back.
@@ -243,6 +244,7 @@ func (m *Manager) residentRuntime(id string, generation int64, version string, p
 		generation: generation,
 		version:    version,
 		policy:     *policy,
+		rules:      m.parseRules(id, policy.Rules),
 		digest:     digest,
 		state:      protocol.StateIdle,
 		lastUsed:   m.now(),
@@ -250,8 +252,43 @@ func (m *Manager) residentRuntime(id string, generation int64, version string, p
 	}
 }
 
+// parseRules parses a generation's stored policy document. One that no longer parses (a
+// catalog written by a daemon with other rules) fails closed: every call is denied.
+func (m *Manager) parseRules(id string, raw []byte) *policy.Policy {
+	if len(raw) == 0 {
+		return nil
+	}
+	p, err := policy.Parse(raw)
+	if err != nil {
+		m.log.Warn("session policy unreadable; denying every call", "sessionId", id, "err", err)
+		p, _ = policy.Named("deny-all")
+	}
+	return p
+}
+
+// Rules returns the policy of exactly this resident generation (nil: none of its own).
+func (m *Manager) Rules(id string, generation int64) (*policy.Policy, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.usableLocked(id, generation)
+	if e != nil {
+		return nil, e
+	}
+	return rt.rules, nil
+}
+
+// toolInvoker is what a turn of rt calls for a host tool: conn behind the gate when the
+// daemon installed one.
+func (m *Manager) toolInvoker(rt *runtime, conn *toolclient.Conn) turn.Invoker {
+	if m.cfg.GateTools != nil {
+		return m.cfg.GateTools(rt.id, rt.generation, rt.rules, conn)
+	}
+	return conn
+}
+
 // turnSpec fixes what every turn of a generation runs with; nil without a model.
-func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *toolclient.Conn) *turn.Spec {
+func (m *Manager) turnSpec(rt *runtime, c turn.Completer, conn *toolclient.Conn) *turn.Spec {
+	policy := &rt.policy
 	if c == nil || policy.Model == nil {
 		return nil
 	}
@@ -264,7 +301,7 @@ func (m *Manager) turnSpec(policy *protocol.Policy, c turn.Completer, conn *tool
 	}
 	if conn != nil {
 		sum := conn.Summary()
-		spec.Tools, spec.Operations, spec.Limits = conn, sum.Operations, sum.Limits
+		spec.Tools, spec.Operations, spec.Limits = m.toolInvoker(rt, conn), sum.Operations, sum.Limits
 	}
 	if policy.Room != "" && m.cfg.RoomTools != nil {
 		spec.Room = m.cfg.RoomTools(policy.Room)

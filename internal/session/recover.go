@@ -272,7 +272,7 @@ func (m *Manager) restore(rec *protocol.CatalogRecord, man *store.Manifest, dead
 	pol := man.Policy
 	rt := m.residentRuntime(rec.SessionID, rec.Generation, man.ProtocolVersion, &pol, rec.PolicyDigest)
 	rt.conv, rt.history = conv, hist
-	rt.spec = m.turnSpec(&pol, completer, nil)
+	rt.spec = m.turnSpec(rt, completer, nil)
 	m.mu.Lock()
 	m.sessions[rec.SessionID] = rt
 	m.reserved--

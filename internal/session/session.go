@@ -13,6 +13,7 @@ package session
 import (
 	"context"
 	"errors"
+	"github.com/airlockhq/airlock/internal/policy"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -69,6 +70,11 @@ type Config struct {
 	// the session's operation lock but no Manager lock; it may call the Manager's read
 	// methods (Session), not Open or Close of the same session. A shutdown ends no generation.
 	GenerationEnded func(id string, generation int64)
+
+	// GateTools, when set, wraps the host tool adapter a turn of generation of session id
+	// calls, so that the model's tool calls pass the daemon's gate (internal/gate) with the
+	// session's rules; without it a turn calls the connection directly (tests of this package).
+	GateTools func(id string, generation int64, rules *policy.Policy, conn *toolclient.Conn) turn.Invoker
 }
 
 // Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.
@@ -131,6 +137,7 @@ type runtime struct {
 	lastUsed   time.Time
 	subs       map[Subscriber]*attachment
 	tools      *toolclient.Conn // the bound host tool adapter, if the policy grants one
+	rules      *policy.Policy   // the session's policy (policy.Rules parsed); nil: none of its own
 	revoked    bool             // tools was revoked (drain); the generation keeps no capability
 
 	// Agent turns. spec is nil when the generation was opened without a model; conv is nil

@@ -29,7 +29,7 @@ func newManager(t *testing.T, maxSessions int) (*Manager, *store.Store) {
 	return m, st
 }
 
-func policy(t *testing.T, name string) *protocol.Policy {
+func testPolicy(t *testing.T, name string) *protocol.Policy {
 	return &protocol.Policy{Cwd: t.TempDir(), Name: name, Mode: protocol.ModeNew, Tools: protocol.ResourceNone}
 }
 
@@ -76,7 +76,7 @@ func TestOpenBeforeRecoveryIsNotReady(t *testing.T) {
 	}
 	defer st.Close()
 	m := New(Config{Store: st})
-	_, err = m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")})
+	_, err = m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: testPolicy(t, "")})
 	if code(err) != protocol.CodeHostNotReady {
 		t.Fatalf("open before recovery: %v", err)
 	}
@@ -87,7 +87,7 @@ func TestOpenBeforeRecoveryIsNotReady(t *testing.T) {
 
 func TestConcurrentOpensOfOneSessionAgree(t *testing.T) {
 	m, st := newManager(t, 0)
-	p := policy(t, "")
+	p := testPolicy(t, "")
 	var wg sync.WaitGroup
 	created := make(chan bool, 16)
 	for range 16 {
@@ -123,7 +123,7 @@ func TestCapacityCountsOpensInProgress(t *testing.T) {
 	errs := make(chan error, 12)
 	for i := range 12 {
 		wg.Go(func() {
-			_, err := m.Open(context.Background(), OpenRequest{SessionID: fmt.Sprintf("s%d", i), Generation: 0, Version: v1(), Policy: policy(t, "")})
+			_, err := m.Open(context.Background(), OpenRequest{SessionID: fmt.Sprintf("s%d", i), Generation: 0, Version: v1(), Policy: testPolicy(t, "")})
 			errs <- err
 		})
 	}
@@ -147,14 +147,14 @@ func TestCapacityCountsOpensInProgress(t *testing.T) {
 
 func TestEventsAreOrderedAndGenerationFenced(t *testing.T) {
 	m, _ := newManager(t, 0)
-	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 1, Version: v1(), Policy: testPolicy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	old, next := &recorder{}, &recorder{}
 	if _, err := m.Attach("s", 1, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "s", Generation: 2, Version: v1(), Policy: testPolicy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.Attach("s", 1, next); code(err) != protocol.CodeStaleGeneration {
@@ -179,7 +179,7 @@ func TestEventsAreOrderedAndGenerationFenced(t *testing.T) {
 
 func TestCloseWithoutRetainDeletes(t *testing.T) {
 	m, st := newManager(t, 0)
-	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 1, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 1, Version: v1(), Policy: testPolicy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := m.Close("gone", 1, false)
@@ -196,14 +196,14 @@ func TestCloseWithoutRetainDeletes(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 	// A new generation 0 is a fresh session now.
-	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 0, Version: v1(), Policy: policy(t, "")}); err != nil {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "gone", Generation: 0, Version: v1(), Policy: testPolicy(t, "")}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestRetainedCloseKeepsRecordAndDropsManifest(t *testing.T) {
 	m, st := newManager(t, 0)
-	p := policy(t, "kept")
+	p := testPolicy(t, "kept")
 	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: p}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestRetainedCloseKeepsRecordAndDropsManifest(t *testing.T) {
 	if man, _ := st.Manifest("k"); man != nil {
 		t.Fatal("a dormant session kept its manifest")
 	}
-	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: policy(t, "other")}); code(err) != protocol.CodeSessionPolicyConflict {
+	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "k", Generation: 5, Version: v1(), Policy: testPolicy(t, "other")}); code(err) != protocol.CodeSessionPolicyConflict {
 		t.Fatalf("dormant session, same generation, other policy: %v", err)
 	}
 	if h := m.Host(); h.Dormant != 1 || len(h.Sessions) != 0 {
@@ -230,7 +230,7 @@ func TestRetainedCloseKeepsRecordAndDropsManifest(t *testing.T) {
 
 func TestMemorySessionsHaveNoManifest(t *testing.T) {
 	m, st := newManager(t, 0)
-	p := policy(t, "")
+	p := testPolicy(t, "")
 	p.Mode = protocol.ModeMemory
 	if _, err := m.Open(context.Background(), OpenRequest{SessionID: "mem", Generation: 0, Version: v1(), Policy: p}); err != nil {
 		t.Fatal(err)

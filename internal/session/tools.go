@@ -5,6 +5,7 @@ package session
 
 import (
 	"context"
+	"github.com/airlockhq/airlock/internal/policy"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -41,7 +42,7 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 	rt.tools, rt.revoked = conn, false
 	if rt.spec != nil {
 		spec := *rt.spec
-		spec.Tools = conn
+		spec.Tools = m.toolInvoker(rt, conn)
 		rt.spec = &spec
 	}
 	rt.lastUsed = m.now()
@@ -70,16 +71,23 @@ func (m *Manager) revoke(rt *runtime) {
 
 // Tool returns the adapter connection of exactly this resident generation.
 func (m *Manager) Tool(id string, generation int64) (*toolclient.Conn, error) {
+	conn, _, err := m.GatedTool(id, generation)
+	return conn, err
+}
+
+// GatedTool returns the adapter connection of exactly this resident generation and the
+// generation's policy (nil: none of its own), for the gate.
+func (m *Manager) GatedTool(id string, generation int64) (*toolclient.Conn, *policy.Policy, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	rt, e := m.usableLocked(id, generation)
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if rt.tools == nil {
-		return nil, protocol.Errorf(tooladapter.CodeOperationDenied, "this session generation has no host tool adapter").
+		return nil, nil, protocol.Errorf(tooladapter.CodeOperationDenied, "this session generation has no host tool adapter").
 			With("indeterminate", false)
 	}
 	rt.lastUsed = m.now()
-	return rt.tools, nil
+	return rt.tools, rt.rules, nil
 }

@@ -40,10 +40,18 @@ import (
 // schema, without whitespace between tokens, so that it can be copied into a response as it
 // stands.
 func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessage) (json.RawMessage, *protocol.Error) {
+	return c.InvokeChecked(ctx, op, key, payload, nil)
+}
+
+// InvokeChecked is Invoke with check run once the grant and path checks passed, before
+// anything is sent: it gets the path the payload names (relative to the grant's root, "" for
+// none), and an error it returns fails the call with nothing sent. The daemon's gate is the
+// check (internal/gate); check may block, and no lock of c is held while it runs.
+func (c *Conn) InvokeChecked(ctx context.Context, op, key string, payload json.RawMessage, check func(path string) *protocol.Error) (json.RawMessage, *protocol.Error) {
 	var data json.RawMessage
 	var e *protocol.Error
 	ended := make(chan struct{})
-	c.Start(ctx, op, key, payload, func(d json.RawMessage, err *protocol.Error) {
+	c.StartChecked(ctx, op, key, payload, check, func(d json.RawMessage, err *protocol.Error) {
 		data, e = bytes.Clone(d), err // d is valid only until this function returns
 		close(ended)
 	})
@@ -67,7 +75,13 @@ func (c *Conn) Invoke(ctx context.Context, op, key string, payload json.RawMessa
 // Start writes a small invoke frame itself when nothing else is waiting to be written, with one
 // non-blocking write; it never waits for the socket.
 func (c *Conn) Start(ctx context.Context, op, key string, payload json.RawMessage, done func(json.RawMessage, *protocol.Error)) {
-	cl, e := c.prepare(ctx, op, key, payload)
+	c.StartChecked(ctx, op, key, payload, nil, done)
+}
+
+// StartChecked is Start with check, as InvokeChecked has it; a refusal of check runs done
+// before StartChecked returns.
+func (c *Conn) StartChecked(ctx context.Context, op, key string, payload json.RawMessage, check func(path string) *protocol.Error, done func(json.RawMessage, *protocol.Error)) {
+	cl, e := c.prepare(ctx, op, key, payload, check)
 	if e != nil {
 		done(nil, determinate(e))
 		return
@@ -95,7 +109,7 @@ func determinate(e *protocol.Error) *protocol.Error {
 }
 
 // prepare runs every check that needs no lock and builds the call with its invoke frame.
-func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMessage) (*call, *protocol.Error) {
+func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMessage, check func(string) *protocol.Error) (*call, *protocol.Error) {
 	if e := c.closedError(); e != nil {
 		return nil, e
 	}
@@ -114,6 +128,11 @@ func (c *Conn) prepare(ctx context.Context, op, key string, payload json.RawMess
 	}
 	if c.opts.Root != "" {
 		if e := tooladapter.ResolveUnder(c.opts.Root, p, op == tooladapter.OpWrite); e != nil {
+			return nil, e
+		}
+	}
+	if check != nil {
+		if e := check(p); e != nil {
 			return nil, e
 		}
 	}

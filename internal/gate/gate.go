@@ -1,0 +1,315 @@
+// Package gate is the one place every call that can change or reveal something passes in
+// the daemon: an owner-socket invokeTool, an MCP tool call (which reaches the daemon as an
+// owner-socket command), a tool call in an agent turn, a local capability observe or invoke,
+// and a room call this host provides.
+//
+// The order is fixed (DESIGN.md, "One gate for every effect"):
+//
+//  1. the session's grant and path checks — the door's own client runs them (toolclient's
+//     prepare for fs operations) and hands the gate the path it resolved;
+//  2. the policy: the host's (airlockd --policy) and the session's, the stricter wins;
+//  3. ask: until the approval queue exists, a call the policy marks ask is refused with
+//     approval_required (see Gate.Check);
+//  4. the hooks' Before — "record before the adapter" (the audit journal): a hook that
+//     fails refuses the call;
+//  5. the adapter (the door calls it);
+//  6. the result's screens (they stay in the clients);
+//  7. the hooks' After — "record the outcome" and "observe the call" (audit, metrics): the
+//     door calls Gate.Done with the outcome code before the answer leaves;
+//  8. the answer.
+//
+// A refusal in 2–4 never reaches the adapter; the hooks' After sees it too, with the stage
+// that refused, so that a decision is accounted for like an effect.
+//
+// Every call carries its Actor, fixed when its connection was accepted: the policy decides on
+// the actor's session, and the hooks record it.
+package gate
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/protocol"
+)
+
+// Codes of the refusals the gate makes. They travel unchanged through every door: a
+// response error on the owner socket, an isError tool result over MCP, the tool message an
+// agent turn's model reads, and a room reply's code.
+const (
+	// CodePolicyDenied: a deny rule of the host's or the session's policy matched the call.
+	CodePolicyDenied = "policy_denied"
+	// CodeApprovalRequired: an ask rule matched, and this daemon has no approval queue for
+	// local calls yet: the call is refused, never run, as a deny is. See docs/operations.md.
+	CodeApprovalRequired = "approval_required"
+	// CodeRecordFailed: a Before hook (the audit journal) could not record the call, so it
+	// did not run.
+	CodeRecordFailed = "record_failed"
+)
+
+// Door names where a call entered the daemon.
+type Door string
+
+// Doors.
+const (
+	DoorSocket Door = "socket" // an owner-socket command from a harness or the CLI
+	DoorMCP    Door = "mcp"    // an owner-socket command from airlock mcp (Actor.Client names its client)
+	DoorTurn   Door = "turn"   // a tool call of an agent turn's model
+	DoorRoom   Door = "room"   // a room call this host provides (Actor.Room, Actor.Host)
+)
+
+// Actor is who makes a call: fixed when its connection was accepted (Door, PID, UID,
+// Client) and when the call named its session (Session, Generation) or arrived over a room
+// (Room, Host). Fields that do not apply are zero.
+type Actor struct {
+	Door       Door   `json:"door"`
+	PID        int    `json:"pid,omitempty"`
+	UID        int    `json:"uid,omitempty"`
+	Session    string `json:"session,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	Room       string `json:"room,omitempty"`
+	Host       string `json:"host,omitempty"`
+	// Client is the MCP client's name as airlock mcp was told it at initialize: a label the
+	// client chose, not an authenticated identity.
+	Client string `json:"client,omitempty"`
+}
+
+// Executable returns the path of the peer's executable (/proc/PID/exe), "" when unknown.
+// It is read on demand, not at accept: only a hook that records it pays for it.
+func (a Actor) Executable() string {
+	if a.PID <= 0 {
+		return ""
+	}
+	p, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/exe")
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// Kind is what a call does.
+type Kind int
+
+// Kinds.
+const (
+	KindTool    Kind = iota // an fs operation of a host tool adapter
+	KindObserve             // a capability observation
+	KindInvoke              // a capability action
+)
+
+// Call is one call at the gate. The door fills Actor, Kind, the target and Args; the gate
+// fills Verdict and Started.
+type Call struct {
+	Actor Actor
+	Kind  Kind
+	// Operation is the fs operation (KindTool); Path the path the grant check resolved it
+	// to, relative to the session's working directory.
+	Operation string
+	Path      string
+	// Capability and Action name a capability call; Action is "" for an observation.
+	Capability string
+	Action     string
+	// Args are the call's arguments as the adapter will get them. Valid only during Check
+	// and the Before hooks: a hook that keeps them must copy them.
+	Args json.RawMessage
+	// Key is the call's idempotency key, where it has one.
+	Key string
+	// Verdict is the policy's decision and the rule that gave it; Policy says whose rule:
+	// PolicyHost or PolicySession.
+	Verdict policy.Verdict
+	Policy  string
+	// Started is when the gate admitted the call (zero when no hook is installed: nothing
+	// reads it then).
+	Started time.Time
+}
+
+// Target is the call's operation or capability action, for a message: "fs.write",
+// "printer.print", "lamp.observe".
+func (c *Call) Target() string {
+	switch c.Kind {
+	case KindTool:
+		return c.Operation
+	case KindObserve:
+		return c.Capability + "." + policy.ActionObserve
+	}
+	return c.Capability + "." + c.Action
+}
+
+// Whose policy decided a call (Call.Policy).
+const (
+	PolicyHost    = "host"
+	PolicySession = "session"
+)
+
+// Stage is where a call ended.
+type Stage string
+
+// Stages.
+const (
+	StagePolicy  Stage = "policy"  // refused by the policy (deny, or ask without a queue)
+	StageRecord  Stage = "record"  // refused because a Before hook failed
+	StageAdapter Stage = "adapter" // ran: the adapter answered, failed or timed out
+)
+
+// Outcome is how a call ended: Code is "" for success, else the code the caller got.
+type Outcome struct {
+	Stage    Stage
+	Code     string
+	Duration time.Duration
+}
+
+// Hook is told of every call at the gate. The audit journal and the metrics are hooks.
+//
+// Before runs after the policy allowed the call and before the adapter gets it: it may
+// block (a journal's group commit) and an error refuses the call with record_failed. It
+// runs on the door's goroutine, which for the owner socket's invokeTool and capability calls
+// is the connection's reader: a slow Before slows that connection's next command.
+//
+// After runs exactly once for every call Check saw — refused or run — with its outcome,
+// before the answer leaves the daemon. It must not block for long, and it may run on an
+// adapter connection's reader goroutine.
+//
+// Both must be safe for concurrent use and must not keep c beyond the call.
+type Hook interface {
+	Before(ctx context.Context, c *Call) error
+	After(c *Call, o Outcome)
+}
+
+// Config configures a Gate.
+type Config struct {
+	// Host is the host's policy, applied to every call at every door; nil allows all.
+	Host *policy.Policy
+	// Hooks are told of every call, in order.
+	Hooks []Hook
+}
+
+// Gate is the one gate. Its methods are safe for concurrent use.
+type Gate struct {
+	host *policy.Policy
+
+	mu    sync.RWMutex
+	hooks []Hook // guarded by mu; copied on write
+}
+
+// New returns a gate.
+func New(cfg Config) *Gate {
+	h := cfg.Host
+	if h == nil {
+		h = policy.AllowAll()
+	}
+	return &Gate{host: h, hooks: append([]Hook(nil), cfg.Hooks...)}
+}
+
+// Host returns the host's policy.
+func (g *Gate) Host() *policy.Policy { return g.host }
+
+// AddHook adds a hook; calls admitted before it was added are not told to it.
+func (g *Gate) AddHook(h Hook) {
+	g.mu.Lock()
+	g.hooks = append(append([]Hook(nil), g.hooks...), h)
+	g.mu.Unlock()
+}
+
+func (g *Gate) hooksNow() []Hook {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.hooks
+}
+
+// Check runs the policy and the Before hooks on c; session is the session's policy (nil when
+// the call has none). It returns nil when the door may give c to its adapter, which it must
+// then do and call Done with the outcome; otherwise the refusal, already reported to the
+// hooks' After, which the door answers as it answers an adapter's error.
+func (g *Gate) Check(ctx context.Context, c *Call, session *policy.Policy) *protocol.Error {
+	c.Verdict, c.Policy = g.decide(c, session)
+	hooks := g.hooksNow()
+	if len(hooks) > 0 {
+		c.Started = time.Now()
+	}
+	switch c.Verdict.Decision {
+	case policy.Deny:
+		return g.refuse(hooks, c, StagePolicy, protocol.Errorf(CodePolicyDenied, "the policy denies %s (%s)", c.Target(), c.Verdict.Reason()))
+	case policy.Ask:
+		return g.refuse(hooks, c, StagePolicy, protocol.Errorf(CodeApprovalRequired, "the policy asks the operator before %s (%s), and this daemon has no approval queue for local calls: the call was not run", c.Target(), c.Verdict.Reason()))
+	}
+	for _, h := range hooks {
+		if err := h.Before(ctx, c); err != nil {
+			return g.refuse(hooks, c, StageRecord, protocol.Retryable(CodeRecordFailed, "the call could not be recorded, so it was not run"))
+		}
+	}
+	return nil
+}
+
+// Done reports the outcome of a call Check admitted: code is "" for success, else the code
+// the caller gets. It must run before the answer leaves the daemon.
+func (g *Gate) Done(c *Call, code string) {
+	hooks := g.hooksNow()
+	if len(hooks) == 0 {
+		return
+	}
+	o := Outcome{Stage: StageAdapter, Code: code, Duration: time.Since(c.Started)}
+	for _, h := range hooks {
+		h.After(c, o)
+	}
+}
+
+func (g *Gate) refuse(hooks []Hook, c *Call, stage Stage, e *protocol.Error) *protocol.Error {
+	e = e.With("target", c.Target())
+	if stage == StagePolicy {
+		e = e.With("policy", c.Policy)
+		if c.Verdict.Rule >= 0 {
+			e = e.With("rule", c.Verdict.Rule+1)
+		}
+	}
+	var d time.Duration
+	if !c.Started.IsZero() {
+		d = time.Since(c.Started)
+	}
+	for _, h := range hooks {
+		h.After(c, Outcome{Stage: stage, Code: e.Code, Duration: d})
+	}
+	return e
+}
+
+// decide is the stricter verdict of the host's policy and the session's, and whose it is
+// (the host's when both decide alike).
+func (g *Gate) decide(c *Call, session *policy.Policy) (policy.Verdict, string) {
+	v := g.verdict(g.host, c)
+	if session != nil && v.Decision != policy.Deny {
+		if s := g.verdict(session, c); policy.Stricter(v.Decision, s.Decision) != v.Decision {
+			return s, PolicySession
+		}
+	}
+	return v, PolicyHost
+}
+
+func (g *Gate) verdict(p *policy.Policy, c *Call) policy.Verdict {
+	if p.Trivial() {
+		return policy.Verdict{Decision: policy.Allow, Rule: -1}
+	}
+	switch c.Kind {
+	case KindTool:
+		return p.DecideFS(c.Operation, c.Path)
+	case KindObserve:
+		return p.DecideAction(c.Capability, policy.ActionObserve)
+	}
+	return p.DecideAction(c.Capability, c.Action)
+}
+
+// CodeOf returns the code of a refusal the gate made ("" for any other error), so that a door
+// that maps errors to a closed code set (the room provider's) keeps it.
+func CodeOf(err error) string {
+	pe, ok := err.(*protocol.Error)
+	if !ok {
+		return ""
+	}
+	switch pe.Code {
+	case CodePolicyDenied, CodeApprovalRequired, CodeRecordFailed:
+		return pe.Code
+	}
+	return ""
+}

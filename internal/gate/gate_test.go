@@ -1,0 +1,145 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/policy"
+)
+
+type recorder struct {
+	mu      sync.Mutex
+	before  []string
+	after   []Outcome
+	failing bool
+}
+
+func (r *recorder) Before(_ context.Context, c *Call) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.before = append(r.before, c.Target())
+	if r.failing {
+		return errors.New("disk full")
+	}
+	return nil
+}
+
+func (r *recorder) After(_ *Call, o Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.after = append(r.after, o)
+}
+
+func mustParse(t *testing.T, doc string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckOrderAndStricterPolicy(t *testing.T) {
+	host := mustParse(t, `{"default":"allow","rules":[{"capability":"lamp","decision":"deny"}]}`)
+	sess := mustParse(t, `{"default":"allow","rules":[{"operations":["fs.write"],"paths":["src/**"],"decision":"allow"},{"operations":["fs.write"],"decision":"ask"}]}`)
+	rec := &recorder{}
+	g := New(Config{Host: host, Hooks: []Hook{rec}})
+	ctx := context.Background()
+
+	c := &Call{Actor: Actor{Door: DoorSocket}, Kind: KindTool, Operation: "fs.write", Path: "src/a.go"}
+	if e := g.Check(ctx, c, sess); e != nil {
+		t.Fatalf("allowed write refused: %v", e)
+	}
+	g.Done(c, "")
+
+	c = &Call{Actor: Actor{Door: DoorTurn}, Kind: KindTool, Operation: "fs.write", Path: "README"}
+	if e := g.Check(ctx, c, sess); e == nil || e.Code != CodeApprovalRequired || e.Details["rule"] != 2 || e.Details["policy"] != PolicySession {
+		t.Fatalf("ask: %v", e)
+	}
+	c = &Call{Actor: Actor{Door: DoorRoom}, Kind: KindInvoke, Capability: "lamp", Action: "on"}
+	if e := g.Check(ctx, c, nil); e == nil || e.Code != CodePolicyDenied || CodeOf(e) != CodePolicyDenied || e.Details["policy"] != PolicyHost {
+		t.Fatalf("host deny: %v", e)
+	}
+	// The session's policy cannot loosen the host's.
+	loose := mustParse(t, `{"default":"allow"}`)
+	c = &Call{Actor: Actor{Door: DoorMCP}, Kind: KindObserve, Capability: "lamp"}
+	if e := g.Check(ctx, c, loose); e == nil || e.Code != CodePolicyDenied {
+		t.Fatalf("observe lamp: %v", e)
+	}
+	if len(rec.before) != 1 || rec.before[0] != "fs.write" {
+		t.Fatalf("Before saw %v: refused calls must not reach it", rec.before)
+	}
+	want := []Outcome{{Stage: StageAdapter}, {Stage: StagePolicy, Code: CodeApprovalRequired}, {Stage: StagePolicy, Code: CodePolicyDenied}, {Stage: StagePolicy, Code: CodePolicyDenied}}
+	if len(rec.after) != len(want) {
+		t.Fatalf("After saw %+v", rec.after)
+	}
+	for i := range want {
+		if rec.after[i].Stage != want[i].Stage || rec.after[i].Code != want[i].Code {
+			t.Fatalf("After[%d] = %+v, want %+v", i, rec.after[i], want[i])
+		}
+	}
+}
+
+func TestBeforeFailureRefuses(t *testing.T) {
+	rec := &recorder{failing: true}
+	g := New(Config{Hooks: []Hook{rec}})
+	c := &Call{Kind: KindInvoke, Capability: "printer", Action: "print"}
+	e := g.Check(context.Background(), c, nil)
+	if e == nil || e.Code != CodeRecordFailed || !e.Retryable {
+		t.Fatalf("Check = %v", e)
+	}
+	if len(rec.after) != 1 || rec.after[0].Stage != StageRecord {
+		t.Fatalf("After %+v", rec.after)
+	}
+}
+
+func TestAddHookAndExecutable(t *testing.T) {
+	g := New(Config{})
+	c := &Call{Kind: KindTool, Operation: "fs.read", Path: "a"}
+	if e := g.Check(context.Background(), c, nil); e != nil || !c.Started.IsZero() {
+		t.Fatalf("no hooks: %v, started %v", e, c.Started)
+	}
+	rec := &recorder{}
+	g.AddHook(rec)
+	if e := g.Check(context.Background(), c, nil); e != nil {
+		t.Fatal(e)
+	}
+	g.Done(c, "not_found")
+	if len(rec.after) != 1 || rec.after[0].Code != "not_found" {
+		t.Fatalf("After %+v", rec.after)
+	}
+	if (Actor{PID: 1 << 30}).Executable() != "" || (Actor{}).Executable() != "" {
+		t.Fatal("Executable of no process")
+	}
+}
+
+// BenchmarkCheck is the gate's own cost per call: the trivial path (no policy, no hooks)
+// and an allow decided by a host policy's rules (a non-matching deny rule on a path glob,
+// then an allow rule), as BenchmarkInvokeToolPolicy's daemon decides it.
+func BenchmarkCheck(b *testing.B) {
+	p, err := policy.Parse([]byte(`{"default":"ask","rules":[
+		{"operations":["fs.read","fs.stat"],"paths":[".env*","**/.env*"],"decision":"deny"},
+		{"operations":["fs.stat","fs.list"],"decision":"allow"}]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		host *policy.Policy
+	}{{"none", nil}, {"allow-rule", p}} {
+		b.Run(bc.name, func(b *testing.B) {
+			g := New(Config{Host: bc.host})
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				c := Call{Kind: KindTool, Operation: "fs.stat", Path: "src/main.go"}
+				if e := g.Check(ctx, &c, nil); e != nil {
+					b.Fatal(e)
+				}
+				g.Done(&c, "")
+			}
+		})
+	}
+}
