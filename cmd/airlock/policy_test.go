@@ -46,7 +46,7 @@ func TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors(t *testing.T) {
 	a := startRoomHost(t, "--policy", writePolicy(t, hostPolicy))
 	var sa roomStatusData
 	a.data(&sa, "room", "status")
-	b := startRoomHost(t, "--nats-url", sa.NATSURL)
+	b := startRoomHost(t, "--nats-via", a.d.Socket)
 
 	// The owner socket's invokeTool, under the session's policy.
 	cwd := t.TempDir()
