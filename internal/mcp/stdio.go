@@ -130,13 +130,19 @@ type message struct {
 }
 
 // decodeMessage reads raw's members, strictly by the walk (no copy) or, for a message the walk
-// refuses (a repeated key), as encoding/json reads it, which is closer to what the SDK does.
+// refuses (a repeated or case-variant key), as encoding/json reads it into a map, which is
+// closer to what the SDK does: member names match exactly, as in the SDK's case-sensitive
+// decoder (a struct would take "Id" for "id"), and the last of repeated ones wins.
 func decodeMessage(raw []byte, m *message) bool {
 	if ndjson.DecodeAliased(raw, m, ndjson.Open) == nil {
 		return true
 	}
-	*m = message{}
-	return json.Unmarshal(raw, m) == nil
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil || members == nil {
+		return false
+	}
+	*m = message{ID: members["id"], Method: members["method"], Params: members["params"]}
+	return true
 }
 
 // note records the requests of one line read, and forgets those it cancels.
