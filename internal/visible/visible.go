@@ -2,7 +2,7 @@
 // reads: control characters, bidirectional formatting (U+202E reorders "10\u202e00001" into
 // "1000001" backwards), zero-width and other format characters, line and paragraph separators.
 // Text another host or an adapter wrote is shown with such characters escaped: the CLI as
-// JSON \u escapes (terminalJSON), the web page as <U+XXXX> (internal/web).
+// JSON \u escapes (terminalJSON), the web page as <U+202E> and the like (internal/web).
 package visible
 
 import (
@@ -25,7 +25,7 @@ func Hidden(r rune) bool { return unicode.In(r, hidden...) }
 // Contains reports whether s holds a Hidden character.
 func Contains(s string) bool { return strings.ContainsFunc(s, Hidden) }
 
-// Show returns s with every Hidden character replaced by its code point written <U+XXXX>
+// Show returns s with every Hidden character replaced by its code point written like <U+202E>
 // (at least four hex digits, upper case), and with the "<" of a "<U+" already in s written
 // <U+003C>, so that every <U+ in the result is an escape and two different strings never show
 // the same. It returns s itself when there is nothing to replace.
