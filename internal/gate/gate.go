@@ -18,8 +18,9 @@
 //     door calls Gate.Done with the outcome code before the answer leaves;
 //  8. the answer.
 //
-// A refusal in 2–4 never reaches the adapter; the hooks' After sees it too, with the stage
-// that refused, so that a decision is accounted for like an effect.
+// A refusal in 1–4 never reaches the adapter; the hooks' After sees it too, with the stage
+// that refused, so that a decision is accounted for like an effect: the door reports a
+// refusal of its own checks (1) with Gate.Refuse.
 //
 // Every call carries its Actor, fixed when its connection was accepted: the policy decides on
 // the actor's session, and the hooks record it.
@@ -150,6 +151,7 @@ type Stage string
 
 // Stages.
 const (
+	StageGrant   Stage = "grant"   // refused by the door's own checks: the session, its grant, the path
 	StagePolicy  Stage = "policy"  // refused by the policy (deny, or ask without a queue)
 	StageRecord  Stage = "record"  // refused because a Before hook failed
 	StageAdapter Stage = "adapter" // ran: the adapter answered, failed or timed out
@@ -169,8 +171,8 @@ type Outcome struct {
 // runs on the door's goroutine, which for the owner socket's invokeTool and capability calls
 // is the connection's reader: a slow Before slows that connection's next command.
 //
-// After runs exactly once for every call Check saw — refused or run — with its outcome,
-// before the answer leaves the daemon. It must not block for long, and it may run on an
+// After runs exactly once for every call Check or Refuse saw — refused or run — with its
+// outcome, before the answer leaves the daemon. It must not block for long, and it may run on an
 // adapter connection's reader goroutine.
 //
 // Both must be safe for concurrent use and must not keep c beyond the call.
@@ -254,6 +256,16 @@ func (g *Gate) Done(c *Call, code string) {
 	o := Outcome{Stage: StageAdapter, Code: code, Duration: time.Since(c.Started)}
 	for _, h := range hooks {
 		h.After(c, o)
+	}
+}
+
+// Refuse reports a call that the door's own checks refused before Check (step 1: the
+// session, its grant, the path): the hooks' After see it with StageGrant and code, the code
+// the caller gets; Before never runs for it. Its Duration is zero: the door does not time its
+// own checks. A door calls Refuse or Check for a call, never both.
+func (g *Gate) Refuse(c *Call, code string) {
+	for _, h := range g.hooksNow() {
+		h.After(c, Outcome{Stage: StageGrant, Code: code})
 	}
 }
 

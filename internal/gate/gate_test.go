@@ -95,6 +95,21 @@ func TestBeforeFailureRefuses(t *testing.T) {
 	}
 }
 
+// TestRefuseReportsTheDoorsRefusal: a refusal of the door's own checks reaches every
+// hook's After once, with StageGrant and its code, and never Before.
+func TestRefuseReportsTheDoorsRefusal(t *testing.T) {
+	a, b := &recorder{}, &recorder{}
+	g := New(Config{Hooks: []Hook{a}})
+	g.AddHook(b)
+	g.Refuse(&Call{Actor: Actor{Door: DoorTurn}, Kind: KindTool, Operation: "fs.read"}, "path_outside_cwd")
+	for _, r := range []*recorder{a, b} {
+		if len(r.before) != 0 || len(r.after) != 1 || r.after[0] != (Outcome{Stage: StageGrant, Code: "path_outside_cwd"}) {
+			t.Fatalf("hook saw before %v, after %+v", r.before, r.after)
+		}
+	}
+	New(Config{}).Refuse(&Call{}, "x") // no hooks: nothing to tell
+}
+
 func TestAddHookAndExecutable(t *testing.T) {
 	g := New(Config{})
 	c := &Call{Kind: KindTool, Operation: "fs.read", Path: "a"}

@@ -2,9 +2,11 @@
 // and the audit journal's writes, the collector that reads the daemon's status at scrape time,
 // and the loopback endpoint that serves them (airlockd --metrics).
 //
-// Two kinds of metric live here. Events — a call answered, an audit append — are counted by
-// the code that sees them, through ObserveCall and ObserveAuditAppend: the gate of every
-// effect (DESIGN.md, "One gate for every effect") is their caller. State that the daemon
+// Two kinds of metric live here. Events — a call answered, a room call made, an audit append —
+// are counted by the code that sees them: every call at the gate of every effect (DESIGN.md,
+// "One gate for every effect") by the gate hook Metrics.Hook, once, in its After; a room call
+// this host makes, which the gate sees at its provider, by ObserveRoomCall; the audit
+// journal's group commits by ObserveAuditAppend. State that the daemon
 // already keeps — sessions, turns, connections, adapter states and restarts, the room bus
 // connection, the approvals waiting — is not mirrored into counters sprinkled through the
 // code: the status collector asks the daemon for one Status snapshot per scrape, so a scrape
@@ -26,12 +28,15 @@ import (
 )
 
 // Doors: where a call entered the daemon. They are the values of the door label.
+// The gate's doors (gate.Door) are these values too.
 const (
-	// DoorSocket is the owner socket (the CLI, a harness, the airlock mcp bridge).
+	// DoorSocket is the owner socket: the CLI, a harness.
 	DoorSocket = "socket"
 	// DoorRoom is a room call this host provides, after room authorization.
 	DoorRoom = "room"
-	// DoorMCP is an MCP tool call served in the daemon.
+	// DoorMCP is an owner-socket command of airlock mcp for its MCP client (the envelope's
+	// client member): the code it is answered is the code of the client's tool result, whose
+	// isError is set for every code but ok.
 	DoorMCP = "mcp"
 	// DoorTurn is a tool call of an agent turn.
 	DoorTurn = "turn"
@@ -41,10 +46,6 @@ const (
 
 // CodeOK is the code label of a call that succeeded.
 const CodeOK = "ok"
-
-// CodeToolError is the code label of an MCP tool result with isError set that carries no
-// airlock code of its own: an isError result is an error, never "ok".
-const CodeToolError = "tool_error"
 
 // Other is the label value that stands for every value past a label's bound, and for an
 // operation or door outside the known set.
@@ -91,8 +92,19 @@ type Call struct {
 	// unknown id a client made up is no series.
 	Capability string
 	Action     string
-	// Code is the outcome: "" or CodeOK for success, else the error's stable machine code (for
-	// an MCP result with isError, its airlock code, or CodeToolError).
+	// Code is the outcome: "" or CodeOK for success, else the error's stable machine code.
+	Code string
+}
+
+// RoomCall is one room call this host made, as ObserveRoomCall counts it: the provider, this
+// host or another, counts it again at its room door if it reached the gate there.
+type RoomCall struct {
+	// Door is where the call entered this host (socket, mcp, turn, web); another value counts
+	// as Other.
+	Door string
+	// Operation is observe or invoke; another value counts as Other.
+	Operation string
+	// Code is the outcome: "" or CodeOK for success, else the code the caller got.
 	Code string
 }
 
@@ -137,6 +149,8 @@ type Metrics struct {
 	reg          *prometheus.Registry
 	calls        *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
+	roomCalls    *prometheus.CounterVec
+	roomDuration *prometheus.HistogramVec
 	auditBytes   prometheus.Counter
 	auditRecords prometheus.Counter
 	auditFsync   prometheus.Histogram
@@ -160,6 +174,15 @@ func New(status func() Status) *Metrics {
 			Help:    "Time from a call's admission to its answer, by door, operation, capability, action and outcome (ok or error).",
 			Buckets: DurationBuckets,
 		}, []string{"door", "operation", "capability", "action", "outcome"}),
+		roomCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_room_calls_total",
+			Help: "Room calls this host made, by the door they entered through, operation and outcome code (ok, or the error's code).",
+		}, []string{"door", "operation", "code"}),
+		roomDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_room_call_duration_seconds",
+			Help:    "Time from a room call's start at this host to its verified answer, by door, operation and outcome (ok or error).",
+			Buckets: DurationBuckets,
+		}, []string{"door", "operation", "outcome"}),
 		auditBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_bytes_total",
 			Help: "Bytes appended to the audit journal.",
@@ -177,7 +200,7 @@ func New(status func() Status) *Metrics {
 		actions:      newLabelSet(MaxLabelValues),
 		codes:        newLabelSet(MaxLabelValues),
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.auditBytes, m.auditRecords, m.auditFsync,
+	m.reg.MustRegister(m.calls, m.duration, m.roomCalls, m.roomDuration, m.auditBytes, m.auditRecords, m.auditFsync,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if status != nil {
@@ -230,6 +253,29 @@ type callKey struct{ door, op, capability, action, code string }
 type callSeries struct {
 	count    prometheus.Counter
 	duration prometheus.Observer
+}
+
+// ObserveRoomCall counts one room call this host made and its duration.
+func (m *Metrics) ObserveRoomCall(c RoomCall, d time.Duration) {
+	if m == nil {
+		return
+	}
+	door := c.Door
+	if !doors[door] {
+		door = Other
+	}
+	op := c.Operation
+	if op != "observe" && op != "invoke" {
+		op = Other
+	}
+	code, outcome := c.Code, "error"
+	if code == "" || code == CodeOK {
+		code, outcome = CodeOK, CodeOK
+	} else {
+		code = m.codes.bound(code)
+	}
+	m.roomCalls.WithLabelValues(door, op, code).Inc()
+	m.roomDuration.WithLabelValues(door, op, outcome).Observe(d.Seconds())
 }
 
 // ObserveAuditAppend counts one group commit of the audit journal: the records and bytes it

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/gate"
 	"go.uber.org/goleak"
 )
 
@@ -81,8 +82,7 @@ func TestObserveCall(t *testing.T) {
 	m.ObserveCall(Call{Door: DoorSocket, Operation: "fs.write", Code: CodeOK}, 3*time.Millisecond)
 	m.ObserveCall(Call{Door: DoorSocket, Operation: "fs.write", Code: "path_outside_root"}, 40*time.Microsecond)
 	m.ObserveCall(Call{Door: DoorRoom, Operation: "invoke", Capability: "desk_lamp", Action: "set_power"}, 2*time.Second)
-	// An MCP isError result is an error, never ok.
-	m.ObserveCall(Call{Door: DoorMCP, Operation: "fs.read", Code: CodeToolError}, time.Millisecond)
+	m.ObserveCall(Call{Door: DoorMCP, Operation: "fs.read", Code: "policy_denied"}, time.Millisecond)
 	// A door or operation outside the known sets is "other", not a new series.
 	m.ObserveCall(Call{Door: "/home/me/secret", Operation: "/etc/passwd", Code: CodeOK}, time.Millisecond)
 	body := scrape(t, base)
@@ -90,7 +90,7 @@ func TestObserveCall(t *testing.T) {
 		`airlock_calls_total{action="",capability="",code="ok",door="socket",operation="fs.write"} 1`,
 		`airlock_calls_total{action="",capability="",code="path_outside_root",door="socket",operation="fs.write"} 1`,
 		`airlock_calls_total{action="set_power",capability="desk_lamp",code="ok",door="room",operation="invoke"} 1`,
-		`airlock_calls_total{action="",capability="",code="tool_error",door="mcp",operation="fs.read"} 1`,
+		`airlock_calls_total{action="",capability="",code="policy_denied",door="mcp",operation="fs.read"} 1`,
 		`airlock_calls_total{action="",capability="",code="ok",door="other",operation="other"} 1`,
 		`airlock_call_duration_seconds_bucket{action="",capability="",door="socket",operation="fs.write",outcome="error",le="5e-05"} 1`,
 		`airlock_call_duration_seconds_bucket{action="",capability="",door="socket",operation="fs.write",outcome="ok",le="0.0025"} 0`,
@@ -178,6 +178,8 @@ func TestNilMetricsIgnoresObservations(t *testing.T) {
 	var m *Metrics
 	m.ObserveCall(Call{Door: DoorSocket, Operation: "fs.read"}, time.Millisecond)
 	m.ObserveAuditAppend(1, 1, time.Millisecond)
+	m.ObserveRoomCall(RoomCall{Door: DoorWeb, Operation: "invoke"}, time.Millisecond)
+	m.Hook(nil).After(&gate.Call{}, gate.Outcome{})
 }
 
 func TestServerLoopbackOnly(t *testing.T) {
