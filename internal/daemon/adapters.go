@@ -479,15 +479,12 @@ func (s *Server) runAdapters(ctx context.Context, c *conn, cmd *protocol.Command
 		}
 		return &CapabilityDescription{Descriptor: d}, nil
 	case protocol.OpObserveCapability, protocol.OpInvokeCapability:
-		start := time.Now()
 		cc, e := capabilityCallOf(cmd)
 		if e != nil {
-			s.meterCapability(start, cmd, nil, e)
 			return nil, e
 		}
 		x, err := s.gateCapability(ctx, c, cmd, cc)
 		if err != nil {
-			s.meterCapability(start, cmd, cc, err)
 			return nil, err
 		}
 		var raw json.RawMessage
@@ -497,9 +494,7 @@ func (s *Server) runAdapters(ctx context.Context, c *conn, cmd *protocol.Command
 			raw, err = a.sup.Invoke(ctx, cc.id, cc.action, cc.args)
 		}
 		x.done(capabilityCode(err))
-		data, werr := cc.result(raw, err)
-		s.meterCapability(start, cmd, cc, werr)
-		return data, werr
+		return cc.result(raw, err)
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
 }
@@ -554,23 +549,19 @@ func (cc *capabilityCall) result(raw json.RawMessage, err error) (any, error) {
 // answer is queued, so that close answers it first.
 func (c *conn) startCapability(cmd *protocol.Command) {
 	c.handlers.Add(1)
-	start := time.Now()
 	cc, e := capabilityCallOf(cmd)
 	if e != nil {
-		c.srv.meterCapability(start, cmd, nil, e)
 		c.endCapability(cmd, nil, e)
 		return
 	}
 	x, err := c.srv.gateCapability(c.ctx, c, cmd, cc)
 	if err != nil {
-		c.srv.meterCapability(start, cmd, cc, err)
 		c.endCapability(cmd, nil, err)
 		return
 	}
 	done := func(raw json.RawMessage, err error) {
 		x.done(capabilityCode(err))
 		data, werr := cc.result(raw, err)
-		c.srv.meterCapability(start, cmd, cc, werr)
 		c.endCapability(cmd, data, werr)
 	}
 	if cc.observe {

@@ -49,12 +49,14 @@ type gated struct {
 	ctx      context.Context
 	rules    *policy.Policy
 	call     gate.Call
+	checked  bool // the grant checks passed and the gate's Check ran
 	admitted bool
 }
 
 // check is the toolclient's check: the gate decides on the path the grant check resolved.
 func (x *gated) check(path string) *protocol.Error {
 	x.call.Path = path
+	x.checked = true
 	if e := x.g.Check(x.ctx, &x.call, x.rules); e != nil {
 		return e
 	}
@@ -62,11 +64,14 @@ func (x *gated) check(path string) *protocol.Error {
 	return nil
 }
 
-// done reports the outcome of an admitted call; a call the gate refused was reported by
-// Check.
+// done reports the outcome of a call: an admitted call's to Done, a refusal of the door's
+// own checks (the check never ran) to Refuse. A call the gate refused was reported by Check.
 func (x *gated) done(code string) {
-	if x.admitted {
+	switch {
+	case x.admitted:
 		x.g.Done(&x.call, code)
+	case !x.checked && code != "":
+		x.g.Refuse(&x.call, code)
 	}
 }
 
@@ -77,9 +82,10 @@ func codeOf(e *protocol.Error) string {
 	return e.Code
 }
 
-// gateTool builds the gate's call of an invokeTool command.
-func (s *Server) gateTool(ctx context.Context, c *conn, cmd *protocol.Command, rules *policy.Policy, p *protocol.InvokeToolPayload, key string) *gated {
-	return &gated{g: s.gate, ctx: ctx, rules: rules, call: gate.Call{
+// gateTool builds the gate's call of an invokeTool command; its rules are the session's,
+// once the door found its generation.
+func (s *Server) gateTool(ctx context.Context, c *conn, cmd *protocol.Command, p *protocol.InvokeToolPayload, key string) *gated {
+	return &gated{g: s.gate, ctx: ctx, call: gate.Call{
 		Actor: s.actor(c, cmd), Kind: gate.KindTool, Operation: p.Operation, Args: p.Arguments, Key: key}}
 }
 
@@ -111,20 +117,21 @@ func (t *turnTools) Invoke(ctx context.Context, op, key string, args json.RawMes
 
 // gateCapability checks an observeCapability or invokeCapability command at the gate: the
 // session's rules apply when the command names a session (airlock mcp names its own). It
-// returns the admitted call, or the refusal to answer.
+// returns the admitted call, or the refusal to answer (one of the session's, reported to the
+// gate's hooks with Refuse).
 func (s *Server) gateCapability(ctx context.Context, c *conn, cmd *protocol.Command, cc *capabilityCall) (*gated, error) {
-	var rules *policy.Policy
-	if cmd.HasSession {
-		r, err := s.sessions.Rules(cmd.SessionID, cmd.Generation)
-		if err != nil {
-			return nil, err
-		}
-		rules = r
-	}
-	x := &gated{g: s.gate, ctx: ctx, rules: rules, call: gate.Call{
+	x := &gated{g: s.gate, ctx: ctx, call: gate.Call{
 		Actor: s.actor(c, cmd), Kind: gate.KindInvoke, Capability: cc.id, Action: cc.action, Args: cc.args}}
 	if cc.observe {
 		x.call.Kind = gate.KindObserve
+	}
+	if cmd.HasSession {
+		r, err := s.sessions.Rules(cmd.SessionID, cmd.Generation)
+		if err != nil {
+			x.done(protocol.AsError(err).Code)
+			return nil, err
+		}
+		x.rules = r
 	}
 	if e := x.check(""); e != nil {
 		return nil, e

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
@@ -12,8 +11,8 @@ import (
 
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
 // session generation, the payload and the call at the gate (c is nil for a command that did
-// not arrive on a connection). On an error the payload is nil unless it decoded and passed its
-// checks (the call's metric counts its operation).
+// not arrive on a connection). A command that does not decode is no call; one whose session
+// generation has no tools is a call the door refused, reported to the gate's hooks.
 func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, *gated, error) {
 	p, e := protocol.DecodeInvokeToolPayload(cmd)
 	if e != nil {
@@ -22,26 +21,25 @@ func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (
 	if e := p.Validate(); e != nil {
 		return nil, nil, nil, e
 	}
+	x := s.gateTool(ctx, c, cmd, p, toolclient.IdempotencyKey(p.Operation, p.ToolCallID))
 	tc, rules, err := s.sessions.GatedTool(cmd.SessionID, cmd.Generation)
 	if err != nil {
-		return nil, p, nil, err
+		x.done(protocol.AsError(err).Code)
+		return nil, nil, nil, err
 	}
-	key := toolclient.IdempotencyKey(p.Operation, p.ToolCallID)
-	return tc, p, s.gateTool(ctx, c, cmd, rules, p, key), nil
+	x.rules = rules
+	return tc, p, x, nil
 }
 
 // invokeTool runs invokeTool and waits for the adapter's answer. The adapter connection runs
 // the grant and path checks, then the gate (gated.check), then sends.
 func (s *Server) invokeTool(ctx context.Context, c *conn, cmd *protocol.Command) (any, error) {
-	start := time.Now()
 	tc, p, x, err := s.toolCall(ctx, c, cmd)
 	if err != nil {
-		s.meterTool(start, p, protocol.AsError(err).Code)
 		return nil, err
 	}
 	data, e := tc.InvokeChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check)
 	x.done(codeOf(e))
-	s.meterTool(start, p, codeOf(e))
 	if e != nil {
 		return nil, e
 	}
@@ -60,19 +58,16 @@ func (s *Server) invokeTool(ctx context.Context, c *conn, cmd *protocol.Command)
 // first, as it does for commands that run on their own goroutine.
 func (c *conn) startTool(cmd *protocol.Command) {
 	c.handlers.Add(1)
-	start := time.Now()
 	ctx, done := c.tools.track(c.ctx, cmd.RequestID)
 	tc, p, x, err := c.srv.toolCall(ctx, c, cmd)
 	if err != nil {
 		done()
-		c.srv.meterTool(start, p, protocol.AsError(err).Code)
 		c.endTool(cmd, nil, err)
 		return
 	}
 	tc.StartChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check, func(data json.RawMessage, e *protocol.Error) {
 		done()
 		x.done(codeOf(e))
-		c.srv.meterTool(start, p, codeOf(e))
 		if e != nil {
 			c.endTool(cmd, nil, e)
 			return

@@ -2,15 +2,13 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"time"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
-	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/protocol"
-	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
+	"github.com/airlockhq/airlock/internal/web"
 )
 
 // MetricsConfig configures the Prometheus endpoint (package metrics); a nil *MetricsConfig
@@ -25,8 +23,9 @@ type MetricsConfig struct {
 // promServer is the endpoint (this package imports runtime/metrics too).
 type promServer = metrics.Server
 
-// startMetrics creates the collectors and starts their endpoint. The collectors are created
-// before anything can be called, so that Server.prom never changes while the daemon runs.
+// startMetrics creates the collectors, installs their gate hook and starts their endpoint.
+// This happens before anything can be called, so that Server.prom never changes while the
+// daemon runs and the hook sees every call.
 func (d *Daemon) startMetrics() error {
 	mc := d.cfg.Metrics
 	if mc == nil {
@@ -41,6 +40,7 @@ func (d *Daemon) startMetrics() error {
 		return err
 	}
 	d.srv.prom, d.promSrv = m, srv
+	d.srv.gate.AddHook(m.Hook(d.srv.knownCapability))
 	d.log.Info("metrics endpoint listening", "addr", srv.Addr(), "path", "/metrics")
 	return nil
 }
@@ -78,135 +78,57 @@ func (d *Daemon) metricsStatus() metrics.Status {
 	return st
 }
 
-// The call counters of the doors that exist today are taken at one place per door, as the
-// call is answered:
-//
-//   - the owner socket's invokeTool, observeCapability and invokeCapability: meterTool and
-//     meterCapability, called where the answer is built, on the synchronous path (dispatch)
-//     and on the one that needs no goroutine (startTool, startCapability);
-//   - a room call this host provides: meteredCapabilities, the room provider's invoker, which
-//     runs after room authorization (and a per-call approval) and sees exactly the calls that
-//     reach an adapter.
-//
-// These are the places the gate (DESIGN.md, "One gate for every effect") takes over: once
-// every effect passes it, it observes each call with metrics.Metrics.ObserveCall, for every
-// door, and these calls go.
+// Every call at the gate — the owner socket's invokeTool, observeCapability and
+// invokeCapability (door socket, or mcp for airlock mcp's commands), an agent turn's tool
+// call (turn), a room call this host provides (room) — is counted by the metrics' gate hook
+// (metrics.Metrics.Hook), installed by startMetrics before the socket accepts: once, at the
+// gate's After, refusals included. A room call this host makes is counted where it enters the
+// room service, by meterRoomCall, with the door it came through; the provider counts it
+// again at its gate, at its room door.
 
-// meterTool counts an invokeTool of the owner socket that started at start. p is nil when the
-// command did not decode; code is "" for success.
-func (s *Server) meterTool(start time.Time, p *protocol.InvokeToolPayload, code string) {
-	if s.prom == nil {
-		return
-	}
-	op := ""
-	if p != nil {
-		op = p.Operation
-	}
-	s.prom.ObserveCall(metrics.Call{Door: metrics.DoorSocket, Operation: op, Code: code}, time.Since(start))
-}
-
-// meterCapability counts an observeCapability or invokeCapability of the owner socket that
-// started at start. cc is nil when the command did not decode.
-func (s *Server) meterCapability(start time.Time, cmd *protocol.Command, cc *capabilityCall, err error) {
-	if s.prom == nil {
-		return
-	}
-	c := metrics.Call{Door: metrics.DoorSocket, Operation: "invoke"}
-	if cmd.Operation == protocol.OpObserveCapability {
-		c.Operation = "observe"
-	}
+// knownCapability is the metrics hook's metrics.Known: whether a capability that a call the
+// gate refused names is served here, and whether it has the action.
+func (s *Server) knownCapability(capability, action string) (bool, bool) {
+	d, err := s.adapters.sup.Describe(capability)
 	if err != nil {
-		c.Code = protocol.AsError(err).Code
+		return false, false
 	}
-	if cc != nil {
-		c.Capability, c.Action = capabilityLabels(cc.id, cc.action, c.Code)
-	}
-	s.prom.ObserveCall(c, time.Since(start))
-}
-
-// capabilityLabels returns the capability and action labels of a call that ended with code:
-// a capability or action the adapter does not know is no label value, since a client may
-// name any.
-func capabilityLabels(id, action, code string) (string, string) {
-	switch code {
-	case capadapter.CodeUnknownCapability: // roomhost.CodeUnknownCapability too
-		return "", ""
-	case capadapter.CodeUnsupportedAction:
-		return id, ""
-	}
-	return id, action
-}
-
-// meteredCapabilities is the room provider's invoker when metrics are on: the capability
-// supervisor, with each call counted at the room door.
-type meteredCapabilities struct {
-	*capclient.Supervisor
-	prom *metrics.Metrics
-}
-
-var _ room.StartInvoker = meteredCapabilities{}
-var _ roomhost.Capabilities = meteredCapabilities{}
-
-func (m meteredCapabilities) observe(start time.Time, op, capability, action string, err error) {
-	code := ""
-	if err != nil {
-		if code = capadapter.WireCode(err); code == "" {
-			code = capadapter.CodeInternal
+	for _, a := range d.Actions {
+		if a.Name == action {
+			return true, true
 		}
 	}
-	capability, action = capabilityLabels(capability, action, code)
-	m.prom.ObserveCall(metrics.Call{Door: metrics.DoorRoom, Operation: op, Capability: capability, Action: action, Code: code}, time.Since(start))
+	return true, false
 }
 
-// Observe runs an observe for the room provider and counts it.
-func (m meteredCapabilities) Observe(ctx context.Context, capability string) (json.RawMessage, error) {
-	start := time.Now()
-	res, err := m.Supervisor.Observe(ctx, capability)
-	m.observe(start, "observe", capability, "", err)
-	return res, err
-}
-
-// Invoke runs an invoke for the room provider and counts it.
-func (m meteredCapabilities) Invoke(ctx context.Context, capability, action string, args json.RawMessage) (json.RawMessage, error) {
-	start := time.Now()
-	res, err := m.Supervisor.Invoke(ctx, capability, action, args)
-	m.observe(start, "invoke", capability, action, err)
-	return res, err
-}
-
-// StartObserve starts an observe for the room provider; it is counted when it ends.
-func (m meteredCapabilities) StartObserve(ctx context.Context, capability string, done func(json.RawMessage, error)) {
-	start := time.Now()
-	m.Supervisor.StartObserve(ctx, capability, func(res json.RawMessage, err error) {
-		m.observe(start, "observe", capability, "", err)
-		done(res, err)
-	})
-}
-
-// StartInvoke starts an invoke for the room provider; it is counted when it ends.
-func (m meteredCapabilities) StartInvoke(ctx context.Context, capability, action string, args json.RawMessage, done func(json.RawMessage, error)) {
-	start := time.Now()
-	m.Supervisor.StartInvoke(ctx, capability, action, args, func(res json.RawMessage, err error) {
-		m.observe(start, "invoke", capability, action, err)
-		done(res, err)
-	})
-}
-
-// roomCapabilities is the room service's view of the local capabilities: the supervisor,
-// metered when metrics are on.
-// roomSupervisor is what the room service takes of the capability supervisor: the
-// capabilities it publishes, and calls that start without waiting (the provider's invoker,
-// behind the gate).
-type roomSupervisor interface {
-	roomhost.Capabilities
-	room.StartInvoker
-}
-
-func (s *Server) roomCapabilities() roomSupervisor {
+// meterRoomCall counts a room call this host made through door that started at start and
+// ended with err, as its caller got it.
+func (s *Server) meterRoomCall(door string, invoke bool, start time.Time, err error) {
 	if s.prom == nil {
-		return s.adapters.sup
+		return
 	}
-	return meteredCapabilities{Supervisor: s.adapters.sup, prom: s.prom}
+	c := metrics.RoomCall{Door: door, Operation: "observe", Code: roomCallCode(err)}
+	if invoke {
+		c.Operation = "invoke"
+	}
+	s.prom.ObserveRoomCall(c, time.Since(start))
+}
+
+// roomCallCode is the code of a room call's error ("" for none): the room service's, the
+// page's or the daemon's.
+func roomCallCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var re *roomhost.Error
+	if errors.As(err, &re) {
+		return re.Code()
+	}
+	var we *web.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	return protocol.AsError(err).Code
 }
 
 // MetricsAddr returns the metrics endpoint's bound host:port, "" when it serves none.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
@@ -50,7 +51,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	if rc.NATSVia != "" {
 		via = socketAdmission(rc.NATSVia)
 	}
-	caps := d.srv.roomCapabilities()
+	caps := d.srv.adapters.sup
 	svc, err := roomhost.Start(ctx, roomhost.Config{
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: caps, Logger: d.log,
 		Invoker: &providerInvoker{srv: d.srv, sup: caps}, ErrorCode: providerErrorCode,
@@ -176,7 +177,14 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	if svc == nil {
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
-	return svc.AgentTools(r.room).Call(ctx, t, args)
+	start := time.Now()
+	res, e := svc.AgentTools(r.room).Call(ctx, t, args)
+	var err error
+	if e != nil {
+		err = e
+	}
+	r.srv.meterRoomCall(metrics.DoorTurn, t.Action != "", start, err)
+	return res, e
 }
 
 // checkOpenRoom refuses an open, or an adapter registration tied to a room, that names a
@@ -350,11 +358,15 @@ func (c *conn) startRoomCall(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
+	door, start := string(c.srv.actor(c, cmd).Door), time.Now()
 	done := func(raw json.RawMessage, err error) {
 		if err != nil {
-			c.endCapability(cmd, nil, roomError(err))
+			err = roomError(err)
+			c.srv.meterRoomCall(door, invoke, start, err)
+			c.endCapability(cmd, nil, err)
 			return
 		}
+		c.srv.meterRoomCall(door, invoke, start, nil)
 		c.endCapability(cmd, &RoomCallResult{Room: p.Room, Provider: p.Provider, CapabilityID: p.CapabilityID, Action: p.Action, Result: raw}, nil)
 	}
 	var started bool
@@ -503,11 +515,13 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		}
 		var raw json.RawMessage
 		var err error
+		start := time.Now()
 		if invoke {
 			raw, err = svc.Invoke(ctx, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
 		} else {
 			raw, err = svc.Observe(ctx, p.Room, p.Provider, p.CapabilityID)
 		}
+		s.meterRoomCall(string(s.actor(nil, cmd).Door), invoke, start, roomError(err))
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
@@ -168,8 +169,11 @@ func (b *webBackend) Observe(ctx context.Context, roomID, provider, capability s
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	res, err := svc.Observe(ctx, roomID, provider, capability)
-	return res, webError(err)
+	err = webError(err)
+	b.srv.meterRoomCall(metrics.DoorWeb, false, start, err)
+	return res, err
 }
 
 func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, action string, args json.RawMessage) (json.RawMessage, error) {
@@ -177,8 +181,11 @@ func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, a
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	res, err := svc.Invoke(ctx, roomID, provider, capability, action, args)
-	return res, webError(err)
+	err = webError(err)
+	b.srv.meterRoomCall(metrics.DoorWeb, true, start, err)
+	return res, err
 }
 
 // Approvals lists the waiting calls, with their args (which the page shows as text).

@@ -55,15 +55,15 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 			}
 			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), clientName, args)
 		case kindComposed:
-			return b.callComposed(ctx, req, s, args)
+			return b.callComposed(ctx, req, s, clientName, args)
 		case kindObserve:
 			return b.callCapability(ctx, b.gated(client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, clientName))
 		case kindRoomObserve:
-			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability,
+			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID}})
 		case kindRoomAction:
-			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeRoomCapability,
+			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID, Action: s.action, Args: args}},
 				callFingerprint(sessionID, s.tool.Name, args, explicit))
 		default:

@@ -98,13 +98,14 @@ type composedCall struct {
 	parallel int
 	progress *progress
 	steps    float64 // progress reported so far
+	client   string  // the MCP client's name, for the daemon's gate (door mcp)
 }
 
 // callComposed runs a composed tool. A cancelled call ends at once: the invokeTool in flight
 // is aborted in the daemon (as a plain fs call is), and no further call is sent.
-func (b *Bridge) callComposed(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, args json.RawMessage) (*sdk.CallToolResult, error) {
+func (b *Bridge) callComposed(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, clientName string, args json.RawMessage) (*sdk.CallToolResult, error) {
 	c := &composedCall{b: b, ctx: ctx, limits: s.limits, budget: composeBudget(s.limits),
-		parallel: composeParallel(s.limits), progress: newProgress(ctx, req, true)}
+		parallel: composeParallel(s.limits), progress: newProgress(ctx, req, true), client: clientName}
 	res, perr := s.composed.run(c, args)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -150,6 +151,7 @@ func (c *composedCall) invoke(op string, payload any) (json.RawMessage, *protoco
 	rid := b.requestID()
 	resp, err := l.send(c.ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
+		Client:  c.client,
 		Payload: protocol.InvokeToolPayload{ToolCallID: b.keys.fresh(), Operation: op, Arguments: args},
 	})
 	if err != nil {
