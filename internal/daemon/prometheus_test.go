@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -24,7 +25,11 @@ import (
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/metrics"
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/web"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // promTimeout bounds each wait on Prometheus: its start, and the scrapes that bring the values.
@@ -266,15 +271,21 @@ func (p *promEnv) await(t *testing.T, want map[string]string) {
 }
 
 // TestPrometheusScrapesAirlockd: a real Prometheus scrapes a real airlockd's --metrics
-// endpoint; the calls made through the owner socket (a tool call through the managed
-// airlock-fs, capability invokes and an observe of the go-lamp example adapter, refusals) and
-// a room call this host provides come back through Prometheus's query API with their door,
-// operation, capability, action and code, next to the state read at scrape time (the
-// adapter's state, the room bus connection, the resident session).
+// endpoint; the calls at every door of the gate come back through Prometheus's query API with
+// their door, operation, capability, action and code — the owner socket's (a tool call
+// through the managed airlock-fs, capability invokes and an observe of the go-lamp example
+// adapter, refusals), an MCP client's through airlock mcp (an isError result, counted with
+// the code the daemon answered), an agent turn's tool calls (one refused by the grant's path
+// check), and the room calls this host provides — and the room calls it makes, by the door
+// they came through (the owner socket, the web page), next to the state read at scrape time
+// (the adapter's state, the room bus connection, the resident sessions).
 func TestPrometheusScrapesAirlockd(t *testing.T) {
 	prometheusBinary(t)
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
-	e := startManaged(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0"}})
+	airlock := daemontest.Binary(t, "airlock")
+	llm := startModel(t)
+	e := startManaged(t, daemontest.Options{Args: []string{"--metrics", "127.0.0.1:0", "--http", "127.0.0.1:0",
+		"--provider", "local=" + llm.URL()}})
 	p := startPromEnv(t, map[string]*daemontest.Daemon{"airlockd": e.d})
 	base := p.base
 
@@ -321,6 +332,33 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 	mustOK(t, c, "publishCapability", map[string]any{"room": "home", "capabilityId": "desk_lamp", "actions": []string{"set_power"}, "observe": true})
 	mustOK(t, c, "invokeRoomCapability", map[string]any{"room": "home", "provider": st.HostID, "capabilityId": "desk_lamp",
 		"action": "set_power", "args": map[string]any{"on": true}})
+	// The same room call from the web page.
+	pageInvoke(t, c, map[string]any{"room": "home", "provider": st.HostID, "capability": "desk_lamp",
+		"action": "set_power", "args": map[string]any{"on": false}})
+
+	// An MCP client's call through airlock mcp that the grant refuses: an isError result
+	// carrying the daemon's code, which is the code it is counted with.
+	mcpCode := mcpCallError(t, airlock, e.d.Socket, "a", "fs_read", map[string]any{"path": "../outside"})
+	if mcpCode == "" {
+		t.Fatal("airlock mcp's fs_read of ../outside succeeded")
+	}
+
+	// An agent turn's tool calls: a read that runs, one the grant's path check refuses.
+	open := managedOpen("t", 1, e.root, "fs.read")
+	open.Payload.(map[string]any)["model"] = map[string]any{"provider": "local", "id": "test-model"}
+	if r := call(t, c, open); !r.OK {
+		t.Fatalf("open t: %v", r.Err())
+	}
+	llm.Push(
+		modeltest.Reply{ToolCalls: []model.ToolCall{
+			{ID: "call_0", Name: "fs_read", Arguments: `{"path":"notes.txt"}`},
+			{ID: "call_1", Name: "fs_read", Arguments: `{"path":"../outside"}`}}},
+		modeltest.Reply{Text: "done"},
+	)
+	var turn turnResult
+	if err := wake(t, c, "t", 1, "k1", "read", true).Decode(&turn); err != nil || turn.Result.ToolCalls != 2 {
+		t.Fatalf("wake: %v %+v", err, turn)
+	}
 
 	want := map[string]string{
 		`up{job="airlockd"}`: "1",
@@ -330,10 +368,19 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 		`airlock_calls_total{door="socket",operation="invoke",capability="desk_lamp",action="set_power",code="invalid_args"}`: "1",
 		`airlock_calls_total{door="socket",operation="observe",capability="desk_lamp",code="ok"}`:                             "1",
 		`airlock_calls_total{door="socket",operation="invoke",capability="",action="",code="unknown_capability"}`:             "1",
-		`airlock_calls_total{door="room",operation="invoke",capability="desk_lamp",action="set_power",code="ok"}`:             "1",
+		`airlock_calls_total{door="room",operation="invoke",capability="desk_lamp",action="set_power",code="ok"}`:             "2",
+		fmt.Sprintf(`airlock_calls_total{door="mcp",operation="fs.read",code=%q}`, mcpCode):                                   "1",
+		`airlock_calls_total{door="turn",operation="fs.read",code="ok"}`:                                                      "1",
+		fmt.Sprintf(`airlock_calls_total{door="turn",operation="fs.read",code=%q}`, readCode):                                 "1",
 		// Every call has its latency observed, once.
-		`sum(airlock_calls_total)`:                 "8",
-		`sum(airlock_call_duration_seconds_count)`: "8",
+		`sum(airlock_calls_total)`:                 "12",
+		`sum(airlock_call_duration_seconds_count)`: "12",
+		// The room calls this host made, by the door they came through; the provider (this
+		// host) counted them again at its room door.
+		`airlock_room_calls_total{door="socket",operation="invoke",code="ok"}`:                                                                  "1",
+		`airlock_room_calls_total{door="web",operation="invoke",code="ok"}`:                                                                     "1",
+		`sum(airlock_room_calls_total)`:                                                                                                         "2",
+		`airlock_room_call_duration_seconds_count{door="web",operation="invoke",outcome="ok"}`:                                                  "1",
 		`airlock_call_duration_seconds_bucket{door="socket",operation="invoke",capability="desk_lamp",action="set_power",outcome="ok",le="60"}`: "2",
 		// A capability id a client made up is no series.
 		`count(airlock_calls_total{capability="no_such_thing"})`: "",
@@ -344,7 +391,7 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 		`airlock_room_bus_connected`:                           "1",
 		`airlock_rooms`:                                        "1",
 		`airlock_approvals_waiting`:                            "0",
-		`airlock_sessions{residency="resident"}`:               "1",
+		`airlock_sessions{residency="resident"}`:               "2",
 	}
 	p.await(t, want)
 	// connectionsAccepted counts at least this test's connection; its exact number is not ours.
@@ -355,10 +402,95 @@ func TestPrometheusScrapesAirlockd(t *testing.T) {
 	// host id.
 	for _, s := range promQuery(t, base, `{__name__=~"airlock_.*"}`) {
 		for k, v := range s.Metric {
-			if k != "__name__" && (v == "a" || v == "w1" || v == "home" || v == st.HostID || strings.Contains(v, "notes.txt") || strings.Contains(v, "outside")) {
+			if k != "__name__" && (v == "a" || v == "t" || v == "w1" || v == "home" || v == st.HostID || v == mcpClientName ||
+				strings.Contains(v, "notes.txt") || strings.Contains(v, "outside")) {
 				t.Errorf("series %v carries %s=%q", s.Metric, k, v)
 			}
 		}
+	}
+}
+
+// mcpClientName is the name the test's MCP client gives at initialize.
+const mcpClientName = "prometheus-test-client"
+
+// mcpCallError runs airlock mcp for session (generation 1) on socket, calls tool with args as
+// an MCP client named mcpClientName, and returns the airlock code of its isError result ("" when
+// the call succeeded).
+func mcpCallError(t *testing.T, airlock, socket, session, tool string, args map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := sdk.NewClient(&sdk.Implementation{Name: mcpClientName, Version: "1"}, nil)
+	cs, err := cl.Connect(ctx, &sdk.CommandTransport{Command: exec.Command(airlock, "--socket", socket, "mcp", "--session", session, "--generation", "1")}, nil)
+	if err != nil {
+		t.Fatalf("airlock mcp: %v", err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", tool, err)
+	}
+	if !res.IsError {
+		return ""
+	}
+	var me struct {
+		Code string `json:"code"`
+	}
+	raw, _ := json.Marshal(res.Meta["io.airlock/error"])
+	if err := json.Unmarshal(raw, &me); err != nil || me.Code == "" {
+		t.Fatalf("%s: isError without an airlock code: %+v", tool, res)
+	}
+	return me.Code
+}
+
+// pageInvoke logs in to the daemon's web page (roomUILogin) and invokes a room capability
+// from it, as the page's script does.
+func pageInvoke(t *testing.T, c *client.Client, body map[string]any) {
+	t.Helper()
+	var login struct {
+		URL string `json:"url"`
+	}
+	if err := mustOK(t, c, "roomUILogin", map[string]any{}).Decode(&login); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(login.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := "http://" + u.Host
+	jar, _ := cookiejar.New(nil)
+	hc := &http.Client{Jar: jar, Timeout: 60 * time.Second, Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(login.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = hc.Get(origin + "/api/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sess struct {
+		CSRF string `json:"csrf"`
+	}
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&sess)
+	resp.Body.Close()
+	if err != nil || sess.CSRF == "" {
+		t.Fatalf("page session: %d %v", resp.StatusCode, err)
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, origin+"/api/invoke", strings.NewReader(string(b)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Origin", origin)
+	req.Header.Set(web.CSRFHeader, sess.CSRF)
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("page invoke: %d %s", resp.StatusCode, out)
 	}
 }
 
