@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
+)
+
+// BenchmarkInvokeToolMetrics measures what the metrics' gate hook adds to invokeTool: two
+// daemons in this process, one without --metrics (the gate has no hook and takes no time) and
+// one with it (every call is timed and counted at the gate's After), each with its own fast
+// adapter, timed alternately on one connection each so that both see the same load; then
+// the throughput of 64 clients, alternating in rounds.
+//
+//	go test -run '^$' -bench InvokeToolMetrics -benchtime 20000x ./internal/daemon/
+func BenchmarkInvokeToolMetrics(b *testing.B) {
+	start := func(m *MetricsConfig) *Daemon {
+		root := daemontest.ShortDir(b)
+		adapterSock := filepath.Join(root, "fs.sock")
+		stop := startFastAdapter(b, adapterSock)
+		b.Cleanup(stop)
+		d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
+			Limits: benchLimits(64), Metrics: m})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { d.Shutdown(context.Background()) })
+		waitReady(b, d)
+		openToolSession(b, d, adapterSock)
+		return d
+	}
+	off, on := start(nil), start(&MetricsConfig{Addr: "127.0.0.1:0"})
+	invoke := []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
+		`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+	base, subj := interleaved(b, off.cfg.SocketPath, on.cfg.SocketPath, invoke, b.N)
+	o50, m50 := percentile(base, 50), percentile(subj, 50)
+	o99, m99 := percentile(base, 99), percentile(subj, 99)
+	b.ReportMetric(float64(o50.Nanoseconds()), "off-p50-ns")
+	b.ReportMetric(float64(m50.Nanoseconds()), "on-p50-ns")
+	b.ReportMetric(float64(o99.Nanoseconds()), "off-p99-ns")
+	b.ReportMetric(float64(m99.Nanoseconds()), "on-p99-ns")
+	b.ReportMetric(float64(m50)/float64(o50), "ratio-p50")
+	const rounds = 4
+	calls := max(b.N, throughputCalls()) / rounds
+	var to, tm float64
+	for range rounds {
+		waitNoConns(b, off)
+		to += throughput(b, off.cfg.SocketPath, 64, calls)
+		waitNoConns(b, on)
+		tm += throughput(b, on.cfg.SocketPath, 64, calls)
+	}
+	b.ReportMetric(to/rounds, "off-calls/s-64clients")
+	b.ReportMetric(tm/rounds, "on-calls/s-64clients")
+	b.ReportMetric(tm/to, "ratio-calls/s")
+}
