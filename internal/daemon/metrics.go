@@ -73,9 +73,20 @@ func (d *Daemon) metricsStatus() metrics.Status {
 	}
 	if svc := d.srv.rooms.Load(); svc != nil {
 		st.Rooms = &metrics.Rooms{BusConnected: svc.BusConnected(), Rooms: svc.Status().Rooms}
-		st.ApprovalsWaiting = svc.ApprovalsWaiting()
 	}
+	st.ApprovalsWaiting = d.approvalsWaiting()
 	return st
+}
+
+// approvalsWaiting counts the calls waiting for the operator's decision, for
+// airlock_approvals_waiting: today the room calls of approve-each publications, which the
+// room service holds. The one approval queue (policy ask, agent proposals, room calls) takes
+// its place here once it exists.
+func (d *Daemon) approvalsWaiting() int {
+	if svc := d.srv.rooms.Load(); svc != nil {
+		return svc.ApprovalsWaiting()
+	}
+	return 0
 }
 
 // Every call at the gate — the owner socket's invokeTool, observeCapability and
