@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -176,7 +177,17 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	if svc == nil {
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
-	return svc.AgentTools(r.room).Call(ctx, t, args)
+	rec, err := r.srv.auditRoomCall(audit.DoorTurn, audit.Actor{}, t.Room, t.Provider, t.Capability, t.Action, args)
+	if err != nil {
+		return nil, protocol.AsError(err)
+	}
+	raw, e := svc.AgentTools(r.room).Call(ctx, t, args)
+	if e != nil {
+		rec.done(e)
+	} else {
+		rec.done(nil)
+	}
+	return raw, e
 }
 
 // checkOpenRoom refuses an open, or an adapter registration tied to a room, that names a
@@ -350,7 +361,14 @@ func (c *conn) startRoomCall(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
+	door, actor := c.srv.commandActor(c, cmd)
+	rec, e := c.srv.auditRoomCall(door, actor, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
+	if e != nil {
+		c.endCapability(cmd, nil, e)
+		return
+	}
 	done := func(raw json.RawMessage, err error) {
+		rec.done(err)
 		if err != nil {
 			c.endCapability(cmd, nil, roomError(err))
 			return
@@ -364,6 +382,8 @@ func (c *conn) startRoomCall(cmd *protocol.Command) {
 		started = svc.StartObserve(c.ctx, p.Room, p.Provider, p.CapabilityID, done)
 	}
 	if !started {
+		// The call was not sent: the handler makes it, under the record made above.
+		c.srv.audit.defer_(cmd, rec)
 		go c.runHandler(cmd)
 	}
 }
@@ -501,6 +521,15 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		if e := p.Validate(invoke); e != nil {
 			return nil, e
 		}
+		rec := s.audit.deferred(cmd)
+		var e error
+		if rec == nil {
+			// Run here only under a test's dispatch hook: the connection is not known.
+			rec, e = s.auditRoomCall(audit.DoorOwner, audit.Actor{}, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
+		}
+		if e != nil {
+			return nil, e
+		}
 		var raw json.RawMessage
 		var err error
 		if invoke {
@@ -508,6 +537,7 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		} else {
 			raw, err = svc.Observe(ctx, p.Room, p.Provider, p.CapabilityID)
 		}
+		rec.done(err)
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 	"github.com/airlockhq/airlock/internal/roomhost"
@@ -168,7 +169,12 @@ func (b *webBackend) Observe(ctx context.Context, roomID, provider, capability s
 	if err != nil {
 		return nil, err
 	}
+	rec, err := b.srv.auditRoomCall(audit.DoorWeb, audit.Actor{}, roomID, provider, capability, "", nil)
+	if err != nil {
+		return nil, webAuditError(err)
+	}
 	res, err := svc.Observe(ctx, roomID, provider, capability)
+	rec.done(err)
 	return res, webError(err)
 }
 
@@ -177,7 +183,12 @@ func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, a
 	if err != nil {
 		return nil, err
 	}
+	rec, err := b.srv.auditRoomCall(audit.DoorWeb, audit.Actor{}, roomID, provider, capability, action, args)
+	if err != nil {
+		return nil, webAuditError(err)
+	}
 	res, err := svc.Invoke(ctx, roomID, provider, capability, action, args)
+	rec.done(err)
 	return res, webError(err)
 }
 
