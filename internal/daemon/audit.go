@@ -97,6 +97,13 @@ func (d *Daemon) openAudit() error {
 	if prom := d.srv.prom; prom != nil {
 		opt.OnSync = prom.ObserveAuditAppend
 	}
+	// Open checks the newest segment and its link to the one before; VerifyTail checks both
+	// newest segments whole, in time bounded by two segments.
+	if tail, err := audit.VerifyTail(dir); err == nil && tail.Break != nil {
+		return protocol.Errorf(audit.CodeChainBroken,
+			"the audit journal in %s is broken: %s; run 'airlock audit verify --dir %s', keep the evidence, and move the directory aside to start a new chain",
+			dir, tail.Break, dir)
+	}
 	j, rep, err := audit.Open(dir, opt)
 	if err != nil {
 		return err
