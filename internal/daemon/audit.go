@@ -415,3 +415,11 @@ func webAuditError(err error) error {
 	pe := protocol.AsError(err)
 	return &web.Error{Code: pe.Code, Message: pe.Message, Err: err}
 }
+
+// webHistory is the web page's history view: the journal's files (nil without a journal).
+func (d *Daemon) webHistory() web.History {
+	if d.srv.audit == nil {
+		return nil
+	}
+	return web.JournalHistory(d.srv.audit.j.Dir())
+}

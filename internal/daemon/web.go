@@ -33,7 +33,7 @@ func (d *Daemon) startWeb() error {
 		return nil
 	}
 	srv, err := web.New(web.Config{
-		Addr: wc.Addr, AllowNonLoopback: wc.AllowNonLoopback, Backend: &webBackend{srv: d.srv},
+		Addr: wc.Addr, AllowNonLoopback: wc.AllowNonLoopback, Backend: &webBackend{srv: d.srv}, History: d.webHistory(),
 		// The page logs uncoded backend failures by operation and Go type only.
 		Logf: func(format string, args ...any) { d.log.Warn(fmt.Sprintf(format, args...)) },
 	})
