@@ -6,6 +6,7 @@ package daemon
 // and decisions the daemon's operations cause, through Server.auditEvent.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -171,11 +172,12 @@ func auditDoor(d gate.Door) audit.Door {
 	return audit.DoorOwner
 }
 
-// callEntry is the record of c: its door and actor, its target, its arguments and key.
-func callEntry(kind audit.Kind, c *gate.Call) audit.Entry {
+// callEntry is the record of c: its door and actor (exe, the peer's executable), its target,
+// its arguments and key.
+func callEntry(kind audit.Kind, c *gate.Call, exe string) audit.Entry {
 	a := c.Actor
 	e := audit.Entry{Kind: kind, Door: auditDoor(a.Door), Args: c.Args, IdempotencyKey: c.Key,
-		Actor: audit.Actor{PID: a.PID, Exe: a.Executable(), Session: a.Session, Room: a.Room, Host: a.Host, MCPClient: a.Client}}
+		Actor: audit.Actor{PID: a.PID, Exe: exe, Session: a.Session, Room: a.Room, Host: a.Host, MCPClient: a.Client}}
 	if a.Generation > 0 {
 		e.Actor.Generation = uint64(a.Generation)
 	}
@@ -199,12 +201,19 @@ func callEntry(kind audit.Kind, c *gate.Call) audit.Entry {
 // Before records that c is about to reach its adapter; it returns once the record is on
 // disk. An error refuses the call (record_failed).
 func (a *auditLog) Before(_ context.Context, c *gate.Call) error {
-	ref, err := a.append(callEntry(audit.KindStarted, c))
+	e := callEntry(audit.KindStarted, c, c.Actor.Executable())
+	ref, err := a.append(e)
 	if err != nil {
 		return err
 	}
-	a.started.Store(c, ref.Seq)
+	a.started.Store(c, startedCall{seq: ref.Seq, exe: e.Actor.Exe})
 	return nil
+}
+
+// startedCall is what After needs of Before's record: its seq, and the executable it read.
+type startedCall struct {
+	seq uint64
+	exe string
 }
 
 // After records how c ended: the outcome of a call Before recorded, or the policy's refusal
@@ -219,13 +228,14 @@ func (a *auditLog) After(c *gate.Call, o gate.Outcome) {
 		if o.Stage != gate.StagePolicy {
 			return // Before failed: nothing was recorded, and nothing ran
 		}
-		e := callEntry(audit.KindDecision, c)
+		e := callEntry(audit.KindDecision, c, c.Actor.Executable())
 		e.Outcome, e.Duration = code, o.Duration
 		a.appendLogged(e)
 		return
 	}
-	e := callEntry(audit.KindOutcome, c)
-	e.Ref, e.Outcome, e.Duration = v.(uint64), code, o.Duration
+	sc := v.(startedCall)
+	e := callEntry(audit.KindOutcome, c, sc.exe)
+	e.Ref, e.Outcome, e.Duration = sc.seq, code, o.Duration
 	// An outcome carries no arguments: its started record has their digest.
 	e.Args, e.IdempotencyKey = nil, ""
 	a.appendLogged(e)
@@ -422,4 +432,19 @@ func (d *Daemon) webHistory() web.History {
 		return nil
 	}
 	return web.JournalHistory(d.srv.audit.j.Dir())
+}
+
+// offReader runs finish(a copy of data) on a goroutine of its own when the journal records
+// the call x, and reports whether it did. The outcome's record is made durable before the
+// answer leaves (an fdatasync shared by the outcomes that wait together); on the adapter
+// connection's reader, which ends every call of that connection, each outcome would wait
+// for its own fdatasync in turn, and the calls of 64 clients would be answered one sync at a
+// time. The caller's handlers group still counts the call until finish answers it.
+func (s *Server) offReader(x *gated, data json.RawMessage, finish func(json.RawMessage)) bool {
+	if s.audit == nil || !x.admitted {
+		return false
+	}
+	data = bytes.Clone(data)
+	go finish(data)
+	return true
 }
