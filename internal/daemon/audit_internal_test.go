@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/policy"
 )
@@ -135,5 +136,38 @@ func TestAuditKeepsAPathItCannotNameAsItsDigest(t *testing.T) {
 	recs := readJournal(t, dir)
 	if len(recs) != 2 || recs[0].Target.Path != "" || recs[0].ArgsSHA256 == "" || recs[1].Outcome != "ok" {
 		t.Fatalf("records: %+v", recs)
+	}
+}
+
+// TestAuditFeedsTheMetrics: with --metrics, the journal's group commits are counted: the
+// records and bytes it made durable and its fsync latency (metrics.ObserveAuditAppend).
+func TestAuditFeedsTheMetrics(t *testing.T) {
+	root := t.TempDir()
+	d, err := Start(Config{SocketPath: filepath.Join(daemontest.ShortDir(t), "d.sock"), StateDir: filepath.Join(root, "state"),
+		Audit: &AuditConfig{}, Metrics: &MetricsConfig{Addr: "127.0.0.1:0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Shutdown(context.Background())
+	d.srv.auditEvent(audit.KindEvent, audit.DoorDaemon, audit.Actor{}, audit.Target{Op: "session.open"}, "")
+	mfs, err := d.srv.prom.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				got[mf.GetName()] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				got[mf.GetName()] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	st := d.srv.audit.j.Stats()
+	if got["airlock_audit_records_total"] != float64(st.Records) || got["airlock_audit_bytes_total"] != float64(st.Bytes) ||
+		got["airlock_audit_fsync_duration_seconds"] < 2 {
+		t.Fatalf("audit metrics %v, journal stats %+v", got, st)
 	}
 }

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -133,11 +134,13 @@ func TestBinaryAuditKill9KeepsEveryAcknowledgedCall(t *testing.T) {
 	}
 }
 
-// TestBinaryAuditBrokenChainFailsStart: a record of the journal edited while airlockd was
-// down (one byte) fails the next start with audit_chain_broken, naming the journal and
+// TestBinaryAuditBrokenChainFailsStart: airlockd exports the chain head at shutdown, to its
+// log and to --audit-head-file; a record of the journal edited while airlockd was down (one
+// byte) fails the next start with audit_chain_broken, naming the journal and
 // what to run; airlockd --audit=false starts on the same state without reading it.
 func TestBinaryAuditBrokenChainFailsStart(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{})
+	headFile := filepath.Join(t.TempDir(), "head.json")
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--audit-head-file", headFile}})
 	c := d.Dial()
 	for _, id := range []string{"a", "b", "c"} {
 		if r := call(t, c, client.Command{Operation: "open", SessionID: id, Generation: gen(1), Payload: openPayload(t.TempDir())}); !r.OK {
@@ -145,6 +148,18 @@ func TestBinaryAuditBrokenChainFailsStart(t *testing.T) {
 		}
 	}
 	d.Stop()
+	// The head exported at shutdown is the journal's.
+	rep, err := audit.Verify(audit.DirIn(d.StateDir), nil)
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify: %v %+v", err, rep.Break)
+	}
+	var head audit.Head
+	if b, err := os.ReadFile(headFile); err != nil || json.Unmarshal(b, &head) != nil || head.String() != rep.Head.String() {
+		t.Fatalf("exported head %+v (%v), the journal's %s", head, err, rep.Head)
+	}
+	if !strings.Contains(d.Stderr(), "audit head") || !strings.Contains(d.Stderr(), rep.Head.String()) {
+		t.Fatalf("the log does not export the head %s", rep.Head)
+	}
 	seg := filepath.Join(audit.DirIn(d.StateDir), "seg-0000000000000001.ndjson")
 	b, err := os.ReadFile(seg)
 	if err != nil {
