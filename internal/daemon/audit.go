@@ -61,6 +61,9 @@ type auditLog struct {
 	// made holds the record of a room call the connection's reader recorded but could not
 	// send without waiting, for the handler goroutine that sends it (startRoomCall).
 	made sync.Map // *protocol.Command → *roomCallRecord
+	// finishing are the goroutines offReader started; closeAudit waits for them before it
+	// closes the journal.
+	finishing sync.WaitGroup
 }
 
 // defer_ hands rec to the handler that will make cmd's room call.
@@ -152,6 +155,7 @@ func (d *Daemon) closeAudit() {
 		<-d.auditDone
 	}
 	if a := d.srv.audit; a != nil {
+		a.finishing.Wait()
 		if err := a.j.Close(); err != nil {
 			d.log.Error("audit journal did not close cleanly", "err", err)
 		}
@@ -439,12 +443,13 @@ func (d *Daemon) webHistory() web.History {
 // answer leaves (an fdatasync shared by the outcomes that wait together); on the adapter
 // connection's reader, which ends every call of that connection, each outcome would wait
 // for its own fdatasync in turn, and the calls of 64 clients would be answered one sync at a
-// time. The caller's handlers group still counts the call until finish answers it.
+// time. The goroutine is the journal's (closeAudit waits for it); an owner-socket caller's
+// handlers group also counts the call until finish answers it.
 func (s *Server) offReader(x *gated, data json.RawMessage, finish func(json.RawMessage)) bool {
 	if s.audit == nil || !x.admitted {
 		return false
 	}
 	data = bytes.Clone(data)
-	go finish(data)
+	s.audit.finishing.Go(func() { finish(data) })
 	return true
 }

@@ -193,8 +193,13 @@ func (p *providerInvoker) StartObserve(ctx context.Context, capability string, d
 		return
 	}
 	p.sup.StartObserve(ctx, capability, func(raw json.RawMessage, err error) {
-		x.done(capabilityCode(err))
-		done(raw, err)
+		finish := func(raw json.RawMessage) {
+			x.done(capabilityCode(err))
+			done(raw, err)
+		}
+		if !p.srv.offReader(x, raw, finish) {
+			finish(raw)
+		}
 	})
 }
 
@@ -206,8 +211,13 @@ func (p *providerInvoker) StartInvoke(ctx context.Context, capability, action st
 		return
 	}
 	p.sup.StartInvoke(ctx, capability, action, args, func(raw json.RawMessage, err error) {
-		x.done(capabilityCode(err))
-		done(raw, err)
+		finish := func(raw json.RawMessage) {
+			x.done(capabilityCode(err))
+			done(raw, err)
+		}
+		if !p.srv.offReader(x, raw, finish) {
+			finish(raw)
+		}
 	})
 }
 
