@@ -158,11 +158,15 @@ func (s *Server) withdraw(capabilities []string) {
 // roomTools gives a session's turns the tools of its room. The room service may start after
 // the session (it starts once recovery is done), so it is looked up at each turn; a turn
 // without it, or of a room this host left, offers no room tools.
-func (s *Server) roomTools(roomID string) turn.RoomTools { return &sessionRoom{srv: s, room: roomID} }
+func (s *Server) roomTools(roomID, id string, generation int64) turn.RoomTools {
+	return &sessionRoom{srv: s, room: roomID, id: id, generation: generation}
+}
 
 type sessionRoom struct {
-	srv  *Server
-	room string
+	srv        *Server
+	room       string
+	id         string // the session and generation whose turns call
+	generation int64
 }
 
 func (r *sessionRoom) Tools(ctx context.Context) []turn.RoomTool {
@@ -177,7 +181,8 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	if svc == nil {
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
-	rec, err := r.srv.auditRoomCall(audit.DoorTurn, audit.Actor{}, t.Room, t.Provider, t.Capability, t.Action, args)
+	rec, err := r.srv.auditRoomCall(audit.DoorTurn, audit.Actor{Session: r.id, Generation: uint64(max(r.generation, 0))},
+		t.Room, t.Provider, t.Capability, t.Action, args)
 	if err != nil {
 		return nil, protocol.AsError(err)
 	}
