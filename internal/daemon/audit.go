@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -356,6 +357,14 @@ func (s *Server) auditRemoval(r capclient.Removal) {
 	s.auditEvent(audit.KindEvent, audit.DoorDaemon,
 		audit.Actor{Session: r.Registration.Session, Generation: uint64(max(r.Registration.Generation, 0)), Room: r.Registration.Room},
 		audit.Target{Op: "adapter.remove", Adapter: r.Registration.Name}, r.Reason)
+}
+
+// auditChanged records that an adapter's executable or script was found changed since it
+// was approved (capclient's OnChanged): it does not start until approveAdapter.
+func (s *Server) auditChanged(r capclient.Registration) {
+	s.auditEvent(audit.KindEvent, audit.DoorDaemon,
+		audit.Actor{Session: r.Session, Generation: uint64(max(r.Generation, 0)), Room: r.Room},
+		audit.Target{Op: "adapter.changed", Adapter: r.Name}, capadapter.CodeAdapterChanged)
 }
 
 // roomCallRecord is a room call this host makes, recorded before it leaves for the bus.

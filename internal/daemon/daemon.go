@@ -224,6 +224,7 @@ func Start(cfg Config) (*Daemon, error) {
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 	d.srv.adapters.OnAdapterRemoved(d.srv.auditRemoval)
+	sup.OnChanged(d.srv.auditChanged)
 
 	if err := d.startMetrics(); err != nil {
 		cancel()
