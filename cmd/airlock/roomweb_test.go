@@ -242,7 +242,8 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 
 // TestRoomOwnerCloseStopsMemberAdapter: when the owner closes a room, a member host notices
 // (the owner's last roster no longer lists it): it forgets the room, as its own leave would,
-// so its adapter tied to the room stops and is removed, and its publications are withdrawn.
+// so its adapter tied to the room stops and is removed, and its publications are withdrawn;
+// its audit journal records both.
 func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	a := startRoomHost(t)
@@ -297,6 +298,16 @@ func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 		if !strings.Contains(b.d.Stderr(), want) {
 			t.Errorf("B's log lacks %q", want)
 		}
+	}
+	// B's journal: the room closed (door daemon), then its adapter removed for it.
+	var events []string
+	for _, r := range auditJSON(t, b, "--door", "daemon") {
+		if r.Actor != nil && r.Actor.Room == "home" {
+			events = append(events, r.Target.Op+":"+r.Outcome)
+		}
+	}
+	if strings.Join(events, " ") != "room.closed:ok adapter.remove:room_closed" {
+		t.Errorf("B's journal of the room's close: %v", events)
 	}
 }
 

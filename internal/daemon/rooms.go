@@ -77,10 +77,12 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	d.removeForGoneRooms(ctx)
 }
 
-// roomClosed is the room service's RoomClosed hook: the temporary adapters tied to the room
+// roomClosed is the room service's RoomClosed hook: the journal records it (room.closed),
+// the temporary adapters tied to the room
 // stop, their registrations go, and their publications in other rooms are withdrawn (by the
 // removal hook, before each child stops).
 func (d *Daemon) roomClosed(ctx context.Context, id string) {
+	d.srv.auditEvent(audit.KindEvent, audit.DoorDaemon, audit.Actor{Room: id}, audit.Target{Op: "room.closed"}, "")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adapterStopTimeout)
 	defer cancel()
 	names, err := d.srv.adapters.RemoveForRoom(ctx, id)
