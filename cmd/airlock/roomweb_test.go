@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/browsertest"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
@@ -21,9 +22,10 @@ import (
 // TestRoomWebTwoDaemons: two real airlockd, B joined to A's bus and serving its page with
 // --http. A registers the Python light and publishes set_color; B's human logs in through the
 // URL `airlock room open-ui` printed, invokes set_color from the generated form in headless
-// Chromium, and sees the result and the call in the live log, which A's adapter really ran. A
+// Chromium, and sees the result and the call in the live log, which A's adapter really ran,
+// and in the history view, from B's audit journal (door web; A's records it provided). A
 // screenshot is saved. No bulb endpoint, adapter stderr, host key, join code or login token
-// shows in the page, its console, the CLI outputs or either daemon's log.
+// shows in the page, its console, the CLI outputs, either daemon's log or either journal.
 func TestRoomWebTwoDaemons(t *testing.T) {
 	exe := browsertest.Chromium(t)
 	python, err := exec.LookPath("python3")
@@ -87,6 +89,14 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 	bl.stop(t)
 	page.step("reload", chromedp.Navigate(page.origin+"/"))
 	page.poll("the observation's failure", `(document.querySelector('`+lightObs+`')||{textContent: ''}).textContent.startsWith('unavailable')`)
+	// The page's history view reads B's audit journal: the call made from the page is there.
+	page.poll("the call in the history view", `document.querySelector('#history-table tbody tr[data-op="room.call.made"][data-kind="outcome"][data-outcome="ok"]') !== null`)
+	if st, out := effect(t, auditJSON(t, b), "room.call.made", "set_color"); st.Door != audit.DoorWeb || st.Actor.Room != "home" || st.Actor.Host != sa.HostID || out.Outcome != "ok" {
+		t.Errorf("B's journal: the page's call %+v %+v, outcome %+v", st, st.Actor, out)
+	}
+	if st, _ := effect(t, auditJSON(t, a), "room.call.provided", "set_color"); st.Door != audit.DoorRoom || st.Actor.Room != "home" {
+		t.Errorf("A's journal: the provided call %+v %+v", st, st.Actor)
+	}
 	var logs struct {
 		Lines []string `json:"lines"`
 	}
@@ -128,6 +138,16 @@ func TestRoomWebTwoDaemons(t *testing.T) {
 		// The observation's 503 is the one failed load this test provokes.
 		if m.IsException() || strings.Contains(m.Text, "Content Security Policy") {
 			t.Errorf("browser console: %s", m)
+		}
+	}
+	for name, h := range map[string]*roomHost{"A": a, "B": b} {
+		files, _ := filepath.Glob(filepath.Join(audit.DirIn(h.d.StateDir), "seg-*.ndjson"))
+		if len(files) == 0 {
+			t.Fatalf("no journal of %s to scan", name)
+		}
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			check(name+"'s journal "+filepath.Base(f), string(b))
 		}
 	}
 	for where, l := range map[string]string{"A's log": a.d.Stderr(), "B's log": b.d.Stderr()} {
@@ -222,7 +242,8 @@ func TestRoomCloseStopsTemporaryAdapter(t *testing.T) {
 
 // TestRoomOwnerCloseStopsMemberAdapter: when the owner closes a room, a member host notices
 // (the owner's last roster no longer lists it): it forgets the room, as its own leave would,
-// so its adapter tied to the room stops and is removed, and its publications are withdrawn.
+// so its adapter tied to the room stops and is removed, and its publications are withdrawn;
+// its audit journal records both.
 func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	a := startRoomHost(t)
@@ -277,6 +298,16 @@ func TestRoomOwnerCloseStopsMemberAdapter(t *testing.T) {
 		if !strings.Contains(b.d.Stderr(), want) {
 			t.Errorf("B's log lacks %q", want)
 		}
+	}
+	// B's journal: the room closed (door daemon), then its adapter removed for it.
+	var events []string
+	for _, r := range auditJSON(t, b, "--door", "daemon") {
+		if r.Actor != nil && r.Actor.Room == "home" {
+			events = append(events, r.Target.Op+":"+r.Outcome)
+		}
+	}
+	if strings.Join(events, " ") != "room.closed:ok adapter.remove:room_closed" {
+		t.Errorf("B's journal of the room's close: %v", events)
 	}
 }
 

@@ -96,6 +96,9 @@ func run(args []string, stderr io.Writer) error {
 	fsAdapter := fs.String("fs-adapter", "", "the airlock-fs `executable` airlockd runs, on first use, for opens that ask it for a grant (airlock mcp --dir, session open --fs-ops) (default: airlock-fs beside airlockd)")
 	policyFile := fs.String("policy", "", "the host's policy `FILE` (docs/operations.md, \"Approvals and policy\"): allow, ask or deny for every fs operation and capability action at every door, beside each session's own; its examples must pass (airlock policy check FILE)")
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
+	auditOn := fs.Bool("audit", true, "keep the audit journal of every effect and decision in <state-dir>/audit (docs/operations.md, \"The audit journal\"); --audit=false keeps none")
+	auditArgs := fs.Bool("audit-args", false, "also keep each call's arguments in the audit journal (canonical JSON, up to 4 KiB; longer ones keep only their SHA-256, which is always kept)")
+	auditHeadFile := fs.String("audit-head-file", "", "also write the audit chain's head to this `FILE` (atomically) whenever it is exported: every 5 minutes while it moves, and at shutdown; point it somewhere collected off this user's reach")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
 	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)
@@ -136,6 +139,9 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if *metricsAnyAddr && *metricsAddr == "" {
 		return errors.New("--metrics-allow-non-loopback needs --metrics")
+	}
+	if !*auditOn && (*auditArgs || *auditHeadFile != "") {
+		return errors.New("--audit-args and --audit-head-file need the audit journal (--audit)")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -187,6 +193,7 @@ func run(args []string, stderr io.Writer) error {
 		Web:         webConfig(*httpAddr, *httpAnyAddr),
 		Metrics:     metricsConfig(*metricsAddr, *metricsAnyAddr),
 		ManagedFS:   managedFS(*fsAdapter, *noFSAdapter, log),
+		Audit:       auditConfig(*auditOn, *auditArgs, *auditHeadFile),
 	})
 	if err != nil {
 		return err
@@ -250,6 +257,13 @@ func webConfig(addr string, anyAddr bool) *daemon.WebConfig {
 		return nil
 	}
 	return &daemon.WebConfig{Addr: addr, AllowNonLoopback: anyAddr}
+}
+
+func auditConfig(on, args bool, headFile string) *daemon.AuditConfig {
+	if !on {
+		return nil
+	}
+	return &daemon.AuditConfig{RecordArgs: args, HeadFile: headFile}
 }
 
 func metricsConfig(addr string, anyAddr bool) *daemon.MetricsConfig {

@@ -48,3 +48,12 @@ func TestMetricsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditFlags: --audit-args and --audit-head-file mean nothing with --audit=false.
+func TestAuditFlags(t *testing.T) {
+	for _, args := range [][]string{{"--audit=false", "--audit-args"}, {"--audit=false", "--audit-head-file", "/tmp/h.json"}} {
+		if err := run(args, io.Discard); err == nil || !strings.Contains(err.Error(), "need the audit journal (--audit)") {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

@@ -559,10 +559,15 @@ func (c *conn) startCapability(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, err)
 		return
 	}
-	done := func(raw json.RawMessage, err error) {
+	finish := func(raw json.RawMessage, err error) {
 		x.done(capabilityCode(err))
 		data, werr := cc.result(raw, err)
 		c.endCapability(cmd, data, werr)
+	}
+	done := func(raw json.RawMessage, err error) {
+		if !c.srv.offReader(x, raw, func(raw json.RawMessage) { finish(raw, err) }) {
+			finish(raw, err)
+		}
 	}
 	if cc.observe {
 		c.srv.adapters.sup.StartObserve(c.ctx, cc.id, done)

@@ -55,6 +55,8 @@ type Config struct {
 	// Policy is the host's policy (airlockd --policy): it applies to every call at every
 	// door, beside the session's own; nil allows all.
 	Policy *policy.Policy
+	// Audit configures the audit journal (audit.go); nil keeps none.
+	Audit *AuditConfig
 	// GateHooks are installed on the gate before the socket accepts (the audit journal, the
 	// metrics); more can be added with Daemon.Gate().AddHook.
 	GateHooks []gate.Hook
@@ -90,6 +92,11 @@ type Daemon struct {
 	web       *web.Server    // nil without Config.Web
 	promSrv   *promServer    // nil without Config.Metrics
 	bg        sync.WaitGroup // recovery
+
+	// stopAuditExport ends the audit head's export, which closes auditDone once it has
+	// exported the final head (audit.go).
+	stopAuditExport context.CancelFunc
+	auditDone       chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -132,6 +139,7 @@ func Start(cfg Config) (*Daemon, error) {
 		startedAt: time.Now(),
 		store:     st,
 		done:      make(chan struct{}),
+		auditDone: make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.srv = &Server{
@@ -215,6 +223,8 @@ func Start(cfg Config) (*Daemon, error) {
 	// Publications of a registration that stops serving are withdrawn before its child stops,
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
+	d.srv.adapters.OnAdapterRemoved(d.srv.auditRemoval)
+	sup.OnChanged(d.srv.auditChanged)
 
 	if err := d.startMetrics(); err != nil {
 		cancel()
@@ -222,7 +232,15 @@ func Start(cfg Config) (*Daemon, error) {
 		st.Close()
 		return nil, fmt.Errorf("metrics endpoint: %w", err)
 	}
+	if err := d.openAudit(); err != nil {
+		d.stopMetrics(context.Background())
+		cancel()
+		sup.Close(context.Background())
+		st.Close()
+		return nil, fmt.Errorf("audit journal: %w", err)
+	}
 	if err := d.startWeb(); err != nil {
+		d.closeAudit()
 		d.stopMetrics(context.Background())
 		cancel()
 		sup.Close(context.Background())
@@ -232,6 +250,7 @@ func Start(cfg Config) (*Daemon, error) {
 	ln, err := ownersock.Listen(cfg.SocketPath, os.Geteuid())
 	if err != nil {
 		d.stopWeb(context.Background())
+		d.closeAudit()
 		d.stopMetrics(context.Background())
 		cancel()
 		sup.Close(context.Background())
@@ -239,6 +258,9 @@ func Start(cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.ln = ln
+	var exportCtx context.Context
+	exportCtx, d.stopAuditExport = context.WithCancel(context.Background())
+	d.startAuditExport(exportCtx)
 	d.srv.wg.Add(1)
 	go d.srv.serve(ln)
 	d.log.Info("airlockd listening", "socket", cfg.SocketPath, "stateDir", cfg.StateDir,
@@ -307,6 +329,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		if err := d.srv.adapters.sup.Close(ctx); err != nil {
 			d.log.Warn("capability adapters did not all stop in time", "err", err)
 		}
+		// Last: every call and event has been answered and recorded.
+		d.closeAudit()
 		if err := d.store.Close(); err != nil {
 			d.closeErr = fmt.Errorf("close store: %w", err)
 		}

@@ -18,6 +18,7 @@ func (s *Server) dispatch(ctx context.Context, c *conn, cmd *protocol.Command) *
 		s.hook(cmd)
 	}
 	data, err := s.run(ctx, c, cmd)
+	s.auditCommand(c, cmd, err)
 	return s.respond(cmd, data, err)
 }
 
@@ -48,6 +49,7 @@ func (s *Server) open(ctx context.Context, c *conn, cmd *protocol.Command, p *pr
 	if minted != "" && (err != nil || !bound) {
 		s.fsys.drop(cmd.SessionID, cmd.Generation, minted)
 	}
+	s.auditOpen(c, cmd, minted != "", bound, err)
 	if err == nil && res.Created && policy.Lifetime == protocol.LifetimeConnection {
 		// Only the connection whose open created the generation owns it: another
 		// connection's open of it reuses it, and that connection's end must not end it.

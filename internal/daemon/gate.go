@@ -200,8 +200,13 @@ func (p *providerInvoker) StartObserve(ctx context.Context, capability string, d
 		return
 	}
 	p.sup.StartObserve(ctx, capability, func(raw json.RawMessage, err error) {
-		x.done(capabilityCode(err))
-		done(raw, err)
+		finish := func(raw json.RawMessage) {
+			x.done(capabilityCode(err))
+			done(raw, err)
+		}
+		if !p.srv.offReader(x, raw, finish) {
+			finish(raw)
+		}
 	})
 }
 
@@ -213,8 +218,13 @@ func (p *providerInvoker) StartInvoke(ctx context.Context, capability, action st
 		return
 	}
 	p.sup.StartInvoke(ctx, capability, action, args, func(raw json.RawMessage, err error) {
-		x.done(capabilityCode(err))
-		done(raw, err)
+		finish := func(raw json.RawMessage) {
+			x.done(capabilityCode(err))
+			done(raw, err)
+		}
+		if !p.srv.offReader(x, raw, finish) {
+			finish(raw)
+		}
 	})
 }
 

@@ -67,16 +67,24 @@ func (c *conn) startTool(cmd *protocol.Command) {
 	}
 	tc.StartChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check, func(data json.RawMessage, e *protocol.Error) {
 		done()
-		x.done(codeOf(e))
-		if e != nil {
-			c.endTool(cmd, nil, e)
+		if c.srv.offReader(x, data, func(data json.RawMessage) { c.finishTool(cmd, p, x, data, e) }) {
 			return
 		}
-		// The connection returns data that DecodeFrame walked and compacted. It is a slice
-		// of the connection's read buffer, valid only until this function returns
-		// (toolclient.Conn.Start): endTool copies it into the answer before that.
-		c.endTool(cmd, &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil)
+		c.finishTool(cmd, p, x, data, e)
 	})
+}
+
+// finishTool records an ended invokeTool and answers it. data is valid only until
+// it returns (toolclient.Conn.Start), unless offReader copied it.
+func (c *conn) finishTool(cmd *protocol.Command, p *protocol.InvokeToolPayload, x *gated, data json.RawMessage, e *protocol.Error) {
+	x.done(codeOf(e))
+	if e != nil {
+		c.endTool(cmd, nil, e)
+		return
+	}
+	// The connection returns data that DecodeFrame walked and compacted: endTool copies it
+	// into the answer.
+	c.endTool(cmd, &protocol.CompactToolResult{ToolResult: protocol.ToolResult{ToolCallID: p.ToolCallID, Operation: p.Operation, Data: data}}, nil)
 }
 
 func (c *conn) endTool(cmd *protocol.Command, data any, err error) {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/metrics"
@@ -77,10 +78,12 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	d.removeForGoneRooms(ctx)
 }
 
-// roomClosed is the room service's RoomClosed hook: the temporary adapters tied to the room
+// roomClosed is the room service's RoomClosed hook: the journal records it (room.closed),
+// the temporary adapters tied to the room
 // stop, their registrations go, and their publications in other rooms are withdrawn (by the
 // removal hook, before each child stops).
 func (d *Daemon) roomClosed(ctx context.Context, id string) {
+	d.srv.auditEvent(audit.KindEvent, audit.DoorDaemon, audit.Actor{Room: id}, audit.Target{Op: "room.closed"}, "")
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adapterStopTimeout)
 	defer cancel()
 	names, err := d.srv.adapters.RemoveForRoom(ctx, id)
@@ -158,11 +161,15 @@ func (s *Server) withdraw(capabilities []string) {
 // roomTools gives a session's turns the tools of its room. The room service may start after
 // the session (it starts once recovery is done), so it is looked up at each turn; a turn
 // without it, or of a room this host left, offers no room tools.
-func (s *Server) roomTools(roomID string) turn.RoomTools { return &sessionRoom{srv: s, room: roomID} }
+func (s *Server) roomTools(roomID, id string, generation int64) turn.RoomTools {
+	return &sessionRoom{srv: s, room: roomID, id: id, generation: generation}
+}
 
 type sessionRoom struct {
-	srv  *Server
-	room string
+	srv        *Server
+	room       string
+	id         string // the session and generation whose turns call
+	generation int64
 }
 
 func (r *sessionRoom) Tools(ctx context.Context) []turn.RoomTool {
@@ -177,12 +184,18 @@ func (r *sessionRoom) Call(ctx context.Context, t turn.RoomTool, args json.RawMe
 	if svc == nil {
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
+	rec, rerr := r.srv.auditRoomCall(audit.DoorTurn, audit.Actor{Session: r.id, Generation: uint64(max(r.generation, 0))},
+		t.Room, t.Provider, t.Capability, t.Action, args)
+	if rerr != nil {
+		return nil, protocol.AsError(rerr)
+	}
 	start := time.Now()
 	res, e := svc.AgentTools(r.room).Call(ctx, t, args)
 	var err error
 	if e != nil {
 		err = e
 	}
+	rec.done(err)
 	r.srv.meterRoomCall(metrics.DoorTurn, t.Action != "", start, err)
 	return res, e
 }
@@ -358,8 +371,15 @@ func (c *conn) startRoomCall(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
+	adoor, actor := c.srv.commandActor(c, cmd)
+	rec, e := c.srv.auditRoomCall(adoor, actor, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
+	if e != nil {
+		c.endCapability(cmd, nil, e)
+		return
+	}
 	door, start := string(c.srv.actor(c, cmd).Door), time.Now()
 	done := func(raw json.RawMessage, err error) {
+		rec.done(err)
 		if err != nil {
 			err = roomError(err)
 			c.srv.meterRoomCall(door, invoke, start, err)
@@ -376,6 +396,8 @@ func (c *conn) startRoomCall(cmd *protocol.Command) {
 		started = svc.StartObserve(c.ctx, p.Room, p.Provider, p.CapabilityID, done)
 	}
 	if !started {
+		// The call was not sent: the handler makes it, under the record made above.
+		c.srv.audit.defer_(cmd, rec)
 		go c.runHandler(cmd)
 	}
 }
@@ -513,6 +535,15 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		if e := p.Validate(invoke); e != nil {
 			return nil, e
 		}
+		rec := s.audit.deferred(cmd)
+		var e error
+		if rec == nil {
+			// Run here only under a test's dispatch hook: the connection is not known.
+			rec, e = s.auditRoomCall(audit.DoorOwner, audit.Actor{}, p.Room, p.Provider, p.CapabilityID, p.Action, p.Args)
+		}
+		if e != nil {
+			return nil, e
+		}
 		var raw json.RawMessage
 		var err error
 		start := time.Now()
@@ -521,6 +552,7 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		} else {
 			raw, err = svc.Observe(ctx, p.Room, p.Provider, p.CapabilityID)
 		}
+		rec.done(err)
 		s.meterRoomCall(string(s.actor(nil, cmd).Door), invoke, start, roomError(err))
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/model"
@@ -40,7 +41,7 @@ func mustOK(t *testing.T, c *client.Client, op string, payload any) *client.Resp
 // TestBinaryRoomAgentTools: host B's agent session, opened with a room, gets host A's published
 // capability as tools next to fs.*; the scripted model calls the published action (it runs at
 // A), then one A did not publish (never offered, so unknown_tool), and the events name the room
-// call.
+// call; B's audit journal records each room call the turn made (door turn, its session).
 func TestBinaryRoomAgentTools(t *testing.T) {
 	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
 	llm := startModel(t)
@@ -156,6 +157,29 @@ func TestBinaryRoomAgentTools(t *testing.T) {
 	}
 	if ends[2]["ok"] != false || ends[2]["operation"] != nil {
 		t.Fatalf("third toolEnd: %v", ends[2])
+	}
+	// B's journal has both room calls the turn made, at the turn door, with their outcomes.
+	var made []string
+	started := map[uint64]bool{}
+	for _, rec := range journalRecords(t, b.StateDir) {
+		if rec.Target == nil || rec.Target.Op != "room.call.made" {
+			continue
+		}
+		if rec.Door != audit.DoorTurn || rec.Actor.Session != "agent" || rec.Actor.Generation != 1 || rec.Actor.Room != "home" ||
+			rec.Actor.Host != sa["hostId"] || rec.Target.Capability != "desk_lamp" || rec.Target.Action != "set_power" {
+			t.Errorf("room call made: %+v %+v %+v", rec, rec.Actor, rec.Target)
+		}
+		switch rec.Kind {
+		case audit.KindStarted:
+			started[rec.Seq] = true
+		case audit.KindOutcome:
+			if started[rec.Ref] {
+				made = append(made, rec.Outcome)
+			}
+		}
+	}
+	if strings.Join(made, ",") != "ok,unauthorized" {
+		t.Fatalf("the turn's room calls in B's journal end %v, want ok, unauthorized", made)
 	}
 }
 

@@ -130,6 +130,9 @@ type Server struct {
 	adapters *adapterHost
 	// gate is the one gate every effect passes (gate.go).
 	gate *gate.Gate
+	// audit is the audit journal (audit.go); nil without Config.Audit. Set before the
+	// socket accepts and never changed.
+	audit *auditLog
 	// rooms is the room service once it runs (nil before, and without one).
 	rooms atomic.Pointer[roomhost.Service]
 	// withdrawMu orders withdrawals against the room service's installation in rooms;

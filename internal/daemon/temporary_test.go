@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
@@ -215,7 +216,7 @@ func TestBinaryTemporaryAdapterSession(t *testing.T) {
 
 // A changed script is refused with adapter_changed on the crash-restart path, at
 // re-register and at daemon start, until approveAdapter, after which it runs and stays
-// approved across a restart.
+// approved across a restart; the audit journal records each step.
 func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 	d := daemontest.Start(t, daemontest.Options{Args: slowAdapterStart})
 	c := d.Dial()
@@ -283,6 +284,19 @@ func TestBinaryChangedAdapterNeedsApproval(t *testing.T) {
 	d2.Stop()
 	d3 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir, Args: slowAdapterStart})
 	waitAdapters(t, d3.Dial(), "approved digests persisted", func(m map[string]adapterView) bool { return m["light"].State == "ready" })
+
+	// The journal has the adapter's story: registered, found changed (after the crash and at
+	// the second start), its re-register refused, approved (replacing the changed one).
+	var story []string
+	for _, r := range journalRecords(t, d.StateDir) {
+		if r.Kind == audit.KindEvent && r.Target.Adapter == "light" {
+			story = append(story, r.Target.Op+":"+r.Outcome)
+		}
+	}
+	want := "adapter.register:ok adapter.changed:adapter_changed adapter.register:adapter_changed adapter.changed:adapter_changed adapter.remove:replaced adapter.approve:ok"
+	if strings.Join(story, " ") != want {
+		t.Fatalf("the journal's adapter events:\n%s\nwant\n%s", strings.Join(story, " "), want)
+	}
 }
 
 // A registration stored before digests existed (state schema 3, a version 1 record) is

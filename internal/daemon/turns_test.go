@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/model"
@@ -202,6 +203,16 @@ func TestBinaryWakeRunsToolsThroughTheAdapter(t *testing.T) {
 		t.Fatal("capability handle in the daemon log")
 	}
 	assertNotInFiles(t, d.StateDir, handle)
+	// The scan covered the journal, which recorded the model's call at the turn door.
+	recorded := false
+	for _, r := range journalRecords(t, d.StateDir) {
+		recorded = recorded || r.Kind == audit.KindStarted && r.Door == audit.DoorTurn && r.Target.Op == "fs.read" &&
+			r.Target.Path == "a.txt" && r.Actor.Session == "agent" && r.Actor.Generation == 1 &&
+			r.IdempotencyKeySHA256 == audit.Digest([]byte(wantKey))
+	}
+	if !recorded {
+		t.Fatalf("the journal has no turn-door record of the model's fs.read: %+v", journalRecords(t, d.StateDir))
+	}
 }
 
 // waitTicket polls ticket until it reports state.
@@ -225,9 +236,15 @@ func waitTicket(t *testing.T, c *client.Client, id, state string) ticketData {
 	}
 }
 
-// assertNotInFiles fails when secret appears in any file under dir.
+// assertNotInFiles fails when secret appears in any file under dir. A daemon's state
+// directory must hold its audit journal, which the scan then covers.
 func assertNotInFiles(t *testing.T, dir, secret string) {
 	t.Helper()
+	if _, err := os.Stat(filepath.Join(dir, "sessions")); err == nil {
+		if _, err := os.Stat(audit.DirIn(dir)); err != nil {
+			t.Errorf("no audit journal in the state directory %s to scan: %v", dir, err)
+		}
+	}
 	filepath.WalkDir(dir, func(path string, de os.DirEntry, err error) error {
 		if err != nil || de.IsDir() {
 			return nil

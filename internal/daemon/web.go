@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
@@ -33,7 +34,7 @@ func (d *Daemon) startWeb() error {
 		return nil
 	}
 	srv, err := web.New(web.Config{
-		Addr: wc.Addr, AllowNonLoopback: wc.AllowNonLoopback, Backend: &webBackend{srv: d.srv},
+		Addr: wc.Addr, AllowNonLoopback: wc.AllowNonLoopback, Backend: &webBackend{srv: d.srv}, History: d.webHistory(),
 		// The page logs uncoded backend failures by operation and Go type only.
 		Logf: func(format string, args ...any) { d.log.Warn(fmt.Sprintf(format, args...)) },
 	})
@@ -169,8 +170,13 @@ func (b *webBackend) Observe(ctx context.Context, roomID, provider, capability s
 	if err != nil {
 		return nil, err
 	}
+	rec, err := b.srv.auditRoomCall(audit.DoorWeb, audit.Actor{}, roomID, provider, capability, "", nil)
+	if err != nil {
+		return nil, webAuditError(err)
+	}
 	start := time.Now()
 	res, err := svc.Observe(ctx, roomID, provider, capability)
+	rec.done(err)
 	err = webError(err)
 	b.srv.meterRoomCall(metrics.DoorWeb, false, start, err)
 	return res, err
@@ -181,8 +187,13 @@ func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, a
 	if err != nil {
 		return nil, err
 	}
+	rec, err := b.srv.auditRoomCall(audit.DoorWeb, audit.Actor{}, roomID, provider, capability, action, args)
+	if err != nil {
+		return nil, webAuditError(err)
+	}
 	start := time.Now()
 	res, err := svc.Invoke(ctx, roomID, provider, capability, action, args)
+	rec.done(err)
 	err = webError(err)
 	b.srv.meterRoomCall(metrics.DoorWeb, true, start, err)
 	return res, err

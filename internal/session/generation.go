@@ -304,7 +304,7 @@ func (m *Manager) turnSpec(rt *runtime, c turn.Completer, conn *toolclient.Conn)
 		spec.Tools, spec.Operations, spec.Limits = m.toolInvoker(rt, conn), sum.Operations, sum.Limits
 	}
 	if policy.Room != "" && m.cfg.RoomTools != nil {
-		spec.Room = m.cfg.RoomTools(policy.Room)
+		spec.Room = m.cfg.RoomTools(policy.Room, rt.id, rt.generation)
 	}
 	return spec
 }

@@ -53,8 +53,9 @@ type Config struct {
 	// MaxToolOutputBytes bounds what one tool call shows the model (turn's default when 0).
 	MaxToolOutputBytes int
 	// RoomTools, when set, gives the turns of a session whose policy names a room the
-	// capabilities published into it as tools.
-	RoomTools func(room string) turn.RoomTools
+	// capabilities published into it as tools; id and generation name the session, whose
+	// calls the audit journal records.
+	RoomTools func(room, id string, generation int64) turn.RoomTools
 	// MaxAttachments bounds the attachments of all sessions, MaxAttachmentsPerSession those of
 	// one (DefaultMaxAttachments, DefaultMaxAttachmentsPerSession when 0).
 	MaxAttachments           int

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,7 @@ const browserTimeout = 90 * time.Second
 func TestBrowser(t *testing.T) {
 	exe := browsertest.Chromium(t)
 	b := newTestBackend()
-	s, _, _ := startServer(t, b)
+	s, _, _ := startServerWith(t, b, JournalHistory(historyJournal(t, DefaultHistoryPage)))
 	loginURL, err := s.LoginURL()
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +173,23 @@ func TestBrowser(t *testing.T) {
 	}
 
 	screenshot(t, bctx, "web-room.png")
+
+	// The history view, from the audit journal: the newest page, the older one, a filter.
+	poll("the history's first page", `document.querySelectorAll('#history-table tbody tr').length === `+strconv.Itoa(DefaultHistoryPage)+` &&
+		!document.getElementById('history-older').hidden`)
+	step("older", chromedp.Click(chromedp.CSS(`#history-older`)))
+	poll("the older page", `document.querySelectorAll('#history-table tbody tr').length === `+strconv.Itoa(DefaultHistoryPage+5)+` &&
+		document.getElementById('history-older').hidden &&
+		document.querySelector('#history-table tbody tr[data-op="fs.write"][data-kind="started"]') !== null`)
+	step("filter by room",
+		chromedp.SetValue(chromedp.CSS(`#history-form input[name="room"]`), "kitchen"),
+		chromedp.Click(chromedp.CSS(`#history-form button[type="submit"]`)))
+	poll("the room's records", `document.querySelectorAll('#history-table tbody tr').length === 3 &&
+		document.querySelector('#history-table tbody tr[data-kind="decision"][data-outcome="policy_denied"]') !== null`)
+	if got := text(`#history-table tbody tr[data-kind="decision"] td:nth-child(7)`); got != "desk_lamp.set_power" {
+		t.Errorf("the decision's target %q", got)
+	}
+	screenshot(t, bctx, "web-history.png")
 
 	html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
 	if err != nil {

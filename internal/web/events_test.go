@@ -17,7 +17,14 @@ import (
 // startServer runs a real Server on a loopback port and returns it with a logged-in client.
 func startServer(t *testing.T, b Backend, logf ...func(string, ...any)) (*Server, *http.Client, string) {
 	t.Helper()
-	cfg := Config{Addr: "127.0.0.1:0", Backend: b}
+	return startServerWith(t, b, JournalHistory(t.TempDir()), logf...)
+}
+
+// startServerWith is startServer with the history view of h (an empty journal for
+// startServer).
+func startServerWith(t *testing.T, b Backend, h History, logf ...func(string, ...any)) (*Server, *http.Client, string) {
+	t.Helper()
+	cfg := Config{Addr: "127.0.0.1:0", Backend: b, History: h}
 	if len(logf) > 0 {
 		cfg.Logf = logf[0]
 	}

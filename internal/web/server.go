@@ -94,6 +94,9 @@ type Config struct {
 	Hosts []string
 	// Backend is what the page shows and does.
 	Backend Backend
+	// History, if set, backs the page's history view (GET /api/history): JournalHistory, the
+	// audit journal. Without it the view answers history_unavailable.
+	History History
 	// Logf, if set, is told of uncoded backend failures (which the page shows only as
 	// "internal"), by operation and Go type, never by text.
 	Logf func(format string, args ...any)
@@ -261,6 +264,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/approvals", s.authed(s.apiApprovals))
 	mux.HandleFunc("POST /api/decide", s.authed(s.apiDecide))
 	mux.HandleFunc("GET /api/events", s.authed(s.apiEvents))
+	mux.HandleFunc("GET /api/history", s.authed(s.apiHistory))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", contentSecurityPolicy)

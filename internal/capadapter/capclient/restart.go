@@ -77,6 +77,7 @@ func (s *Supervisor) monitor(a *adapter, inst instance) {
 				a.state, a.lastFailure, a.current = StateChanged, capadapter.CodeAdapterChanged, cur
 				s.mu.Unlock()
 				a.log.note("not restarted: its executable or script changed since it was approved; approve it to start it")
+				s.notifyChanged(a.reg)
 				return
 			}
 			s.mu.Lock()

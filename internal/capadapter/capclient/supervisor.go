@@ -206,6 +206,7 @@ type Supervisor struct {
 	failedLogs map[string]*logRing // stderr of the last failed registration per unregistered name
 	closed     bool
 	hooks      []func(Removal)
+	changed    []func(Registration) // OnChanged hooks
 	leases     leaseLoop
 }
 
@@ -403,6 +404,7 @@ func (s *Supervisor) register(ctx context.Context, reg Registration, mode regist
 
 	if changed {
 		close(a.done) // nothing to monitor until Approve
+		s.notifyChanged(norm)
 	} else {
 		go s.monitor(a, inst)
 	}

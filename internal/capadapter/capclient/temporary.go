@@ -59,6 +59,25 @@ func (s *Supervisor) OnRemove(fn func(Removal)) {
 	s.mu.Unlock()
 }
 
+// OnChanged adds fn to the hooks told when a registration's executable or script is found
+// changed since it was approved (its state becomes StateChanged): at a restart after a
+// crash, or when Restore installs it. fn runs on that goroutine with no lock held and should
+// be quick; the audit journal records it.
+func (s *Supervisor) OnChanged(fn func(Registration)) {
+	s.mu.Lock()
+	s.changed = append(s.changed, fn)
+	s.mu.Unlock()
+}
+
+func (s *Supervisor) notifyChanged(r Registration) {
+	s.mu.Lock()
+	hooks := slices.Clone(s.changed)
+	s.mu.Unlock()
+	for _, fn := range hooks {
+		fn(r)
+	}
+}
+
 // notify tells the hooks of r; the caller holds s.life, not s.mu.
 func (s *Supervisor) notify(r Removal) {
 	s.mu.Lock()

@@ -214,9 +214,19 @@ func TestChangedScriptNeedsApproval(t *testing.T) {
 		t.Fatalf("a refused re-register changed the adapter: %+v", st)
 	}
 
-	// The child crashes: the restart is refused.
+	// The child crashes: the restart is refused, and the OnChanged hooks are told.
+	changedTold := make(chan string, 4)
+	s.OnChanged(func(r Registration) { changedTold <- r.Name })
 	fs.last().crash(capadapter.CodeMalformedResponse)
 	eventually(t, 5*time.Second, "state changed", func() bool { return statusOf(t, s, "lamp").State == StateChanged })
+	select {
+	case name := <-changedTold:
+		if name != "lamp" {
+			t.Fatalf("OnChanged told %q", name)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("OnChanged was not told of the changed script")
+	}
 	st := statusOf(t, s, "lamp")
 	if st.LastFailure != capadapter.CodeAdapterChanged || st.PID != 0 || len(st.Digests) != 2 ||
 		st.Digests[1].Recorded != recorded[:DigestPrefixLen] || st.Digests[1].Current == "" ||
@@ -260,8 +270,12 @@ func TestChangedScriptNeedsApproval(t *testing.T) {
 	}
 	s2, fs2 := fakeSupervisor(t, Options{})
 	defer s2.Close(context.Background())
+	s2.OnChanged(func(r Registration) { changedTold <- r.Name })
 	if _, err := s2.Restore(ctx, approved); err != nil {
 		t.Fatal(err)
+	}
+	if len(changedTold) != 1 || <-changedTold != "lamp" {
+		t.Fatal("OnChanged was not told of the restore of a changed registration")
 	}
 	if st := statusOf(t, s2, "lamp"); st.State != StateChanged || st.LastFailure != capadapter.CodeAdapterChanged || len(fs2.insts) != 0 {
 		t.Fatalf("restored changed: %+v, %d starts", st, len(fs2.insts))

@@ -377,6 +377,56 @@
     es.addEventListener('approval', onEvent);
   }
 
+  // The history view: pages of the audit journal, newest first.
+
+  function historyWho(e) {
+    if (e.session) return e.session + (e.generation ? '/' + e.generation : '');
+    if (e.room) return e.room + (e.host ? ' ' + short(e.host) : '');
+    return e.mcpClient || (e.pid ? 'pid ' + e.pid : '');
+  }
+
+  function historyTarget(e) {
+    return e.path || [e.capability, e.action].filter(Boolean).join('.') || e.adapter || e.room || '';
+  }
+
+  function addHistoryRow(body, e) {
+    const bad = e.outcome && e.outcome !== 'ok';
+    body.append(el('tr', { 'data-seq': e.seq, 'data-kind': e.kind, 'data-op': e.op, 'data-outcome': e.outcome || '' },
+      el('td', { class: 'muted', text: new Date(e.time).toLocaleString() }),
+      el('td', { text: String(e.seq) }),
+      el('td', { text: e.kind + (e.ref ? ' of ' + e.ref : '') }),
+      el('td', { text: e.door }),
+      el('td', { title: e.exe || '', text: historyWho(e) }),
+      el('td', {}, el('code', { text: e.op })),
+      el('td', {}, el('code', { text: historyTarget(e) })),
+      el('td', { class: e.outcome ? (bad ? 'bad' : 'ok') : '', text: e.outcome || '' }),
+      el('td', { class: 'muted', text: e.durationUs ? (e.durationUs / 1000).toFixed(1) + ' ms' : '' })));
+  }
+
+  async function loadHistory(before) {
+    const form = document.getElementById('history-form');
+    const body = document.querySelector('#history-table tbody');
+    const older = document.getElementById('history-older');
+    const errBox = document.getElementById('history-error');
+    const q = new URLSearchParams();
+    for (const name of ['session', 'room', 'door']) {
+      const v = form.elements[name].value.trim();
+      if (v) q.set(name, v);
+    }
+    if (before) q.set('before', String(before));
+    try {
+      const page = await api('GET', '/api/history?' + q.toString());
+      if (!before) clear(body);
+      for (const e of page.entries) addHistoryRow(body, e);
+      errBox.hidden = true;
+      older.hidden = !page.next;
+      older.dataset.before = page.next ? String(page.next) : '';
+    } catch (err) {
+      errBox.textContent = errText(err);
+      errBox.hidden = false;
+    }
+  }
+
   async function start() {
     try {
       const s = await api('GET', '/api/session');
@@ -390,9 +440,17 @@
       if (state.roomId) selectRoom(state.roomId);
       loadApprovals();
     });
+    document.getElementById('history-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      loadHistory(0);
+    });
+    document.getElementById('history-older').addEventListener('click', (ev) => {
+      loadHistory(Number(ev.target.dataset.before));
+    });
     connectEvents();
     loadRooms();
     loadApprovals();
+    loadHistory(0);
   }
 
   start();
