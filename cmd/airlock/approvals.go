@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/visible"
@@ -227,3 +228,8 @@ func (a *app) approvalsForget(ctx context.Context, args []string) int {
 			fmt.Fprintf(w, "forgot %s\n", r.ID)
 		})
 }
+
+// gatedCallTimeout bounds a call that may wait for the operator at the gate (tool, cap
+// observe, cap invoke): the longest approval wait the daemon allows, and callTimeout besides.
+// The daemon's own approval timeout (60 s by default) ends such a wait first.
+const gatedCallTimeout = approval.MaxTimeout + callTimeout

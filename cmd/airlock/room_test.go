@@ -45,7 +45,7 @@ func (h *roomHost) cli(stdin string, args ...string) result {
 func (h *roomHost) data(v any, args ...string) {
 	h.t.Helper()
 	r := h.cli("", append(args, "--json")...).wantCode(h.t, exitOK)
-	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), true)
+	env := envelopeOf(h.t, r, commandOf(args), true)
 	if v != nil {
 		decode(h.t, env.Data, v)
 	}
@@ -58,10 +58,23 @@ func (h *roomHost) refused(code string, args ...string) {
 	if r.code != exitFailure {
 		h.t.Fatalf("%v: exit %d, want %d (refused %s)\n%s%s", args, r.code, exitFailure, code, r.stdout, r.stderr)
 	}
-	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), false)
+	env := envelopeOf(h.t, r, commandOf(args), false)
 	if env.Error.Code != code {
 		h.t.Fatalf("%v: refused %s, want %s", args, env.Error.Code, code)
 	}
+}
+
+// commandOf is the name of the command args run, as its envelope names it: the longest
+// command of the table they start with.
+func commandOf(args []string) string {
+	name := ""
+	for _, c := range commandTable() {
+		words := strings.Fields(c.name)
+		if len(words) <= len(args) && strings.Join(args[:len(words)], " ") == c.name && len(c.name) > len(name) {
+			name = c.name
+		}
+	}
+	return name
 }
 
 func startRoomHost(t *testing.T, args ...string) *roomHost {
