@@ -255,7 +255,7 @@ type Queue struct {
 
 type waiter struct {
 	entry    Entry
-	decision chan Decision // buffered 1: one decision, never blocking the decider; By "" is a denial
+	decision chan Decision // buffered 1: one decision, never blocking the decider; By "" is a denial, ID "" the end of the caller's scope
 }
 
 // NewQueue returns an empty queue.
@@ -349,6 +349,9 @@ func (q *Queue) ask(ctx context.Context, r Request) (Decision, *protocol.Error) 
 // answer is the waiting call's end once a decision reached it (the decider emitted its
 // event).
 func (q *Queue) answer(w *waiter, d Decision) (Decision, *protocol.Error) {
+	if d.ID == "" {
+		return Decision{}, protocol.Errorf(CodeApprovalTimeout, "the request was not approved: its session generation ended").With("approvalId", w.entry.ID)
+	}
 	if d.By == "" {
 		return Decision{}, protocol.Errorf(CodeApprovalDenied, "the operator denied the request").With("approvalId", w.entry.ID)
 	}
@@ -579,7 +582,8 @@ func (q *Queue) Forget(id string) error {
 
 // End forgets the memories of a scope that ended: a session generation and every older one
 // (every generation of the session when s.Generation is zero), or a room membership (every
-// host of the room when s.Host is empty: the room ended).
+// host of the room when s.Host is empty: the room ended). The requests of that scope still
+// waiting end too: their callers get approval_timeout, and the queue a timed_out event.
 func (q *Queue) End(s Scope) {
 	if s.IsZero() {
 		return
@@ -593,9 +597,20 @@ func (q *Queue) End(s Scope) {
 		}
 		return false
 	})
+	var ended []*waiter
+	for id, w := range q.pending {
+		if sc := ScopeOf(w.entry.Actor); !sc.IsZero() && ends(s, sc) {
+			delete(q.pending, id)
+			ended = append(ended, w)
+		}
+	}
 	q.mu.Unlock()
 	for _, m := range gone {
 		q.emit(Event{Type: EventForgotten, Memory: m})
+	}
+	for _, w := range ended {
+		q.emit(Event{Type: EventTimedOut, Entry: w.entry})
+		w.decision <- Decision{}
 	}
 }
 

@@ -296,6 +296,34 @@ func TestRememberPath(t *testing.T) {
 	})
 }
 
+// TestEndRefusesWaiting: the end of a session generation refuses its waiting requests with
+// approval_timeout (a timed_out event each) and leaves another session's waiting.
+func TestEndRefusesWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		q := NewQueue(Config{OnEvent: ev.add})
+		ctx := context.Background()
+		_, mine := asked(t, q, ctx, write("a"))
+		other := write("b")
+		other.Actor.Session = "s2"
+		otherID, theirs := asked(t, q, ctx, other)
+		q.End(Scope{Session: "s1", Generation: 3})
+		if err := <-mine; code(err) != CodeApprovalTimeout || !strings.Contains(err.Error(), "generation ended") {
+			t.Fatalf("the ended generation's request: %v", err)
+		}
+		if p := q.Pending(); len(p) != 1 || p[0].ID != otherID {
+			t.Fatalf("pending after the end: %+v", p)
+		}
+		_ = q.Approve(otherID, ByCLI, false)
+		if err := <-theirs; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(ev.types(), " "); got != "asked asked timed_out approved" {
+			t.Fatalf("events %q", got)
+		}
+	})
+}
+
 func TestRememberArgs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := NewQueue(Config{})
