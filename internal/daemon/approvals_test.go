@@ -284,3 +284,56 @@ func TestRememberedApprovalAtTheSocket(t *testing.T) {
 		t.Fatalf("%d memories outlived their generation", n)
 	}
 }
+
+// TestCapabilityCallWaitsOffTheReader: an invokeCapability the host policy asks about waits
+// in the queue without holding its connection (an observe after it on the same connection is
+// answered first), and runs once approved.
+func TestCapabilityCallWaitsOffTheReader(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	host, err := policy.Parse([]byte(`{"default":"allow","rules":[{"capability":"desk_lamp","actions":["set_power"],"decision":"ask"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan approval.Event, 16)
+	d := startInProcess(t, Config{Policy: host, OnApproval: func(ev approval.Event) { events <- ev }})
+	waitReady(t, d)
+	e := &approvalEnv{d: d, events: events}
+	caller, operator := e.dial(t), e.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), lineTimeout)
+	defer cancel()
+	if err := callErr(operator.Call(ctx, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": lamp}})); err != nil {
+		t.Fatal(err)
+	}
+	invoked := make(chan *client.Response, 1)
+	go func() {
+		r, err := caller.Call(ctx, client.Command{Operation: "invokeCapability", Payload: map[string]any{"capabilityId": "desk_lamp", "action": "set_power", "args": map[string]any{"on": true}}})
+		if err != nil {
+			r = &client.Response{}
+		}
+		invoked <- r
+	}()
+	ev := e.event(t, approval.EventAsked)
+	if ev.Entry.Target != "desk_lamp.set_power" || ev.Entry.Actor.Door != "socket" || string(ev.Entry.Args) != `{"on":true}` {
+		t.Fatalf("asked: %+v", ev.Entry)
+	}
+	var obs struct {
+		Result struct {
+			On bool `json:"on"`
+		} `json:"result"`
+	}
+	r, err := caller.Call(ctx, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}})
+	if err != nil || r.Decode(&obs) != nil || obs.Result.On {
+		t.Fatalf("the observe behind the waiting invoke: %+v %v", r, err)
+	}
+	if r := decide(t, operator, map[string]any{"approvalId": ev.Entry.ID, "approve": true}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	e.event(t, approval.EventApproved)
+	if r := <-invoked; !r.OK {
+		t.Fatalf("the approved invoke: %v", r.Err())
+	}
+	r, _ = caller.Call(ctx, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}})
+	if r.Decode(&obs) != nil || !obs.Result.On {
+		t.Fatalf("the lamp after the approved set_power: %+v", r)
+	}
+}
