@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/policy"
 	"log/slog"
@@ -60,6 +61,13 @@ type Config struct {
 	// GateHooks are installed on the gate before the socket accepts (the audit journal, the
 	// metrics); more can be added with Daemon.Gate().AddHook.
 	GateHooks []gate.Hook
+	// ApprovalTimeout is how long a request waits in the approval queue for the operator
+	// (airlockd --approval-timeout); zero means approval.DefaultTimeout (60 s), and it is at
+	// most approval.MaxTimeout.
+	ApprovalTimeout time.Duration
+	// OnApproval, when set, is told of every event of the approval queue (approvals.go), on
+	// the goroutine that caused it: it must not block (the audit journal, the metrics).
+	OnApproval func(approval.Event)
 
 	// ManagedFS configures the airlock-fs airlockd runs itself for opens of tools mode
 	// "airlock-fs" (managedfs.go); nil runs none.
@@ -209,9 +217,11 @@ func Start(cfg Config) (*Daemon, error) {
 		GenerationEnded: func(id string, generation int64) {
 			d.srv.adapters.sessionEnded(id, generation)
 			d.srv.fsys.sessionEnded(id, generation)
+			d.srv.approvals.End(approval.Scope{Session: id, Generation: generation})
 		},
 	})
 	d.srv.sessions = d.sessions
+	d.startApprovals()
 	mfs := ManagedFSConfig{Disabled: "none configured"}
 	if cfg.ManagedFS != nil {
 		mfs = *cfg.ManagedFS

@@ -120,7 +120,22 @@ func (t *turnTools) Invoke(ctx context.Context, op, key string, args json.RawMes
 // returns the admitted call, or the refusal to answer (one of the session's, reported to the
 // gate's hooks with Refuse).
 func (s *Server) gateCapability(ctx context.Context, c *conn, cmd *protocol.Command, cc *capabilityCall) (*gated, error) {
-	x := &gated{g: s.gate, ctx: ctx, call: gate.Call{
+	x, err := s.capabilityGate(cmd, c, cc)
+	if err != nil {
+		return nil, err
+	}
+	x.ctx = ctx
+	if e := x.check(""); e != nil {
+		return nil, e
+	}
+	return x, nil
+}
+
+// capabilityGate builds the gate's call of an observeCapability or invokeCapability command,
+// with the session's rules; the caller sets its ctx and checks it. A refusal of the session's
+// is reported to the gate's hooks (Refuse).
+func (s *Server) capabilityGate(cmd *protocol.Command, c *conn, cc *capabilityCall) (*gated, error) {
+	x := &gated{g: s.gate, call: gate.Call{
 		Actor: s.actor(c, cmd), Kind: gate.KindInvoke, Capability: cc.id, Action: cc.action, Args: cc.args}}
 	if cc.observe {
 		x.call.Kind = gate.KindObserve
@@ -132,9 +147,6 @@ func (s *Server) gateCapability(ctx context.Context, c *conn, cmd *protocol.Comm
 			return nil, err
 		}
 		x.rules = r
-	}
-	if e := x.check(""); e != nil {
-		return nil, e
 	}
 	return x, nil
 }

@@ -78,16 +78,10 @@ func (d *Daemon) metricsStatus() metrics.Status {
 	return st
 }
 
-// approvalsWaiting counts the calls waiting for the operator's decision, for
-// airlock_approvals_waiting: today the room calls of approve-each publications, which the
-// room service holds. The one approval queue (policy ask, agent proposals, room calls) takes
-// its place here once it exists.
-func (d *Daemon) approvalsWaiting() int {
-	if svc := d.srv.rooms.Load(); svc != nil {
-		return svc.ApprovalsWaiting()
-	}
-	return 0
-}
+// approvalsWaiting counts the requests waiting for the operator's decision, for
+// airlock_approvals_waiting: every one is in the one approval queue (local calls under ask,
+// room calls of approve-each publications, agent proposals).
+func (d *Daemon) approvalsWaiting() int { return d.srv.approvals.Len() }
 
 // Every call at the gate — the owner socket's invokeTool, observeCapability and
 // invokeCapability (door socket, or mcp for airlock mcp's commands), an agent turn's tool
