@@ -8,7 +8,8 @@
 //  1. the session's grant and path checks — the door's own client runs them (toolclient's
 //     prepare for fs operations) and hands the gate the path it resolved;
 //  2. the policy: the host's (airlockd --policy) and the session's, the stricter wins;
-//  3. ask: until the approval queue exists, a call the policy marks ask is refused with
+//  3. ask: a call the policy marks ask waits for a human in the approver (the daemon's
+//     approval queue, internal/approval); a gate without an approver refuses it with
 //     approval_required (see Gate.Check);
 //  4. the hooks' Before — "record before the adapter" (the audit journal): a hook that
 //     fails refuses the call;
@@ -43,9 +44,17 @@ import (
 const (
 	// CodePolicyDenied: a deny rule of the host's or the session's policy matched the call.
 	CodePolicyDenied = "policy_denied"
-	// CodeApprovalRequired: an ask rule matched, and this daemon has no approval queue for
-	// local calls yet: the call is refused, never run, as a deny is. See docs/operations.md.
+	// CodeApprovalRequired: an ask rule matched, and this gate has no approver (no approval
+	// queue): the call is refused, never run, as a deny is. See docs/operations.md.
 	CodeApprovalRequired = "approval_required"
+	// CodeApprovalDenied: an ask rule matched and the operator denied the call.
+	CodeApprovalDenied = "approval_denied"
+	// CodeApprovalTimeout: an ask rule matched and nobody decided within the approval bound,
+	// or the caller went away while it waited.
+	CodeApprovalTimeout = "approval_timeout"
+	// CodeApprovalQueueFull: an ask rule matched and the approval queue already holds as
+	// many waiting requests as it may; retryable.
+	CodeApprovalQueueFull = "approval_queue_full"
 	// CodeRecordFailed: a Before hook (the audit journal) could not record the call, so it
 	// did not run.
 	CodeRecordFailed = "record_failed"
@@ -122,9 +131,32 @@ type Call struct {
 	// PolicyHost or PolicySession.
 	Verdict policy.Verdict
 	Policy  string
+	// Approval is the approver's decision on a call the policy marked ask (zero for any
+	// other call): which request in the queue, and who approved it.
+	Approval Approval
 	// Started is when the gate admitted the call (zero when no hook is installed: nothing
-	// reads it then).
+	// reads it then). For a call that waited for approval it is when the wait ended.
 	Started time.Time
+}
+
+// Approval is an approver's yes to one call.
+type Approval struct {
+	// ID names the request in the approval queue (24 lowercase hex digits).
+	ID string
+	// By is who decided: "cli", "page", or "remembered" for a remembered decision.
+	By string
+	// Remembered is set when a remembered decision answered without a wait.
+	Remembered bool
+}
+
+// Approver asks a human about a call the policy marks ask: the daemon's approval queue
+// (internal/approval). AskCall blocks until the call is approved (a nil error, and the
+// decision), denied (approval_denied), not decided within the approval bound or ctx ended
+// (approval_timeout), or cannot wait because the queue is full (approval_queue_full). It runs
+// on the door's goroutine and must be safe for concurrent use; it must not keep c, and it
+// must copy c.Args if it keeps them.
+type Approver interface {
+	AskCall(ctx context.Context, c *Call) (Approval, *protocol.Error)
 }
 
 // Target is the call's operation or capability action, for a message: "fs.write",
@@ -150,9 +182,10 @@ type Stage string
 
 // Stages.
 const (
-	StagePolicy  Stage = "policy"  // refused by the policy (deny, or ask without a queue)
-	StageRecord  Stage = "record"  // refused because a Before hook failed
-	StageAdapter Stage = "adapter" // ran: the adapter answered, failed or timed out
+	StagePolicy   Stage = "policy"   // refused by the policy (deny, or ask without an approver)
+	StageApproval Stage = "approval" // an ask the approver refused: denied, timed out, queue full
+	StageRecord   Stage = "record"   // refused because a Before hook failed
+	StageAdapter  Stage = "adapter"  // ran: the adapter answered, failed or timed out
 )
 
 // Outcome is how a call ended: Code is "" for success, else the code the caller got.
@@ -185,14 +218,18 @@ type Config struct {
 	Host *policy.Policy
 	// Hooks are told of every call, in order.
 	Hooks []Hook
+	// Approver decides the calls the policy marks ask; nil refuses them with
+	// approval_required.
+	Approver Approver
 }
 
 // Gate is the one gate. Its methods are safe for concurrent use.
 type Gate struct {
 	host *policy.Policy
 
-	mu    sync.RWMutex
-	hooks []Hook // guarded by mu; copied on write
+	mu       sync.RWMutex
+	hooks    []Hook   // guarded by mu; copied on write
+	approver Approver // guarded by mu
 }
 
 // New returns a gate.
@@ -201,7 +238,21 @@ func New(cfg Config) *Gate {
 	if h == nil {
 		h = policy.AllowAll()
 	}
-	return &Gate{host: h, hooks: append([]Hook(nil), cfg.Hooks...)}
+	return &Gate{host: h, hooks: append([]Hook(nil), cfg.Hooks...), approver: cfg.Approver}
+}
+
+// SetApprover installs the approver of ask verdicts (nil removes it); a call already waiting
+// keeps the approver it waits on.
+func (g *Gate) SetApprover(a Approver) {
+	g.mu.Lock()
+	g.approver = a
+	g.mu.Unlock()
+}
+
+func (g *Gate) approverNow() Approver {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.approver
 }
 
 // Host returns the host's policy.
@@ -220,10 +271,15 @@ func (g *Gate) hooksNow() []Hook {
 	return g.hooks
 }
 
-// Check runs the policy and the Before hooks on c; session is the session's policy (nil when
-// the call has none). It returns nil when the door may give c to its adapter, which it must
-// then do and call Done with the outcome; otherwise the refusal, already reported to the
-// hooks' After, which the door answers as it answers an adapter's error.
+// Check runs the policy, the approver on an ask verdict, and the Before hooks on c; session
+// is the session's policy (nil when the call has none). It returns nil when the door may give
+// c to its adapter, which it must then do and call Done with the outcome; otherwise the
+// refusal, already reported to the hooks' After, which the door answers as it answers an
+// adapter's error.
+//
+// On an ask verdict Check blocks in the approver until a human decides, the approval bound
+// passes or ctx ends; the wait comes before the Before hooks, so a journal records a call
+// when it is about to run, and a denial or timeout reaches the hooks' After at StageApproval.
 func (g *Gate) Check(ctx context.Context, c *Call, session *policy.Policy) *protocol.Error {
 	c.Verdict, c.Policy = g.decide(c, session)
 	hooks := g.hooksNow()
@@ -234,7 +290,18 @@ func (g *Gate) Check(ctx context.Context, c *Call, session *policy.Policy) *prot
 	case policy.Deny:
 		return g.refuse(hooks, c, StagePolicy, protocol.Errorf(CodePolicyDenied, "the policy denies %s (%s)", c.Target(), c.Verdict.Reason()))
 	case policy.Ask:
-		return g.refuse(hooks, c, StagePolicy, protocol.Errorf(CodeApprovalRequired, "the policy asks the operator before %s (%s), and this daemon has no approval queue for local calls: the call was not run", c.Target(), c.Verdict.Reason()))
+		a := g.approverNow()
+		if a == nil {
+			return g.refuse(hooks, c, StagePolicy, protocol.Errorf(CodeApprovalRequired, "the policy asks the operator before %s (%s), and this daemon has no approval queue: the call was not run", c.Target(), c.Verdict.Reason()))
+		}
+		ap, e := a.AskCall(ctx, c)
+		if e != nil {
+			return g.refuse(hooks, c, StageApproval, e)
+		}
+		c.Approval = ap
+		if len(hooks) > 0 {
+			c.Started = time.Now()
+		}
 	}
 	for _, h := range hooks {
 		if err := h.Before(ctx, c); err != nil {
@@ -259,7 +326,7 @@ func (g *Gate) Done(c *Call, code string) {
 
 func (g *Gate) refuse(hooks []Hook, c *Call, stage Stage, e *protocol.Error) *protocol.Error {
 	e = e.With("target", c.Target())
-	if stage == StagePolicy {
+	if stage == StagePolicy || stage == StageApproval {
 		e = e.With("policy", c.Policy)
 		if c.Verdict.Rule >= 0 {
 			e = e.With("rule", c.Verdict.Rule+1)
@@ -308,7 +375,8 @@ func CodeOf(err error) string {
 		return ""
 	}
 	switch pe.Code {
-	case CodePolicyDenied, CodeApprovalRequired, CodeRecordFailed:
+	case CodePolicyDenied, CodeApprovalRequired, CodeRecordFailed,
+		CodeApprovalDenied, CodeApprovalTimeout, CodeApprovalQueueFull:
 		return pe.Code
 	}
 	return ""

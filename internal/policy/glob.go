@@ -90,3 +90,20 @@ func (g glob) match(segs []string) bool {
 	ok, err := path.Match(g[0], segs[0])
 	return err == nil && ok && g[1:].match(segs[1:])
 }
+
+// Glob is a path glob as a policy rule's paths spell it ("src/**", "*.md"), for another
+// package that matches paths the same way (the approval queue's remembered decisions).
+type Glob struct{ g glob }
+
+// ParseGlob checks a glob as a rule's paths are checked: relative, no empty, "." or ".."
+// segments, "**" only as a whole segment.
+func ParseGlob(s string) (Glob, error) {
+	g, err := parseGlob(s)
+	if err != nil {
+		return Glob{}, err
+	}
+	return Glob{g}, nil
+}
+
+// Match reports whether path (relative to the session's working directory) matches g.
+func (g Glob) Match(path string) bool { return g.g != nil && g.g.match(splitPath(path)) }
