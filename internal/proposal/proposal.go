@@ -117,7 +117,7 @@ type Proposal struct {
 
 // Publish is the publication a proposal asks for.
 type Publish struct {
-	Room         string               `json:"room"`
+	Room         string              `json:"room"`
 	Capabilities []PublishCapability `json:"capabilities"`
 }
 
