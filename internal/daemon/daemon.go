@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/policy"
 	"log/slog"
@@ -198,7 +199,9 @@ func Start(cfg Config) (*Daemon, error) {
 		// before the listener accepts any open or close.
 		// So do the grants airlockd minted for it from its own airlock-fs; d.srv.fsys is
 		// set below too.
+		HostTools: d.srv.proposalTools,
 		GenerationEnded: func(id string, generation int64) {
+			d.srv.proposals.sessionEnded(id, generation)
 			d.srv.adapters.sessionEnded(id, generation)
 			d.srv.fsys.sessionEnded(id, generation)
 		},
@@ -215,6 +218,8 @@ func Start(cfg Config) (*Daemon, error) {
 	// Publications of a registration that stops serving are withdrawn before its child stops,
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
+	d.srv.proposals = newProposals(d.srv, approval.NewQueue(approval.Config{}), d.log)
+	d.srv.adapters.OnAdapterRemoved(d.srv.proposals.adapterRemoved)
 
 	if err := d.startMetrics(); err != nil {
 		cancel()
@@ -299,6 +304,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		// Proposals in flight end before the adapters and the rooms they would use.
+		d.srv.proposals.close()
 		// The page goes before the room service it shows.
 		d.stopWeb(ctx)
 		d.stopMetrics(ctx)

@@ -37,6 +37,7 @@ var doorSources = []string{
 	"mcp",                    // daemon_unreachable
 	"daemon",                 // fs_adapter_unavailable (an open with a grant airlockd mints)
 	"gate",                   // policy_denied, approval_required, record_failed
+	"proposal",               // an agent's adapter proposal, refused
 }
 
 // skipFiles hold codes that no call can end with.

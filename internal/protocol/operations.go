@@ -97,6 +97,9 @@ var operations = map[string]opSpec{
 	OpAdmitBusHost:          {2, idNone},
 	OpListBusHosts:          {2, idNone},
 	OpRemoveBusHost:         {2, idNone},
+
+	OpProposeAdapter: {2, idBound},
+	OpListProposals:  {2, idOptional},
 }
 
 // v1Operations is the handshake order of the version 1 operations.
@@ -118,6 +121,7 @@ func Operations(major int) []string {
 	if major >= 2 {
 		ops = append(ops, v2Operations...)
 		ops = append(ops, roomOperations...)
+		ops = append(ops, proposalOperations...)
 	}
 	return ops
 }
