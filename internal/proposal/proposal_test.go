@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/proposal"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // TestParseRefusals: every malformed proposal is refused with its code and the field.
@@ -186,5 +187,12 @@ func TestResolveConfinement(t *testing.T) {
 	plan, err = proposal.Resolve(&proposal.Proposal{Name: "a", Command: "bin", Capabilities: []string{"x"}}, ws)
 	if err != nil || plan.Command != filepath.Join(root, "bin") || len(plan.Files) != 1 || plan.Files[0].Role != capclient.RoleExecutable {
 		t.Fatalf("a workspace executable: %+v %v", plan, err)
+	}
+}
+
+// TestBoundsMatchTheWire: the owner socket's bound on a proposal is this package's.
+func TestBoundsMatchTheWire(t *testing.T) {
+	if protocol.MaxProposalBytes != proposal.MaxBytes {
+		t.Fatalf("protocol.MaxProposalBytes %d, proposal.MaxBytes %d", protocol.MaxProposalBytes, proposal.MaxBytes)
 	}
 }
