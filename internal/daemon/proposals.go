@@ -456,9 +456,6 @@ func (m *proposals) register(ctx context.Context, pr *prop, validated []capadapt
 	if e != nil {
 		return e
 	}
-	m.mu.Lock()
-	pr.registered = true
-	m.mu.Unlock()
 	var bad *protocol.Error
 	if f, changed := pr.plan.Changed(got.Digests); changed {
 		bad = protocol.Errorf(capadapter.CodeAdapterChanged, "the %s %s changed after it was approved; propose it again", f.Role, f.Path)
@@ -471,6 +468,11 @@ func (m *proposals) register(ctx context.Context, pr *prop, validated []capadapt
 		}
 		return bad
 	}
+	// From now on a removal of the adapter ends the proposal (adapterRemoved); the removal
+	// above is the proposal's own failure.
+	m.mu.Lock()
+	pr.registered = true
+	m.mu.Unlock()
 	m.log.Info("proposed adapter registered", "proposal", pr.id, "adapter", pr.p.Name, "sessionId", pr.session, "generation", pr.generation)
 	return nil
 }
