@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/daemon"
@@ -95,6 +96,7 @@ func run(args []string, stderr io.Writer) error {
 	metricsAnyAddr := fs.Bool("metrics-allow-non-loopback", false, "let --metrics listen on a non-loopback address")
 	fsAdapter := fs.String("fs-adapter", "", "the airlock-fs `executable` airlockd runs, on first use, for opens that ask it for a grant (airlock mcp --dir, session open --fs-ops) (default: airlock-fs beside airlockd)")
 	policyFile := fs.String("policy", "", "the host's policy `FILE` (docs/operations.md, \"Approvals and policy\"): allow, ask or deny for every fs operation and capability action at every door, beside each session's own; its examples must pass (airlock policy check FILE)")
+	approvalTimeout := fs.Duration("approval-timeout", approval.DefaultTimeout, "how long a request waits in the approval queue for the operator (airlock approvals) before it is refused approval_timeout (at most 10m); a room caller's own wait bounds its calls too")
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
@@ -124,6 +126,9 @@ func run(args []string, stderr io.Writer) error {
 	}
 	if rooms.ApprovalWait <= 0 || rooms.ApprovalWait > room.ApprovalTimeout {
 		return fmt.Errorf("--room-approval-wait must be in (0, %s]", room.ApprovalTimeout)
+	}
+	if *approvalTimeout <= 0 || *approvalTimeout > approval.MaxTimeout {
+		return fmt.Errorf("--approval-timeout must be in (0, %s]", approval.MaxTimeout)
 	}
 	if rooms.InviteTTL <= 0 {
 		return errors.New("--room-invite-ttl must be positive")
@@ -173,20 +178,21 @@ func run(args []string, stderr io.Writer) error {
 	}
 
 	d, err := daemon.Start(daemon.Config{
-		Policy:      hostPolicy,
-		SocketPath:  *socket,
-		StateDir:    *stateDir,
-		Limits:      limits,
-		MaxSessions: *maxSessions,
-		Logger:      log,
-		Version:     version.Version,
-		Providers:   configured,
-		Turns:       turns,
-		Adapters:    adapters,
-		Rooms:       roomsConfig(*roomsOn, rooms),
-		Web:         webConfig(*httpAddr, *httpAnyAddr),
-		Metrics:     metricsConfig(*metricsAddr, *metricsAnyAddr),
-		ManagedFS:   managedFS(*fsAdapter, *noFSAdapter, log),
+		Policy:          hostPolicy,
+		ApprovalTimeout: *approvalTimeout,
+		SocketPath:      *socket,
+		StateDir:        *stateDir,
+		Limits:          limits,
+		MaxSessions:     *maxSessions,
+		Logger:          log,
+		Version:         version.Version,
+		Providers:       configured,
+		Turns:           turns,
+		Adapters:        adapters,
+		Rooms:           roomsConfig(*roomsOn, rooms),
+		Web:             webConfig(*httpAddr, *httpAnyAddr),
+		Metrics:         metricsConfig(*metricsAddr, *metricsAnyAddr),
+		ManagedFS:       managedFS(*fsAdapter, *noFSAdapter, log),
 	})
 	if err != nil {
 		return err

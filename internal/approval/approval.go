@@ -126,7 +126,7 @@ type Entry struct {
 	ArgsBytes     int       `json:"argsBytes"`
 	ArgsDigest    string    `json:"argsDigest,omitempty"`
 	Since         time.Time `json:"since"`
-	Deadline      time.Time `json:"deadline"`
+	Deadline      time.Time `json:"expiresAt"`
 }
 
 // Decision is a yes: who gave it, and whether a memory answered.
@@ -269,7 +269,7 @@ func NewQueue(cfg Config) *Queue {
 
 func (q *Queue) emit(ev Event) {
 	if q.onEvent != nil {
-		ev.Time = time.Now()
+		ev.Time = time.Now().UTC()
 		q.onEvent(ev)
 	}
 }
@@ -302,7 +302,7 @@ func (q *Queue) ask(ctx context.Context, r Request) (Decision, *protocol.Error) 
 		timeout = q.timeout
 	}
 	timeout = min(timeout, MaxTimeout)
-	now := time.Now()
+	now := time.Now().UTC()
 	w := &waiter{entry: newEntry(r, now, now.Add(timeout)), decision: make(chan Decision, 1)}
 
 	q.mu.Lock()
@@ -489,7 +489,7 @@ func newMemory(e *Entry, r Remember, by string) (*Memory, *protocol.Error) {
 	if !e.Rememberable || e.Kind != KindCall || scope.IsZero() {
 		return nil, protocol.Errorf(CodeNotRememberable, "this request cannot be remembered (only a call with a session or a room can)")
 	}
-	m := &Memory{ID: newID(), Scope: scope, Target: e.Target, From: e.ID, By: by, Since: time.Now()}
+	m := &Memory{ID: newID(), Scope: scope, Target: e.Target, From: e.ID, By: by, Since: time.Now().UTC()}
 	hasPath := e.Path != "" || isFS(e.Target)
 	switch {
 	case hasPath && r.AnyArgs:
@@ -577,9 +577,9 @@ func (q *Queue) Forget(id string) error {
 	return nil
 }
 
-// End forgets the memories of a scope that ended: a session generation (every generation
-// of the session when s.Generation is zero: the session was closed or deleted), or a room
-// membership (every host of the room when s.Host is empty: the room ended).
+// End forgets the memories of a scope that ended: a session generation and every older one
+// (every generation of the session when s.Generation is zero), or a room membership (every
+// host of the room when s.Host is empty: the room ended).
 func (q *Queue) End(s Scope) {
 	if s.IsZero() {
 		return
@@ -601,7 +601,7 @@ func (q *Queue) End(s Scope) {
 
 func ends(s, m Scope) bool {
 	if s.Session != "" {
-		return m.Session == s.Session && (s.Generation == 0 || m.Generation == s.Generation)
+		return m.Session == s.Session && (s.Generation == 0 || m.Generation <= s.Generation)
 	}
 	return s.Room != "" && m.Room == s.Room && (s.Host == "" || m.Host == s.Host)
 }
@@ -620,11 +620,19 @@ func (q *Queue) AskCall(ctx context.Context, c *gate.Call) (gate.Approval, *prot
 	return gate.Approval{ID: d.ID, By: d.By, Remembered: d.Remembered}, nil
 }
 
-// ReasonOf says why the gate asks about c: whose policy, which rule.
+// ReasonOf says why the gate asks about c: whose policy, which rule and why, what:
+// "session policy rule 2 (writes outside src): ask fs.write".
 func ReasonOf(c *gate.Call) string {
 	who := c.Policy
 	if who == "" {
 		who = gate.PolicyHost
 	}
-	return who + " policy " + c.Verdict.Reason() + ": " + string(c.Verdict.Decision) + " " + c.Target()
+	s := who + " policy default"
+	if c.Verdict.Rule >= 0 {
+		s = who + " policy rule " + strconv.Itoa(c.Verdict.Rule+1)
+	}
+	if c.Verdict.Why != "" {
+		s += " (" + c.Verdict.Why + ")"
+	}
+	return s + ": " + string(c.Verdict.Decision) + " " + c.Target()
 }

@@ -561,10 +561,33 @@ func (c *conn) startCapability(cmd *protocol.Command) {
 		c.endCapability(cmd, nil, e)
 		return
 	}
-	x, err := c.srv.gateCapability(c.ctx, c, cmd, cc)
+	x, err := c.srv.capabilityGate(cmd, c, cc)
 	if err != nil {
 		c.srv.meterCapability(start, cmd, cc, err)
 		c.endCapability(cmd, nil, err)
+		return
+	}
+	if x.mayAsk() {
+		// The gate may wait for the operator (approval.Queue): never on the reader. The
+		// goroutine ends once the call is admitted or refused; the handlers group counts it
+		// as it counts the call.
+		c.handlers.Add(1)
+		go func() {
+			defer c.handlers.Done()
+			c.startGatedCapability(cmd, start, cc, x)
+		}()
+		return
+	}
+	c.startGatedCapability(cmd, start, cc, x)
+}
+
+// startGatedCapability checks a capability call at the gate and hands it to the adapter's
+// client.
+func (c *conn) startGatedCapability(cmd *protocol.Command, start time.Time, cc *capabilityCall, x *gated) {
+	x.ctx = c.ctx
+	if e := x.check(""); e != nil {
+		c.srv.meterCapability(start, cmd, cc, e)
+		c.endCapability(cmd, nil, e)
 		return
 	}
 	done := func(raw json.RawMessage, err error) {

@@ -59,6 +59,13 @@ type Config struct {
 	// GateHooks are installed on the gate before the socket accepts (the audit journal, the
 	// metrics); more can be added with Daemon.Gate().AddHook.
 	GateHooks []gate.Hook
+	// ApprovalTimeout is how long a request waits in the approval queue for the operator
+	// (airlockd --approval-timeout); zero means approval.DefaultTimeout (60 s), and it is at
+	// most approval.MaxTimeout.
+	ApprovalTimeout time.Duration
+	// OnApproval, when set, is told of every event of the approval queue (approvals.go), on
+	// the goroutine that caused it: it must not block (the audit journal, the metrics).
+	OnApproval func(approval.Event)
 
 	// ManagedFS configures the airlock-fs airlockd runs itself for opens of tools mode
 	// "airlock-fs" (managedfs.go); nil runs none.
@@ -204,9 +211,11 @@ func Start(cfg Config) (*Daemon, error) {
 			d.srv.proposals.sessionEnded(id, generation)
 			d.srv.adapters.sessionEnded(id, generation)
 			d.srv.fsys.sessionEnded(id, generation)
+			d.srv.approvals.End(approval.Scope{Session: id, Generation: generation})
 		},
 	})
 	d.srv.sessions = d.sessions
+	d.startApprovals()
 	mfs := ManagedFSConfig{Disabled: "none configured"}
 	if cfg.ManagedFS != nil {
 		mfs = *cfg.ManagedFS
@@ -218,7 +227,7 @@ func Start(cfg Config) (*Daemon, error) {
 	// Publications of a registration that stops serving are withdrawn before its child stops,
 	// whatever the reason (see OnAdapterRemoved).
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
-	d.srv.proposals = newProposals(d.srv, approval.NewQueue(approval.Config{}), d.log)
+	d.srv.proposals = newProposals(d.srv, d.srv.approvals, d.log)
 	d.srv.adapters.OnAdapterRemoved(d.srv.proposals.adapterRemoved)
 
 	if err := d.startMetrics(); err != nil {

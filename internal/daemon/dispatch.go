@@ -207,9 +207,11 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 	case protocol.OpRoomStatus, protocol.OpCreateRoom, protocol.OpListRooms, protocol.OpShowRoom, protocol.OpCloseRoom,
 		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpPublishCapability, protocol.OpUnpublishCapability,
 		protocol.OpListRoomCapabilities, protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability,
-		protocol.OpListApprovals, protocol.OpDecideApproval, protocol.OpFabricStatus,
+		protocol.OpFabricStatus,
 		protocol.OpAdmitBusHost, protocol.OpListBusHosts, protocol.OpRemoveBusHost:
 		return s.runRooms(ctx, cmd)
+	case protocol.OpListApprovals, protocol.OpDecideApproval, protocol.OpListRememberedApprovals, protocol.OpForgetApproval:
+		return s.runApprovals(cmd)
 	case protocol.OpRoomUILogin:
 		return s.uiLogin(cmd)
 

@@ -113,6 +113,20 @@ func (t *turnTools) Invoke(ctx context.Context, op, key string, args json.RawMes
 // session's rules apply when the command names a session (airlock mcp names its own). It
 // returns the admitted call, or the refusal to answer.
 func (s *Server) gateCapability(ctx context.Context, c *conn, cmd *protocol.Command, cc *capabilityCall) (*gated, error) {
+	x, err := s.capabilityGate(cmd, c, cc)
+	if err != nil {
+		return nil, err
+	}
+	x.ctx = ctx
+	if e := x.check(""); e != nil {
+		return nil, e
+	}
+	return x, nil
+}
+
+// capabilityGate builds the gate's call of an observeCapability or invokeCapability command,
+// with the session's rules; the caller sets its ctx and checks it.
+func (s *Server) capabilityGate(cmd *protocol.Command, c *conn, cc *capabilityCall) (*gated, error) {
 	var rules *policy.Policy
 	if cmd.HasSession {
 		r, err := s.sessions.Rules(cmd.SessionID, cmd.Generation)
@@ -121,13 +135,10 @@ func (s *Server) gateCapability(ctx context.Context, c *conn, cmd *protocol.Comm
 		}
 		rules = r
 	}
-	x := &gated{g: s.gate, ctx: ctx, rules: rules, call: gate.Call{
+	x := &gated{g: s.gate, rules: rules, call: gate.Call{
 		Actor: s.actor(c, cmd), Kind: gate.KindInvoke, Capability: cc.id, Action: cc.action, Args: cc.args}}
 	if cc.observe {
 		x.call.Kind = gate.KindObserve
-	}
-	if e := x.check(""); e != nil {
-		return nil, e
 	}
 	return x, nil
 }

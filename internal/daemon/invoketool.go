@@ -69,6 +69,23 @@ func (c *conn) startTool(cmd *protocol.Command) {
 		c.endTool(cmd, nil, err)
 		return
 	}
+	if x.mayAsk() {
+		// The gate may wait for the operator (approval.Queue): never on the reader. The
+		// goroutine ends once the call is admitted or refused; the handlers group counts it
+		// as it counts the call.
+		c.handlers.Add(1)
+		go func() {
+			defer c.handlers.Done()
+			c.startChecked(ctx, cmd, start, tc, p, x, done)
+		}()
+		return
+	}
+	c.startChecked(ctx, cmd, start, tc, p, x, done)
+}
+
+// startChecked hands an invokeTool call to its adapter connection behind the gate; done
+// ends its tracking.
+func (c *conn) startChecked(ctx context.Context, cmd *protocol.Command, start time.Time, tc *toolclient.Conn, p *protocol.InvokeToolPayload, x *gated, done func()) {
 	tc.StartChecked(ctx, p.Operation, x.call.Key, p.Arguments, x.check, func(data json.RawMessage, e *protocol.Error) {
 		done()
 		x.done(codeOf(e))

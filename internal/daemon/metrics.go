@@ -73,8 +73,9 @@ func (d *Daemon) metricsStatus() metrics.Status {
 	}
 	if svc := d.srv.rooms.Load(); svc != nil {
 		st.Rooms = &metrics.Rooms{BusConnected: svc.BusConnected(), Rooms: svc.Status().Rooms}
-		st.ApprovalsWaiting = svc.ApprovalsWaiting()
 	}
+	// Every request waiting for the operator is in the one queue: room calls and local ones.
+	st.ApprovalsWaiting = d.srv.approvals.Len()
 	return st
 }
 

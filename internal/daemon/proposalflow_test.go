@@ -16,8 +16,8 @@ import (
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
-// flowDaemon is an in-process daemon whose proposals wait on the daemon's approval queue,
-// decided here by the test as the operator.
+// flowDaemon is an in-process daemon whose proposals wait on its approval queue, decided
+// here by the test as the operator.
 type flowDaemon struct {
 	t *testing.T
 	d *Daemon
@@ -38,8 +38,7 @@ func startFlowDaemon(t *testing.T) *flowDaemon {
 	}
 	t.Cleanup(func() { d.Shutdown(context.Background()) })
 	waitReady(t, d)
-	q := approval.NewQueue(approval.Config{})
-	d.srv.proposals.ask = q
+	q := d.Approvals()
 	c, err := client.Dial(context.Background(), d.cfg.SocketPath)
 	if err != nil {
 		t.Fatal(err)

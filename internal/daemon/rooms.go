@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -55,7 +56,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		StateDir: d.cfg.StateDir, Store: d.store, Capabilities: caps, Logger: d.log,
 		Invoker: &providerInvoker{srv: d.srv, sup: caps}, ErrorCode: providerErrorCode,
 		Via: via, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
-		RoomClosed: d.roomClosed,
+		RoomClosed: d.roomClosed, Approver: roomApprover{d.srv.approvals},
 	})
 	if err != nil {
 		d.log.Error("room service not started; room operations answer unavailable", "err", err)
@@ -80,6 +81,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 // stop, their registrations go, and their publications in other rooms are withdrawn (by the
 // removal hook, before each child stops).
 func (d *Daemon) roomClosed(ctx context.Context, id string) {
+	d.srv.approvals.End(approval.Scope{Room: id})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adapterStopTimeout)
 	defer cancel()
 	names, err := d.srv.adapters.RemoveForRoom(ctx, id)
@@ -237,17 +239,6 @@ type RoomCallResult struct {
 	Result       json.RawMessage `json:"result"`
 }
 
-// ApprovalList is the data of listApprovals.
-type ApprovalList struct {
-	Approvals []roomhost.Approval `json:"approvals"`
-}
-
-// ApprovalDecision is the data of decideApproval.
-type ApprovalDecision struct {
-	ApprovalID string `json:"approvalId"`
-	Approved   bool   `json:"approved"`
-}
-
 // BusHostList is the data of listBusHosts.
 type BusHostList struct {
 	Hosts []roomhost.BusHost `json:"hosts"`
@@ -394,7 +385,7 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
 	switch cmd.Operation {
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpFabricStatus:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpFabricStatus:
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
 			return nil, e
 		}
@@ -407,12 +398,9 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 				return nil, err
 			}
 			return &st, nil
-		case protocol.OpListRooms:
+		default:
 			rooms, err := svc.Rooms(ctx)
 			return &RoomList{Rooms: rooms}, err
-		default:
-			ap, err := svc.Approvals(ctx)
-			return &ApprovalList{Approvals: ap}, err
 		}
 	case protocol.OpCreateRoom:
 		p, e := decodeRoom[protocol.CreateRoomPayload](cmd)
@@ -544,15 +532,6 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 			return nil, err
 		}
 		return &BusHostRemoved{HostID: p.HostID, Removed: true}, nil
-	case protocol.OpDecideApproval:
-		p, e := decodeRoom[protocol.DecideApprovalPayload](cmd)
-		if e != nil {
-			return nil, e
-		}
-		if err := svc.Decide(ctx, p.ApprovalID, *p.Approve); err != nil {
-			return nil, err
-		}
-		return &ApprovalDecision{ApprovalID: p.ApprovalID, Approved: *p.Approve}, nil
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOperation, "unknown operation").With("operation", cmd.Operation)
 }

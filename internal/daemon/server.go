@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/gate"
 	"log/slog"
 	"net"
@@ -130,6 +131,11 @@ type Server struct {
 	adapters *adapterHost
 	// gate is the one gate every effect passes (gate.go).
 	gate *gate.Gate
+	// approvals is the one approval queue, the gate's approver (approvals.go); onApproval
+	// and approvalFeed are told of its events.
+	approvals    *approval.Queue
+	onApproval   func(approval.Event)
+	approvalFeed approvalFeed
 	// rooms is the room service once it runs (nil before, and without one).
 	rooms atomic.Pointer[roomhost.Service]
 	// withdrawMu orders withdrawals against the room service's installation in rooms;

@@ -181,52 +181,42 @@ func (b *webBackend) Invoke(ctx context.Context, roomID, provider, capability, a
 	return res, webError(err)
 }
 
-// Approvals lists the waiting calls, with their args (which the page shows as text).
-func (b *webBackend) Approvals(ctx context.Context) ([]web.Approval, error) {
-	svc, err := b.service()
-	if err != nil {
-		return nil, err
-	}
-	ap, err := svc.Approvals(ctx)
-	if err != nil {
-		return nil, webError(err)
-	}
-	out := make([]web.Approval, 0, len(ap))
-	for _, a := range ap {
-		out = append(out, web.Approval{ID: a.ID, Room: a.Room, Caller: string(a.Caller), Capability: a.Capability,
-			Action: a.Action, Args: a.Args, Expires: a.Expires})
-	}
-	return out, nil
-}
-
-func (b *webBackend) Decide(ctx context.Context, approvalID string, approve bool) error {
-	svc, err := b.service()
-	if err != nil {
-		return err
-	}
-	return webError(svc.Decide(ctx, approvalID, approve))
-}
-
 // webEventBuffer bounds the converted events queued for one page stream.
 const webEventBuffer = roomhost.SubscriberBuffer
 
-// Subscribe relays the service's call log as the page's events. The relay goroutine ends when
-// the service's channel closes (ctx ended or the service closed) and closes its own then; it
-// never blocks on a slow reader, whose oldest queued event is dropped instead.
+// Subscribe relays the room service's call log, when it runs, and the approval queue's
+// events as the page's events. The relay goroutine ends when both channels have closed
+// (ctx ended, or the service closed) and closes its own then; it never blocks on a slow
+// reader, whose oldest queued event is dropped instead.
 func (b *webBackend) Subscribe(ctx context.Context) (<-chan web.Event, error) {
-	svc, err := b.service()
-	if err != nil {
-		return nil, err
+	var in <-chan roomhost.Event
+	if svc := b.srv.rooms.Load(); svc != nil {
+		ch, err := svc.Subscribe(ctx)
+		if err != nil {
+			return nil, webError(err)
+		}
+		in = ch
 	}
-	in, err := svc.Subscribe(ctx)
-	if err != nil {
-		return nil, webError(err)
-	}
+	approvals := b.srv.approvalFeed.subscribe(ctx)
 	out := make(chan web.Event, webEventBuffer)
 	go func() {
 		defer close(out)
-		for e := range in {
-			we := webEvent(e)
+		for in != nil || approvals != nil {
+			var we web.Event
+			select {
+			case e, ok := <-in:
+				if !ok {
+					in = nil
+					continue
+				}
+				we = webEvent(e)
+			case e, ok := <-approvals:
+				if !ok {
+					approvals = nil
+					continue
+				}
+				we = webApprovalEvent(e)
+			}
 			select {
 			case out <- we:
 				continue

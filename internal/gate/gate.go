@@ -311,6 +311,21 @@ func (g *Gate) Check(ctx context.Context, c *Call, session *policy.Policy) *prot
 	return nil
 }
 
+// MayAsk reports whether Check could wait in the approver for c, whatever the path of an fs
+// operation: an approver is installed and the host's or the session's policy can answer ask.
+// A door whose Check runs on a goroutine that must not block (an owner-socket connection's
+// reader) moves such a call to a goroutine of its own first. It does not allocate.
+func (g *Gate) MayAsk(c *Call, session *policy.Policy) bool {
+	if g.approverNow() == nil {
+		return false
+	}
+	if c.Kind == KindTool {
+		return g.host.MayAskFS(c.Operation) || (session != nil && session.MayAskFS(c.Operation))
+	}
+	v, _ := g.decide(c, session)
+	return v.Decision == policy.Ask
+}
+
 // Done reports the outcome of a call Check admitted: code is "" for success, else the code
 // the caller gets. It must run before the answer leaves the daemon.
 func (g *Gate) Done(c *Call, code string) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 type recorder struct {
@@ -141,5 +142,49 @@ func BenchmarkCheck(b *testing.B) {
 				g.Done(&c, "")
 			}
 		})
+	}
+}
+
+type askAll struct{}
+
+func (askAll) AskCall(context.Context, *Call) (Approval, *protocol.Error) {
+	return Approval{ID: "x", By: "cli"}, nil
+}
+
+// TestMayAsk: only a gate with an approver may wait, and only when the host's or the
+// session's policy can answer ask for the call, whatever an fs call's path.
+func TestMayAsk(t *testing.T) {
+	sess := mustParse(t, `{"default":"allow","rules":[
+		{"operations":["fs.read"],"decision":"allow"},
+		{"operations":["fs.write"],"paths":["src/**"],"decision":"allow"},
+		{"operations":["fs.write","fs.read"],"decision":"ask"},
+		{"capability":"printer","actions":["print"],"decision":"ask"}]}`)
+	write := &Call{Kind: KindTool, Operation: "fs.write", Path: "src/a.go"}
+	read := &Call{Kind: KindTool, Operation: "fs.read"}
+	print := &Call{Kind: KindInvoke, Capability: "printer", Action: "print"}
+	status := &Call{Kind: KindObserve, Capability: "printer"}
+	g := New(Config{})
+	if g.MayAsk(write, sess) || g.MayAsk(print, sess) {
+		t.Fatal("a gate without an approver may ask")
+	}
+	g.SetApprover(askAll{})
+	for _, tc := range []struct {
+		c    *Call
+		sess *policy.Policy
+		want bool
+	}{
+		{write, sess, true}, // src/** is allowed, but another path asks
+		{read, sess, false}, // an unconditional allow comes first
+		{print, sess, true},
+		{status, sess, false},
+		{write, nil, false},
+	} {
+		if got := g.MayAsk(tc.c, tc.sess); got != tc.want {
+			t.Errorf("MayAsk(%s, session %v) = %v", tc.c.Target(), tc.sess != nil, got)
+		}
+	}
+	host := New(Config{Host: mustParse(t, `{"default":"ask"}`), Approver: askAll{}})
+	if !host.MayAsk(read, nil) || !host.MayAsk(status, nil) {
+		t.Error("the host's ask default does not make calls wait")
 	}
 }

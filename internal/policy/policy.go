@@ -204,6 +204,25 @@ func (p *Policy) DecideFS(op, path string) Verdict {
 	return Verdict{Decision: p.doc.Default, Rule: -1}
 }
 
+// MayAskFS reports whether some path makes the verdict of fs operation op ask, without
+// allocating: a door that must not block where the gate runs moves such a call elsewhere
+// first.
+func (p *Policy) MayAskFS(op string) bool {
+	for i := range p.rules {
+		r := &p.rules[i]
+		if !r.ops[op] {
+			continue
+		}
+		if r.Decision == Ask {
+			return true
+		}
+		if len(r.globs) == 0 {
+			return false // nothing after an unconditional rule is reached
+		}
+	}
+	return p.doc.Default == Ask
+}
+
 // DecideAction decides an action of a capability ("observe" for an observation).
 func (p *Policy) DecideAction(capability, action string) Verdict {
 	for i := range p.rules {

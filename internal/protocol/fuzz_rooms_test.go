@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzRoomPayloads decodes one payload as every room operation's payload: the only refusal is
@@ -14,6 +15,9 @@ func FuzzRoomPayloads(f *testing.F) {
 	f.Add([]byte(`{"room":"home","provider":"` + host + `","capabilityId":"desk_lamp","action":"set_power","args":{"on":true}}`))
 	f.Add([]byte(`{"room":"home","capabilityId":"desk_lamp","actions":["set_power"],"members":["` + host + `"],"observe":true}`))
 	f.Add([]byte(`{"approvalId":"0123456789abcdef01234567","approve":true}`))
+	f.Add([]byte(`{"approvalId":"0123456789abcdef01234567","approve":true,"remember":true,"pattern":"src/**"}`))
+	f.Add([]byte(`{"approvalId":"0123456789abcdef01234567","approve":false,"remember":true,"anyArgs":true}`))
+	f.Add([]byte(`{"memoryId":"0123456789abcdef01234567"}`))
 	f.Add([]byte(`{"code":"ajc1.home.x.y"}`))
 	f.Add([]byte(`{"hostId":"` + host + `","nkey":"UBD4IDB5L5HWQWZYSG7NQIWDPS2EGW6JQWWXL4JJ26SJUOX2ZAJEKJYV","rooms":[{"room":"home","owner":true}]}`))
 	f.Fuzz(func(t *testing.T, payload []byte) {
@@ -82,8 +86,17 @@ func FuzzRoomPayloads(f *testing.F) {
 		}
 		var dp DecideApprovalPayload
 		if e := DecodePayload(cmd, &dp); e == nil {
-			if e = dp.Validate(); e == nil && (dp.Approve == nil || !approvalIDPattern.MatchString(dp.ApprovalID)) {
+			if e = dp.Validate(); e == nil && (dp.Approve == nil || !approvalIDPattern.MatchString(dp.ApprovalID) ||
+				(dp.Remember && !*dp.Approve) || ((dp.Pattern != "" || dp.AnyArgs) && !dp.Remember) ||
+				(dp.Pattern != "" && dp.AnyArgs) || len(dp.Pattern) > MaxApprovalPatternBytes || !utf8.ValidString(dp.Pattern)) {
 				t.Fatalf("accepted %+v", dp)
+			}
+			check(e)
+		}
+		var fp ForgetApprovalPayload
+		if e := DecodePayload(cmd, &fp); e == nil {
+			if e = fp.Validate(); e == nil && !approvalIDPattern.MatchString(fp.MemoryID) {
+				t.Fatalf("accepted %+v", fp)
 			}
 			check(e)
 		}

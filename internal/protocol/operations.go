@@ -98,6 +98,9 @@ var operations = map[string]opSpec{
 	OpListBusHosts:          {2, idNone},
 	OpRemoveBusHost:         {2, idNone},
 
+	OpListRememberedApprovals: {2, idNone},
+	OpForgetApproval:          {2, idNone},
+
 	OpProposeAdapter: {2, idBound},
 	OpListProposals:  {2, idOptional},
 }
@@ -121,6 +124,7 @@ func Operations(major int) []string {
 	if major >= 2 {
 		ops = append(ops, v2Operations...)
 		ops = append(ops, roomOperations...)
+		ops = append(ops, approvalOperations...)
 		ops = append(ops, proposalOperations...)
 	}
 	return ops

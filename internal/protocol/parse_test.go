@@ -298,7 +298,7 @@ func TestOperationTables(t *testing.T) {
 		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
 		"publishCapability", "unpublishCapability", "listRoomCapabilities",
 		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus",
-		"admitBusHost", "listBusHosts", "removeBusHost",
+		"admitBusHost", "listBusHosts", "removeBusHost", "listRememberedApprovals", "forgetApproval",
 		"proposeAdapter", "listProposals")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
@@ -380,6 +380,9 @@ var identityRules = map[string][3]presence{
 	"admitBusHost":          {ignored, ignored, ignored},
 	"listBusHosts":          {ignored, ignored, ignored},
 	"removeBusHost":         {ignored, ignored, ignored},
+
+	"listRememberedApprovals": {ignored, ignored, ignored},
+	"forgetApproval":          {ignored, ignored, ignored},
 
 	"proposeAdapter": {required, required, ignored},
 	"listProposals":  {optional, optional, ignored},

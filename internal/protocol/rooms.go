@@ -38,6 +38,23 @@ const (
 	OpRemoveBusHost = "removeBusHost"
 )
 
+// Approval queue operations (2.x) beside listApprovals and decideApproval, which list and
+// decide every request of the daemon's approval queue (not only room calls).
+const (
+	// OpListRememberedApprovals lists the remembered approvals.
+	OpListRememberedApprovals = "listRememberedApprovals"
+	// OpForgetApproval revokes a remembered approval.
+	OpForgetApproval = "forgetApproval"
+)
+
+// approvalOperations are the approval queue's own operations in handshake order.
+var approvalOperations = []string{OpListRememberedApprovals, OpForgetApproval}
+
+// EventApproval is the event a session's attached clients get when a call of that session
+// generation starts waiting for the operator, is decided, times out, or is answered by a
+// remembered approval; and when a remembered approval of it is stored or forgotten.
+const EventApproval = "approval"
+
 // roomOperations are the room operations in handshake order.
 var roomOperations = []string{
 	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
@@ -237,20 +254,58 @@ func (p *RoomCallPayload) Validate(invoke bool) *Error {
 	return validActionArgs(p.Action, p.Args, MaxRoomArgsBytes)
 }
 
-// DecideApprovalPayload is the payload of decideApproval.
+// DecideApprovalPayload is the payload of decideApproval: a decision on any request of the
+// daemon's approval queue (docs/operations.md, "Approvals and policy").
 type DecideApprovalPayload struct {
 	ApprovalID string `json:"approvalId"`
 	// Approve is required: true lets the call run, false denies it.
 	Approve *bool `json:"approve"`
+	// Remember, with approve true, remembers the approval for the rest of the caller's
+	// session generation (or room membership): the next call with the same target and the
+	// same path (an fs call) or arguments (a capability action) runs without waiting.
+	Remember bool `json:"remember,omitempty"`
+	// Pattern, with remember, widens an fs call's path to a glob (policy path syntax, which
+	// must match the call's own path); AnyArgs widens a capability action's arguments to any.
+	Pattern string `json:"pattern,omitempty"`
+	AnyArgs bool   `json:"anyArgs,omitempty"`
 }
 
-// Validate checks the approval id grammar and that approve is given.
+// MaxApprovalPatternBytes bounds decideApproval's pattern, as a policy bounds a glob.
+const MaxApprovalPatternBytes = 4096
+
+// Validate checks the approval id grammar, that approve is given, and that remember's
+// options come with remember and an approval.
 func (p *DecideApprovalPayload) Validate() *Error {
 	if !approvalIDPattern.MatchString(p.ApprovalID) {
 		return invalidField("payload.approvalId", "must be 24 lowercase hex digits")
 	}
 	if p.Approve == nil {
 		return invalidField("payload.approve", "is required")
+	}
+	if p.Remember && !*p.Approve {
+		return invalidField("payload.remember", "only an approval is remembered")
+	}
+	if (p.Pattern != "" || p.AnyArgs) && !p.Remember {
+		return invalidField("payload.pattern", "pattern and anyArgs come with remember")
+	}
+	if p.Pattern != "" && p.AnyArgs {
+		return invalidField("payload.anyArgs", "is for a capability action, pattern for an fs call: not both")
+	}
+	if len(p.Pattern) > MaxApprovalPatternBytes || !utf8.ValidString(p.Pattern) {
+		return invalidField("payload.pattern", "must be at most %d bytes of UTF-8", MaxApprovalPatternBytes)
+	}
+	return nil
+}
+
+// ForgetApprovalPayload is the payload of forgetApproval: a remembered decision's id.
+type ForgetApprovalPayload struct {
+	MemoryID string `json:"memoryId"`
+}
+
+// Validate checks the id grammar.
+func (p *ForgetApprovalPayload) Validate() *Error {
+	if !approvalIDPattern.MatchString(p.MemoryID) {
+		return invalidField("payload.memoryId", "must be 24 lowercase hex digits")
 	}
 	return nil
 }

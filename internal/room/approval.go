@@ -39,6 +39,18 @@ type PendingApproval struct {
 	Deadline   time.Time
 }
 
+// Approver decides the per-call approvals of ApproveEach publications at a provider.
+// WaitApproval blocks until the call p describes is approved (nil), denied (an *Error
+// approval_denied), not decided by p.Deadline or ctx ends (approval_timeout), or cannot wait
+// (busy, or any *Error whose code a room reply may carry). p.ID is empty: the approver names
+// the request itself. It must be safe for concurrent use. *Approvals is one; airlockd's one
+// approval queue (internal/approval, adapted in internal/daemon) is another.
+type Approver interface {
+	WaitApproval(ctx context.Context, p PendingApproval) error
+}
+
+var _ Approver = (*Approvals)(nil)
+
 // Approvals holds the calls waiting for a decision. It is safe for concurrent use.
 type Approvals struct {
 	mu      sync.Mutex
@@ -85,6 +97,11 @@ func (a *Approvals) decide(id string, ok bool) error {
 	delete(a.pending, id)
 	p.decision <- ok
 	return nil
+}
+
+// WaitApproval is wait until p.Deadline.
+func (a *Approvals) WaitApproval(ctx context.Context, p PendingApproval) error {
+	return a.wait(ctx, p, p.Deadline)
 }
 
 // wait blocks until the operator decides on info's call, until deadline (approval_timeout),

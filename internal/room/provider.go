@@ -85,6 +85,9 @@ type ProviderConfig struct {
 	// Approvals holds calls of ApproveEach publications; nil makes such calls wait for a
 	// decision nobody can give, so they end approval_timeout.
 	Approvals *Approvals
+	// Approver, when set, decides the calls of ApproveEach publications instead of
+	// Approvals (airlockd's one approval queue).
+	Approver Approver
 	// ErrorCode maps an invoker error to a wire code ([a-z][a-z_]{0,31}); nil, or a code
 	// outside that grammar, gives internal.
 	ErrorCode func(error) string
@@ -134,6 +137,9 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	}
 	if cfg.Approvals == nil {
 		cfg.Approvals = NewApprovals(nil)
+	}
+	if cfg.Approver == nil {
+		cfg.Approver = cfg.Approvals
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultProviderConcurrency
@@ -448,10 +454,10 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 			return
 		}
 		d := argsDigest(c.Args)
-		err := p.cfg.Approvals.wait(ctx, PendingApproval{
+		err := p.cfg.Approver.WaitApproval(ctx, PendingApproval{
 			Room: c.Room, Caller: c.Caller, Capability: c.Capability, Action: c.Action, Args: c.Args,
-			ArgsDigest: hex.EncodeToString(d[:]), RequestID: c.RequestID, Since: now,
-		}, until)
+			ArgsDigest: hex.EncodeToString(d[:]), RequestID: c.RequestID, Since: now, Deadline: until,
+		})
 		if err != nil {
 			fail(CodeOf(err))
 			return

@@ -90,6 +90,11 @@ type Config struct {
 	// Its host id must be this host's. Exclusive with Via and Listen.
 	Fabric *bus.Fabric
 
+	// Approver, when set, decides the per-call approvals of this host's ApproveEach
+	// publications (airlockd's one approval queue); Approvals, Decide and ApprovalsWaiting
+	// then see none of them. Nil keeps them in the service's own room.Approvals.
+	Approver room.Approver
+
 	// ApprovalWait is how long this host's calls to a publication with per-call approval
 	// wait for the provider's decision (at most, and by default, room.ApprovalTimeout).
 	ApprovalWait time.Duration
@@ -271,7 +276,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	}
 	s.provider, err = room.NewProvider(room.ProviderConfig{
 		Key: key, Conn: s.conn, Directory: s.dir, Publications: s.pubs, Invoker: invoker,
-		Approvals: s.approve, ErrorCode: errorCode, OnCall: s.provided,
+		Approvals: s.approve, Approver: cfg.Approver, ErrorCode: errorCode, OnCall: s.provided,
 		Floors: floors{store: cfg.Store, log: s.log},
 	})
 	if err != nil {

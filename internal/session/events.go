@@ -213,3 +213,18 @@ func (m *Manager) Sequence(id string) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// Emit delivers an event named name with data to the subscribers of exactly generation of
+// resident session id, at the session's next sequence: the daemon tells a session's clients
+// that a call of theirs waits for the operator (internal/approval). It reports whether that
+// generation is resident. data must be JSON-serializable and hold nothing secret.
+func (m *Manager) Emit(id string, generation int64, name string, data any) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rt, e := m.residentLocked(id, generation, true)
+	if e != nil {
+		return false
+	}
+	m.emitLocked(rt, name, "", data)
+	return true
+}

@@ -260,6 +260,10 @@ func (s *Server) apiApprovals(w http.ResponseWriter, r *http.Request, _ session)
 type decideRequest struct {
 	ID      string `json:"id"`
 	Approve *bool  `json:"approve"`
+	// Remember, with approve, remembers the approval (Pattern or AnyArgs widen it).
+	Remember bool   `json:"remember,omitempty"`
+	Pattern  string `json:"pattern,omitempty"`
+	AnyArgs  bool   `json:"anyArgs,omitempty"`
 }
 
 func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request, _ session) {
@@ -273,8 +277,54 @@ func (s *Server) apiDecide(w http.ResponseWriter, r *http.Request, _ session) {
 	}
 	ctx, cancel := backendCtx(w, r, RequestTimeout)
 	defer cancel()
-	if err := s.backend.Decide(ctx, req.ID, *req.Approve); err != nil {
+	if (req.Pattern != "" || req.AnyArgs) && !req.Remember || req.Remember && !*req.Approve {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "remember goes with approve, pattern and anyArgs with remember")
+		return
+	}
+	var err error
+	if req.Remember {
+		err = s.backend.ApproveRemember(ctx, req.ID, Remember{Pattern: req.Pattern, AnyArgs: req.AnyArgs})
+	} else {
+		err = s.backend.Decide(ctx, req.ID, *req.Approve)
+	}
+	if err != nil {
 		s.backendError(w, "decide", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (s *Server) apiRemembered(w http.ResponseWriter, r *http.Request, _ session) {
+	ctx, cancel := backendCtx(w, r, RequestTimeout)
+	defer cancel()
+	list, err := s.backend.Remembered(ctx)
+	if err != nil {
+		s.backendError(w, "remembered", err)
+		return
+	}
+	if list == nil {
+		list = []Memory{}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+type forgetRequest struct {
+	ID string `json:"id"`
+}
+
+func (s *Server) apiForget(w http.ResponseWriter, r *http.Request, _ session) {
+	var req forgetRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.ID == "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "forget needs id")
+		return
+	}
+	ctx, cancel := backendCtx(w, r, RequestTimeout)
+	defer cancel()
+	if err := s.backend.Forget(ctx, req.ID); err != nil {
+		s.backendError(w, "forget", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct{}{})

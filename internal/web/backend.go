@@ -28,10 +28,20 @@ type Backend interface {
 	Observe(ctx context.Context, room, provider, capability string) (json.RawMessage, error)
 	// Invoke runs an action with args (a JSON object) and returns its result.
 	Invoke(ctx context.Context, room, provider, capability, action string, args json.RawMessage) (json.RawMessage, error)
-	// Approvals lists the calls waiting for this host's operator (as provider).
+	// Approvals lists every request waiting for this host's operator in the daemon's one
+	// approval queue: a local call a policy marks ask, a room call to an approve-each
+	// publication, an agent's proposal.
 	Approvals(ctx context.Context) ([]Approval, error)
-	// Decide approves or denies one pending call.
+	// Decide approves or denies one pending request.
 	Decide(ctx context.Context, approvalID string, approve bool) error
+	// ApproveRemember approves one pending call and remembers the approval for the rest of
+	// the caller's session generation (or room membership): the exact path or arguments, or
+	// the wider pattern r gives.
+	ApproveRemember(ctx context.Context, approvalID string, r Remember) error
+	// Remembered lists the remembered approvals.
+	Remembered(ctx context.Context) ([]Memory, error)
+	// Forget revokes one remembered approval.
+	Forget(ctx context.Context, memoryID string) error
 	// Subscribe returns the call log and approval events from now on. The channel is closed
 	// when ctx ends; it is bounded and drops the oldest events for a slow reader.
 	Subscribe(ctx context.Context) (<-chan Event, error)
@@ -86,15 +96,56 @@ type Action struct {
 	ApproveEach bool            `json:"approveEach"` // each call waits for the provider's operator
 }
 
-// Approval is one call waiting for this host's operator.
+// Approval is one request waiting for this host's operator: who asks, what, with which
+// arguments, and why it waits.
 type Approval struct {
-	ID         string          `json:"id"`
-	Room       string          `json:"room"`
-	Caller     string          `json:"caller"` // the caller's host id
-	Capability string          `json:"capability"`
-	Action     string          `json:"action"`
-	Args       json.RawMessage `json:"args,omitempty"`
-	Expires    time.Time       `json:"expires"`
+	ID string `json:"id"`
+	// Kind is "call", "run" (execute a proposed adapter) or "publish" (project one into a
+	// room).
+	Kind string `json:"kind,omitempty"`
+	// Who describes the asker in one line: door, MCP client, session and generation, process,
+	// or room and calling host.
+	Who string `json:"who,omitempty"`
+	// Target is the operation or capability action ("fs.write", "printer.print"), or for a
+	// proposal "adapter NAME"; Path an fs call's path.
+	Target string `json:"target,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Reason says why it waits: the policy rule, "room approve-each", "agent proposal".
+	Reason string `json:"reason,omitempty"`
+	// Room, Caller, Capability and Action name a room call's room, calling host, capability
+	// and action.
+	Room       string `json:"room,omitempty"`
+	Caller     string `json:"caller,omitempty"` // the caller's host id
+	Capability string `json:"capability,omitempty"`
+	Action     string `json:"action,omitempty"`
+	// Args are the arguments (bounded: ArgsTruncated marks a cut, shown as a JSON string);
+	// Detail the kind-specific object a proposal shows (command, file digests, report).
+	Args          json.RawMessage `json:"args,omitempty"`
+	ArgsTruncated bool            `json:"argsTruncated,omitempty"`
+	Detail        json.RawMessage `json:"detail,omitempty"`
+	// Rememberable says whether the page offers "remember".
+	Rememberable bool      `json:"rememberable,omitempty"`
+	Expires      time.Time `json:"expires"`
+}
+
+// Remember is what an approval remembers beyond the exact call: a glob for an fs call's
+// path, or any arguments for a capability action; the zero value remembers the exact path or
+// arguments.
+type Remember struct {
+	Pattern string `json:"pattern,omitempty"`
+	AnyArgs bool   `json:"anyArgs,omitempty"`
+}
+
+// Memory is one remembered approval.
+type Memory struct {
+	ID string `json:"id"`
+	// Scope is what it lasts as long as ("session s1 generation 3", "room kitchen host …").
+	Scope  string `json:"scope"`
+	Target string `json:"target"`
+	// Match describes the paths or arguments it matches.
+	Match string    `json:"match"`
+	Since time.Time `json:"since"`
+	Uses  int64     `json:"uses"`
 }
 
 // Event kinds.
@@ -114,8 +165,11 @@ type Event struct {
 	Capability string    `json:"capability"`
 	Operation  string    `json:"operation"` // "observe" or "invoke"
 	Action     string    `json:"action,omitempty"`
-	Outcome    string    `json:"outcome"` // "ok", an error code, or for approvals "pending", "approved", "denied"
+	Outcome    string    `json:"outcome"` // "ok", an error code, or for approvals "pending", "approved", "denied", "timed_out", "remembered", "forgotten"
 	DurationMs int64     `json:"durationMs"`
+	// Target and Who describe an approval event of a local call (which has no room).
+	Target string `json:"target,omitempty"`
+	Who    string `json:"who,omitempty"`
 }
 
 // Error is a Backend error with a stable machine code and a message that is safe to show.

@@ -31,6 +31,7 @@ type testBackend struct {
 	subs      map[chan Event]struct{}
 	approvals []Approval
 	decided   map[string]bool
+	memories  []Memory
 	invokes   int
 }
 
@@ -127,6 +128,44 @@ func (b *testBackend) Decide(_ context.Context, id string, approve bool) error {
 	}
 	b.publish(Event{Kind: EventApproval, Time: time.Now(), Room: found.Room, Caller: found.Caller, Provider: hostA, Capability: found.Capability, Operation: "invoke", Action: found.Action, Outcome: outcome})
 	return nil
+}
+
+func (b *testBackend) ApproveRemember(ctx context.Context, id string, r Remember) error {
+	if r.Pattern == "[" {
+		return &Error{Code: "not_rememberable", Message: "the pattern is not a valid path glob"}
+	}
+	if err := b.Decide(ctx, id, true); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	match := "these arguments"
+	if r.AnyArgs {
+		match = "any arguments"
+	}
+	if r.Pattern != "" {
+		match = r.Pattern
+	}
+	b.memories = append(b.memories, Memory{ID: "mem-" + id, Scope: "room kitchen host " + hostB, Target: "printer.print", Match: match, Since: time.Now()})
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *testBackend) Remembered(context.Context) ([]Memory, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Memory(nil), b.memories...), nil
+}
+
+func (b *testBackend) Forget(_ context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, m := range b.memories {
+		if m.ID == id {
+			b.memories = append(b.memories[:i], b.memories[i+1:]...)
+			return nil
+		}
+	}
+	return &Error{Code: "unknown_approval", Message: "no remembered decision has that id"}
 }
 
 func (b *testBackend) decision(id string) (approve, ok bool) {

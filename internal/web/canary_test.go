@@ -47,7 +47,7 @@ func TestCanary(t *testing.T) {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		fmt.Fprintf(&seen, "%s %s → %d %v %s\n", method, path, resp.StatusCode, resp.Header, data)
 	}
-	for _, p := range []string{"/", "/app.js", "/app.css", "/api/session", "/api/rooms", "/api/rooms/kitchen", "/api/rooms/nope", "/api/approvals", "/missing"} {
+	for _, p := range []string{"/", "/app.js", "/app.css", "/api/session", "/api/rooms", "/api/rooms/kitchen", "/api/rooms/nope", "/api/approvals", "/api/remembered", "/missing"} {
 		get("GET", p, "", false)
 	}
 	light := `"room":"kitchen","provider":"` + hostB + `","capability":"living_room_light"`
@@ -59,6 +59,7 @@ func TestCanary(t *testing.T) {
 		{"/api/invoke", "{" + light + `,"action":"nope","args":{}}`},
 		{"/api/decide", `{"id":"nope","approve":false}`},
 		{"/api/decide", `{"id":"ap-1","approve":false}`},
+		{"/api/forget", `{"id":"nope"}`},
 	} {
 		get("POST", c.path, c.body, true)
 		get("POST", c.path, c.body, false) // refused: no CSRF token

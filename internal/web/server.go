@@ -1,6 +1,7 @@
 // Package web is the loopback page airlockd serves for its operator: the rooms this host is
 // in, their members and capabilities, a form per published action generated from its input
-// schema, the calls waiting for approval, and a live call log over Server-Sent Events. It
+// schema, the requests waiting for approval in the daemon's one queue (local calls, room
+// calls, proposals) and the remembered approvals, and a live call log over Server-Sent Events. It
 // shows and does only what a Backend offers (airlockd's room service implements it).
 //
 // # Security
@@ -30,7 +31,9 @@
 //	POST /api/observe           {"room","provider","capability"} → {"result"}
 //	POST /api/invoke            {"room","provider","capability","action","args"} → {"result"}
 //	GET  /api/approvals         [Approval]
-//	POST /api/decide            {"id","approve"} → {}
+//	POST /api/decide            {"id","approve","remember","pattern","anyArgs"} → {}
+//	GET  /api/remembered        [Memory]
+//	POST /api/forget            {"id"} → {}
 //	GET  /api/events            text/event-stream of Event (event: call|approval), heartbeats
 package web
 
@@ -260,6 +263,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/invoke", s.authed(s.apiInvoke))
 	mux.HandleFunc("GET /api/approvals", s.authed(s.apiApprovals))
 	mux.HandleFunc("POST /api/decide", s.authed(s.apiDecide))
+	mux.HandleFunc("GET /api/remembered", s.authed(s.apiRemembered))
+	mux.HandleFunc("POST /api/forget", s.authed(s.apiForget))
 	mux.HandleFunc("GET /api/events", s.authed(s.apiEvents))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()

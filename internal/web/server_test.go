@@ -443,3 +443,41 @@ func TestRoomFormsAndApprovals(t *testing.T) {
 		t.Errorf("approvals after the decision: %s", w.Body)
 	}
 }
+
+// TestRememberAndForget: an approval with remember reaches the backend's ApproveRemember
+// with its pattern, remember without approve or a pattern without remember is refused, the
+// memory is listed and forgotten, and a backend's refusal shows its code.
+func TestRememberAndForget(t *testing.T) {
+	b := newTestBackend()
+	b.approvals = append(b.approvals, Approval{ID: "ap-2", Kind: "call", Target: "fs.write", Path: "src/a.go", Who: "mcp client claude", Rememberable: true, Expires: time.Now().Add(time.Minute)})
+	s, h := newTestServer(t, b)
+	c := login(t, s, h)
+	for _, body := range []string{
+		`{"id":"ap-2","approve":false,"remember":true}`,
+		`{"id":"ap-2","approve":true,"pattern":"src/**"}`,
+	} {
+		if w := c.do("POST", "/api/decide", body, nil); w.Code != http.StatusBadRequest {
+			t.Errorf("decide %s: %d %s", body, w.Code, w.Body)
+		}
+	}
+	if w := c.do("POST", "/api/decide", `{"id":"ap-2","approve":true,"remember":true,"pattern":"["}`, nil); w.Code == http.StatusOK || !strings.Contains(w.Body.String(), "not_rememberable") {
+		t.Errorf("a refused pattern: %d %s", w.Code, w.Body)
+	}
+	if w := c.do("POST", "/api/decide", `{"id":"ap-2","approve":true,"remember":true,"pattern":"src/**"}`, nil); w.Code != http.StatusOK {
+		t.Fatalf("remember: %d %s", w.Code, w.Body)
+	}
+	var mem []Memory
+	w := c.do("GET", "/api/remembered", "", nil)
+	if err := json.Unmarshal(w.Body.Bytes(), &mem); err != nil || len(mem) != 1 || mem[0].Match != "src/**" {
+		t.Fatalf("remembered: %d %s", w.Code, w.Body)
+	}
+	if w := c.do("POST", "/api/forget", `{"id":"`+mem[0].ID+`"}`, nil); w.Code != http.StatusOK {
+		t.Fatalf("forget: %d %s", w.Code, w.Body)
+	}
+	if w := c.do("POST", "/api/forget", `{"id":"`+mem[0].ID+`"}`, nil); !strings.Contains(w.Body.String(), "unknown_approval") {
+		t.Errorf("forget twice: %d %s", w.Code, w.Body)
+	}
+	if w := c.do("GET", "/api/remembered", "", nil); strings.TrimSpace(w.Body.String()) != "[]" {
+		t.Errorf("remembered after forget: %s", w.Body)
+	}
+}

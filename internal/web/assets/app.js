@@ -309,11 +309,25 @@
     if (items.length === 0) list.append(el('li', { class: 'muted', text: 'Nothing waits for you.' }));
     for (const p of items) {
       const out = el('div', { class: 'error', hidden: true });
+      const remember = el('input', { type: 'checkbox', name: 'remember' });
+      // An fs call is remembered by its path or a glob; a capability action by its exact
+      // arguments or any arguments.
+      const pattern = p.path !== undefined && p.path !== ''
+        ? el('input', { type: 'text', name: 'pattern', placeholder: 'path glob (default: this path)', size: 24 })
+        : null;
+      const anyArgs = pattern ? null : el('input', { type: 'checkbox', name: 'anyArgs' });
       const decide = async (approve, btns) => {
         btns.forEach((b) => { b.disabled = true; });
+        const body = { id: p.id, approve };
+        if (approve && remember.checked) {
+          body.remember = true;
+          if (pattern && pattern.value.trim() !== '') body.pattern = pattern.value.trim();
+          if (anyArgs && anyArgs.checked) body.anyArgs = true;
+        }
         try {
-          await api('POST', '/api/decide', { id: p.id, approve });
+          await api('POST', '/api/decide', body);
           loadApprovals();
+          loadRemembered();
         } catch (err) {
           out.hidden = false;
           out.textContent = errText(err);
@@ -324,12 +338,53 @@
       const no = el('button', { type: 'button', class: 'deny', text: 'Deny' });
       yes.addEventListener('click', () => decide(true, [yes, no]));
       no.addEventListener('click', () => decide(false, [yes, no]));
-      list.append(el('li', { 'data-approval': p.id },
-        el('div', {}, el('code', { text: p.capability + '.' + p.action }), ' in ', el('code', { text: p.room })),
-        el('div', { class: 'muted' }, 'from ', el('code', { title: p.caller, text: short(p.caller) }),
-          ' · until ', new Date(p.expires).toLocaleTimeString()),
-        p.args ? el('pre', { text: pretty(p.args) }) : null,
+      const what = p.target || (p.capability + '.' + p.action);
+      const where = p.path ? el('span', {}, ' on ', el('code', { class: 'path', text: p.path }))
+        : p.room ? el('span', {}, ' in ', el('code', { text: p.room })) : null;
+      const who = p.who ? el('span', { class: 'who', text: p.who })
+        : el('span', {}, 'from ', el('code', { title: p.caller, text: short(p.caller) }));
+      list.append(el('li', { 'data-approval': p.id, 'data-kind': p.kind || 'call' },
+        el('div', {}, el('code', { class: 'target', text: what }), where),
+        el('div', { class: 'muted' }, who, ' · until ', new Date(p.expires).toLocaleTimeString()),
+        p.reason ? el('div', { class: 'muted reason', text: 'why: ' + p.reason }) : null,
+        p.args !== undefined ? el('pre', { class: 'args', text: p.argsTruncated ? 'first bytes: ' + p.args : pretty(p.args) }) : null,
+        p.detail !== undefined ? el('pre', { class: 'detail', text: pretty(p.detail) }) : null,
+        p.rememberable ? el('div', { class: 'remember' },
+          el('label', {}, remember, ' remember for this ' + (p.room && !p.path ? 'membership' : 'session')),
+          pattern, anyArgs ? el('label', {}, anyArgs, ' any arguments') : null) : null,
         el('div', { class: 'buttons' }, yes, no), out));
+    }
+  }
+
+  async function loadRemembered() {
+    const list = document.getElementById('memory-list');
+    let items;
+    try {
+      items = await api('GET', '/api/remembered');
+    } catch (err) {
+      clear(list);
+      list.append(el('li', { class: 'error', text: errText(err) }));
+      return;
+    }
+    clear(list);
+    if (items.length === 0) list.append(el('li', { class: 'muted', text: 'No remembered approvals.' }));
+    for (const m of items) {
+      const out = el('div', { class: 'error', hidden: true });
+      const forget = el('button', { type: 'button', class: 'small forget', text: 'Forget' });
+      forget.addEventListener('click', async () => {
+        forget.disabled = true;
+        try {
+          await api('POST', '/api/forget', { id: m.id });
+          loadRemembered();
+        } catch (err) {
+          out.hidden = false;
+          out.textContent = errText(err);
+          forget.disabled = false;
+        }
+      });
+      list.append(el('li', { 'data-memory': m.id },
+        el('div', {}, el('code', { class: 'target', text: m.target }), ' ', el('code', { class: 'match', text: m.match }), ' ', forget),
+        el('div', { class: 'muted' }, m.scope + ' · used ' + m.uses + '×'), out));
     }
   }
 
@@ -337,15 +392,17 @@
 
   function addLogEntry(ev) {
     const list = document.getElementById('log-list');
-    const ok = ev.outcome === 'ok' || ev.outcome === 'approved' || ev.outcome === 'pending';
-    const what = ev.capability + (ev.operation ? ' ' + ev.operation : '') + (ev.action ? ' ' + ev.action : '');
+    const ok = ev.outcome === 'ok' || ev.outcome === 'approved' || ev.outcome === 'pending' ||
+      ev.outcome === 'remembered' || ev.outcome === 'forgotten';
+    const what = ev.target || (ev.capability + (ev.operation ? ' ' + ev.operation : '') + (ev.action ? ' ' + ev.action : ''));
     const li = el('li', { 'data-kind': ev.kind, 'data-outcome': ev.outcome },
       el('span', { class: 'muted', text: new Date(ev.time).toLocaleTimeString() }),
-      el('span', {}, el('code', { text: what }), ' in ', el('code', { text: ev.room })),
+      el('span', {}, el('code', { text: what }), ev.room ? ' in ' : null, ev.room ? el('code', { text: ev.room }) : null),
       el('span', { class: 'outcome ' + (ok ? 'ok' : 'bad'), text: ev.outcome }),
       el('span', { class: 'muted' }, ev.kind === 'approval' ? 'approval' : 'call'),
-      el('span', { class: 'muted' }, 'from ', el('code', { title: ev.caller, text: short(ev.caller) }), ' to ',
-        el('code', { title: ev.provider, text: short(ev.provider) })),
+      ev.who ? el('span', { class: 'muted', text: ev.who })
+        : el('span', { class: 'muted' }, 'from ', el('code', { title: ev.caller, text: short(ev.caller) }), ' to ',
+          el('code', { title: ev.provider, text: short(ev.provider) })),
       el('span', { class: 'muted', text: ev.kind === 'call' ? ev.durationMs + ' ms' : '' }));
     list.prepend(li);
     state.logCount++;
@@ -371,7 +428,10 @@
         return;
       }
       addLogEntry(ev);
-      if (ev.kind === 'approval') loadApprovals();
+      if (ev.kind === 'approval') {
+        loadApprovals();
+        loadRemembered();
+      }
     };
     es.addEventListener('call', onEvent);
     es.addEventListener('approval', onEvent);
@@ -389,10 +449,12 @@
       loadRooms();
       if (state.roomId) selectRoom(state.roomId);
       loadApprovals();
+      loadRemembered();
     });
     connectEvents();
     loadRooms();
     loadApprovals();
+    loadRemembered();
   }
 
   start();
