@@ -26,6 +26,9 @@ func TestAdapterProposalsCommand(t *testing.T) {
 	}
 	cli(t, d.Socket, "", "session", "open", "agent", "--generation", "1", "--cwd", cwd, "--mode", "memory",
 		"--policy", writePolicy(t, `{"default":"allow","proposals":"allow"}`)).wantCode(t, exitOK)
+	if r := cli(t, d.Socket, "", "session", "show", "agent").wantCode(t, exitOK); !strings.Contains(r.stdout, "; adapter proposals allowed") {
+		t.Fatalf("session show:\n%s", r.stdout)
+	}
 	r := cli(t, d.Socket, "", "adapter", "proposals").wantCode(t, exitOK)
 	if strings.Count(r.stdout, "\n") != 1 {
 		t.Fatalf("no proposals: %q", r.stdout)

@@ -311,8 +311,8 @@ func (m *proposals) statusLocked(pr *prop) ProposalStatus {
 	return st
 }
 
-// list returns the proposals of a session generation (all of them when id is ""), oldest
-// first, or the one called one.
+// list returns the proposals of a session generation (every proposal when session is ""),
+// oldest first, or only the one whose id is one (unknown_proposal when there is none).
 func (m *proposals) list(session string, generation int64, one string) (*ProposalList, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
