@@ -138,7 +138,8 @@ func TestSchemasCompile(t *testing.T) {
 		"roomCapabilityPayload", "roomObservePayload", "roomInvokePayload", "decideApprovalPayload",
 		"roomSummary", "roomMember", "roomAction", "roomCapability", "roomStatusResult", "fabricStatusResult", "busHostAdmitted", "busHostList", "busHostRemoved", "admitBusHostPayload", "busHostPayload", "roomResult", "roomList",
 		"roomDetail", "roomClosed", "inviteResult", "publishResult", "unpublishResult", "roomCapabilityList",
-		"roomCallResult", "approval", "approvalList", "approvalDecision"} {
+		"roomCallResult", "approval", "approvalList", "approvalDecision", "approvalActor", "approvalMemory",
+		"rememberedList", "approvalForgotten", "approvalEventData", "forgetApprovalPayload"} {
 		v.def(t, 2, d)
 	}
 	for _, d := range toolDefs {
@@ -830,6 +831,13 @@ var baseAgreementCases = []agreementCase{
 	{"decideApproval without approve", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`"}`), false},
 	{"decideApproval approve string", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":"yes"}`), false},
 	{"decideApproval id 23", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 23)+`","approve":true}`), false},
+	{"decideApproval remember", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":true,"remember":true,"anyArgs":true}`), true},
+	{"decideApproval remember a denial", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":false,"remember":true}`), false},
+	{"decideApproval pattern without remember", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":true,"pattern":"src/**"}`), false},
+	{"decideApproval pattern and anyArgs", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":true,"remember":true,"pattern":"a","anyArgs":true}`), false},
+	{"decideApproval pattern too long", 2, line("2.0", "decideApproval", "", `{"approvalId":"`+rep("0", 24)+`","approve":true,"remember":true,"pattern":"`+rep("a", 4097)+`"}`), false},
+	{"forgetApproval", 2, line("2.0", "forgetApproval", "", `{"memoryId":"`+rep("0", 24)+`"}`), true},
+	{"forgetApproval id 25", 2, line("2.0", "forgetApproval", "", `{"memoryId":"`+rep("0", 25)+`"}`), false},
 }
 
 // TestAgreement runs each command line through the parser and through the schema of its major
@@ -996,8 +1004,14 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}
-	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin, protocol.OpFabricStatus, protocol.OpListBusHosts:
+	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpListApprovals, protocol.OpRoomUILogin, protocol.OpFabricStatus, protocol.OpListBusHosts,
+		protocol.OpListRememberedApprovals:
 		e = protocol.DecodePayload(cmd, &protocol.EmptyPayload{})
+	case protocol.OpForgetApproval:
+		var p protocol.ForgetApprovalPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
 	case protocol.OpAdmitBusHost:
 		var p protocol.AdmitBusHostPayload
 		if e = protocol.DecodePayload(cmd, &p); e == nil {

@@ -328,7 +328,7 @@ func (a *app) capCommand(ctx context.Context, name, op string, args []string) in
 		}
 		payload = protocol.InvokeCapabilityPayload{CapabilityID: *id, Action: *action, Args: raw}
 	}
-	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: op, Payload: payload})
+	data, err := a.callWithin(ctx, gatedCallTimeout, protocol.Version2, client.Command{Operation: op, Payload: payload})
 	if err != nil {
 		return o.fail(err)
 	}

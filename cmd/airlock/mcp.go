@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("mcp")
 	session := fs.String("session", "", "session id (this or --dir)")
 	dir := fs.String("dir", "", "give the client this `directory`: a session of its own whose grant airlockd mints and revokes when the client goes (this or --session)")
+	pol := fs.String("policy", "", "with --dir: the session's policy, a built-in `NAME` (allow-all, read-only, ask-writes, deny-all) or a policy FILE (a path with a /): a call it asks about waits for the operator (airlock approvals)")
 	opsFlag := fs.String("ops", "", "with --dir: the operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
 	gen := generationFlag(fs)
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
@@ -64,6 +66,8 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		return a.failUsage(o, usageErrorf("--generation goes with --session; --dir opens generation 1 of a session of its own"))
 	case *dir == "" && *opsFlag != "":
 		return a.failUsage(o, usageErrorf("--ops goes with --dir; a --session has its grant already"))
+	case *dir == "" && *pol != "":
+		return a.failUsage(o, usageErrorf("--policy goes with --dir; a --session has its policy already"))
 	case *session != "":
 		if err := checkGeneration(fs, *gen); err != nil {
 			return a.failUsage(o, err)
@@ -129,7 +133,14 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	var ds *dirSession
 	if root != "" {
 		var err error
-		ds, err = a.openDirSession(sctx, root, parseOps(*opsFlag))
+		var ref json.RawMessage
+		if *pol != "" {
+			if ref, err = policyRef(*pol); err != nil {
+				cancel()
+				return a.failUsage(o, err)
+			}
+		}
+		ds, err = a.openDirSession(sctx, root, parseOps(*opsFlag), ref)
 		if err != nil {
 			cancel()
 			return fail(err)

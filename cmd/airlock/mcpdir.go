@@ -75,10 +75,25 @@ func parseOps(s string) []string {
 	return ops
 }
 
+// policyRef is an open's policy member for --policy: a built-in NAME, or a FILE (a path
+// with a /) made absolute, which the daemon reads.
+func policyRef(pol string) (json.RawMessage, error) {
+	ref := protocol.PolicyRef{Name: pol}
+	if strings.Contains(pol, "/") {
+		abs, err := filepath.Abs(pol)
+		if err != nil {
+			return nil, usageErrorf("--policy: %v", err)
+		}
+		ref = protocol.PolicyRef{File: abs}
+	}
+	return json.Marshal(ref)
+}
+
 // openDirSession opens a memory session of generation 1 on dir whose grant of ops the daemon
 // mints from its own airlock-fs, with lifetime "connection": the session, and the grant,
-// end when the returned owner connection does, however this process ends.
-func (a *app) openDirSession(ctx context.Context, dir string, ops []string) (*dirSession, error) {
+// end when the returned owner connection does, however this process ends. pol, when not
+// nil, is the session's policy member.
+func (a *app) openDirSession(ctx context.Context, dir string, ops []string, pol json.RawMessage) (*dirSession, error) {
 	owner, err := a.dial(ctx, protocol.Version2)
 	if err != nil {
 		return nil, err
@@ -101,6 +116,7 @@ func (a *app) openDirSession(ctx context.Context, dir string, ops []string) (*di
 			Themes: resourceNone, ContextFiles: resourceNone, Tools: tools,
 		},
 	}
+	p.Policy = pol
 	if _, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p}); err != nil {
 		owner.Close()
 		return nil, err

@@ -37,7 +37,8 @@ func writePolicy(t *testing.T, doc string) string {
 
 // TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors runs two real airlockd, A with a host
 // policy, B joined to A's room: a session's fs calls on A's owner socket obey the session's
-// policy (deny, ask without a queue, allow) and a denied one never reaches airlock-fs; A's
+// policy (deny, ask — waiting in the approval queue until the operator denies it —, allow) and
+// a denied one never reaches airlock-fs; A's
 // host policy refuses the lamp's set_power to a local cap invoke, to B's room call and to A's
 // own room call of its publication, while set_brightness runs at each door.
 func TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors(t *testing.T) {
@@ -64,11 +65,36 @@ func TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cwd, "locked", "a.txt")); !os.IsNotExist(err) {
 		t.Fatalf("the denied write reached the adapter: %v", err)
 	}
-	refusedTool(t, a, "approval_required", "guarded", "fs.write", "--generation", "1", "--arg", "path=ask/a.txt", "--arg", "content=x", "--arg", "create=true")
-	if _, err := os.Stat(filepath.Join(cwd, "ask", "a.txt")); !os.IsNotExist(err) {
-		t.Fatalf("the asked write ran: %v", err)
+	// An asked write waits in the approval queue, shows in airlock approvals with the rule,
+	// and is refused approval_denied when the operator denies it.
+	asked := make(chan result, 1)
+	go func() {
+		asked <- cli(t, a.d.Socket, "", "tool", "guarded", "fs.write", "--generation", "1", "--arg", "path=ask/a.txt", "--arg", "content=x", "--arg", "create=true", "--json")
+	}()
+	var pending struct {
+		Approvals []struct {
+			ID     string `json:"id"`
+			Target string `json:"target"`
+			Path   string `json:"path"`
+			Reason string `json:"reason"`
+		} `json:"approvals"`
 	}
-	r := a.cli("", "tool", "guarded", "fs.read", "--generation", "1", "--arg", "path=.env", "--json")
+	waitFor(t, "the asked write in the queue", func() bool {
+		a.data(&pending, "approvals")
+		return len(pending.Approvals) == 1
+	})
+	if p := pending.Approvals[0]; p.Target != "fs.write" || p.Path != "ask/a.txt" || p.Reason != "session policy rule 2: ask fs.write" {
+		t.Fatalf("the waiting write: %+v", p)
+	}
+	a.cli("", "deny", pending.Approvals[0].ID).wantCode(t, exitOK)
+	r := <-asked
+	if env := envelopeOf(t, r, "tool", false); env.Error.Code != "approval_denied" {
+		t.Fatalf("the denied write: %s\n%s", env.Error.Code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "ask", "a.txt")); !os.IsNotExist(err) {
+		t.Fatalf("the denied write ran: %v", err)
+	}
+	r = a.cli("", "tool", "guarded", "fs.read", "--generation", "1", "--arg", "path=.env", "--json")
 	if env := envelopeOf(t, r, "tool", false); env.Error.Code != "policy_denied" || strings.Contains(r.stdout+r.stderr, "canary-7f3a") {
 		t.Fatalf("read of .env: %s\n%s%s", env.Error.Code, r.stdout, r.stderr)
 	}

@@ -466,54 +466,6 @@ func (a *app) roomInvoke(ctx context.Context, args []string) int {
 	return a.roomCall(ctx, "room invoke", true, args)
 }
 
-func (a *app) roomApprovals(ctx context.Context, args []string) int {
-	return a.roomSimple(ctx, "room approvals", protocol.OpListApprovals, args, "", nil, func(w io.Writer, data json.RawMessage) {
-		var r struct {
-			Approvals []struct {
-				ID         string          `json:"id"`
-				Room       string          `json:"room"`
-				Caller     string          `json:"caller"`
-				Capability string          `json:"capabilityId"`
-				Action     string          `json:"action"`
-				Args       json.RawMessage `json:"args"`
-				Expires    time.Time       `json:"expiresAt"`
-			} `json:"approvals"`
-		}
-		_ = json.Unmarshal(data, &r)
-		t := newTable(w)
-		fmt.Fprintln(t, "APPROVAL\tROOM\tCALLER\tCAPABILITY\tACTION\tEXPIRES\tARGS")
-		for _, p := range r.Approvals {
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.Room, short(p.Caller), p.Capability, p.Action,
-				p.Expires.Local().Format(time.TimeOnly), terminalJSON(p.Args))
-		}
-		t.Flush()
-	})
-}
-
-func (a *app) roomDecide(ctx context.Context, name string, approve bool, args []string) int {
-	return a.roomSimple(ctx, name, protocol.OpDecideApproval, args, "APPROVAL",
-		func(id string) any { return protocol.DecideApprovalPayload{ApprovalID: id, Approve: &approve} },
-		func(w io.Writer, data json.RawMessage) {
-			verb := "denied"
-			if approve {
-				verb = "approved"
-			}
-			var r struct {
-				ID string `json:"approvalId"`
-			}
-			_ = json.Unmarshal(data, &r)
-			fmt.Fprintf(w, "%s %s\n", verb, r.ID)
-		})
-}
-
-func (a *app) roomApprove(ctx context.Context, args []string) int {
-	return a.roomDecide(ctx, "room approve", true, args)
-}
-
-func (a *app) roomDeny(ctx context.Context, args []string) int {
-	return a.roomDecide(ctx, "room deny", false, args)
-}
-
 func (a *app) roomOpenUI(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "room open-ui", protocol.OpRoomUILogin, args, "", nil, func(w io.Writer, data json.RawMessage) {
 		var res struct {

@@ -45,7 +45,7 @@ func (h *roomHost) cli(stdin string, args ...string) result {
 func (h *roomHost) data(v any, args ...string) {
 	h.t.Helper()
 	r := h.cli("", append(args, "--json")...).wantCode(h.t, exitOK)
-	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), true)
+	env := envelopeOf(h.t, r, commandOf(args), true)
 	if v != nil {
 		decode(h.t, env.Data, v)
 	}
@@ -58,10 +58,23 @@ func (h *roomHost) refused(code string, args ...string) {
 	if r.code != exitFailure {
 		h.t.Fatalf("%v: exit %d, want %d (refused %s)\n%s%s", args, r.code, exitFailure, code, r.stdout, r.stderr)
 	}
-	env := envelopeOf(h.t, r, strings.Join(args[:2], " "), false)
+	env := envelopeOf(h.t, r, commandOf(args), false)
 	if env.Error.Code != code {
 		h.t.Fatalf("%v: refused %s, want %s", args, env.Error.Code, code)
 	}
+}
+
+// commandOf is the name of the command args run, as its envelope names it: the longest
+// command of the table they start with.
+func commandOf(args []string) string {
+	name := ""
+	for _, c := range commandTable() {
+		words := strings.Fields(c.name)
+		if len(words) <= len(args) && strings.Join(args[:len(words)], " ") == c.name && len(c.name) > len(name) {
+			name = c.name
+		}
+	}
+	return name
 }
 
 func startRoomHost(t *testing.T, args ...string) *roomHost {
@@ -373,9 +386,14 @@ func TestRoomTwoDaemons(t *testing.T) {
 		}()
 		var ap struct {
 			Approvals []struct {
-				ID         string          `json:"id"`
-				Caller     string          `json:"caller"`
-				Action     string          `json:"action"`
+				ID    string `json:"id"`
+				Actor struct {
+					Door string `json:"door"`
+					Room string `json:"room"`
+					Host string `json:"host"`
+				} `json:"actor"`
+				Target     string          `json:"target"`
+				Reason     string          `json:"reason"`
 				Args       json.RawMessage `json:"args"`
 				ArgsDigest string          `json:"argsDigest"`
 			} `json:"approvals"`
@@ -385,11 +403,14 @@ func TestRoomTwoDaemons(t *testing.T) {
 			return len(ap.Approvals) == 1
 		})
 		// A's operator sees the args to decide on, as --json and as text.
-		if p := ap.Approvals[0]; p.Caller != sb.HostID || p.Action != "set_color" || compact(t, p.Args) != `{"color":"#0000FF"}` || len(p.ArgsDigest) != 64 {
+		// The one queue holds it: the room and the calling host, the action, why it waits.
+		if p := ap.Approvals[0]; p.Actor.Door != "room" || p.Actor.Room != "home" || p.Actor.Host != sb.HostID ||
+			p.Target != "living_room_light.set_color" || !strings.Contains(p.Reason, "approve-each") ||
+			compact(t, p.Args) != `{"color":"#0000FF"}` || len(p.ArgsDigest) != 64 {
 			t.Fatalf("approval %+v", p)
 		}
-		if text := a.cli("", "room", "approvals").wantCode(t, exitOK).stdout; !strings.Contains(text, "ARGS") || !strings.Contains(text, `{"color":"#0000FF"}`) {
-			t.Fatalf("room approvals:\n%s", text)
+		if text := a.cli("", "approvals").wantCode(t, exitOK).stdout; !strings.Contains(text, "room home · host "+sb.HostID) || !strings.Contains(text, `{"color":"#0000FF"}`) {
+			t.Fatalf("approvals:\n%s", text)
 		}
 		a.cli("", "room", verb, ap.Approvals[0].ID).wantCode(t, exitOK)
 		a.refused("unknown_approval", "room", verb, ap.Approvals[0].ID)

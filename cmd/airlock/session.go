@@ -101,15 +101,11 @@ func (a *app) sessionOpen(ctx context.Context, args []string) int {
 		if *version == protocol.Version1 {
 			return a.failUsage(o, usageErrorf("--policy needs protocol 2.x"))
 		}
-		ref := protocol.PolicyRef{Name: *pol}
-		if strings.Contains(*pol, "/") {
-			abs, err := filepath.Abs(*pol)
-			if err != nil {
-				return a.failUsage(o, usageErrorf("--policy: %v", err))
-			}
-			ref = protocol.PolicyRef{File: abs}
+		ref, err := policyRef(*pol)
+		if err != nil {
+			return a.failUsage(o, err)
 		}
-		p.Policy, _ = json.Marshal(ref)
+		p.Policy = ref
 	}
 	data, err := a.call(ctx, *version, client.Command{
 		Operation: protocol.OpOpen, SessionID: pos[0], Generation: gen, Payload: p,

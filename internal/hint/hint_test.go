@@ -36,7 +36,8 @@ var doorSources = []string{
 	"turn",                   // unknown_tool
 	"mcp",                    // daemon_unreachable
 	"daemon",                 // fs_adapter_unavailable (an open with a grant airlockd mints)
-	"gate",                   // policy_denied, approval_required, record_failed
+	"gate",                   // policy_denied, approval_required, record_failed, approval_*
+	"approval",               // the approval queue: unknown_approval, not_rememberable
 	"proposal",               // an agent's adapter proposal, refused
 }
 

@@ -21,15 +21,18 @@ func policyFile(t *testing.T, doc string) string {
 }
 
 // TestPolicyAtTheMCPDoor: a go-sdk client's tool calls pass the daemon's gate. The session's
-// policy (set at open from a file) refuses a write under locked/ with policy_denied, one
-// under ask/ with approval_required, and neither reaches airlock-fs; an fs tool's description
+// policy (set at open from a file) refuses a write under locked/ with policy_denied; one
+// under ask/ waits for the operator, who never answers here, so it is refused
+// approval_timeout after the daemon's approval timeout; neither reaches airlock-fs; an fs
+// tool's description
 // says what the policy decides; the host's policy (airlockd --policy) refuses the lamp's
 // set_power, which the bridge now sends with its session and client name, while
 // set_brightness runs; the session's ask rule on the lamp's observation applies to the
-// bridge's observe, and not to an owner-socket observe that names no session.
+// bridge's observe (it waits, and times out), and not to an owner-socket observe that names
+// no session.
 func TestPolicyAtTheMCPDoor(t *testing.T) {
 	host := policyFile(t, `{"default":"allow","rules":[{"capability":"desk_lamp","actions":["set_power"],"decision":"deny"}]}`)
-	e := startEnvWith(t, daemontest.Options{Args: []string{"--policy", host}})
+	e := startEnvWith(t, daemontest.Options{Args: []string{"--policy", host, "--approval-timeout", "2s"}})
 	fsp := startFS(t)
 	for _, d := range []string{"locked", "ask"} {
 		if err := os.Mkdir(filepath.Join(e.root, d), 0o700); err != nil {
@@ -53,7 +56,8 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"desk_lamp"}})
 
 	tools := cn.tools(t)
-	if d := tools["fs_write"].Description; !strings.Contains(d, "policy (guard) decides by path") || !strings.Contains(d, "locked/**: deny") {
+	if d := tools["fs_write"].Description; !strings.Contains(d, "policy (guard) decides by path") || !strings.Contains(d, "locked/**: deny") ||
+		!strings.Contains(d, "a call that asks waits for the operator's decision") {
 		t.Fatalf("fs_write's description: %q", d)
 	}
 	if d := tools["fs_read"].Description; strings.Contains(d, "policy") {
@@ -63,7 +67,7 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 	if r := cn.call(t, "fs_write", map[string]any{"path": "locked/a.txt", "content": "x", "create": true}); errorCode(t, r) != "policy_denied" {
 		t.Fatalf("write under locked/: %s", text(r))
 	}
-	if r := cn.call(t, "fs_write", map[string]any{"path": "ask/a.txt", "content": "x", "create": true}); errorCode(t, r) != "approval_required" {
+	if r := cn.call(t, "fs_write", map[string]any{"path": "ask/a.txt", "content": "x", "create": true}); errorCode(t, r) != "approval_timeout" {
 		t.Fatalf("write under ask/: %s", text(r))
 	}
 	for _, f := range []string{"locked/a.txt", "ask/a.txt"} {
@@ -81,7 +85,7 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 		t.Fatalf("set_brightness: %s", text(r))
 	}
 	// The session's capability rules apply too: the bridge names its session.
-	if r := cn.call(t, "desk_lamp_observe", map[string]any{}); errorCode(t, r) != "approval_required" {
+	if r := cn.call(t, "desk_lamp_observe", map[string]any{}); errorCode(t, r) != "approval_timeout" {
 		t.Fatalf("observe under the session's ask rule: %s", text(r))
 	}
 	var lamp struct {

@@ -348,7 +348,7 @@ func policyNote(p *policy.Policy, op string) string {
 	case string(policy.Deny):
 		return " The session's policy" + name + " denies this operation: every call is refused policy_denied."
 	case string(policy.Ask):
-		return " The session's policy" + name + " asks the operator before this operation: a call is refused approval_required unless the operator allows it."
+		return " The session's policy" + name + " asks the operator before this operation: " + askNote
 	default:
 		var globs []string
 		for i, r := range p.Document().Rules {
@@ -365,10 +365,14 @@ func policyNote(p *policy.Policy, op string) string {
 				break
 			}
 		}
-		return fmt.Sprintf(" The session's policy%s decides by path (%s): first match of %s; otherwise %s. A denied call is refused policy_denied, one that asks approval_required.",
+		return fmt.Sprintf(" The session's policy%s decides by path (%s): first match of %s; otherwise %s. A denied call is refused policy_denied; "+askNote,
 			name, sum, strings.Join(globs, "; "), p.Document().Default)
 	}
 }
+
+// askNote tells a model what a call under an ask rule does: it waits for the operator.
+const askNote = "a call that asks waits for the operator's decision and runs once approved; " +
+	"a denial is refused approval_denied, no decision in time approval_timeout (do not repeat such a call: tell the user what you meant to do)."
 
 // maxNoteRules bounds the rules a tool description lists.
 const maxNoteRules = 8

@@ -305,17 +305,29 @@
       list.append(el('li', { class: 'error', text: errText(err) }));
       return;
     }
+    // A list rebuilt while the operator fills in an entry keeps what they chose.
+    const kept = {};
+    for (const li of list.querySelectorAll('li[data-approval]')) {
+      const r = li.querySelector('input[name="remember"]');
+      const pt = li.querySelector('input[name="pattern"]');
+      const aa = li.querySelector('input[name="anyArgs"]');
+      kept[li.dataset.approval] = { remember: !!(r && r.checked), pattern: pt ? pt.value : '', anyArgs: !!(aa && aa.checked) };
+    }
     clear(list);
     if (items.length === 0) list.append(el('li', { class: 'muted', text: 'Nothing waits for you.' }));
     for (const p of items) {
+      const was = kept[p.id] || { remember: false, pattern: '', anyArgs: false };
       const out = el('div', { class: 'error', hidden: true });
       const remember = el('input', { type: 'checkbox', name: 'remember' });
+      remember.checked = was.remember;
       // An fs call is remembered by its path or a glob; a capability action by its exact
       // arguments or any arguments.
       const pattern = p.path !== undefined && p.path !== ''
         ? el('input', { type: 'text', name: 'pattern', placeholder: 'path glob (default: this path)', size: 24 })
         : null;
       const anyArgs = pattern ? null : el('input', { type: 'checkbox', name: 'anyArgs' });
+      if (pattern) pattern.value = was.pattern;
+      if (anyArgs) anyArgs.checked = was.anyArgs;
       const decide = async (approve, btns) => {
         btns.forEach((b) => { b.disabled = true; });
         const body = { id: p.id, approve };

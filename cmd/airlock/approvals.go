@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockhq/airlock/internal/approval"
+	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/visible"
+)
+
+// The approval queue's verbs: every request waiting for the operator (a local call a policy
+// marks ask, a room call to an approve-each publication, an agent's proposal), decided by
+// id; remembered approvals listed and forgotten. room approvals, room approve and room deny
+// are aliases of approvals, approve and deny.
+
+// approvalView is a waiting request as listApprovals answers it.
+type approvalView struct {
+	ID    string `json:"id"`
+	Kind  string `json:"kind"`
+	Actor struct {
+		Door       string `json:"door"`
+		PID        int    `json:"pid"`
+		Session    string `json:"session"`
+		Generation int64  `json:"generation"`
+		Room       string `json:"room"`
+		Host       string `json:"host"`
+		Client     string `json:"client"`
+	} `json:"actor"`
+	Target        string          `json:"target"`
+	Path          string          `json:"path"`
+	Args          json.RawMessage `json:"args"`
+	ArgsTruncated bool            `json:"argsTruncated"`
+	ArgsBytes     int             `json:"argsBytes"`
+	Reason        string          `json:"reason"`
+	Detail        json.RawMessage `json:"detail"`
+	Rememberable  bool            `json:"rememberable"`
+	Expires       time.Time       `json:"expiresAt"`
+}
+
+// who describes the asker in one line.
+func (v *approvalView) who() string {
+	a := v.Actor
+	if a.Door == "room" {
+		return "room " + a.Room + " · host " + a.Host
+	}
+	var parts []string
+	switch a.Door {
+	case "mcp":
+		parts = append(parts, "mcp client "+a.Client)
+	case "turn":
+		parts = append(parts, "agent turn")
+	default:
+		parts = append(parts, "owner socket")
+	}
+	if a.Session != "" {
+		parts = append(parts, "session "+a.Session+" generation "+strconv.FormatInt(a.Generation, 10))
+	}
+	if a.PID > 0 {
+		parts = append(parts, "pid "+strconv.Itoa(a.PID))
+	}
+	return strings.Join(parts, " · ")
+}
+
+// text is a peer's string made safe for a terminal: hidden characters shown as escapes,
+// control characters replaced.
+func text(s string) string { return clean(visible.Show(s)) }
+
+func (a *app) approvalsList(ctx context.Context, name string, args []string) int {
+	return a.roomSimple(ctx, name, protocol.OpListApprovals, args, "", nil, func(w io.Writer, data json.RawMessage) {
+		var r struct {
+			Approvals []approvalView `json:"approvals"`
+		}
+		_ = json.Unmarshal(data, &r)
+		if len(r.Approvals) == 0 {
+			fmt.Fprintln(w, "nothing waits for approval")
+			return
+		}
+		for i, p := range r.Approvals {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "%s  %s %s, until %s\n", p.ID, p.Kind, text(p.Target), p.Expires.Local().Format(time.TimeOnly))
+			fmt.Fprintf(w, "  who   %s\n", text(p.who()))
+			if p.Path != "" {
+				fmt.Fprintf(w, "  path  %s\n", text(p.Path))
+			}
+			fmt.Fprintf(w, "  why   %s\n", text(p.Reason))
+			if len(p.Args) > 0 {
+				if p.ArgsTruncated {
+					var s string
+					_ = json.Unmarshal(p.Args, &s)
+					fmt.Fprintf(w, "  args  (first bytes of %d) %s\n", p.ArgsBytes, strconv.QuoteToASCII(s))
+				} else {
+					fmt.Fprintf(w, "  args  %s\n", terminalJSON(p.Args))
+				}
+			}
+			if len(p.Detail) > 0 {
+				fmt.Fprintf(w, "  detail %s\n", terminalJSON(p.Detail))
+			}
+			if p.Rememberable {
+				fmt.Fprintf(w, "  (approve --remember to let the same call run again without asking)\n")
+			}
+		}
+	})
+}
+
+func (a *app) approvals(ctx context.Context, args []string) int {
+	return a.approvalsList(ctx, "approvals", args)
+}
+
+func (a *app) roomApprovals(ctx context.Context, args []string) int {
+	return a.approvalsList(ctx, "room approvals", args)
+}
+
+func (a *app) decide(ctx context.Context, name string, approve bool, args []string) int {
+	o, fs := a.newCommand(name)
+	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {approvalId, approved, memory?}")
+	var remember, anyArgs *bool
+	var pattern *string
+	if approve {
+		remember = fs.Bool("remember", false, "remember the approval for the rest of the caller's session generation (or room membership): the same call (target and path, or target and exact arguments) runs again without asking")
+		pattern = fs.String("pattern", "", "with --remember, an fs call: remember every path matching this `GLOB` (policy path syntax, e.g. src/**; it must match this call's path)")
+		anyArgs = fs.Bool("any-args", false, "with --remember, a capability action: remember it with any arguments")
+	}
+	pos, code, done := a.parse(o, fs, args, "ID")
+	if done {
+		return code
+	}
+	p := protocol.DecideApprovalPayload{ApprovalID: pos[0], Approve: &approve}
+	if approve {
+		if (*pattern != "" || *anyArgs) && !*remember {
+			return a.failUsage(o, usageErrorf("--pattern and --any-args go with --remember"))
+		}
+		p.Remember, p.Pattern, p.AnyArgs = *remember, *pattern, *anyArgs
+	}
+	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpDecideApproval, Payload: p})
+	if err != nil {
+		return o.fail(err)
+	}
+	return o.succeed(data, func(w io.Writer) {
+		var r struct {
+			ID     string `json:"approvalId"`
+			Memory *struct {
+				ID string `json:"id"`
+			} `json:"memory"`
+		}
+		_ = json.Unmarshal(data, &r)
+		verb := "denied"
+		if approve {
+			verb = "approved"
+		}
+		fmt.Fprintf(w, "%s %s\n", verb, r.ID)
+		if r.Memory != nil {
+			fmt.Fprintf(w, "remembered as %s (airlock approvals forget %s revokes it)\n", r.Memory.ID, r.Memory.ID)
+		}
+	})
+}
+
+func (a *app) approve(ctx context.Context, args []string) int {
+	return a.decide(ctx, "approve", true, args)
+}
+func (a *app) deny(ctx context.Context, args []string) int { return a.decide(ctx, "deny", false, args) }
+func (a *app) roomApprove(ctx context.Context, args []string) int {
+	return a.decide(ctx, "room approve", true, args)
+}
+func (a *app) roomDeny(ctx context.Context, args []string) int {
+	return a.decide(ctx, "room deny", false, args)
+}
+
+func (a *app) approvalsRemembered(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "approvals remembered", protocol.OpListRememberedApprovals, args, "", nil, func(w io.Writer, data json.RawMessage) {
+		var r struct {
+			Remembered []struct {
+				ID    string `json:"id"`
+				Scope struct {
+					Session    string `json:"session"`
+					Generation int64  `json:"generation"`
+					Room       string `json:"room"`
+					Host       string `json:"host"`
+				} `json:"scope"`
+				Target  string          `json:"target"`
+				Path    string          `json:"path"`
+				Pattern string          `json:"pattern"`
+				Args    json.RawMessage `json:"args"`
+				AnyArgs bool            `json:"anyArgs"`
+				By      string          `json:"by"`
+				Uses    int64           `json:"uses"`
+			} `json:"remembered"`
+		}
+		_ = json.Unmarshal(data, &r)
+		t := newTable(w)
+		fmt.Fprintln(t, "MEMORY\tSCOPE\tTARGET\tMATCHES\tBY\tUSES")
+		for _, m := range r.Remembered {
+			scope := "session " + m.Scope.Session + " gen " + strconv.FormatInt(m.Scope.Generation, 10)
+			if m.Scope.Session == "" {
+				scope = "room " + m.Scope.Room + " host " + short(m.Scope.Host)
+			}
+			match := m.Path
+			switch {
+			case m.Pattern != "":
+				match = m.Pattern
+			case m.AnyArgs:
+				match = "any args"
+			case len(m.Args) > 0:
+				match = terminalJSON(m.Args)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%d\n", m.ID, text(scope), text(m.Target), text(match), m.By, m.Uses)
+		}
+		t.Flush()
+	})
+}
+
+func (a *app) approvalsForget(ctx context.Context, args []string) int {
+	return a.roomSimple(ctx, "approvals forget", protocol.OpForgetApproval, args, "MEMORY",
+		func(id string) any { return protocol.ForgetApprovalPayload{MemoryID: id} },
+		func(w io.Writer, data json.RawMessage) {
+			var r struct {
+				ID string `json:"memoryId"`
+			}
+			_ = json.Unmarshal(data, &r)
+			fmt.Fprintf(w, "forgot %s\n", r.ID)
+		})
+}
+
+// gatedCallTimeout bounds a call that may wait for the operator at the gate (tool, cap
+// observe, cap invoke): the longest approval wait the daemon allows, and callTimeout besides.
+// The daemon's own approval timeout (60 s by default) ends such a wait first.
+const gatedCallTimeout = approval.MaxTimeout + callTimeout
