@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +13,9 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // TestAdapterProposalsCommand: airlock adapter proposals lists agents' proposals, every one
@@ -48,4 +54,100 @@ func TestAdapterProposalsCommand(t *testing.T) {
 		t.Fatalf("another session's: %s", env.Data)
 	}
 	cli(t, d.Socket, "", "adapter", "proposals", "--session", "agent").wantCode(t, exitUsage)
+}
+
+// TestAgentProposesAdapterWithTheCLI is issue 26's authoring flow as an operator runs it:
+// an agent turn (scripted model) writes a Python adapter with fs_write and proposes it;
+// airlock approvals shows the run request with the script's SHA-256; airlock approve runs
+// it; the publish request shows the validator's report; airlock approve publishes it; a
+// second daemon in the room invokes it; closing the session removes it.
+func TestAgentProposesAdapterWithTheCLI(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	daemontest.Binary(t, "airlock-fs") // beside airlockd, which grants the session's cwd from it
+	llm := modeltest.New()
+	t.Cleanup(llm.Close)
+	a := startRoomHost(t, "--provider", "local="+llm.URL())
+	var sa roomStatusData
+	a.data(&sa, "room", "status")
+	b := startRoomHost(t, "--nats-via", a.d.Socket)
+	a.cli("", "room", "create", "home").wantCode(t, exitOK)
+	var inv struct {
+		Code string `json:"code"`
+	}
+	a.data(&inv, "room", "invite", "home", "--name", "bob")
+	b.cli(inv.Code+"\n", "room", "join", "-").wantCode(t, exitOK)
+
+	cwd := filepath.Join(daemontest.ShortDir(t), "work")
+	if err := os.Mkdir(cwd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a.cli("", "session", "open", "agent", "--generation", "1", "--cwd", cwd, "--mode", "memory", "--model", "local/m",
+		"--fs-ops", "fs.read,fs.write", "--policy", writePolicy(t, `{"default":"allow","proposals":"allow"}`)).wantCode(t, exitOK)
+	content, _ := json.Marshal(daemontest.CounterAdapter)
+	llm.Push(
+		modeltest.Reply{ToolCalls: []model.ToolCall{{ID: "w", Name: "fs_write", Arguments: `{"path":"counter.py","create":true,"content":` + string(content) + `}`}}},
+		modeltest.Reply{ToolCalls: []model.ToolCall{{ID: "p", Name: "adapter_propose", Arguments: `{"name":"counter","command":"python3","args":["counter.py"],` +
+			`"capabilities":["agent_counter"],"publish":{"room":"home","capabilities":[{"capabilityId":"agent_counter","actions":["bump"]}]}}`}}},
+		modeltest.Reply{Text: "Proposed."},
+	)
+	a.cli("", "wake", "agent", "write a counter and offer it to the room", "--generation", "1").wantCode(t, exitOK)
+
+	sum := sha256.Sum256([]byte(daemontest.CounterAdapter))
+	var l struct {
+		Approvals []approvalView `json:"approvals"`
+	}
+	waitFor(t, "the run request", func() bool {
+		a.data(&l, "approvals")
+		return len(l.Approvals) == 1 && l.Approvals[0].Kind == "run"
+	})
+	run := l.Approvals[0]
+	if r := a.cli("", "approvals").wantCode(t, exitOK); !strings.Contains(r.stdout, run.ID+"  run adapter counter") ||
+		!strings.Contains(r.stdout, "agent turn · session agent generation 1") || !strings.Contains(r.stdout, hex.EncodeToString(sum[:])) {
+		t.Fatalf("airlock approvals:\n%s", r.stdout)
+	}
+	a.cli("", "approve", run.ID).wantCode(t, exitOK)
+	waitFor(t, "the publish request", func() bool {
+		a.data(&l, "approvals")
+		return len(l.Approvals) == 1 && l.Approvals[0].Kind == "publish"
+	})
+	if r := a.cli("", "approvals").wantCode(t, exitOK); !strings.Contains(r.stdout, "publish adapter counter") || !strings.Contains(r.stdout, `"pass":true`) ||
+		!strings.Contains(r.stdout, `"descriptors":[{"capabilityId":"agent_counter"`) {
+		t.Fatalf("the publish request:\n%s", r.stdout)
+	}
+	a.cli("", "approve", l.Approvals[0].ID).wantCode(t, exitOK)
+
+	var caps struct {
+		Capabilities []roomCapData `json:"capabilities"`
+	}
+	waitFor(t, "B to see the counter", func() bool {
+		b.data(&caps, "room", "caps", "--room", "home")
+		return described(caps.Capabilities, 1)
+	})
+	var res struct {
+		Result struct {
+			Count int `json:"count"`
+		} `json:"result"`
+	}
+	b.data(&res, "room", "invoke", "--room", "home", "--cap", "agent_counter", "--action", "bump", "--args", `{"by":4}`)
+	if res.Result.Count != 4 {
+		t.Fatalf("B's bump: %+v", res)
+	}
+	if r := a.cli("", "adapter", "proposals").wantCode(t, exitOK); !strings.Contains(r.stdout, "published") {
+		t.Fatalf("adapter proposals:\n%s", r.stdout)
+	}
+
+	a.cli("", "session", "close", "agent", "--generation", "1").wantCode(t, exitOK)
+	var adapters struct {
+		Adapters []protocol.AdapterState `json:"adapters"`
+	}
+	a.data(&adapters, "adapter", "list")
+	if len(adapters.Adapters) != 0 {
+		t.Fatalf("adapters after the session closed: %+v", adapters.Adapters)
+	}
+	waitFor(t, "the counter to leave the room", func() bool {
+		b.data(&caps, "room", "caps", "--room", "home")
+		return len(caps.Capabilities) == 0
+	})
 }
