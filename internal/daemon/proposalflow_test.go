@@ -234,3 +234,89 @@ func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// TestProposalValidationRefusals: what the validator does not pass never registers, and only
+// what it saw can be published. An adapter that fails a probe is proposal_validation_failed
+// with the report; one serving another capability than proposed proposal_missing_capability;
+// a publication of an action the validator did not see fails proposal_unvalidated, and a
+// denied publication is refused, while the adapter keeps serving the session.
+func TestProposalValidationRefusals(t *testing.T) {
+	f := startFlowDaemon(t)
+	cwd := counterDir(t)
+	// Its list answers, its stdin close is ignored: the stdin_close probe fails.
+	broken := "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" +
+		strings.Replace(daemontest.CounterAdapter, "for line in sys.stdin:", "import time\nfor line in iter(sys.stdin.readline, None):\n    if not line:\n        time.sleep(3600)", 1)
+	if err := os.WriteFile(filepath.Join(cwd, "broken.py"), []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.open("agent", cwd)
+	approveRun := func(name string, p map[string]any, states ...string) ProposalStatus {
+		t.Helper()
+		st := f.propose("agent", p)
+		if err := f.q.Approve(f.pending(approval.KindRun, name).ID, "cli", false); err != nil {
+			t.Fatal(err)
+		}
+		return f.state(st.ID, states...)
+	}
+
+	p := counterProposal("broken")
+	p["args"] = []string{"broken.py"}
+	got := approveRun("broken", p, ProposalFailed, ProposalRunning, ProposalEnded)
+	if got.State != ProposalFailed || got.Error == nil || got.Error.Code != "proposal_validation_failed" || got.Report == nil || got.Report.Pass {
+		t.Fatalf("a broken adapter: %+v", got)
+	}
+	if probe, ok := got.Report.Probe("stdin_close"); !ok || probe.Pass {
+		t.Fatalf("the report: %+v", got.Report)
+	}
+
+	p = counterProposal("other")
+	p["capabilities"] = []string{"other_counter"}
+	got = approveRun("other", p, ProposalFailed, ProposalRunning, ProposalEnded)
+	if got.State != ProposalFailed || got.Error == nil || got.Error.Code != "proposal_missing_capability" {
+		t.Fatalf("another capability: %+v", got)
+	}
+	if len(f.d.srv.adapters.sup.Status()) != 0 {
+		t.Fatal("an adapter the validator refused is registered")
+	}
+
+	p = counterProposal("unseen")
+	p["publish"] = map[string]any{"room": "home", "capabilities": []map[string]any{{"capabilityId": "agent_counter", "actions": []string{"reset"}}}}
+	got = approveRun("unseen", p, ProposalRunning, ProposalFailed, ProposalEnded)
+	if got.State != ProposalRunning || got.Publication == nil || got.Publication.State != "failed" || got.Publication.Error.Code != "proposal_unvalidated" {
+		t.Fatalf("an unseen action: %+v %+v", got, got.Publication)
+	}
+	if _, ok := f.d.srv.adapters.status("unseen"); !ok {
+		t.Fatal("the adapter stopped with its publication")
+	}
+	if r := f.call(client.Command{Operation: "removeAdapter", Payload: map[string]any{"name": "unseen"}}); !r.OK {
+		t.Fatal(r.Err())
+	}
+	if got := f.state(got.ID, ProposalEnded); got.Error.Code != capclient.ReasonRemoved {
+		t.Fatalf("removed by the operator: %+v", got)
+	}
+
+	p = counterProposal("denied")
+	p["publish"] = map[string]any{"room": "home", "capabilities": []map[string]any{{"capabilityId": "agent_counter", "actions": []string{"bump"}}}}
+	st := f.propose("agent", p)
+	if err := f.q.Approve(f.pending(approval.KindRun, "denied").ID, "cli", false); err != nil {
+		t.Fatal(err)
+	}
+	pub := f.pending(approval.KindPublish, "denied")
+	var det publishDetail
+	if err := json.Unmarshal(pub.Detail, &det); err != nil || det.Report == nil || !det.Report.Pass || len(det.Descriptors) != 1 {
+		t.Fatalf("the publish request: %v %s", err, pub.Detail)
+	}
+	if got := f.state(st.ID, ProposalPendingPublish); got.Publication.State != "pending" {
+		t.Fatalf("pending publish: %+v", got.Publication)
+	}
+	if err := f.q.Deny(pub.ID, "cli"); err != nil {
+		t.Fatal(err)
+	}
+	if !daemontest.WaitFor(20*time.Second, func() bool {
+		l, _ := f.d.srv.proposals.list("", 0, st.ID)
+		got = l.Proposals[0]
+		return got.Publication.State != "pending"
+	}) || got.State != ProposalRunning || got.Publication.State != "refused" || got.Publication.Error.Code != "approval_denied" {
+		t.Fatalf("a denied publication: %+v %+v", got, got.Publication)
+	}
+}

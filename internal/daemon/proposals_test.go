@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +209,19 @@ func TestBinaryProposalRefusals(t *testing.T) {
 	}
 	if r := call(t, c, client.Command{Operation: "listProposals", Payload: map[string]any{"id": strings.Repeat("0", 24)}}); code(r) != "unknown_proposal" {
 		t.Fatalf("an unknown id: %s", code(r))
+	}
+	// Eight proposals of a generation may wait at once.
+	for i := 2; i <= 8; i++ {
+		p := counterProposal()
+		p["name"] = "counter" + strconv.Itoa(i)
+		if r, _ := propose(t, c, "agent", 1, p); !r.OK {
+			t.Fatalf("proposal %d: %v", i, r.Err())
+		}
+	}
+	p := counterProposal()
+	p["name"] = "counter9"
+	if r, _ := propose(t, c, "agent", 1, p); code(r) != "too_many_proposals" || !r.Error.Retryable {
+		t.Fatalf("a ninth proposal: %v", r.Err())
 	}
 	// Nothing ran: no adapter is registered, and no child of the script runs.
 	if m := listAdapters(t, c); len(m) != 0 {
