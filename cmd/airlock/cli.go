@@ -58,6 +58,7 @@ func commandTable() []command {
 		{"adapter approve", "NAME [--json]", "accept an adapter's changed executable or script: show old and new SHA-256, re-record them and start it", (*app).adapterApprove},
 		{"adapter remove", "NAME [--json]", "stop an adapter and forget its registration", (*app).adapterRemove},
 		{"adapter list", "[--json]", "show every adapter's state (changed: its files differ from the approved digests), pid, restarts, last failure, tie, lease and digest prefixes", (*app).adapterList},
+		{"adapter proposals", "[--session S --generation N] [--json]", "list agents' adapter proposals: state (pending_run … published, refused, failed, ended), the error that ended one, its publication, and what runs; their approvals wait in airlock approvals", (*app).adapterProposals},
 		{"adapter logs", "NAME [--json]", "print an adapter's kept stderr lines (operator only)", (*app).adapterLogs},
 		{"cap list", "[--json]", "list the capabilities the adapters project", (*app).capList},
 		{"cap describe", "--id ID [--json]", "print a capability's descriptor", (*app).capDescribe},

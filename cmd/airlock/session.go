@@ -509,7 +509,8 @@ func (a *app) readDescriptor(name string) (json.RawMessage, error) {
 }
 
 // rulesSummary is one line of what a session's policy decides for each fs operation, with
-// its name: "ask-writes: fs.list allow, …, fs.write ask".
+// its name: "ask-writes: fs.list allow, …, fs.write ask", and whether its agent may propose
+// adapters.
 func rulesSummary(raw json.RawMessage) string {
 	p, err := policy.Parse(raw)
 	if err != nil {
@@ -520,6 +521,9 @@ func rulesSummary(raw json.RawMessage) string {
 		parts = append(parts, op+" "+p.Summary(op))
 	}
 	s := strings.Join(parts, ", ") + "; capabilities: see --json"
+	if p.AllowsProposals() {
+		s += "; adapter proposals allowed"
+	}
 	if p.Name() != "" {
 		s = clean(p.Name()) + ": " + s
 	}

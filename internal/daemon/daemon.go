@@ -214,7 +214,9 @@ func Start(cfg Config) (*Daemon, error) {
 		// before the listener accepts any open or close.
 		// So do the grants airlockd minted for it from its own airlock-fs; d.srv.fsys is
 		// set below too.
+		HostTools: d.srv.proposalTools,
 		GenerationEnded: func(id string, generation int64) {
+			d.srv.proposals.sessionEnded(id, generation)
 			d.srv.adapters.sessionEnded(id, generation)
 			d.srv.fsys.sessionEnded(id, generation)
 			d.srv.approvals.End(approval.Scope{Session: id, Generation: generation})
@@ -235,6 +237,8 @@ func Start(cfg Config) (*Daemon, error) {
 	d.srv.adapters.OnAdapterRemoved(func(r capclient.Removal) { d.srv.withdraw(r.Capabilities) })
 	d.srv.adapters.OnAdapterRemoved(d.srv.auditRemoval)
 	sup.OnChanged(d.srv.auditChanged)
+	d.srv.proposals = newProposals(d.srv, d.srv.approvals, d.log)
+	d.srv.adapters.OnAdapterRemoved(d.srv.proposals.adapterRemoved)
 
 	if err := d.startMetrics(); err != nil {
 		cancel()
@@ -331,6 +335,8 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 		}
 		d.srv.cancel()
 		d.bg.Wait()
+		// Proposals in flight end before the adapters and the rooms they would use.
+		d.srv.proposals.close()
 		// The page goes before the room service it shows.
 		d.stopWeb(ctx)
 		d.stopMetrics(ctx)

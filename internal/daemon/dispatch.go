@@ -217,6 +217,9 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 	case protocol.OpRoomUILogin:
 		return s.uiLogin(cmd)
 
+	case protocol.OpProposeAdapter, protocol.OpListProposals:
+		return s.runProposals(c, cmd)
+
 	case protocol.OpWake:
 		var p protocol.WakePayload
 		if e := protocol.DecodePayload(cmd, &p); e != nil {

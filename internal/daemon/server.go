@@ -162,8 +162,10 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 
-	fsys  *managedFS // the airlock-fs airlockd runs (managedfs.go)
-	owned owners     // connection-scoped generations by connection (lifetime.go)
+	fsys *managedFS // the airlock-fs airlockd runs (managedfs.go)
+	// proposals are the agents' adapter proposals (proposals.go).
+	proposals *proposals
+	owned     owners // connection-scoped generations by connection (lifetime.go)
 
 	metricsMu sync.Mutex
 	metrics   map[string]uint64

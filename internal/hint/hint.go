@@ -246,6 +246,26 @@ var table = []entry{
 	{[]string{"unknown_room"},
 		"This host is not (or no longer) in the session's room: stop and tell the user."},
 
+	// Adapter proposals (internal/proposal).
+	{[]string{"proposal_invalid"},
+		"The proposal is malformed where the message's field says: fix that field (no other keys than the tool's schema names) and propose again."},
+	{[]string{"proposal_outside_workspace"},
+		"A file the proposal names is outside the workspace, behind a symbolic link or a \"..\", or is no regular file: put the adapter's files in the workspace, name them by relative path, and propose again."},
+	{[]string{"proposal_env_refused"},
+		"The argv would set or pass environment (env, NAME=value, $VAR, --pass-env), which a proposal may not: read configuration from a file of the workspace instead, and propose again."},
+	{[]string{"proposal_inline_code"},
+		"An interpreter option before the script could run code that no file holds: name the script as the first argument, and propose again."},
+	{[]string{"proposals_not_allowed"},
+		"This session's policy does not let you propose adapters: do not try again; tell the user what the adapter would do."},
+	{[]string{"unknown_proposal"},
+		"No proposal of yours has that id: list your proposals without an id to see them."},
+	{[]string{"too_many_proposals"},
+		"You have as many proposals in progress as you may: wait until the operator decides on them (list their state), then propose again."},
+	{[]string{"proposal_name_taken"},
+		"An adapter or a proposal in progress has that name already: choose another name and propose again."},
+	{[]string{"proposal_validation_failed", "proposal_unvalidated", "proposal_missing_capability"},
+		"The validator did not accept the adapter as proposed: read the report's failed probes in the proposal's state, fix the adapter or the proposal, and propose again."},
+
 	// The doors' own codes.
 	{[]string{"unknown_tool"},
 		"No tool of that name is granted to this session: call only the tools in your tool list."},

@@ -38,6 +38,7 @@ var doorSources = []string{
 	"daemon",                 // fs_adapter_unavailable (an open with a grant airlockd mints)
 	"gate",                   // policy_denied, approval_required, record_failed, approval_*
 	"approval",               // the approval queue: unknown_approval, not_rememberable
+	"proposal",               // an agent's adapter proposal, refused
 }
 
 // skipFiles hold codes that no call can end with.

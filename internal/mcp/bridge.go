@@ -324,6 +324,11 @@ func (b *Bridge) refresh(ctx context.Context) error {
 		for _, s := range grantedTools(&d.Record, b.cfg.Generation) {
 			want[s.tool.Name] = s
 		}
+		if liveGeneration(&d.Record, b.cfg.Generation) {
+			for _, s := range proposalTools(sessionRules(d.Record.Policy.Rules)) {
+				want[s.tool.Name] = s
+			}
+		}
 		if id := sessionRoom(&d.Record, b.cfg.Generation); id != "" {
 			specs, err := b.roomTools(ctx, id)
 			if err != nil {

@@ -56,6 +56,8 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 			return b.callFS(ctx, req, s, callFingerprint(sessionID, s.tool.Name, args, explicit), clientName, args)
 		case kindComposed:
 			return b.callComposed(ctx, req, s, clientName, args)
+		case kindPropose, kindProposals:
+			return b.callProposal(ctx, s, clientName, args)
 		case kindObserve:
 			return b.callCapability(ctx, b.gated(client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, clientName))

@@ -28,6 +28,8 @@ const (
 	kindRoomObserve                 // observeRoomCapability of the session's room
 	kindRoomAction                  // invokeRoomCapability of one published action
 	kindComposed                    // a composed tool: invokeTool calls of granted operations (compose.go)
+	kindPropose                     // proposeAdapter for the session (proposals.go)
+	kindProposals                   // listProposals of the session (proposals.go)
 )
 
 // toolSpec is one MCP tool and what it calls. Two specs with the same fingerprint are the

@@ -71,6 +71,9 @@ func FromDocument(doc Document) (*Policy, error) {
 	if !doc.Default.valid() {
 		return nil, fieldErr("default", "must be allow, ask or deny")
 	}
+	if doc.Proposals != "" && doc.Proposals != Allow && doc.Proposals != Deny {
+		return nil, fieldErr("proposals", "must be allow or deny (a proposal always waits for the operator)")
+	}
 	if len(doc.Rules) > MaxRules {
 		return nil, fieldErr("rules", "more than %d rules", MaxRules)
 	}

@@ -89,6 +89,11 @@ type Document struct {
 	Rules []Rule `json:"rules,omitempty"`
 	// Examples are calls with the decision they must get; Check runs them.
 	Examples []Example `json:"examples,omitempty"`
+	// Proposals, when "allow", gives the session's agent the tools to propose adapters
+	// (internal/proposal), each of which still waits for the operator's approval to run and
+	// another to publish; absent or "deny" gives it none. "ask" is refused: a proposal always
+	// asks.
+	Proposals Decision `json:"proposals,omitempty"`
 }
 
 // Rule matches fs operations (Operations, optionally Paths) or capability actions
@@ -175,6 +180,9 @@ func (p *Policy) UsesPaths(op string) bool {
 	}
 	return false
 }
+
+// AllowsProposals reports whether the session's agent may propose adapters.
+func (p *Policy) AllowsProposals() bool { return p != nil && p.doc.Proposals == Allow }
 
 // Trivial reports whether the policy allows every call: no rules, and allow by default.
 func (p *Policy) Trivial() bool { return len(p.rules) == 0 && p.doc.Default == Allow }

@@ -97,6 +97,8 @@ func TestParseRefusesWithTheField(t *testing.T) {
 		{"actions on fs", `{"default":"allow","rules":[{"operations":["fs.read"],"actions":["a"],"decision":"deny"}]}`, "rules[0].actions"},
 		{"bad example", `{"default":"allow","examples":[{"operation":"fs.read","expect":"sure"}]}`, "examples[0].expect"},
 		{"example without target", `{"default":"allow","examples":[{"expect":"allow"}]}`, "examples[0]"},
+		{"proposals ask", `{"default":"allow","proposals":"ask"}`, "proposals"},
+		{"proposals other", `{"default":"allow","proposals":"yes"}`, "proposals"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.doc))
@@ -161,4 +163,25 @@ func writeFile(t *testing.T, b []byte, mode os.FileMode) string {
 		t.Fatal(err)
 	}
 	return name
+}
+
+// TestProposalsSwitch: proposals are off unless the document says "proposals": "allow".
+func TestProposalsSwitch(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`{"default":"allow"}`:                    false,
+		`{"default":"allow","proposals":"deny"}`: false,
+		`{"default":"deny","proposals":"allow"}`: true,
+	} {
+		p, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.AllowsProposals() != want {
+			t.Fatalf("%s: AllowsProposals %v", doc, !want)
+		}
+	}
+	var none *Policy
+	if none.AllowsProposals() || AllowAll().AllowsProposals() {
+		t.Fatal("no policy, or allow-all, allows proposals")
+	}
 }

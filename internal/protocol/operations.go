@@ -100,6 +100,9 @@ var operations = map[string]opSpec{
 
 	OpListRememberedApprovals: {2, idNone},
 	OpForgetApproval:          {2, idNone},
+
+	OpProposeAdapter: {2, idBound},
+	OpListProposals:  {2, idOptional},
 }
 
 // v1Operations is the handshake order of the version 1 operations.
@@ -122,6 +125,7 @@ func Operations(major int) []string {
 		ops = append(ops, v2Operations...)
 		ops = append(ops, roomOperations...)
 		ops = append(ops, approvalOperations...)
+		ops = append(ops, proposalOperations...)
 	}
 	return ops
 }

@@ -298,7 +298,8 @@ func TestOperationTables(t *testing.T) {
 		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
 		"publishCapability", "unpublishCapability", "listRoomCapabilities",
 		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus",
-		"admitBusHost", "listBusHosts", "removeBusHost", "listRememberedApprovals", "forgetApproval")
+		"admitBusHost", "listBusHosts", "removeBusHost", "listRememberedApprovals", "forgetApproval",
+		"proposeAdapter", "listProposals")
 	if got := Operations(1); !slices.Equal(got, v1) {
 		t.Errorf("Operations(1) = %v", got)
 	}
@@ -382,6 +383,9 @@ var identityRules = map[string][3]presence{
 
 	"listRememberedApprovals": {ignored, ignored, ignored},
 	"forgetApproval":          {ignored, ignored, ignored},
+
+	"proposeAdapter": {required, required, ignored},
+	"listProposals":  {optional, optional, ignored},
 }
 
 var identityNames = [3]string{"sessionId", "generation", "idempotencyKey"}

@@ -306,6 +306,9 @@ func (m *Manager) turnSpec(rt *runtime, c turn.Completer, conn *toolclient.Conn)
 	if policy.Room != "" && m.cfg.RoomTools != nil {
 		spec.Room = m.cfg.RoomTools(policy.Room, rt.id, rt.generation)
 	}
+	if m.cfg.HostTools != nil {
+		spec.Host = m.cfg.HostTools(rt.id, rt.generation, rt.rules)
+	}
 	return spec
 }
 

@@ -76,6 +76,11 @@ type Config struct {
 	// calls, so that the model's tool calls pass the daemon's gate (internal/gate) with the
 	// session's rules; without it a turn calls the connection directly (tests of this package).
 	GateTools func(id string, generation int64, rules *policy.Policy, conn *toolclient.Conn) turn.Invoker
+
+	// HostTools, when set, gives the turns of generation of session id the tools the daemon
+	// serves itself (the adapter proposal tools when rules allow proposals); it returns nil
+	// for none.
+	HostTools func(id string, generation int64, rules *policy.Policy) turn.HostTools
 }
 
 // Manager owns the sessions of one host incarnation. Its methods are safe for concurrent use.

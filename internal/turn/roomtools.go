@@ -61,3 +61,14 @@ func findRoomTool(tools []RoomTool, name string) *RoomTool {
 	}
 	return nil
 }
+
+// HostTools are tools the daemon serves a turn itself, beside the granted operations and the
+// room's: the adapter proposal tools (internal/daemon, proposals.go). A tool's name is the
+// operation its events name.
+type HostTools interface {
+	// Tools lists the tools now.
+	Tools() []model.Tool
+	// Call runs the tool called name with the model's arguments (a JSON object); its result
+	// is what the model reads.
+	Call(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, *protocol.Error)
+}

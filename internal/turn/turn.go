@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -64,6 +65,9 @@ type Spec struct {
 	// Room, when not nil, adds the capabilities published into the session's room as tools,
 	// listed once per turn.
 	Room RoomTools
+	// Host, when not nil, adds tools the daemon serves itself (the adapter proposal tools of
+	// a session whose policy allows proposals), listed once per turn.
+	Host HostTools
 
 	MaxToolOutputBytes int // DefaultMaxToolOutputBytes when 0
 	MaxModelCalls      int // DefaultMaxModelCalls when 0
@@ -183,6 +187,12 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 		}
 	}
 
+	var hostTools []model.Tool
+	if spec.Host != nil {
+		hostTools = spec.Host.Tools()
+		tools = append(tools, hostTools...)
+	}
+
 	msgs := make([]model.Message, 0, len(req.History)+8)
 	if spec.SystemPrompt != "" {
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: spec.SystemPrompt})
@@ -263,7 +273,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 		// derives the same keys.
 		scope := req.CallScope + "\x00" + strconv.Itoa(res.ModelCalls)
 		for _, tc := range reply.ToolCalls {
-			out := callTool(ctx, spec, roomTools, scope, tc, maxOut, sink)
+			out := callTool(ctx, spec, roomTools, hostTools, scope, tc, maxOut, sink)
 			res.ToolCalls++
 			if err := sink.Record(out); err != nil {
 				return nil, protocol.AsError(err)
@@ -299,12 +309,15 @@ func modelError(err error) *protocol.Error {
 // callTool runs one tool call of the model and returns the tool message that answers it. It
 // never fails the turn: an unknown tool, malformed arguments or an adapter error become the
 // output the model reads.
-func callTool(ctx context.Context, spec *Spec, roomTools []RoomTool, scope string, tc model.ToolCall, maxOut int, sink Sink) model.Message {
+func callTool(ctx context.Context, spec *Spec, roomTools []RoomTool, hostTools []model.Tool, scope string, tc model.ToolCall, maxOut int, sink Sink) model.Message {
 	op := operationOf(tc.Name, spec.Operations)
 	var rt *RoomTool
+	host := false
 	if op == "" {
 		if rt = findRoomTool(roomTools, tc.Name); rt != nil {
 			op = rt.operation()
+		} else if slices.ContainsFunc(hostTools, func(t model.Tool) bool { return t.Name == tc.Name }) {
+			op, host = tc.Name, true
 		}
 	}
 	start := toolStart{ToolCallID: tc.ID, Name: tc.Name, Operation: op}
@@ -322,10 +335,17 @@ func callTool(ctx context.Context, spec *Spec, roomTools []RoomTool, scope strin
 	)
 	args := json.RawMessage(tc.Arguments)
 	switch {
-	case op == "" || (rt == nil && spec.Tools == nil):
+	case op == "" || (rt == nil && !host && spec.Tools == nil):
 		fail = protocol.Errorf(CodeUnknownTool, "no tool named %q is granted to this session", tc.Name)
 	case !isObject(args):
 		fail = protocol.Errorf(tooladapter.CodeRequestInvalid, "the arguments are not a JSON object")
+	case host:
+		data, e := spec.Host.Call(ctx, tc.Name, args)
+		if e != nil {
+			fail = e
+		} else {
+			output = string(data)
+		}
 	case rt != nil:
 		data, e := spec.Room.Call(ctx, *rt, args)
 		if e != nil {

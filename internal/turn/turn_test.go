@@ -307,3 +307,74 @@ func TestDigestSchemaIsTheWire(t *testing.T) {
 		}
 	}
 }
+
+// hostTools is a HostTools double: one tool, answering out or failing with fail.
+type hostTools struct {
+	mu    sync.Mutex
+	calls []string
+	out   string
+	fail  *protocol.Error
+}
+
+func (h *hostTools) Tools() []model.Tool {
+	return []model.Tool{{Name: "adapter_propose", Description: "propose", Parameters: json.RawMessage(`{"type":"object"}`)}}
+}
+
+func (h *hostTools) Call(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, *protocol.Error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, name+" "+string(args))
+	if h.fail != nil {
+		return nil, h.fail
+	}
+	return json.RawMessage(h.out), nil
+}
+
+// TestHostToolsAreOfferedAndCalled: the daemon's own tools are offered beside the granted
+// operations, even without a tool adapter; a call reaches them with the model's arguments,
+// their refusal is the tool's output with its hint, and the events name the tool.
+func TestHostToolsAreOfferedAndCalled(t *testing.T) {
+	m := &script{replies: []model.Response{
+		reply("", call("a", "adapter_propose", `{"name":"x"}`), call("b", "adapter_propose", `[1]`)),
+		reply("", call("c", "adapter_propose", `{"name":"y"}`)),
+		reply("done"),
+	}}
+	h := &hostTools{out: `{"state":"pending_run"}`}
+	s := &sink{}
+	spec := &Spec{Model: m, ModelID: "m", Host: h}
+	before := m.before
+	m.before = func(n int) {
+		if n == 1 {
+			h.mu.Lock()
+			h.fail = protocol.Errorf("proposal_env_refused", "NAME=value sets environment")
+			h.mu.Unlock()
+		}
+		if before != nil {
+			before(n)
+		}
+	}
+	res, e := Run(context.Background(), spec, Request{Prompt: "propose"}, nil, s)
+	if e != nil || res.Text != "done" || res.ToolCalls != 3 {
+		t.Fatalf("run: %v %+v", e, res)
+	}
+	if got := m.tools[0]; len(got) != 1 || got[0].Name != "adapter_propose" {
+		t.Fatalf("offered tools %v", got)
+	}
+	if len(h.calls) != 2 || h.calls[0] != `adapter_propose {"name":"x"}` || h.calls[1] != `adapter_propose {"name":"y"}` {
+		t.Fatalf("host tool calls %v", h.calls)
+	}
+	outs := s.recorded[2:4]
+	if outs[0].Content != `{"state":"pending_run"}` || !strings.Contains(outs[1].Content, "adapter_request_invalid") {
+		t.Fatalf("outputs %q", outs)
+	}
+	if last := s.recorded[5].Content; !strings.Contains(last, "proposal_env_refused") || !strings.Contains(last, `"hint":"`) {
+		t.Fatalf("a refusal shown to the model: %q", last)
+	}
+	for i, ev := range s.events {
+		if ev == protocol.EventToolEnd {
+			if end := s.data[i].(toolEnd); end.Operation != "adapter_propose" {
+				t.Fatalf("toolEnd %+v", end)
+			}
+		}
+	}
+}

@@ -147,6 +147,10 @@ type Report struct {
 	Failed   int     `json:"failed"`
 	Skipped  int     `json:"skipped"`
 	Warnings int     `json:"warnings"`
+	// Descriptors are the valid descriptors the capability harness listed, in list order:
+	// what the run saw, and so what a validated adapter may be trusted to serve (an agent's
+	// adapter proposal publishes nothing else). The tool-adapter harness sets none.
+	Descriptors []capadapter.Descriptor `json:"descriptors,omitempty"`
 }
 
 func (r *Report) add(p Probe) {
@@ -192,6 +196,7 @@ func RunCapability(ctx context.Context, cfg Config) Report {
 	h := &harness{ctx: ctx, cfg: cfg, rep: &rep}
 	h.run()
 	h.closeAll()
+	rep.Descriptors = h.descs
 	if cfg.Fault != nil && ctx.Err() == nil {
 		runFaultProbes(ctx, cfg.Fault, &rep)
 	}
