@@ -40,12 +40,20 @@ const CodeDrainTimeout = -32603
 // stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
 // batch is allowed). A line over maxLine is not tracked: the SDK ends the session on it.
 func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
+	return newDrainer(in, out, maxLine, drain).transport()
+}
+
+func newDrainer(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) *drainer {
 	if drain <= 0 {
 		drain = StdinDrainTimeout
 	}
-	d := &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
+	return &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
-	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: maxLine}
+}
+
+// transport is the SDK's transport on the drainer's reader and writer.
+func (d *drainer) transport() sdk.Transport {
+	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: d.maxLine}
 }
 
 // drainer tracks the requests read from in until their responses are written to out.
@@ -54,6 +62,9 @@ type drainer struct {
 	out     io.Writer
 	maxLine int
 	drain   time.Duration
+	// fast, when set, takes the tools/call lines it answers itself out of what the SDK
+	// reads (ServeStdio).
+	fast *fastPath
 
 	// line is the unfinished line read so far; only Read touches it.
 	line     []byte
@@ -72,20 +83,26 @@ type drainer struct {
 
 type drainReader struct{ d *drainer }
 
-// Read reads from stdin and notes the requests of each complete line. At the end of stdin
-// (or on a read error) it waits for the requests read to be answered before it reports it.
+// Read reads from stdin and notes the requests of each complete line; the lines the fast
+// path takes are cut out of what it returns. At the end of stdin (or on a read error) it
+// waits for the requests read to be answered before it reports it.
 func (r drainReader) Read(p []byte) (int, error) {
 	d := r.d
-	n, err := d.in.Read(p)
-	d.scan(p[:n])
-	if err != nil {
-		if len(d.line) > 0 && !d.overLong {
-			d.note(d.line) // a last line without its newline, which the SDK decodes too
+	for {
+		n, err := d.in.Read(p)
+		n = d.scan(p[:n])
+		if err != nil {
+			if len(d.line) > 0 && !d.overLong {
+				d.note(d.line) // a last line without its newline, which the SDK decodes too
+			}
+			d.line = d.line[:0]
+			d.wait()
+			return n, err
 		}
-		d.line = d.line[:0]
-		d.wait()
+		if n > 0 || len(p) == 0 {
+			return n, nil
+		}
 	}
-	return n, err
 }
 
 // Close closes stdin and ends a wait for answers.
@@ -94,32 +111,45 @@ func (r drainReader) Close() error {
 	return r.d.in.Close()
 }
 
-// scan splits b into lines, continuing the unfinished one.
-func (d *drainer) scan(b []byte) {
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		part := b
+// scan splits p into lines, continuing the unfinished one, and returns the length of what
+// is left of p for the SDK: p without the whole lines the fast path took, moved down in
+// place. Only a line that begins and ends within p can be taken; the SDK has already read
+// the beginning of any other.
+func (d *drainer) scan(p []byte) int {
+	w := 0 // p[:w] is the SDK's
+	for r := 0; r < len(p); {
+		i := bytes.IndexByte(p[r:], '\n')
+		end, next := len(p), len(p)
 		if i >= 0 {
-			part = b[:i]
+			end = r + i
+			next = end + 1
 		}
+		part := p[r:end]
+		taken := false
 		if !d.overLong {
 			if len(d.line)+len(part) > d.maxLine && d.maxLine > 0 {
 				d.overLong, d.line = true, d.line[:0]
 			} else if i >= 0 && len(d.line) == 0 {
-				d.note(part) // the whole line is in b: no copy
+				// The whole line is in p: no copy.
+				if taken = d.fast != nil && d.fast.take(d, part); !taken {
+					d.note(part)
+				}
 			} else {
 				d.line = append(d.line, part...)
 			}
 		}
-		if i < 0 {
-			return
+		if i >= 0 {
+			if len(d.line) > 0 {
+				d.note(d.line)
+			}
+			d.line, d.overLong = d.line[:0], false
 		}
-		if len(d.line) > 0 {
-			d.note(d.line)
+		if !taken {
+			w += copy(p[w:], p[r:next])
 		}
-		d.line, d.overLong = d.line[:0], false
-		b = b[i+1:]
+		r = next
 	}
+	return w
 }
 
 // message is what the drainer reads of a JSON-RPC message.
@@ -177,15 +207,31 @@ func (d *drainer) note(line []byte) {
 		if json.Unmarshal(m.Params, &p) == nil {
 			if k, ok := idKey(p.RequestID); ok {
 				d.answered(k)
+				if d.fast != nil {
+					d.fast.cancel(k)
+				}
 			}
 		}
 		return
 	}
 	if k, ok := idKey(m.ID); ok {
-		d.mu.Lock()
-		d.pending[k]++
-		d.mu.Unlock()
+		d.pend(k)
+		if d.fast != nil && len(m.Params) > 0 {
+			var p struct {
+				Meta json.RawMessage `json:"_meta"`
+			}
+			if ndjson.DecodeAliased(m.Params, &p, ndjson.Open) == nil && len(p.Meta) > 0 {
+				d.fast.sdkCall(k, p.Meta)
+			}
+		}
 	}
+}
+
+// pend counts one request of id key k read and not answered.
+func (d *drainer) pend(k string) {
+	d.mu.Lock()
+	d.pending[k]++
+	d.mu.Unlock()
 }
 
 // idKey returns the key of a JSON-RPC id as the SDK answers it: a number as an integer (the
@@ -312,6 +358,9 @@ func (w drainWriter) Write(p []byte) (int, error) {
 	if err == nil {
 		for _, k := range keys {
 			d.answered(k)
+			if d.fast != nil && len(keys) == 1 && d.fast.hasPending(k) {
+				d.fast.answered(k, p)
+			}
 		}
 	}
 	return n, err
