@@ -203,7 +203,9 @@ func (f *fastPath) run(ctx context.Context, key string, id []byte, s toolSpec, c
 	}
 	var out []byte
 	if failed == nil {
-		out, failed = appendFastResult(make([]byte, 0, len(data)*2+256), id, s.operation, data, serverInfo, complete)
+		// A read's answer holds its text twice, a listing's about one and a half times:
+		// the buffer comes from the pool of large line buffers, back once written.
+		out, failed = appendFastResult(ndjson.GetBuffer(2*len(data)+512), id, s.operation, data, serverInfo, complete)
 	}
 	if failed != nil {
 		out, err = appendFastError(nil, id, failed, serverInfo, complete)
@@ -218,6 +220,7 @@ func (f *fastPath) run(ctx context.Context, key string, id []byte, s toolSpec, c
 	if _, err := f.w.Write(out); err != nil {
 		f.b.log.Debug("stdout write failed", "err", err)
 	}
+	ndjson.PutBuffer(out)
 }
 
 // finish forgets a call that ended.
