@@ -275,3 +275,56 @@ func TestFastPathCancelAbortsTheAdapterCall(t *testing.T) {
 	}
 	s.done <- nil // for the cleanup
 }
+
+// TestFastPathTakesLinesAsTheyCome: lines that reach stdin many at once (calls in flight
+// together) or a line in pieces are each seen whole, so the fast path takes every call among
+// them, whatever the SDK's reads cut (its decoder reads 512 bytes and more at a time): each is
+// answered once, with its own result.
+func TestFastPathTakesLinesAsTheyCome(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	if err := os.WriteFile(filepath.Join(e.root, "t.txt"), []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.stat"))
+	s := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
+	s.exchange(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+
+	const n = 40
+	var batch strings.Builder
+	for i := range n {
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"fs_read","arguments":{"path":"t.txt"}}}`+"\n", 100+i)
+	}
+	split := `{"jsonrpc":"2.0","id":200,"method":"tools/call","params":{"name":"fs_stat","arguments":{"path":"t.txt"}}}` + "\n"
+	for _, part := range []string{batch.String() + split[:30], split[30:70], split[70:]} {
+		if _, err := io.WriteString(s.in, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[float64]bool{}
+	for range n + 1 {
+		select {
+		case line := <-s.lines:
+			var r struct {
+				ID     float64         `json:"id"`
+				Result json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil || seen[r.ID] {
+				t.Fatalf("response %q: %v (seen before: %v)", line, err, seen[r.ID])
+			}
+			seen[r.ID] = true
+			want := `"content":"hello\n"`
+			if r.ID == 200 {
+				want = `"size":6`
+			}
+			if !strings.Contains(string(r.Result), want) {
+				t.Fatalf("id %v answered %s", r.ID, r.Result)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d responses of %d", len(seen), n+1)
+		}
+	}
+	if got := mcp.FastCalls(s.b); got != n+1 {
+		t.Fatalf("the fast path took %d of the %d calls", got, n+1)
+	}
+}

@@ -38,7 +38,9 @@ const CodeDrainTimeout = -32603
 //
 // Requests are tracked on the bytes, below the SDK's connection, so that the connection
 // stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
-// batch is allowed). A line over maxLine is not tracked: the SDK ends the session on it.
+// batch is allowed). A line reaches the SDK once its newline is read (or stdin ends), as MCP's
+// stdio transport delimits messages; a line over maxLine reaches it as it comes, untracked,
+// and the SDK ends the session on it.
 func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
 	return newDrainer(in, out, maxLine, drain).transport()
 }
@@ -66,9 +68,17 @@ type drainer struct {
 	// reads (ServeStdio).
 	fast *fastPath
 
-	// line is the unfinished line read so far; only Read touches it.
+	// Only Read touches these. line is the unfinished line read so far, held back from the
+	// SDK until it ends (so that the fast path sees every line whole), unless it grew past
+	// maxLine (overLong), when it goes to the SDK as it comes, which ends the session on it.
+	// give is what the SDK is to read next: whole lines, in order, less those the fast path
+	// took; chunk is stdin's read buffer.
 	line     []byte
 	overLong bool
+	give     []byte
+	gbuf     []byte // give's backing array
+	chunk    []byte
+	inErr    error // stdin's error, reported once give is empty
 
 	wmu sync.Mutex // serializes writes to out; taken before mu
 
@@ -83,25 +93,39 @@ type drainer struct {
 
 type drainReader struct{ d *drainer }
 
-// Read reads from stdin and notes the requests of each complete line; the lines the fast
-// path takes are cut out of what it returns. At the end of stdin (or on a read error) it
-// waits for the requests read to be answered before it reports it.
+// stdinChunk is how much Read asks of stdin at once.
+const stdinChunk = 64 << 10
+
+// Read gives the SDK the lines read from stdin, noting the requests of each; the lines the
+// fast path takes are left out. At the end of stdin (or on a read error) it waits for the
+// requests read to be answered before it reports it.
 func (r drainReader) Read(p []byte) (int, error) {
 	d := r.d
 	for {
-		n, err := d.in.Read(p)
-		n = d.scan(p[:n])
+		if len(d.give) > 0 {
+			n := copy(p, d.give)
+			d.give = d.give[n:]
+			return n, nil
+		}
+		if d.inErr != nil {
+			return 0, d.inErr
+		}
+		if d.chunk == nil {
+			d.chunk = make([]byte, stdinChunk)
+		}
+		d.gbuf = d.gbuf[:0]
+		n, err := d.in.Read(d.chunk)
+		d.scan(d.chunk[:n])
 		if err != nil {
 			if len(d.line) > 0 && !d.overLong {
 				d.note(d.line) // a last line without its newline, which the SDK decodes too
+				d.gbuf = append(d.gbuf, d.line...)
 			}
 			d.line = d.line[:0]
 			d.wait()
-			return n, err
+			d.inErr = err
 		}
-		if n > 0 || len(p) == 0 {
-			return n, nil
-		}
+		d.give = d.gbuf
 	}
 }
 
@@ -111,45 +135,47 @@ func (r drainReader) Close() error {
 	return r.d.in.Close()
 }
 
-// scan splits p into lines, continuing the unfinished one, and returns the length of what
-// is left of p for the SDK: p without the whole lines the fast path took, moved down in
-// place. Only a line that begins and ends within p can be taken; the SDK has already read
-// the beginning of any other.
-func (d *drainer) scan(p []byte) int {
-	w := 0 // p[:w] is the SDK's
-	for r := 0; r < len(p); {
-		i := bytes.IndexByte(p[r:], '\n')
-		end, next := len(p), len(p)
-		if i >= 0 {
-			end = r + i
-			next = end + 1
+// scan splits b into lines, continuing the unfinished one, and appends to gbuf what the SDK
+// is to read of them: each whole line the fast path does not take, and the part read so far
+// of a line over maxLine.
+func (d *drainer) scan(b []byte) {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if d.overLong {
+			if i < 0 {
+				d.gbuf = append(d.gbuf, b...)
+				return
+			}
+			d.gbuf = append(d.gbuf, b[:i+1]...)
+			d.overLong, b = false, b[i+1:]
+			continue
 		}
-		part := p[r:end]
-		taken := false
-		if !d.overLong {
-			if len(d.line)+len(part) > d.maxLine && d.maxLine > 0 {
+		if i < 0 {
+			if d.maxLine > 0 && len(d.line)+len(b) > d.maxLine {
+				d.gbuf = append(append(d.gbuf, d.line...), b...)
 				d.overLong, d.line = true, d.line[:0]
-			} else if i >= 0 && len(d.line) == 0 {
-				// The whole line is in p: no copy.
-				if taken = d.fast != nil && d.fast.take(d, part); !taken {
-					d.note(part)
-				}
-			} else {
-				d.line = append(d.line, part...)
+				return
 			}
+			d.line = append(d.line, b...)
+			return
 		}
-		if i >= 0 {
-			if len(d.line) > 0 {
-				d.note(d.line)
-			}
-			d.line, d.overLong = d.line[:0], false
+		if d.maxLine > 0 && len(d.line)+i > d.maxLine {
+			// Not tracked, nor held: the SDK ends the session on it.
+			d.gbuf = append(append(d.gbuf, d.line...), b[:i+1]...)
+			d.line, b = d.line[:0], b[i+1:]
+			continue
 		}
-		if !taken {
-			w += copy(p[w:], p[r:next])
+		line := b[:i] // the whole line is in b: no copy
+		if len(d.line) > 0 {
+			d.line = append(d.line, line...)
+			line = d.line
 		}
-		r = next
+		if d.fast == nil || !d.fast.take(d, line) {
+			d.note(line)
+			d.gbuf = append(append(d.gbuf, line...), '\n')
+		}
+		d.line, b = d.line[:0], b[i+1:]
 	}
-	return w
 }
 
 // message is what the drainer reads of a JSON-RPC message.
