@@ -39,8 +39,10 @@ import (
 //     _meta without the 2026-07-28 protocol version; or a request of the stateless revision
 //     whose _meta is byte for byte one the SDK has already accepted on this connection (it
 //     answered a call carrying it with a result), so that the SDK alone decides what a
-//     _meta of that revision may hold, and such a call's result carries resultType and the
-//     server's serverInfo as the SDK adds them.
+//     _meta of that revision may hold. As the SDK does, a result names the server in its
+//     _meta when the request is of the stateless revision, and is marked resultType
+//     "complete" when the session began with it (TestFastPathAnswersAsTheSDK found the
+//     difference).
 //
 // A cancelled call (notifications/cancelled) is aborted in the daemon and gets no answer, as
 // through the SDK. The fast path is stdio's only: over Streamable HTTP the SDK's handler
