@@ -74,10 +74,13 @@ type Bridge struct {
 	cfg    Config
 	log    *slog.Logger
 	srv    *sdk.Server
+	impl   *sdk.Implementation // the server's, as results of the stateless revision name it
 	keys   *keyTable
 	prefix string // of daemon request ids
 	seq    atomic.Uint64
-	slots  chan struct{} // one per connection in use
+	// fastCalls counts the calls the stdio fast path took (tests read it).
+	fastCalls atomic.Int64
+	slots     chan struct{} // one per connection in use
 
 	dmu     sync.Mutex
 	idle    []*client.Client // daemon connections that carry no call
@@ -114,7 +117,8 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 		descs:  map[string]capadapter.Descriptor{},
 		stop:   make(chan struct{}),
 	}
-	b.srv = sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, &sdk.ServerOptions{
+	b.impl = &sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}
+	b.srv = sdk.NewServer(b.impl, &sdk.ServerOptions{
 		Instructions: fmt.Sprintf("Tools of airlock session %q generation %d: the filesystem operations it was granted "+
 			"(paths relative to the granted directory) and the capabilities its operator named. An error's text gives airlock's "+
 			"machine code and, on its second line, what to do next; _meta[\"io.airlock/error\"] carries both (code, hint).", cfg.SessionID, cfg.Generation),

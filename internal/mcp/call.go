@@ -149,43 +149,13 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 
 	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
 	progress.send(0, "searching")
-	l, err := b.lease(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return errorResult(protocol.AsError(err)), nil
-	}
-	defer l.release()
-	rid := b.requestID()
-	resp, err := l.send(ctx, client.Command{
-		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
-		Client:  clientName,
-		Payload: protocol.InvokeToolPayload{ToolCallID: e.key, Operation: s.operation, Arguments: args},
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			b.abort(l, rid)
-			return nil, ctx.Err()
-		}
-		return errorResult(protocol.AsError(err)), nil
-	}
-	if perr := resp.Err(); perr != nil {
-		pe := protocol.AsError(perr)
-		definite = pe.Details["indeterminate"] != true
-		return errorResult(pe), nil
-	}
-	unreadable := errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"})
-	definite = true
-	// invokeTool's data is a protocol.ToolResult; its own data, the adapter's result, is
-	// found by one walk of the daemon's answer (a slice of it) instead of encoding/json's
-	// syntax check and skip, two slower passes over up to megabytes. The daemon sends it
-	// checked against the operation's result schema and compact.
-	var res struct {
-		Data json.RawMessage `json:"data"`
-	}
-	if err := ndjson.DecodeAliased(resp.Data, &res, ndjson.Open); err != nil || len(res.Data) == 0 || res.Data[0] != '{' {
-		return unreadable, nil
+	data, failed, def, err := b.invokeFS(ctx, s.operation, e.key, clientName, args)
+	definite = def
+	switch {
+	case err != nil:
+		return nil, err
+	case failed != nil:
+		return failed, nil
 	}
 	if s.operation == tooladapter.OpRead {
 		// The file's text is both the structured content and the text rendering: it is
@@ -193,19 +163,19 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		// as the raw result makes no measurable difference to its encoding (make
 		// bench-mcp's analysis, docs/mcp.md); it costs what the text's length costs.
 		var r readResult
-		if err := json.Unmarshal(res.Data, &r); err != nil {
-			return unreadable, nil
+		if err := json.Unmarshal(data, &r); err != nil {
+			return errUnreadable(), nil
 		}
 		return &sdk.CallToolResult{StructuredContent: r, Content: []sdk.Content{&sdk.TextContent{Text: r.Content}}}, nil
 	}
 	text, rendered := "", false
 	switch s.operation {
 	case tooladapter.OpList:
-		text, rendered = listText(res.Data)
+		text, rendered = listText(data)
 	case tooladapter.OpSearch:
 		var n int
 		var truncated bool
-		if text, n, truncated, rendered = searchText(res.Data); rendered {
+		if text, n, truncated, rendered = searchText(data); rendered {
 			msg := strconv.Itoa(n) + " matches"
 			if truncated {
 				msg += ", truncated"
@@ -214,9 +184,58 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		}
 	}
 	if !rendered {
-		text = string(res.Data)
+		text = string(data)
 	}
-	return &sdk.CallToolResult{StructuredContent: res.Data, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
+	return &sdk.CallToolResult{StructuredContent: data, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
+}
+
+// invokeFS sends one fs operation to the daemon as invokeTool, with the idempotency key
+// toolCallID, and returns the adapter's result (a compact JSON object, checked by the daemon
+// against the operation's result schema): or the call's error result, and whether its outcome
+// is definite; or the context's error, once the call was aborted in the daemon (abortTool,
+// which aborts the adapter request). Both doors of a tools/call use it: the SDK's handler
+// (callFS) and the stdio fast path (fastPath).
+func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string, args json.RawMessage) (data json.RawMessage, failed *sdk.CallToolResult, definite bool, err error) {
+	l, err := b.lease(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, false, ctx.Err()
+		}
+		return nil, errorResult(protocol.AsError(err)), false, nil
+	}
+	defer l.release()
+	rid := b.requestID()
+	resp, err := l.send(ctx, client.Command{
+		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
+		Client:  clientName,
+		Payload: protocol.InvokeToolPayload{ToolCallID: toolCallID, Operation: op, Arguments: args},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			b.abort(l, rid)
+			return nil, nil, false, ctx.Err()
+		}
+		return nil, errorResult(protocol.AsError(err)), false, nil
+	}
+	if perr := resp.Err(); perr != nil {
+		pe := protocol.AsError(perr)
+		return nil, errorResult(pe), pe.Details["indeterminate"] != true, nil
+	}
+	// invokeTool's data is a protocol.ToolResult; its own data, the adapter's result, is
+	// found by one walk of the daemon's answer (a slice of it) instead of encoding/json's
+	// syntax check and skip, two slower passes over up to megabytes. The daemon sends it
+	// checked against the operation's result schema and compact.
+	var res struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := ndjson.DecodeAliased(resp.Data, &res, ndjson.Open); err != nil || len(res.Data) == 0 || res.Data[0] != '{' {
+		return nil, errUnreadable(), true, nil
+	}
+	return res.Data, nil, true, nil
+}
+
+func errUnreadable() *sdk.CallToolResult {
+	return errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"})
 }
 
 // readResult is fs.read's result, as its output schema has it.

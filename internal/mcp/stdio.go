@@ -38,14 +38,24 @@ const CodeDrainTimeout = -32603
 //
 // Requests are tracked on the bytes, below the SDK's connection, so that the connection
 // stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
-// batch is allowed). A line over maxLine is not tracked: the SDK ends the session on it.
+// batch is allowed). A line reaches the SDK once its newline is read (or stdin ends), as MCP's
+// stdio transport delimits messages; a line over maxLine reaches it as it comes, untracked,
+// and the SDK ends the session on it.
 func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
+	return newDrainer(in, out, maxLine, drain).transport()
+}
+
+func newDrainer(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) *drainer {
 	if drain <= 0 {
 		drain = StdinDrainTimeout
 	}
-	d := &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
+	return &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
-	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: maxLine}
+}
+
+// transport is the SDK's transport on the drainer's reader and writer.
+func (d *drainer) transport() sdk.Transport {
+	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: d.maxLine}
 }
 
 // drainer tracks the requests read from in until their responses are written to out.
@@ -54,10 +64,21 @@ type drainer struct {
 	out     io.Writer
 	maxLine int
 	drain   time.Duration
+	// fast, when set, takes the tools/call lines it answers itself out of what the SDK
+	// reads (ServeStdio).
+	fast *fastPath
 
-	// line is the unfinished line read so far; only Read touches it.
+	// Only Read touches these. line is the unfinished line read so far, held back from the
+	// SDK until it ends (so that the fast path sees every line whole), unless it grew past
+	// maxLine (overLong), when it goes to the SDK as it comes, which ends the session on it.
+	// give is what the SDK is to read next: whole lines, in order, less those the fast path
+	// took; chunk is stdin's read buffer.
 	line     []byte
 	overLong bool
+	give     []byte
+	gbuf     []byte // give's backing array
+	chunk    []byte
+	inErr    error // stdin's error, reported once give is empty
 
 	wmu sync.Mutex // serializes writes to out; taken before mu
 
@@ -72,20 +93,40 @@ type drainer struct {
 
 type drainReader struct{ d *drainer }
 
-// Read reads from stdin and notes the requests of each complete line. At the end of stdin
-// (or on a read error) it waits for the requests read to be answered before it reports it.
+// stdinChunk is how much Read asks of stdin at once.
+const stdinChunk = 64 << 10
+
+// Read gives the SDK the lines read from stdin, noting the requests of each; the lines the
+// fast path takes are left out. At the end of stdin (or on a read error) it waits for the
+// requests read to be answered before it reports it.
 func (r drainReader) Read(p []byte) (int, error) {
 	d := r.d
-	n, err := d.in.Read(p)
-	d.scan(p[:n])
-	if err != nil {
-		if len(d.line) > 0 && !d.overLong {
-			d.note(d.line) // a last line without its newline, which the SDK decodes too
+	for {
+		if len(d.give) > 0 {
+			n := copy(p, d.give)
+			d.give = d.give[n:]
+			return n, nil
 		}
-		d.line = d.line[:0]
-		d.wait()
+		if d.inErr != nil {
+			return 0, d.inErr
+		}
+		if d.chunk == nil {
+			d.chunk = make([]byte, stdinChunk)
+		}
+		d.gbuf = d.gbuf[:0]
+		n, err := d.in.Read(d.chunk)
+		d.scan(d.chunk[:n])
+		if err != nil {
+			if len(d.line) > 0 && !d.overLong {
+				d.note(d.line) // a last line without its newline, which the SDK decodes too
+				d.gbuf = append(d.gbuf, d.line...)
+			}
+			d.line = d.line[:0]
+			d.wait()
+			d.inErr = err
+		}
+		d.give = d.gbuf
 	}
-	return n, err
 }
 
 // Close closes stdin and ends a wait for answers.
@@ -94,31 +135,46 @@ func (r drainReader) Close() error {
 	return r.d.in.Close()
 }
 
-// scan splits b into lines, continuing the unfinished one.
+// scan splits b into lines, continuing the unfinished one, and appends to gbuf what the SDK
+// is to read of them: each whole line the fast path does not take, and the part read so far
+// of a line over maxLine.
 func (d *drainer) scan(b []byte) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
-		part := b
-		if i >= 0 {
-			part = b[:i]
-		}
-		if !d.overLong {
-			if len(d.line)+len(part) > d.maxLine && d.maxLine > 0 {
-				d.overLong, d.line = true, d.line[:0]
-			} else if i >= 0 && len(d.line) == 0 {
-				d.note(part) // the whole line is in b: no copy
-			} else {
-				d.line = append(d.line, part...)
+		if d.overLong {
+			if i < 0 {
+				d.gbuf = append(d.gbuf, b...)
+				return
 			}
+			d.gbuf = append(d.gbuf, b[:i+1]...)
+			d.overLong, b = false, b[i+1:]
+			continue
 		}
 		if i < 0 {
+			if d.maxLine > 0 && len(d.line)+len(b) > d.maxLine {
+				d.gbuf = append(append(d.gbuf, d.line...), b...)
+				d.overLong, d.line = true, d.line[:0]
+				return
+			}
+			d.line = append(d.line, b...)
 			return
 		}
-		if len(d.line) > 0 {
-			d.note(d.line)
+		if d.maxLine > 0 && len(d.line)+i > d.maxLine {
+			// Not tracked, nor held: the SDK ends the session on it.
+			d.gbuf = append(append(d.gbuf, d.line...), b[:i+1]...)
+			d.line, b = d.line[:0], b[i+1:]
+			continue
 		}
-		d.line, d.overLong = d.line[:0], false
-		b = b[i+1:]
+		line := b[:i] // the whole line is in b: no copy
+		if len(d.line) > 0 {
+			d.line = append(d.line, line...)
+			line = d.line
+		}
+		if d.fast == nil || !d.fast.take(d, line) {
+			d.note(line)
+			d.gbuf = append(append(d.gbuf, line...), '\n')
+		}
+		d.line, b = d.line[:0], b[i+1:]
 	}
 }
 
@@ -177,15 +233,31 @@ func (d *drainer) note(line []byte) {
 		if json.Unmarshal(m.Params, &p) == nil {
 			if k, ok := idKey(p.RequestID); ok {
 				d.answered(k)
+				if d.fast != nil {
+					d.fast.cancel(k)
+				}
 			}
 		}
 		return
 	}
 	if k, ok := idKey(m.ID); ok {
-		d.mu.Lock()
-		d.pending[k]++
-		d.mu.Unlock()
+		d.pend(k)
+		if d.fast != nil && len(m.Params) > 0 {
+			var p struct {
+				Meta json.RawMessage `json:"_meta"`
+			}
+			if ndjson.DecodeAliased(m.Params, &p, ndjson.Open) == nil && len(p.Meta) > 0 {
+				d.fast.sdkCall(k, p.Meta)
+			}
+		}
 	}
+}
+
+// pend counts one request of id key k read and not answered.
+func (d *drainer) pend(k string) {
+	d.mu.Lock()
+	d.pending[k]++
+	d.mu.Unlock()
 }
 
 // idKey returns the key of a JSON-RPC id as the SDK answers it: a number as an integer (the
@@ -312,6 +384,9 @@ func (w drainWriter) Write(p []byte) (int, error) {
 	if err == nil {
 		for _, k := range keys {
 			d.answered(k)
+			if d.fast != nil && len(keys) == 1 && d.fast.hasPending(k) {
+				d.fast.answered(k, p)
+			}
 		}
 	}
 	return n, err

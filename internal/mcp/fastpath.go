@@ -1,0 +1,478 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/tooladapter"
+)
+
+// The stdio fast path answers the calls an agent makes most, fs_read, fs_stat and fs_list,
+// without the go-sdk server: a tools/call line read from stdin is walked once (ndjson, no
+// copy), sent to airlockd as invokeTool like any other call, and its response is written to
+// stdout from the daemon's bytes: the adapter's result is the structuredContent as it came
+// (the daemon checked it against the operation's result schema, compact), and a read's text
+// is the result's content member, a JSON string already, spliced as it is. Through the SDK
+// the same call decoded the request about ten times (each through a new 32 KiB buffer) and
+// encoded the result three times over (result, response, message, compacting the nested
+// JSON at each level): about half of a stat's time in airlock mcp and most of a 1 MiB
+// read's (docs/mcp.md, "Benchmark").
+//
+// It takes only a call whose answer it can give exactly as the SDK would, and leaves every
+// other line to the SDK, unchanged and in order:
+//
+//   - one JSON object of exactly jsonrpc "2.0", an id that is an integer or a string without
+//     escapes, method "tools/call" and params of exactly name, arguments (an object) and
+//     _meta, with no repeated or case-variant key;
+//   - a tool listed now whose operation is fs.read, fs.stat or fs.list (a read: each call
+//     gets a fresh idempotency key, as through the SDK), and no idempotency key in _meta;
+//   - a session the SDK has begun: an initialize (2025 revisions) answered, and a request
+//     _meta without the 2026-07-28 protocol version; or a request of the stateless revision
+//     whose _meta is byte for byte one the SDK has already accepted on this connection (it
+//     answered a call carrying it with a result), so that the SDK alone decides what a
+//     _meta of that revision may hold. As the SDK does, a result names the server in its
+//     _meta when the request is of the stateless revision, and is marked resultType
+//     "complete" when the session began with it (TestFastPathAnswersAsTheSDK found the
+//     difference).
+//
+// A cancelled call (notifications/cancelled) is aborted in the daemon and gets no answer, as
+// through the SDK. The fast path is stdio's only: over Streamable HTTP the SDK's handler
+// answers every call.
+type fastPath struct {
+	b *Bridge
+	// serverInfo is the server's Implementation as a stateless-revision result's _meta
+	// carries it.
+	serverInfo json.RawMessage
+	ss         *sdk.ServerSession // set once, by ServeStdio, before lines are read
+	w          io.Writer          // the drainer's writer: responses counted, late ones dropped
+	ctx        context.Context    // ended when the session ends
+	wg         sync.WaitGroup     // the calls running
+
+	mu       sync.Mutex
+	ready    bool                          // ss is set
+	inflight map[string]context.CancelFunc // id key → the call's cancel
+	pending  map[string]string             // id key → _meta of a call the SDK handles
+	accepted []string                      // _meta the SDK accepted, newest last
+}
+
+// Bounds of what the fast path remembers of the SDK's calls: a client sends one _meta on
+// every call of a connection (the go-sdk and the TypeScript SDK do), so a handful is plenty.
+const (
+	maxPendingMeta  = 64
+	maxAcceptedMeta = 4
+	maxFastIDLen    = 128
+)
+
+// fastRequest is a tools/call line as the fast path takes it: closed, so that a member it
+// does not know sends the line to the SDK.
+type fastRequest struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+type fastParams struct {
+	Name      json.RawMessage `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	Meta      json.RawMessage `json:"_meta"`
+}
+
+// fastMeta is what the fast path reads of a request's _meta; other members are the SDK's
+// (and, for a stateless request, decided by it through the accepted list).
+type fastMeta struct {
+	ProtocolVersion json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
+	IdempotencyKey  json.RawMessage `json:"io.airlock/idempotencyKey"`
+}
+
+// fastCall is a tools/call line as the fast path reads it.
+type fastCall struct {
+	key       string          // the drainer's key of id
+	id        json.RawMessage // as it came, to echo
+	name      string
+	args      json.RawMessage // compact, {} when absent
+	meta      json.RawMessage // as it came, or nil
+	stateless bool            // _meta names the 2026-07-28 revision or a later one
+}
+
+// parseFast reads line as a call the fast path may take, or reports false. It checks the
+// line's form only; take checks it against the session and the tools.
+func parseFast(line []byte) (fastCall, bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) < 2 || line[0] != '{' || !bytes.Contains(line, []byte(`"tools/call"`)) {
+		return fastCall{}, false
+	}
+	var req fastRequest
+	var p fastParams
+	if ndjson.DecodeAliased(line, &req, ndjson.Closed) != nil || string(req.JSONRPC) != `"2.0"` ||
+		string(req.Method) != `"tools/call"` || len(req.Params) == 0 || req.Params[0] != '{' ||
+		ndjson.DecodeAliased(req.Params, &p, ndjson.Closed) != nil {
+		return fastCall{}, false
+	}
+	c := fastCall{id: req.ID, meta: p.Meta}
+	var ok bool
+	if c.key, ok = fastID(req.ID); !ok {
+		return fastCall{}, false
+	}
+	if c.name, ok = plainString(p.Name); !ok {
+		return fastCall{}, false
+	}
+	if len(p.Meta) > 0 {
+		var m fastMeta
+		if p.Meta[0] != '{' || ndjson.DecodeAliased(p.Meta, &m, ndjson.Open) != nil || len(m.IdempotencyKey) > 0 {
+			return fastCall{}, false
+		}
+		if len(m.ProtocolVersion) > 0 {
+			var v string
+			if json.Unmarshal(m.ProtocolVersion, &v) != nil {
+				return fastCall{}, false
+			}
+			c.stateless = v >= "2026-07-28" // as the SDK tells the revisions apart
+		}
+	}
+	if len(p.Arguments) > 0 && p.Arguments[0] != '{' {
+		return fastCall{}, false // null or not an object: the SDK's answer
+	}
+	args, err := objectArguments(p.Arguments)
+	if err != nil {
+		return fastCall{}, false
+	}
+	c.args = args
+	return c, true
+}
+
+// take starts the call of one whole line read from stdin and reports true, or reports false
+// and leaves the line to the SDK. It keeps nothing of line.
+func (f *fastPath) take(d *drainer, line []byte) bool {
+	c, ok := parseFast(line)
+	if !ok {
+		return false
+	}
+	f.mu.Lock()
+	ok = f.ready && (!c.stateless || f.isAccepted(c.meta))
+	f.mu.Unlock()
+	if !ok {
+		return false
+	}
+	ip := f.ss.InitializeParams()
+	if ip == nil || (!c.stateless && ip.ProtocolVersion >= "2026-07-28") {
+		// Not begun, or a session of the stateless revision sent a call without its _meta:
+		// the SDK's to answer.
+		return false
+	}
+	s, ok := f.b.fastSpec(c.name)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	f.mu.Lock()
+	if _, dup := f.inflight[c.key]; dup {
+		f.mu.Unlock()
+		cancel()
+		return false
+	}
+	f.inflight[c.key] = cancel
+	f.wg.Add(1)
+	f.mu.Unlock()
+	d.pend(c.key)
+	f.b.fastCalls.Add(1)
+	// The SDK marks a tool result complete (resultType) by the revision the session began
+	// with, and names the server in its _meta when the request is of the stateless revision.
+	var serverInfo json.RawMessage
+	if c.stateless {
+		serverInfo = f.serverInfo
+	}
+	go f.run(ctx, c.key, bytes.Clone(c.id), s, clientNameOf(f.ss), c.args, serverInfo, ip.ProtocolVersion >= "2026-07-28")
+	return true
+}
+
+// run makes one call and writes its response, or nothing when it was cancelled.
+func (f *fastPath) run(ctx context.Context, key string, id []byte, s toolSpec, clientName string, args, serverInfo json.RawMessage, complete bool) {
+	defer f.wg.Done()
+	defer f.finish(key)
+	data, failed, _, err := f.b.invokeFS(ctx, s.operation, f.b.keys.fresh(), clientName, args)
+	if err != nil {
+		return // cancelled: the SDK answers a cancelled call with nothing, and so does this
+	}
+	var out []byte
+	if failed == nil {
+		// A read's answer holds its text twice, a listing's about one and a half times:
+		// the buffer comes from the pool of large line buffers, back once written.
+		out, failed = appendFastResult(ndjson.GetBuffer(2*len(data)+512), id, s.operation, data, serverInfo, complete)
+	}
+	if failed != nil {
+		out, err = appendFastError(nil, id, failed, serverInfo, complete)
+		if err != nil {
+			f.b.log.Error("tool result not encodable", "tool", s.tool.Name, "err", err)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		return // cancelled while the answer was made
+	}
+	if _, err := f.w.Write(out); err != nil {
+		f.b.log.Debug("stdout write failed", "err", err)
+	}
+	ndjson.PutBuffer(out)
+}
+
+// finish forgets a call that ended.
+func (f *fastPath) finish(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.inflight[key]; ok {
+		c()
+		delete(f.inflight, key)
+	}
+}
+
+// cancel cancels the call of id key k, if the fast path runs it (notifications/cancelled).
+func (f *fastPath) cancel(k string) {
+	f.mu.Lock()
+	c := f.inflight[k]
+	f.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
+
+// sdkCall notes the _meta of a call the SDK handles, to learn whether the SDK accepts it.
+func (f *fastPath) sdkCall(k string, meta []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.isAccepted(meta) || len(f.pending) >= maxPendingMeta {
+		return
+	}
+	f.pending[k] = string(meta)
+}
+
+// answered notes the SDK's response to the call of id key k, when it had a _meta pending:
+// a result accepts that _meta.
+func (f *fastPath) answered(k string, line []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	meta, ok := f.pending[k]
+	if !ok {
+		return
+	}
+	delete(f.pending, k)
+	var r struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if ndjson.DecodeAliased(bytes.TrimSpace(line), &r, ndjson.Open) != nil || len(r.Result) == 0 || r.Result[0] != '{' {
+		return
+	}
+	if f.isAccepted([]byte(meta)) {
+		return
+	}
+	if len(f.accepted) == maxAcceptedMeta {
+		f.accepted = f.accepted[1:]
+	}
+	f.accepted = append(f.accepted, meta)
+}
+
+func (f *fastPath) hasPending(k string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.pending[k]
+	return ok
+}
+
+// isAccepted reports whether meta is one the SDK accepted; f.mu is held.
+func (f *fastPath) isAccepted(meta []byte) bool {
+	for _, m := range f.accepted {
+		if m == string(meta) {
+			return true
+		}
+	}
+	return false
+}
+
+// stop cancels the calls still running and waits for them.
+func (f *fastPath) stop() {
+	f.mu.Lock()
+	for _, c := range f.inflight {
+		c()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// fastSpec returns the tool name names when the fast path may call it.
+func (b *Bridge) fastSpec(name string) (toolSpec, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.specs[name]
+	if !ok || b.closed || s.kind != kindFS {
+		return toolSpec{}, false
+	}
+	switch s.operation {
+	case tooladapter.OpRead, tooladapter.OpStat, tooladapter.OpList:
+		return s, true
+	}
+	return toolSpec{}, false
+}
+
+// fastID returns the drainer's key of a request id the fast path echoes as it came: an
+// integer of at most 15 digits (which every JSON reader reads exactly) or a string without
+// escapes.
+func fastID(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || len(raw) > maxFastIDLen {
+		return "", false
+	}
+	if raw[0] == '"' {
+		s, ok := plainString(raw)
+		if !ok {
+			return "", false
+		}
+		return "s" + s, true
+	}
+	digits := raw
+	if digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && len(digits) > 1) {
+		return "", false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	return idKey(raw)
+}
+
+// plainString returns the text of a JSON string token of valid UTF-8 without escapes or
+// control characters: its bytes are its text, as every JSON reader reads it (the SDK's
+// would replace invalid UTF-8).
+func plainString(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	s := raw[1 : len(raw)-1]
+	for _, c := range s {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(s) {
+		return "", false
+	}
+	return string(s), true
+}
+
+// appendFastResult appends the response to request id of a successful fs operation op whose
+// adapter result is data: the text content (a read's content, a listing's lines, otherwise
+// the result itself) and data as structuredContent, as callFS gives them to the SDK; with
+// serverInfo, the _meta that names the server, and with complete, resultType "complete". It
+// returns an error result instead when data is not the operation's result.
+func appendFastResult(dst, id []byte, op string, data, serverInfo json.RawMessage, complete bool) ([]byte, *sdk.CallToolResult) {
+	dst = append(dst, responsePrefix...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"result":{`...)
+	if serverInfo != nil {
+		dst = append(dst, `"_meta":{"`+sdk.MetaKeyServerInfo+`":`...)
+		dst = append(dst, serverInfo...)
+		dst = append(dst, "},"...)
+	}
+	dst = append(dst, `"content":[{"type":"text","text":`...)
+	switch op {
+	case tooladapter.OpRead:
+		// The content member is a JSON string already, checked by the daemon: it is the
+		// text as it is, escapes and all.
+		var r struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if ndjson.DecodeAliased(data, &r, ndjson.Open) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
+			return nil, errUnreadable()
+		}
+		dst = append(dst, r.Content...)
+	case tooladapter.OpList:
+		text, ok := listText(data)
+		if !ok {
+			return nil, errUnreadable()
+		}
+		dst = ndjson.AppendString(dst, text)
+	default:
+		dst = ndjson.AppendString(dst, string(data))
+	}
+	dst = append(dst, `}],"structuredContent":`...)
+	dst = append(dst, data...)
+	if complete {
+		dst = append(dst, `,"resultType":"complete"`...)
+	}
+	return append(dst, "}}\n"...), nil
+}
+
+// appendFastError appends the response to request id whose result is the error result res,
+// encoded by the SDK's own encoder of a result; with serverInfo and complete as for
+// appendFastResult.
+func appendFastError(dst, id []byte, res *sdk.CallToolResult, serverInfo json.RawMessage, complete bool) ([]byte, error) {
+	if serverInfo != nil {
+		if res.Meta == nil {
+			res.Meta = sdk.Meta{}
+		}
+		res.Meta[sdk.MetaKeyServerInfo] = serverInfo
+	}
+	body, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) < 2 || body[len(body)-1] != '}' {
+		return nil, errors.New("mcp: a tool result encodes to no object")
+	}
+	dst = append(dst, responsePrefix...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"result":`...)
+	if complete {
+		dst = append(dst, body[:len(body)-1]...)
+		dst = append(dst, `,"resultType":"complete"}`...)
+	} else {
+		dst = append(dst, body...)
+	}
+	return append(dst, "}\n"...), nil
+}
+
+// ServeStdio runs one MCP session on stdin and stdout, as StdioTransport does, with the fast
+// path answering the fs reads it can (see fastPath), until the client disconnects or ctx
+// ends. A call the fast path runs when the session ends is cancelled, and ServeStdio returns
+// once it has ended.
+func (b *Bridge) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) error {
+	impl, err := json.Marshal(b.impl)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	f := &fastPath{b: b, serverInfo: impl, ctx: fctx, inflight: map[string]context.CancelFunc{}, pending: map[string]string{}}
+	d := newDrainer(in, out, maxLine, drain)
+	d.fast = f
+	f.w = drainWriter{d}
+	ss, err := b.srv.Connect(ctx, d.transport(), nil)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.ss, f.ready = ss, true
+	f.mu.Unlock()
+	defer f.stop()
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		return ctx.Err()
+	case err := <-closed:
+		return err
+	}
+}
