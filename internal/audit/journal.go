@@ -584,7 +584,15 @@ func (j *Journal) markSynced(seq uint64) {
 	j.sync.mu.Unlock()
 }
 
+// encode returns rec's line with its newline: appendRecord's where it can, else
+// encoding/json's, which is the format.
 func encode(rec *Record) ([]byte, error) {
+	if line, ok := appendRecord(make([]byte, 0, 512), rec); ok {
+		if len(line) > maxRecord {
+			return nil, protocol.Errorf(CodeInvalidEntry, "the record is %d bytes, more than %d", len(line), maxRecord)
+		}
+		return append(line, '\n'), nil
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

@@ -184,12 +184,25 @@ func checkText(field, s string, limit int) error {
 	switch {
 	case len(s) > limit:
 		return invalid("%s is %d bytes, more than %d", field, len(s), limit)
+	case printableASCII(s):
+		return nil // the common case, without decoding runes: no ASCII but controls is hidden
 	case !utf8.ValidString(s):
 		return invalid("%s is not UTF-8", field)
 	case visible.Contains(s):
 		return invalid("%s holds a control or invisible character", field)
 	}
 	return nil
+}
+
+// printableASCII reports whether s holds only the bytes 0x20 to 0x7e. No such byte is
+// visible.Hidden (in ASCII it hides only the controls, 0x00 to 0x1f and 0x7f).
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *Entry) check() error {
@@ -255,6 +268,14 @@ func Canonical(raw json.RawMessage) ([]byte, error) {
 	if err := ndjson.Valid(raw); err != nil {
 		return nil, invalid("arguments are not one JSON value without duplicate keys: %v", err)
 	}
+	if c, ok := canonicalFast(raw); ok {
+		return c, nil
+	}
+	return canonicalJSON(raw)
+}
+
+// canonicalJSON is Canonical through encoding/json, for any value ndjson.Valid accepted.
+func canonicalJSON(raw json.RawMessage) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
