@@ -245,20 +245,33 @@ func (e *Entry) check() error {
 	if e.Actor.Exe != "" && !strings.HasPrefix(e.Actor.Exe, "/") {
 		return invalid("exe is not an absolute path")
 	}
-	for _, f := range []struct {
-		name, v string
-		limit   int
-	}{
-		{"exe", e.Actor.Exe, maxPath}, {"session", e.Actor.Session, maxName}, {"room", e.Actor.Room, maxName},
-		{"host", e.Actor.Host, maxName}, {"mcpClient", e.Actor.MCPClient, maxName},
-		{"capability", e.Target.Capability, maxName}, {"path", e.Target.Path, maxPath}, {"adapter", e.Target.Adapter, maxName},
-		{"idempotencyKey", e.IdempotencyKey, 512},
-	} {
-		if err := checkText(f.name, f.v, f.limit); err != nil {
-			return err
-		}
+	// One call per field, not a loop over a table of them: the table's frame made every
+	// append grow a new goroutine's stack.
+	if err := checkText("exe", e.Actor.Exe, maxPath); err != nil {
+		return err
 	}
-	return nil
+	if err := checkText("session", e.Actor.Session, maxName); err != nil {
+		return err
+	}
+	if err := checkText("room", e.Actor.Room, maxName); err != nil {
+		return err
+	}
+	if err := checkText("host", e.Actor.Host, maxName); err != nil {
+		return err
+	}
+	if err := checkText("mcpClient", e.Actor.MCPClient, maxName); err != nil {
+		return err
+	}
+	if err := checkText("capability", e.Target.Capability, maxName); err != nil {
+		return err
+	}
+	if err := checkText("path", e.Target.Path, maxPath); err != nil {
+		return err
+	}
+	if err := checkText("adapter", e.Target.Adapter, maxName); err != nil {
+		return err
+	}
+	return checkText("idempotencyKey", e.IdempotencyKey, 512)
 }
 
 // Canonical returns the canonical form of a JSON value: object keys sorted, no insignificant

@@ -57,6 +57,9 @@ const auditOutcomeOK = "ok"
 type auditLog struct {
 	j   *audit.Journal
 	log *slog.Logger
+	// interval is true under --audit-sync=interval: an outcome's append does not wait for
+	// an fdatasync, so a call ends on the adapter connection's reader (offReader).
+	interval bool
 	// started maps a call admitted by the gate to the seq of its started record, from its
 	// Before to its After (the gate passes the same *gate.Call to both).
 	started sync.Map // *gate.Call → uint64
@@ -122,7 +125,7 @@ func (d *Daemon) openAudit() error {
 		d.log.Warn("audit journal: removed an empty newest segment", "segment", rep.RemovedEmpty)
 	}
 	d.log.Info("audit journal open", "dir", dir, "head", rep.Head.String(), "recordArgs", ac.RecordArgs, "sync", opt.Sync.String())
-	a := &auditLog{j: j, log: d.log}
+	a := &auditLog{j: j, log: d.log, interval: opt.Sync == audit.SyncInterval}
 	d.srv.audit = a
 	d.srv.gate.AddHook(a)
 	return nil
@@ -462,9 +465,10 @@ func (d *Daemon) webHistory() web.History {
 // connection's reader, which ends every call of that connection, each outcome would wait
 // for its own fdatasync in turn, and the calls of 64 clients would be answered one sync at a
 // time. The goroutine is the journal's (closeAudit waits for it); an owner-socket caller's
-// handlers group also counts the call until finish answers it.
+// handlers group also counts the call until finish answers it. Under --audit-sync=interval
+// an outcome waits for no fdatasync, and the call ends on the reader, as without a journal.
 func (s *Server) offReader(x *gated, data json.RawMessage, finish func(json.RawMessage)) bool {
-	if s.audit == nil || !x.admitted {
+	if s.audit == nil || s.audit.interval || !x.admitted {
 		return false
 	}
 	data = bytes.Clone(data)
