@@ -122,21 +122,7 @@ func killNine(t *testing.T, mode SyncMode) {
 		// newest segment gets part of a line, as a torn write would leave it.
 		var fragment int
 		if round%2 == 1 {
-			nums := mustList(t, dir)
-			newest := segPath(dir, nums[len(nums)-1])
-			b, err := os.ReadFile(newest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-			last := lines[len(lines)-1]
-			fragment = 1 + rand.IntN(len(last)-1)
-			f, err := os.OpenFile(newest, os.O_WRONLY|os.O_APPEND, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.WriteString(last[:fragment])
-			f.Close()
+			fragment = tearTail(t, dir)
 		}
 		j, rep, err := Open(dir, Options{MaxSegmentBytes: 4 << 10, MaxSegments: 1 << 20})
 		if err != nil {
@@ -175,4 +161,33 @@ func killNine(t *testing.T, mode SyncMode) {
 		t.Logf("round %d: killed after %d acks; torn tail %d bytes; %d records acknowledged so far", round, n, rep.TornBytes, len(acked))
 	}
 	t.Logf("%d of %d reopenings cut a torn tail", torn, rounds)
+}
+
+// tearTail appends part of the newest segment's last line to it, as a torn write would leave
+// it, and returns how many bytes; none when the segment is empty (a kill after its creation,
+// before its header: Open removes it).
+func tearTail(t *testing.T, dir string) int {
+	t.Helper()
+	nums := mustList(t, dir)
+	newest := segPath(dir, nums[len(nums)-1])
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 {
+		t.Logf("the kill left %s empty", segmentName(nums[len(nums)-1]))
+		return 0
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	last := lines[len(lines)-1]
+	fragment := 1 + rand.IntN(len(last)-1)
+	f, err := os.OpenFile(newest, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(last[:fragment]); err != nil {
+		t.Fatal(err)
+	}
+	return fragment
 }
