@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approval"
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/daemon"
@@ -100,6 +101,8 @@ func run(args []string, stderr io.Writer) error {
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	auditOn := fs.Bool("audit", true, "keep the audit journal of every effect and decision in <state-dir>/audit (docs/operations.md, \"The audit journal\"); --audit=false keeps none")
 	auditArgs := fs.Bool("audit-args", false, "also keep each call's arguments in the audit journal (canonical JSON, up to 4 KiB; longer ones keep only their SHA-256, which is always kept)")
+	auditSync := audit.SyncAnswer
+	fs.TextVar(&auditSync, "audit-sync", audit.SyncAnswer, "when the audit journal reaches the disk: `answer` (every call's records fdatasynced before its answer leaves, shared by the calls that end together; a power loss loses no answered call) or interval (written before the answer, fdatasynced at most every 100ms; a crash of airlockd loses nothing, a power loss or kernel crash at most the last 100ms)")
 	auditHeadFile := fs.String("audit-head-file", "", "also write the audit chain's head to this `FILE` (atomically) whenever it is exported: every 5 minutes while it moves, and at shutdown; point it somewhere collected off this user's reach")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
@@ -145,8 +148,8 @@ func run(args []string, stderr io.Writer) error {
 	if *metricsAnyAddr && *metricsAddr == "" {
 		return errors.New("--metrics-allow-non-loopback needs --metrics")
 	}
-	if !*auditOn && (*auditArgs || *auditHeadFile != "") {
-		return errors.New("--audit-args and --audit-head-file need the audit journal (--audit)")
+	if !*auditOn && (*auditArgs || *auditHeadFile != "" || auditSync != audit.SyncAnswer) {
+		return errors.New("--audit-args, --audit-head-file and --audit-sync need the audit journal (--audit)")
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -199,7 +202,7 @@ func run(args []string, stderr io.Writer) error {
 		Web:             webConfig(*httpAddr, *httpAnyAddr),
 		Metrics:         metricsConfig(*metricsAddr, *metricsAnyAddr),
 		ManagedFS:       managedFS(*fsAdapter, *noFSAdapter, log),
-		Audit:           auditConfig(*auditOn, *auditArgs, *auditHeadFile),
+		Audit:           auditConfig(*auditOn, *auditArgs, *auditHeadFile, auditSync),
 	})
 	if err != nil {
 		return err
@@ -265,11 +268,11 @@ func webConfig(addr string, anyAddr bool) *daemon.WebConfig {
 	return &daemon.WebConfig{Addr: addr, AllowNonLoopback: anyAddr}
 }
 
-func auditConfig(on, args bool, headFile string) *daemon.AuditConfig {
+func auditConfig(on, args bool, headFile string, sync audit.SyncMode) *daemon.AuditConfig {
 	if !on {
 		return nil
 	}
-	return &daemon.AuditConfig{RecordArgs: args, HeadFile: headFile}
+	return &daemon.AuditConfig{RecordArgs: args, HeadFile: headFile, Journal: audit.Options{Sync: sync}}
 }
 
 func metricsConfig(addr string, anyAddr bool) *daemon.MetricsConfig {

@@ -49,11 +49,16 @@ func TestMetricsFlags(t *testing.T) {
 	}
 }
 
-// TestAuditFlags: --audit-args and --audit-head-file mean nothing with --audit=false.
+// TestAuditFlags: --audit-args, --audit-head-file and --audit-sync mean nothing with
+// --audit=false; --audit-sync is answer or interval.
 func TestAuditFlags(t *testing.T) {
-	for _, args := range [][]string{{"--audit=false", "--audit-args"}, {"--audit=false", "--audit-head-file", "/tmp/h.json"}} {
+	for _, args := range [][]string{{"--audit=false", "--audit-args"}, {"--audit=false", "--audit-head-file", "/tmp/h.json"},
+		{"--audit=false", "--audit-sync", "interval"}} {
 		if err := run(args, io.Discard); err == nil || !strings.Contains(err.Error(), "need the audit journal (--audit)") {
 			t.Errorf("%v: %v", args, err)
 		}
+	}
+	if err := run([]string{"--audit-sync", "always"}, io.Discard); err == nil || !strings.Contains(err.Error(), "answer or interval") {
+		t.Errorf("--audit-sync always: %v", err)
 	}
 }

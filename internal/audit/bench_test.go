@@ -55,3 +55,30 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecordCPU is the CPU an invokeTool's pair of records costs without the disk's
+// share: a started record (its arguments' canonical form and digest, its key's digest) and
+// its outcome, appended with SyncInterval over a long SyncEvery, so that no fdatasync runs.
+func BenchmarkRecordCPU(b *testing.B) {
+	j, _, err := Open(b.TempDir()+"/audit", Options{Sync: SyncInterval, SyncEvery: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	e := Entry{Kind: KindStarted, Door: DoorOwner,
+		Actor:  Actor{PID: 4242, Exe: "/usr/local/bin/airlock", Session: "s-0123456789abcdef", Generation: 7},
+		Target: Target{Op: "fs.write", Path: "notes/2026/december/todo.md"},
+		Args:   json.RawMessage(`{"path":"notes/2026/december/todo.md","content":"buy milk"}`), IdempotencyKey: "fs.write:call-0123456789"}
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := j.AppendNoWait(e)
+		if err != nil {
+			b.Fatal(err)
+		}
+		o := e
+		o.Kind, o.Ref, o.Outcome, o.Duration, o.Args, o.IdempotencyKey = KindOutcome, s.Seq, "ok", 1500*time.Microsecond, nil, ""
+		if _, err := j.Append(o); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

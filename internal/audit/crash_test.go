@@ -14,14 +14,19 @@ import (
 	"testing"
 )
 
-// crashChildEnv makes the test binary a child that appends until it is killed (TestMain).
-const crashChildEnv = "AIRLOCK_AUDIT_CRASH_CHILD"
+// crashChildEnv makes the test binary a child that appends until it is killed (TestMain);
+// crashModeEnv is its journal's sync mode.
+const (
+	crashChildEnv = "AIRLOCK_AUDIT_CRASH_CHILD"
+	crashModeEnv  = "AIRLOCK_AUDIT_CRASH_SYNC"
+)
 
 // crashChild appends started/outcome pairs from four goroutines to the journal in dir, with
 // small segments so that kills land in rotations too, and reports each acknowledged record on
-// stdout as "KIND KEY SEQ". It never returns normally: the parent kills it.
+// stdout as "KIND KEY SEQ". As the gate does, it writes the started record with AppendNoWait
+// and the outcome with Append. It never returns normally: the parent kills it.
 func crashChild(dir string) {
-	j, _, err := Open(dir, Options{MaxSegmentBytes: 4 << 10, MaxSegments: 1 << 20})
+	j, _, err := Open(dir, Options{MaxSegmentBytes: 4 << 10, MaxSegments: 1 << 20, Sync: SyncMode(os.Getenv(crashModeEnv))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		os.Exit(3)
@@ -39,7 +44,7 @@ func crashChild(dir string) {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("%d-%d-%d", os.Getpid(), w, i)
-				s, err := j.Append(Entry{Kind: KindStarted, Door: DoorOwner, Actor: Actor{Session: "crash"},
+				s, err := j.AppendNoWait(Entry{Kind: KindStarted, Door: DoorOwner, Actor: Actor{Session: "crash"},
 					Target: Target{Op: "fs.write", Path: key}, IdempotencyKey: key})
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
@@ -62,9 +67,16 @@ func crashChild(dir string) {
 // TestKillNineLosesNothingAcknowledged kills a real appending process with SIGKILL at random
 // points, again and again on one journal, and checks after each kill that the journal opens
 // (cutting a torn tail), verifies, and holds every record the child reported acknowledged
-// exactly once, and no record twice. Every other round also tears the newest segment's tail
-// before reopening, as a power loss could.
+// exactly once, and no record twice: in both sync modes, since a record is written before
+// any append returns. Every other round also tears the newest segment's tail before
+// reopening, as a power loss could.
 func TestKillNineLosesNothingAcknowledged(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAnswer, SyncInterval} {
+		t.Run(string(mode), func(t *testing.T) { killNine(t, mode) })
+	}
+}
+
+func killNine(t *testing.T, mode SyncMode) {
 	dir := newDir(t)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -74,7 +86,7 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 	const rounds = 8
 	for round := range rounds {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashModeEnv+"="+string(mode))
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.StdoutPipe()
@@ -110,21 +122,7 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 		// newest segment gets part of a line, as a torn write would leave it.
 		var fragment int
 		if round%2 == 1 {
-			nums := mustList(t, dir)
-			newest := segPath(dir, nums[len(nums)-1])
-			b, err := os.ReadFile(newest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-			last := lines[len(lines)-1]
-			fragment = 1 + rand.IntN(len(last)-1)
-			f, err := os.OpenFile(newest, os.O_WRONLY|os.O_APPEND, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.WriteString(last[:fragment])
-			f.Close()
+			fragment = tearTail(t, dir)
 		}
 		j, rep, err := Open(dir, Options{MaxSegmentBytes: 4 << 10, MaxSegments: 1 << 20})
 		if err != nil {
@@ -163,4 +161,33 @@ func TestKillNineLosesNothingAcknowledged(t *testing.T) {
 		t.Logf("round %d: killed after %d acks; torn tail %d bytes; %d records acknowledged so far", round, n, rep.TornBytes, len(acked))
 	}
 	t.Logf("%d of %d reopenings cut a torn tail", torn, rounds)
+}
+
+// tearTail appends part of the newest segment's last line to it, as a torn write would leave
+// it, and returns how many bytes; none when the segment is empty (a kill after its creation,
+// before its header: Open removes it).
+func tearTail(t *testing.T, dir string) int {
+	t.Helper()
+	nums := mustList(t, dir)
+	newest := segPath(dir, nums[len(nums)-1])
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) == 0 {
+		t.Logf("the kill left %s empty", segmentName(nums[len(nums)-1]))
+		return 0
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	last := lines[len(lines)-1]
+	fragment := 1 + rand.IntN(len(last)-1)
+	f, err := os.OpenFile(newest, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(last[:fragment]); err != nil {
+		t.Fatal(err)
+	}
+	return fragment
 }

@@ -21,11 +21,50 @@ import (
 
 // Defaults of Options, documented in docs/operations.md.
 const (
-	DefaultMaxSegmentBytes = 16 << 20       // rotate once a segment holds 16 MiB
-	DefaultMaxSegmentAge   = 24 * time.Hour // or once its header is a day old
-	DefaultMaxSegments     = 64             // keep the newest 64 segments: at most about 1 GiB
-	DefaultMaxArgsBytes    = 4 << 10        // arguments kept (RecordArgs) only up to 4 KiB
+	DefaultMaxSegmentBytes = 16 << 20               // rotate once a segment holds 16 MiB
+	DefaultMaxSegmentAge   = 24 * time.Hour         // or once its header is a day old
+	DefaultMaxSegments     = 64                     // keep the newest 64 segments: at most about 1 GiB
+	DefaultMaxArgsBytes    = 4 << 10                // arguments kept (RecordArgs) only up to 4 KiB
+	DefaultSyncEvery       = 100 * time.Millisecond // SyncInterval: a record is synced within about this
 )
+
+// SyncMode is when the journal makes what it wrote durable (fdatasync). Every mode writes a
+// record (write(2)) before the append returns, so a record survives the daemon being killed;
+// the modes differ in what survives a power loss or a kernel crash.
+type SyncMode string
+
+// Sync modes, airlockd --audit-sync.
+const (
+	// SyncAnswer (the default): Append returns once its record is on disk, an fdatasync shared
+	// by every append waiting at the same time (group commit). A record that an answer waited
+	// for survives a power loss.
+	SyncAnswer SyncMode = "answer"
+	// SyncInterval: Append returns once its record is written; the journal's own goroutine
+	// syncs what was written within about Options.SyncEvery, one fdatasync for all of it. A
+	// power loss or kernel crash loses at most the records of that window.
+	SyncInterval SyncMode = "interval"
+)
+
+// String returns the mode's name, SyncAnswer for "".
+func (m SyncMode) String() string {
+	if m == "" {
+		return string(SyncAnswer)
+	}
+	return string(m)
+}
+
+// UnmarshalText reads a mode's name (for flag.TextVar).
+func (m *SyncMode) UnmarshalText(b []byte) error {
+	switch v := SyncMode(b); v {
+	case SyncAnswer, SyncInterval:
+		*m = v
+		return nil
+	}
+	return protocol.Errorf(protocol.CodeInvalidField, "the audit sync mode is answer or interval, not %q", b)
+}
+
+// MarshalText returns the mode's name.
+func (m SyncMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // DirName is the journal's directory in the state directory.
 const DirName = "audit"
@@ -43,6 +82,8 @@ type Options struct {
 	MaxSegments     int           // delete the oldest segments beyond this many, at rotation
 	RecordArgs      bool          // keep the canonical arguments themselves, not only their digest
 	MaxArgsBytes    int           // RecordArgs: arguments longer than this keep only their digest
+	Sync            SyncMode      // when appends are made durable; "" is SyncAnswer
+	SyncEvery       time.Duration // SyncInterval: how long a written record may wait for its sync
 	Now             func() time.Time
 	// OnSync, when set, is called after each successful fdatasync (a group commit, a
 	// rotation's, Close's) with the records and bytes it made durable and how long it took: the
@@ -64,6 +105,12 @@ func (o Options) withDefaults() Options {
 		o.MaxArgsBytes = DefaultMaxArgsBytes
 	}
 	o.MaxArgsBytes = min(o.MaxArgsBytes, MaxArgsBytesLimit)
+	if o.Sync == "" {
+		o.Sync = SyncAnswer
+	}
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = DefaultSyncEvery
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -103,8 +150,9 @@ func ParseAnchor(s string) (Anchor, error) {
 type OpenReport struct {
 	Head Head
 	// TornSegment and TornBytes name bytes after the last whole record that Open cut: a record
-	// being written when the process died. Nothing acknowledged is in them: Append returns only
-	// after its record's newline is on disk.
+	// being written when the process died. Nothing acknowledged is in them: every append
+	// returns only after its record's whole line was written, and with SyncAnswer Append only
+	// after it is on disk.
 	TornSegment string
 	TornBytes   int64
 	// RemovedEmpty names a newest segment with no whole record (its creation was interrupted)
@@ -158,6 +206,13 @@ type Journal struct {
 	pending map[uint64]struct{}
 	openSeq uint64
 
+	// SyncInterval only: a write signals dirty (one buffered), which wakes the flusher;
+	// closing stop ends it, and it closes flushed when it has returned.
+	dirty    chan struct{}
+	stop     chan struct{}
+	flushed  chan struct{}
+	stopOnce sync.Once
+
 	sync struct {
 		mu      sync.Mutex
 		cond    sync.Cond
@@ -182,6 +237,9 @@ type Journal struct {
 func Open(dir string, opt Options) (*Journal, OpenReport, error) {
 	var rep OpenReport
 	opt = opt.withDefaults()
+	if opt.Sync != SyncAnswer && opt.Sync != SyncInterval {
+		return nil, rep, protocol.Errorf(protocol.CodeInvalidField, "the audit sync mode is answer or interval, not %q", string(opt.Sync))
+	}
 	if err := prepareDir(dir); err != nil {
 		return nil, rep, err
 	}
@@ -201,7 +259,53 @@ func Open(dir string, opt Options) (*Journal, OpenReport, error) {
 	}
 	rep.Head = j.Head()
 	j.openSeq = rep.Head.Seq
+	if opt.Sync == SyncInterval {
+		j.dirty, j.stop, j.flushed = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go j.flush()
+	}
 	return j, rep, nil
+}
+
+// flush is the SyncInterval journal's flusher, from Open until Close: once something was
+// written, it waits SyncEvery and syncs everything written by then (one fdatasync, through the
+// same group commit as Append's), so that no record waits longer than about SyncEvery and
+// an idle journal is never synced. A failed fdatasync makes the journal fail, as Append's does.
+func (j *Journal) flush() {
+	defer close(j.flushed)
+	var t *time.Timer
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-j.dirty:
+		}
+		if t == nil {
+			t = time.NewTimer(j.opt.SyncEvery)
+		} else {
+			t.Reset(j.opt.SyncEvery)
+		}
+		select {
+		case <-j.stop:
+			t.Stop()
+			return // Close syncs what is pending
+		case <-t.C:
+		}
+		j.mu.Lock()
+		seq := j.seq
+		j.mu.Unlock()
+		_ = j.waitDurable(seq) // a failure is sticky: the next append returns it
+	}
+}
+
+// stopFlush ends the flusher, if there is one, and waits for it.
+func (j *Journal) stopFlush() {
+	if j.stop == nil {
+		return
+	}
+	j.stopOnce.Do(func() {
+		close(j.stop)
+		<-j.flushed
+	})
 }
 
 func (j *Journal) closeFiles() {
@@ -384,7 +488,7 @@ func (j *Journal) rotate() error {
 	if err != nil {
 		return err
 	}
-	if err := j.write(line); err != nil {
+	if err := j.writeLine(line); err != nil {
 		return err
 	}
 	j.seq, j.prev = rec.Seq, Digest(line[:len(line)-1])
@@ -417,9 +521,9 @@ func (j *Journal) fail(err error) error {
 	return err
 }
 
-// write appends line to the current segment. A failed write is cut back, so that the segment
+// writeLine appends line to the current segment. A failed write is cut back, so that the segment
 // still ends with a whole record; when even that fails, the journal fails.
-func (j *Journal) write(line []byte) error {
+func (j *Journal) writeLine(line []byte) error {
 	n, err := j.f.Write(line)
 	if err == nil {
 		j.size += int64(n)
@@ -480,7 +584,15 @@ func (j *Journal) markSynced(seq uint64) {
 	j.sync.mu.Unlock()
 }
 
+// encode returns rec's line with its newline: appendRecord's where it can, else
+// encoding/json's, which is the format.
 func encode(rec *Record) ([]byte, error) {
+	if line, ok := appendRecord(make([]byte, 0, 512), rec); ok {
+		if len(line) > maxRecord {
+			return nil, protocol.Errorf(CodeInvalidEntry, "the record is %d bytes, more than %d", len(line), maxRecord)
+		}
+		return append(line, '\n'), nil
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -493,12 +605,33 @@ func encode(rec *Record) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// Append writes a record built from e and returns once it is durable: its bytes and the
-// segment's size are on disk (fdatasync), shared with every Append waiting at the same time.
+// Append writes a record built from e and returns once it is as durable as Options.Sync
+// says. With SyncAnswer, once its bytes and the segment's size are on disk (fdatasync),
+// shared with every Append waiting at the same time, which also makes every record written
+// before it durable. With SyncInterval, once its line is written (in the page cache: it
+// survives the process being killed); the flusher syncs it within about SyncEvery.
 // A refused entry (CodeInvalidEntry) writes nothing. Once a write could not be undone or an
-// fdatasync failed, every Append fails with CodeWriteFailed: the caller must not retry on this
-// journal, which could record one effect twice.
+// fdatasync failed, every append fails with CodeWriteFailed: the caller must not retry on
+// this journal, which could record one effect twice.
 func (j *Journal) Append(e Entry) (Ref, error) {
+	ref, err := j.append(e)
+	if err != nil || j.opt.Sync == SyncInterval {
+		return ref, err
+	}
+	return ref, j.waitDurable(ref.Seq)
+}
+
+// AppendNoWait writes a record built from e and returns once its line is written, in either
+// mode, without waiting for an fdatasync: the record survives the process being killed, and
+// becomes durable with the next sync (a later Append's with SyncAnswer, the flusher's with
+// SyncInterval, a rotation's, Close's). The gate writes a call's started record so: the
+// outcome's Append, before the answer leaves, syncs both with one fdatasync. Until then a
+// power loss can lose the started record, but no client had an answer. Its errors are
+// Append's.
+func (j *Journal) AppendNoWait(e Entry) (Ref, error) { return j.append(e) }
+
+// append builds, checks and writes the record of e.
+func (j *Journal) append(e Entry) (Ref, error) {
 	if err := e.check(); err != nil {
 		return Ref{}, err
 	}
@@ -562,7 +695,7 @@ func (j *Journal) Append(e Entry) (Ref, error) {
 			return Ref{}, err
 		}
 	}
-	if err := j.write(line); err != nil {
+	if err := j.writeLine(line); err != nil {
 		j.mu.Unlock()
 		return Ref{}, err
 	}
@@ -581,7 +714,13 @@ func (j *Journal) Append(e Entry) (Ref, error) {
 		j.afterWrite(ref.Seq)
 	}
 	j.mu.Unlock()
-	return ref, j.waitDurable(ref.Seq)
+	if j.dirty != nil {
+		select {
+		case j.dirty <- struct{}{}:
+		default: // the flusher is already woken
+		}
+	}
+	return ref, nil
 }
 
 // waitDurable returns once seq is durable. One waiter at a time leads: it takes the newest
@@ -658,9 +797,11 @@ func (j *Journal) Stats() Stats {
 		FsyncTotal: time.Duration(j.fsyncNanos.Load()), Rotations: j.rotations.Load(), Removed: j.removed.Load()}
 }
 
-// Close makes everything written durable and closes the journal. The newest segment stays
-// open (no footer): the next Open appends to it. Append after Close fails with CodeClosed.
+// Close makes everything written durable (with SyncInterval, after stopping the flusher) and
+// closes the journal. The newest segment stays open (no footer): the next Open appends to it.
+// An append after Close fails with CodeClosed.
 func (j *Journal) Close() error {
+	j.stopFlush()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {

@@ -1,7 +1,8 @@
 package daemon
 
-// This file writes the audit journal (internal/audit): the gate's hook that records every
-// call before its adapter gets it and its outcome before the answer leaves, the records of
+// This file writes the audit journal (internal/audit): the gate's hook that writes every
+// call's record before its adapter gets it and makes it durable with its outcome's before the
+// answer leaves (one fdatasync per call, shared by the calls that end together), the records of
 // room calls this host makes, and the events (sessions, grants, adapters, rooms, bus hosts)
 // and decisions the daemon's operations cause, through Server.auditEvent.
 
@@ -56,6 +57,9 @@ const auditOutcomeOK = "ok"
 type auditLog struct {
 	j   *audit.Journal
 	log *slog.Logger
+	// interval is true under --audit-sync=interval: an outcome's append does not wait for
+	// an fdatasync, so a call ends on the adapter connection's reader (offReader).
+	interval bool
 	// started maps a call admitted by the gate to the seq of its started record, from its
 	// Before to its After (the gate passes the same *gate.Call to both).
 	started sync.Map // *gate.Call → uint64
@@ -120,8 +124,8 @@ func (d *Daemon) openAudit() error {
 	if rep.RemovedEmpty != "" {
 		d.log.Warn("audit journal: removed an empty newest segment", "segment", rep.RemovedEmpty)
 	}
-	d.log.Info("audit journal open", "dir", dir, "head", rep.Head.String(), "recordArgs", ac.RecordArgs)
-	a := &auditLog{j: j, log: d.log}
+	d.log.Info("audit journal open", "dir", dir, "head", rep.Head.String(), "recordArgs", ac.RecordArgs, "sync", opt.Sync.String())
+	a := &auditLog{j: j, log: d.log, interval: opt.Sync == audit.SyncInterval}
 	d.srv.audit = a
 	d.srv.gate.AddHook(a)
 	return nil
@@ -203,11 +207,12 @@ func callEntry(kind audit.Kind, c *gate.Call, exe string) audit.Entry {
 	return e
 }
 
-// Before records that c is about to reach its adapter; it returns once the record is on
-// disk. An error refuses the call (record_failed).
+// Before records that c is about to reach its adapter; it returns once the record is
+// written, not waiting for its fdatasync: After's outcome record, synced before the answer
+// leaves, makes both durable with one. An error refuses the call (record_failed).
 func (a *auditLog) Before(_ context.Context, c *gate.Call) error {
 	e := callEntry(audit.KindStarted, c, c.Actor.Executable())
-	ref, err := a.append(e)
+	ref, err := a.write(e)
 	if err != nil {
 		return err
 	}
@@ -246,14 +251,21 @@ func (a *auditLog) After(c *gate.Call, o gate.Outcome) {
 	a.appendLogged(e)
 }
 
-// append appends e. An entry the journal refuses for its shape (a path or client name with a
-// character the journal does not keep) is appended once more without the free-form names a
-// peer chose, rather than refusing the call: the arguments' digest still pins them.
-func (a *auditLog) append(e audit.Entry) (audit.Ref, error) {
-	ref, err := a.j.Append(e)
+// append appends e, returning once it is as durable as the journal's sync mode says
+// (audit.Journal.Append). An entry the journal refuses for its shape (a path or client name
+// with a character the journal does not keep) is appended once more without the free-form
+// names a peer chose, rather than refusing the call: the arguments' digest still pins them.
+func (a *auditLog) append(e audit.Entry) (audit.Ref, error) { return a.add(a.j.Append, e) }
+
+// write is append of a started record: it returns once e is written, and e becomes durable
+// with the outcome's record (audit.Journal.AppendNoWait).
+func (a *auditLog) write(e audit.Entry) (audit.Ref, error) { return a.add(a.j.AppendNoWait, e) }
+
+func (a *auditLog) add(appendFn func(audit.Entry) (audit.Ref, error), e audit.Entry) (audit.Ref, error) {
+	ref, err := appendFn(e)
 	if err != nil && errors.Is(err, &protocol.Error{Code: audit.CodeInvalidEntry}) {
 		e.Target.Path, e.Actor.MCPClient = "", ""
-		ref, err = a.j.Append(e)
+		ref, err = appendFn(e)
 	}
 	if err != nil {
 		a.log.Error("audit journal: record not written", "kind", e.Kind, "op", e.Target.Op, "err", err)
@@ -388,7 +400,7 @@ func (s *Server) auditRoomCall(door audit.Door, actor audit.Actor, roomID, provi
 	actor.Room, actor.Host = roomID, provider
 	e := audit.Entry{Kind: audit.KindStarted, Door: door, Actor: actor, Args: args,
 		Target: audit.Target{Op: auditOpRoomMade, Capability: capability, Action: action}}
-	ref, err := s.audit.append(e)
+	ref, err := s.audit.write(e) // durable with done's outcome, before the answer leaves
 	if err != nil {
 		return nil, protocol.Retryable(gate.CodeRecordFailed, "the call could not be recorded, so it was not made")
 	}
@@ -453,9 +465,10 @@ func (d *Daemon) webHistory() web.History {
 // connection's reader, which ends every call of that connection, each outcome would wait
 // for its own fdatasync in turn, and the calls of 64 clients would be answered one sync at a
 // time. The goroutine is the journal's (closeAudit waits for it); an owner-socket caller's
-// handlers group also counts the call until finish answers it.
+// handlers group also counts the call until finish answers it. Under --audit-sync=interval
+// an outcome waits for no fdatasync, and the call ends on the reader, as without a journal.
 func (s *Server) offReader(x *gated, data json.RawMessage, finish func(json.RawMessage)) bool {
-	if s.audit == nil || !x.admitted {
+	if s.audit == nil || s.audit.interval || !x.admitted {
 		return false
 	}
 	data = bytes.Clone(data)

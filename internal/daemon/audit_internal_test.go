@@ -98,6 +98,32 @@ func TestAuditHookRecordsCallsAndDecisions(t *testing.T) {
 	}
 }
 
+// TestAuditOneSyncPerCall: a call's started record is written, not synced, before the
+// adapter gets the call (Before); its outcome's record, before the answer leaves (After),
+// makes both durable with one fdatasync.
+func TestAuditOneSyncPerCall(t *testing.T) {
+	a, dir := openTestAudit(t)
+	g := gate.New(gate.Config{Hooks: []gate.Hook{a}})
+	c := gate.Call{Actor: gate.Actor{Door: gate.DoorSocket}, Kind: gate.KindTool, Operation: "fs.write", Path: "a.txt",
+		Args: json.RawMessage(`{"path":"a.txt","content":"x"}`)}
+	before := a.j.Stats()
+	if e := g.Check(context.Background(), &c, nil); e != nil {
+		t.Fatalf("refused: %v", e)
+	}
+	mid := a.j.Stats()
+	if mid.Fsyncs != before.Fsyncs || mid.Records != before.Records+1 {
+		t.Fatalf("before the adapter: %d fdatasyncs and %d records, want 0 and 1", mid.Fsyncs-before.Fsyncs, mid.Records-before.Records)
+	}
+	if recs := readJournal(t, dir); len(recs) != 1 || recs[0].Kind != audit.KindStarted {
+		t.Fatalf("the started record is not written before the adapter: %+v", recs)
+	}
+	g.Done(&c, "")
+	after := a.j.Stats()
+	if after.Fsyncs != before.Fsyncs+1 || after.Records != before.Records+2 {
+		t.Fatalf("a call made %d fdatasyncs for %d records, want 1 for 2", after.Fsyncs-before.Fsyncs, after.Records-before.Records)
+	}
+}
+
 // TestAuditEventWritesEventsAndDecisions: Server.auditEvent writes an event (outcome ok
 // when none is given) and a decision with its outcome, for the approval queue to call; it
 // does nothing without a journal.

@@ -33,9 +33,20 @@ func journalRecords(t *testing.T, stateDir string) []audit.Record {
 // airlockd and its airlock-fs as fast as they can; once 200 writes were acknowledged the
 // daemon is killed with SIGKILL mid-burst. Every acknowledged write is in the journal, its
 // started record and its ok outcome, and no write is recorded twice; the journal verifies;
-// the daemon starts again on it (cutting a torn tail, if any) and records on.
+// the daemon starts again on it (cutting a torn tail, if any) and records on. So with either
+// --audit-sync: both write every record before the answer leaves.
 func TestBinaryAuditKill9KeepsEveryAcknowledgedCall(t *testing.T) {
-	e := startManaged(t, daemontest.Options{})
+	for _, mode := range []string{"answer", "interval"} {
+		t.Run(mode, func(t *testing.T) { auditKill9(t, mode) })
+	}
+}
+
+func auditKill9(t *testing.T, mode string) {
+	syncFlag := "--audit-sync=" + mode
+	e := startManaged(t, daemontest.Options{Args: []string{syncFlag}})
+	if !strings.Contains(e.d.Stderr(), "sync="+mode) {
+		t.Fatalf("the journal is not opened with sync %s:\n%s", mode, e.d.Stderr())
+	}
 	if r := call(t, e.c, managedOpen("burst", 1, e.root, "fs.write")); !r.OK {
 		t.Fatalf("open: %+v", r.Error)
 	}
@@ -112,7 +123,7 @@ func TestBinaryAuditKill9KeepsEveryAcknowledgedCall(t *testing.T) {
 	}
 
 	// The daemon starts again on the journal and appends to the same chain.
-	d2 := daemontest.Start(t, daemontest.Options{Socket: e.d.Socket, StateDir: e.d.StateDir})
+	d2 := daemontest.Start(t, daemontest.Options{Socket: e.d.Socket, StateDir: e.d.StateDir, Args: []string{syncFlag}})
 	c2 := d2.Dial()
 	if r := call(t, c2, managedOpen("after", 1, e.root, "fs.write")); !r.OK {
 		t.Fatalf("open after the restart: %+v", r.Error)
