@@ -34,12 +34,13 @@ if [[ $mode != run ]]; then
 fi
 [[ $mode != build ]] || exit 0
 status=0
-# go test puts its GOROOT's bin first in PATH, so that a test's go is the same.
+# As go test runs a test binary: stdin from /dev/null, and its GOROOT's bin first in PATH, so
+# that a benchmark's go is the same.
 PATH="$("$go" env GOROOT)/bin:$PATH"
 for pkg in $pkgs; do
   start=$SECONDS
   if out=$(cd "$pkg" && "$bins/$(basename "$pkg").test" -test.run='^$' -test.bench=. -test.benchtime=1x -test.short \
-    -test.paniconexit0 -test.timeout=10m 2>&1); then
+    -test.paniconexit0 -test.timeout=10m </dev/null 2>&1); then
     echo "ok   $pkg $((SECONDS - start))s"
   else
     printf '%s\n' "$out"
