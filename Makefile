@@ -2,6 +2,8 @@
 GO       ?= go
 BIN      := bin
 FUZZTIME ?= 10s
+# make test fuzzes each target with one worker (beside the heavy packages' tests) for this long.
+TEST_FUZZTIME ?= 8s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: all build run test fmt-check vet lint race fuzz bench-smoke bench bench-fs bench-turns bench-observe bench-mcp bench-rooms bench-fabric mcp-clients clean
@@ -16,7 +18,11 @@ build:
 run: build
 	./$(BIN)/airlockd
 
-test: fmt-check vet lint race fuzz bench-smoke
+# Every check below (fmt-check, vet, lint, race, fuzz with TEST_FUZZTIME a target, bench-smoke),
+# overlapped where they do not compete for the CPU the heavy tests' deadlines assume, with
+# each lane's time and the ten slowest tests at the end: scripts/test.sh says how.
+test:
+	GO=$(GO) FUZZTIME=$(TEST_FUZZTIME) STATICCHECK=$(STATICCHECK) ./scripts/test.sh
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -37,15 +43,12 @@ race:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-# Every benchmark of the module once, so that a broken one fails CI: -benchtime 1x, and -short,
-# with which the few whose fixed setup takes minutes shrink it (airlock-fs's 100 MiB search tree
-# to 4 MiB, 20,000-call throughput figures to 640, BridgeStdio's c16 rounds from 160 calls to
-# 16). It checks that each benchmark runs, not what it measures. One package at a time, as race.
-# BenchmarkMCPFilesystem needs the npm clients (make mcp-clients, which .ci/run runs first) and
-# BenchmarkFabricInvoke the loopback addresses 127.0.0.2-4. About 2 minutes on a loaded 2-core
-# machine, most of it building the test binaries.
+# Every benchmark of the module once (-benchtime 1x, -short), so that a broken one fails CI;
+# scripts/bench.sh says what -short shrinks. BenchmarkMCPFilesystem needs the npm clients (make
+# mcp-clients, which .ci/run runs first) and BenchmarkFabricInvoke the loopback addresses
+# 127.0.0.2-4.
 bench-smoke:
-	$(GO) test -short -run '^$$' -bench . -benchtime 1x -p 1 ./...
+	GO=$(GO) ./scripts/bench.sh
 
 # Each bench target runs within the daemon's limits as it sets them: a benchmark that connects
 # more than 16 clients from its own process (the per-process share against floods, past which

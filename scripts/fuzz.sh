@@ -5,13 +5,32 @@
 # its targets, as go test -fuzz would (in the package's directory, with go test's fuzz cache
 # directory and default timeout): go test -fuzz would build and link the package again for
 # every target, and the link of a large package took a few seconds of each target's turn.
-# Usage: scripts/fuzz.sh [FUZZTIME]
+#
+# Usage:
+#   scripts/fuzz.sh [FUZZTIME]          build, then fuzz every target (default 10s each)
+#   scripts/fuzz.sh build DIR           only build the fuzz binaries into DIR
+#   scripts/fuzz.sh run DIR FUZZTIME    only fuzz, with DIR's binaries
+# FUZZWORKERS sets each target's number of fuzzing workers (-test.parallel; by default one per
+# core): scripts/test.sh fuzzes with one, beside the heavy packages' tests.
 set -euo pipefail
-fuzztime=${1:-10s}
 cd "$(dirname "$0")/.."
 go=${GO:-go}
-bins=$(mktemp -d)
-trap 'rm -rf "$bins"' EXIT
+mode=all
+case ${1:-} in
+build | run)
+  mode=$1
+  bins=$2
+  fuzztime=${3:-10s}
+  mkdir -p "$bins"
+  ;;
+*)
+  fuzztime=${1:-10s}
+  bins=$(mktemp -d)
+  trap 'rm -rf "$bins"' EXIT
+  ;;
+esac
+workers=()
+[[ -z ${FUZZWORKERS:-} ]] || workers=(-test.parallel="$FUZZWORKERS")
 fuzzcache=$("$go" env GOCACHE)/fuzz
 
 # fuzz_one runs one target. Go's fuzzer sometimes ends a short run with "context deadline
@@ -24,7 +43,7 @@ fuzz_one() {
     # Minimizing each new interesting input may take up to a minute by default, which can
     # outlast a short -fuzztime.
     if out=$(cd "$pkg" && "$bin" -test.run='^$' -test.fuzz="^${target}\$" -test.fuzztime="$fuzztime" \
-      -test.fuzzminimizetime=1s -test.fuzzcachedir="$fuzzcache/$importpath" -test.paniconexit0 -test.timeout=10m 2>&1); then
+      -test.fuzzminimizetime=1s -test.fuzzcachedir="$fuzzcache/$importpath" -test.paniconexit0 -test.timeout=10m ${workers[@]+"${workers[@]}"} 2>&1); then
       printf '%s\n' "$out" | tail -n 2
       return 0
     fi
@@ -42,7 +61,10 @@ files=$(git ls-files '*_test.go' 2>/dev/null | xargs grep -l '^func Fuzz' || tru
 pkgs=$(for file in $files; do echo "./$(dirname "$file")"; done | sort -u)
 # The binaries are built two at a time before any target runs, so that no build takes CPU
 # from a target's fuzzing.
-printf '%s\n' $pkgs | xargs -r -n 1 -P 2 sh -c 'exec "$0" test -c -fuzz=. -o "$1/$(echo "$2" | tr / _).test" "$2"' "$go" "$bins"
+if [[ $mode != run ]]; then
+  printf '%s\n' $pkgs | xargs -r -n 1 -P 2 sh -c 'exec "$0" test -c -fuzz=. -o "$1/$(echo "$2" | tr / _).test" "$2"' "$go" "$bins"
+fi
+[[ $mode != build ]] || exit 0
 found=0
 for file in $files; do
   pkg="./$(dirname "$file")"

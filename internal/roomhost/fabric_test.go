@@ -218,6 +218,11 @@ func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	if a.caps.count() != before {
 		t.Fatal("the lamp ran for a host that left the room")
 	}
+	// A stops first, while B's node still gives the two-node cluster its quorum. In the
+	// cleanups' order B's node stopped first, and A, alone on the fabric, waited out each
+	// JetStream write of its leave (16 s in all); B, which left the room, has none to make.
+	a.stop()
+	b2.stop()
 }
 
 // TestFabricRefusesAnotherHostsFile: a fabric file serves one host; a daemon whose host key

@@ -4,7 +4,10 @@
 // it lists the slowest top-level tests of the run, so that a test which became slow shows in
 // every CI log. It exits with status 1 when a test, a package or a build failed.
 //
-// Usage: go test -json ... | go run ./scripts/testreport [-slowest N]
+// Usage: go test -json ... | go run ./scripts/testreport [-slowest N] [-only-slowest]
+//
+// scripts/test.sh reports each phase's events as they come with -slowest 0, and lists the
+// slowest of both phases at the end with -only-slowest.
 package main
 
 import (
@@ -43,6 +46,7 @@ type timing struct {
 func report(in io.Reader, out io.Writer) ([]timing, bool, error) {
 	pending := map[string][]string{} // package + "\x00" + test → its output so far
 	var order []string               // the keys of pending, in the order their tests started
+	summed := map[string]bool{}      // the packages whose ok/FAIL line was printed
 	var times []timing
 	failed := false
 	sc := bufio.NewScanner(in)
@@ -68,6 +72,9 @@ func report(in io.Reader, out io.Writer) ([]timing, bool, error) {
 				if ev.Output != "PASS\n" && !strings.HasPrefix(ev.Output, "=== RUN") {
 					fmt.Fprint(out, ev.Output)
 				}
+				if strings.HasPrefix(ev.Output, "ok  \t") || strings.HasPrefix(ev.Output, "FAIL\t") {
+					summed[ev.Package] = true
+				}
 				continue
 			}
 			if _, ok := pending[key]; !ok {
@@ -77,6 +84,15 @@ func report(in io.Reader, out io.Writer) ([]timing, bool, error) {
 		case "pass", "skip", "fail":
 			if ev.Test == "" {
 				failed = failed || ev.Action == "fail"
+				// go test prints a package's ok/FAIL line; a test binary run straight through
+				// test2json (scripts/race.sh heavy) does not, and its end event stands for it.
+				if !summed[ev.Package] && ev.Action != "skip" {
+					word := "ok  "
+					if ev.Action == "fail" {
+						word = "FAIL"
+					}
+					fmt.Fprintf(out, "%s\t%s\t%.3fs\n", word, ev.Package, ev.Elapsed)
+				}
 				continue
 			}
 			if ev.Action == "fail" {
@@ -133,9 +149,14 @@ func printSlowest(out io.Writer, times []timing, n int) {
 
 func main() {
 	n := flag.Int("slowest", 10, "how many of the slowest tests to list")
+	only := flag.Bool("only-slowest", false, "print only the list of the slowest tests (of events already reported)")
 	flag.Parse()
 	// Unbuffered: the log follows the run as it goes.
-	times, failed, err := report(os.Stdin, os.Stdout)
+	var out io.Writer = os.Stdout
+	if *only {
+		out = io.Discard
+	}
+	times, failed, err := report(os.Stdin, out)
 	printSlowest(os.Stdout, times, *n)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)

@@ -69,3 +69,35 @@ func TestReportOfAPassingRun(t *testing.T) {
 		t.Fatalf("report: failed=%t err=%v times=%v", failed, err, times)
 	}
 }
+
+// TestReportOfTest2JSONAlone: scripts/race.sh heavy runs test binaries through test2json,
+// without go test, which prints a package's ok or FAIL line; the report prints them from the
+// package's end event, once.
+func TestReportOfTest2JSONAlone(t *testing.T) {
+	const direct = `{"Action":"start","Package":"ex/d"}
+{"Action":"pass","Package":"ex/d","Test":"TestOne","Elapsed":1.5}
+{"Action":"output","Package":"ex/d","Output":"PASS\n"}
+{"Action":"pass","Package":"ex/d","Elapsed":2.25}
+{"Action":"start","Package":"ex/e"}
+{"Action":"output","Package":"ex/e","Test":"TestTwo","Output":"    e_test.go:4: broken\n"}
+{"Action":"fail","Package":"ex/e","Test":"TestTwo","Elapsed":0.5}
+{"Action":"output","Package":"ex/e","Output":"FAIL\n"}
+{"Action":"fail","Package":"ex/e","Elapsed":0.75}
+`
+	var out bytes.Buffer
+	_, failed, err := report(strings.NewReader(direct), &out)
+	if err != nil || !failed {
+		t.Fatalf("report: failed=%t err=%v", failed, err)
+	}
+	if got, want := out.String(), "ok  \tex/d\t2.250s\n    e_test.go:4: broken\nFAIL\nFAIL\tex/e\t0.750s\n"; got != want {
+		t.Errorf("report:\n%q\nwant\n%q", got, want)
+	}
+	// Through go test, the package's own line is the only one.
+	out.Reset()
+	if _, _, err := report(strings.NewReader(stream), &out); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "ex/a\t"); n != 1 {
+		t.Errorf("%d ok lines of ex/a in\n%s", n, out.String())
+	}
+}
