@@ -150,7 +150,7 @@ func Dial(cfg DialConfig) (*Conn, error) {
 	} else if url == "" {
 		return nil, fmt.Errorf("%w: neither a server nor a URL", ErrConfig)
 	}
-	nc, err := nats.Connect(url, opts...)
+	nc, err := connect(cfg.Server, url, opts)
 	if err != nil {
 		return nil, fmt.Errorf("bus: connect: %w", err)
 	}
@@ -169,6 +169,19 @@ func Dial(cfg DialConfig) (*Conn, error) {
 	}
 	c.nc, c.js = nc, js
 	return c, nil
+}
+
+// connect dials url, or srv in process. An in-process client is created while no reload of
+// srv's options (SetUsers) runs: nats-server v2.15.3 reads the options a reload replaces while
+// it registers an in-process client, unlocked (the race detector reported it in
+// TestRoomsRepairedAfterTheBucketsAreDeleted), so the two are ordered by srv.mu here.
+func connect(srv *Server, url string, opts []nats.Option) (*nats.Conn, error) {
+	if srv == nil {
+		return nats.Connect(url, opts...)
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	return nats.Connect(url, opts...)
 }
 
 // Refusals is how many of this connection's publications and subscriptions the broker has

@@ -83,7 +83,7 @@ type Server struct {
 	fabric     *Fabric
 	local      *local // nil without ServerConfig.Host
 
-	mu   sync.Mutex // guards opts, the options the server runs with (SetUsers replaces them)
+	mu   sync.Mutex // guards opts, the options the server runs with (SetUsers replaces them); held over an in-process connect (connect)
 	opts *server.Options
 }
 
