@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // The text renderings of fs_list and fs_search. A client that shows a tool result to a model
@@ -14,42 +16,53 @@ import (
 
 // listText renders an fs.list result, one line per entry: type, size in bytes, modification
 // time and name, a directory's name ending in "/". Names cannot hold control characters (the
-// daemon checks the listing), so a name is the rest of its line.
+// daemon checks the listing), so a name is the rest of its line. data is a result as the
+// bridge receives it, walked by the strict decoder: tooladapter.WalkList reads it in place,
+// and what WalkList does not settle is decoded in full.
 func listText(data []byte) (string, bool) {
-	var r struct {
-		Entries []struct {
-			Name       string `json:"name"`
-			Type       string `json:"type"`
-			Size       int64  `json:"size"`
-			ModifiedAt string `json:"modifiedAt"`
-		} `json:"entries"`
-		Truncated bool `json:"truncated"`
-	}
-	if json.Unmarshal(data, &r) != nil {
-		return "", false
-	}
-	var b strings.Builder
-	b.Grow(len(r.Entries) * 64)
-	for _, e := range r.Entries {
-		b.WriteString(e.Type)
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(e.Size, 10))
-		b.WriteByte(' ')
-		b.WriteString(e.ModifiedAt)
-		b.WriteByte(' ')
-		b.WriteString(e.Name)
-		if e.Type == "directory" {
-			b.WriteByte('/')
+	b := make([]byte, 0, len(data)/2+64)
+	entries := 0
+	line := func(name, typ string, size int64, modifiedAt string) {
+		entries++
+		b = append(b, typ...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, size, 10)
+		b = append(b, ' ')
+		b = append(b, modifiedAt...)
+		b = append(b, ' ')
+		b = append(b, name...)
+		if typ == "directory" {
+			b = append(b, '/')
 		}
-		b.WriteByte('\n')
+		b = append(b, '\n')
+	}
+	truncated, ok := tooladapter.WalkList(data, line)
+	if !ok {
+		var r struct {
+			Entries []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Size       int64  `json:"size"`
+				ModifiedAt string `json:"modifiedAt"`
+			} `json:"entries"`
+			Truncated bool `json:"truncated"`
+		}
+		if json.Unmarshal(data, &r) != nil {
+			return "", false
+		}
+		b, entries = b[:0], 0
+		for _, e := range r.Entries {
+			line(e.Name, e.Type, e.Size, e.ModifiedAt)
+		}
+		truncated = r.Truncated
 	}
 	switch {
-	case r.Truncated:
-		b.WriteString("(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n")
-	case len(r.Entries) == 0:
-		b.WriteString("(empty directory)\n")
+	case truncated:
+		b = append(b, "(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n"...)
+	case entries == 0:
+		b = append(b, "(empty directory)\n"...)
 	}
-	return b.String(), true
+	return string(b), true
 }
 
 // searchText renders an fs.search result as grep does: path:line:column: text, a line per

@@ -3,6 +3,7 @@ package tooladapter
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -121,11 +122,38 @@ func FuzzListResultWalked(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		if ndjson.Valid(raw) != nil || !validResultWalked(OpList, raw) {
+		if ndjson.Valid(raw) != nil {
+			return
+		}
+		var got []listEntry
+		truncated, ok := WalkList(raw, func(name, typ string, size int64, modifiedAt string) {
+			e := listEntry{Name: &name, Type: &typ, Size: &size}
+			if modifiedAt != "" {
+				e.ModifiedAt = &modifiedAt
+			}
+			got = append(got, e)
+		})
+		if ok != validResultWalked(OpList, raw) {
+			t.Fatalf("WalkList and validResultWalked disagree on %q", raw)
+		}
+		if !ok {
 			return
 		}
 		if e := ValidateResult(OpList, raw); e != nil {
 			t.Fatalf("validResultWalked accepts the listing %q, ValidateResult refuses it (%v)", raw, e)
+		}
+		// The values WalkList gives are encoding/json's, a missing size as 0.
+		var want listResult
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatal(err)
+		}
+		for i := range *want.Entries {
+			if (*want.Entries)[i].Size == nil {
+				(*want.Entries)[i].Size = new(int64)
+			}
+		}
+		if *want.Truncated != truncated || len(got) != len(*want.Entries) || (len(got) > 0 && !reflect.DeepEqual(got, *want.Entries)) {
+			t.Fatalf("WalkList(%q) = %v %+v, encoding/json %+v", raw, truncated, got, want)
 		}
 	})
 }
