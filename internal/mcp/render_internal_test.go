@@ -10,7 +10,10 @@ func TestListText(t *testing.T) {
 	for _, tc := range []struct{ data, want string }{
 		{`{"entries":[{"name":"notes.txt","type":"file","size":26,"modifiedAt":"2026-12-05T07:00:00Z"},` +
 			`{"name":"a dir","type":"directory","size":0,"modifiedAt":"2026-12-05T07:00:01.5Z"}],"truncated":false}`,
-			"file 26 2026-12-05T07:00:00Z notes.txt\ndirectory 0 2026-12-05T07:00:01.5Z a dir/\n"},
+			"file 26 2026-12-05T07:00:00Z notes.txt\ndirectory 0 2026-12-05T07:00:01Z a dir/\n"},
+		// The text shows a time to the second, cut (never rounded up); structuredContent keeps it.
+		{`{"entries":[{"name":"n","type":"file","size":1,"modifiedAt":"2026-12-31T23:59:59.999999999Z"}],"truncated":false}`,
+			"file 1 2026-12-31T23:59:59Z n\n"},
 		{`{"entries":[],"truncated":false}`, "(empty directory)\n"},
 		// Read in place (WalkList) and, a key spelled with an escape, decoded in full: the same.
 		{` { "truncated" : false , "entries" : [ { "modifiedAt" : "2026-12-05T07:00:00Z" , "type" : "file" , "name" : "caf\u00e9 \"q\"" } ] } `,
