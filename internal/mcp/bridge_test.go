@@ -103,11 +103,15 @@ func TestToolsAreTheGrant(t *testing.T) {
 	if len(l["entries"].([]any)) != 2 {
 		t.Fatalf("fs_list: %v", l)
 	}
-	// The text rendering is a line per entry, from the same values.
+	// The text rendering is a line per entry, from the same values, the time to the second.
 	var lines strings.Builder
 	for _, v := range l["entries"].([]any) {
 		en := v.(map[string]any)
-		fmt.Fprintf(&lines, "%s %d %s %s\n", en["type"], int64(en["size"].(float64)), en["modifiedAt"], en["name"])
+		at, err := time.Parse(time.RFC3339Nano, en["modifiedAt"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&lines, "%s %d %s %s\n", en["type"], int64(en["size"].(float64)), at.Truncate(time.Second).Format(time.RFC3339), en["name"])
 	}
 	if text(lr) != lines.String() {
 		t.Fatalf("fs_list text %q, want %q", text(lr), lines.String())

@@ -413,7 +413,7 @@ func TestListSorted(t *testing.T) {
 	line := map[string]string{
 		"big.txt":   "file 100 2026-01-02T02:04:05Z big.txt\n",
 		"dir":       "directory 0 2026-01-02T00:04:05Z dir/\n",
-		"mid.txt":   "file 10 2026-01-02T02:04:05.5Z mid.txt\n",
+		"mid.txt":   "file 10 2026-01-02T02:04:05Z mid.txt\n", // to the second; sorted by the exact time
 		"small.txt": "file 1 2026-01-02T03:04:05Z small.txt\n",
 	}
 	lines := func(names ...string) string {

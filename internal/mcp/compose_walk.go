@@ -440,7 +440,7 @@ func runListSorted(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, 
 	}
 	var b strings.Builder
 	for _, e := range res.Entries {
-		b.WriteString(e.Type + " " + strconv.FormatInt(e.Size, 10) + " " + e.ModifiedAt + " " + e.Name)
+		b.WriteString(e.Type + " " + strconv.FormatInt(e.Size, 10) + " " + string(appendTextTime(nil, e.ModifiedAt)) + " " + e.Name)
 		if e.Type == fsops.TypeDirectory {
 			b.WriteByte('/')
 		}

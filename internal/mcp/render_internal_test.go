@@ -1,13 +1,25 @@
 package mcp
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestListText(t *testing.T) {
 	for _, tc := range []struct{ data, want string }{
 		{`{"entries":[{"name":"notes.txt","type":"file","size":26,"modifiedAt":"2026-12-05T07:00:00Z"},` +
 			`{"name":"a dir","type":"directory","size":0,"modifiedAt":"2026-12-05T07:00:01.5Z"}],"truncated":false}`,
-			"file 26 2026-12-05T07:00:00Z notes.txt\ndirectory 0 2026-12-05T07:00:01.5Z a dir/\n"},
+			"file 26 2026-12-05T07:00:00Z notes.txt\ndirectory 0 2026-12-05T07:00:01Z a dir/\n"},
+		// The text shows a time to the second, cut (never rounded up); structuredContent keeps it.
+		{`{"entries":[{"name":"n","type":"file","size":1,"modifiedAt":"2026-12-31T23:59:59.999999999Z"}],"truncated":false}`,
+			"file 1 2026-12-31T23:59:59Z n\n"},
 		{`{"entries":[],"truncated":false}`, "(empty directory)\n"},
+		// Read in place (WalkList) and, a key spelled with an escape, decoded in full: the same.
+		{` { "truncated" : false , "entries" : [ { "modifiedAt" : "2026-12-05T07:00:00Z" , "type" : "file" , "name" : "caf\u00e9 \"q\"" } ] } `,
+			"file 0 2026-12-05T07:00:00Z café \"q\"\n"},
+		{`{"entries":[{"n\u0061me":"caf\u00e9 \"q\"","type":"file","modifiedAt":"2026-12-05T07:00:00Z"}],"truncated":false}`,
+			"file 0 2026-12-05T07:00:00Z café \"q\"\n"},
 		{`{"entries":[{"name":"x","type":"file","size":1,"modifiedAt":"2026-12-05T07:00:00Z"}],"truncated":true}`,
 			"file 1 2026-12-05T07:00:00Z x\n(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n"},
 	} {
@@ -40,5 +52,25 @@ func TestSearchText(t *testing.T) {
 	}
 	if _, _, _, ok := searchText([]byte(`[]`)); ok {
 		t.Error("searchText accepted a result it cannot read")
+	}
+}
+
+// BenchmarkListText is the rendering of a 1,000-entry listing as airlock mcp receives it.
+func BenchmarkListText(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"entries":[`)
+	for i := range 1000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"name":"f%04d.txt","type":"file","size":2,"modifiedAt":"2026-12-04T02:35:59.123456789Z"}`, i)
+	}
+	sb.WriteString(`],"truncated":false}`)
+	data := []byte(sb.String())
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, ok := listText(data); !ok {
+			b.Fatal("not rendered")
+		}
 	}
 }

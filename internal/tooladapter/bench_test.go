@@ -31,3 +31,18 @@ func BenchmarkValidateResultList(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeListResultFrame is airlockd's decoding and check of a result frame carrying
+// a 1,000-entry fs.list, as it reads every listing an adapter answers.
+func BenchmarkDecodeListResultFrame(b *testing.B) {
+	line, err := marshalFrame(&Frame{Kind: KindResult, Identity: testIdentity, RequestID: "r-1", IdempotencyKey: "tool-abc", Operation: OpList, OK: true, Data: listData(1000)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, e := DecodeFrame(line); e != nil {
+			b.Fatal(e)
+		}
+	}
+}

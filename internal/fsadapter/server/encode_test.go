@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -67,6 +68,65 @@ func BenchmarkEncodeRead4MiB(b *testing.B) {
 			enc := json.NewEncoder(&buf)
 			enc.SetEscapeHTML(false)
 			enc.Encode(r)
+		}
+	})
+}
+
+// TestEncodeListMatchesEncodingJSON checks appendList against encoding/json (HTML escaping
+// off) on listings of chosen and random names, with and without times, empty and null.
+func TestEncodeListMatchesEncodingJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []string{"a", "B", " ", ".", "-", "\"", "\\", "<>&", "\x00", "\x1f", "\x7f", "é", "\u2028", "\u2029", "😀", "\xff", "\xe2\x80", "abcdefgh"}
+	name := func() string {
+		var b strings.Builder
+		for range 1 + rng.IntN(24) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		return b.String()
+	}
+	results := []fsops.ListResult{{}, {Entries: []fsops.ListEntry{}}, {Entries: []fsops.ListEntry{}, Truncated: true}}
+	for range 300 {
+		r := fsops.ListResult{Entries: []fsops.ListEntry{}, Truncated: rng.IntN(2) == 0}
+		for range rng.IntN(20) {
+			e := fsops.ListEntry{Name: name(), Type: fsops.TypeFile, Size: rng.Int64N(1 << 53)}
+			if rng.IntN(3) == 0 {
+				e.Type, e.Size = fsops.TypeDirectory, 0
+			}
+			if rng.IntN(4) != 0 {
+				e.ModifiedAt = "2026-12-05T07:00:00." + strings.Repeat("9", rng.IntN(10)) + "Z"
+			}
+			r.Entries = append(r.Entries, e)
+		}
+		results = append(results, r)
+	}
+	for _, r := range results {
+		want := encodeJSON(t, &r)
+		if got := appendList(nil, &r); !bytes.Equal(got, want) {
+			t.Fatalf("listing %+v:\ngot  %s\nwant %s", r, got, want)
+		}
+	}
+}
+
+func BenchmarkEncodeList(b *testing.B) {
+	r := &fsops.ListResult{Entries: make([]fsops.ListEntry, 1000)}
+	for i := range r.Entries {
+		r.Entries[i] = fsops.ListEntry{Name: fmt.Sprintf("f%04d.txt", i), Type: fsops.TypeFile, Size: 2, ModifiedAt: "2026-12-04T02:35:59.123456789Z"}
+	}
+	b.Run("appendList", func(b *testing.B) {
+		buf := make([]byte, 0, listSize(r))
+		for b.Loop() {
+			buf = appendList(buf[:0], r)
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		var buf bytes.Buffer
+		for b.Loop() {
+			buf.Reset()
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(r); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

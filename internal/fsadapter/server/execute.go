@@ -88,6 +88,8 @@ func (c *conn) execute(r *request) outcome {
 	switch v := v.(type) {
 	case *fsops.ReadResult:
 		hint = readSize(v)
+	case *fsops.ListResult:
+		hint = listSize(v)
 	case *fsops.StatResult:
 		hint = 128
 	}
@@ -100,6 +102,8 @@ func (c *conn) execute(r *request) outcome {
 	switch v := v.(type) {
 	case *fsops.ReadResult:
 		frame = appendRead(frame, v)
+	case *fsops.ListResult:
+		frame = appendList(frame, v)
 	default:
 		buf := bytes.NewBuffer(frame)
 		enc := json.NewEncoder(buf)
