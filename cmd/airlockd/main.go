@@ -101,8 +101,8 @@ func run(args []string, stderr io.Writer) error {
 	noFSAdapter := fs.Bool("no-fs-adapter", false, "run no airlock-fs: only descriptors of an airlock-fs you run yourself grant tools")
 	auditOn := fs.Bool("audit", true, "keep the audit journal of every effect and decision in <state-dir>/audit (docs/operations.md, \"The audit journal\"); --audit=false keeps none")
 	auditArgs := fs.Bool("audit-args", false, "also keep each call's arguments in the audit journal (canonical JSON, up to 4 KiB; longer ones keep only their SHA-256, which is always kept)")
-	auditSync := audit.SyncAnswer
-	fs.TextVar(&auditSync, "audit-sync", audit.SyncAnswer, "when the audit journal reaches the disk: `answer` (every call's records fdatasynced before its answer leaves, shared by the calls that end together; a power loss loses no answered call) or interval (written before the answer, fdatasynced at most every 100ms; a crash of airlockd loses nothing, a power loss or kernel crash at most the last 100ms)")
+	auditSync := audit.SyncInterval
+	fs.TextVar(&auditSync, "audit-sync", audit.SyncInterval, "when the audit journal reaches the disk: `interval` (each record written before the call goes on or its answer leaves, fdatasynced within 100ms: a crash of airlockd loses nothing, a power loss or kernel crash at most the last 100ms) or answer (every call's records also fdatasynced before its answer leaves, shared by the calls that end together: a power loss loses no answered call, at the cost of a disk sync per call)")
 	auditHeadFile := fs.String("audit-head-file", "", "also write the audit chain's head to this `FILE` (atomically) whenever it is exported: every 5 minutes while it moves, and at shutdown; point it somewhere collected off this user's reach")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
@@ -148,7 +148,7 @@ func run(args []string, stderr io.Writer) error {
 	if *metricsAnyAddr && *metricsAddr == "" {
 		return errors.New("--metrics-allow-non-loopback needs --metrics")
 	}
-	if !*auditOn && (*auditArgs || *auditHeadFile != "" || auditSync != audit.SyncAnswer) {
+	if !*auditOn && (*auditArgs || *auditHeadFile != "" || flagSet(fs, "audit-sync")) {
 		return errors.New("--audit-args, --audit-head-file and --audit-sync need the audit journal (--audit)")
 	}
 	if fs.NArg() > 0 {
@@ -357,4 +357,11 @@ func (p *providerFlags) resolve(getenv func(string) string) (map[string]session.
 		out[name] = prov
 	}
 	return out, nil
+}
+
+// flagSet reports whether the command line set the flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

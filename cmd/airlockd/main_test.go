@@ -53,7 +53,7 @@ func TestMetricsFlags(t *testing.T) {
 // --audit=false; --audit-sync is answer or interval.
 func TestAuditFlags(t *testing.T) {
 	for _, args := range [][]string{{"--audit=false", "--audit-args"}, {"--audit=false", "--audit-head-file", "/tmp/h.json"},
-		{"--audit=false", "--audit-sync", "interval"}} {
+		{"--audit=false", "--audit-sync", "interval"}, {"--audit=false", "--audit-sync", "answer"}} {
 		if err := run(args, io.Discard); err == nil || !strings.Contains(err.Error(), "need the audit journal (--audit)") {
 			t.Errorf("%v: %v", args, err)
 		}
