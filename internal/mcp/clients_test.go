@@ -338,16 +338,18 @@ func TestConformance(t *testing.T) {
 	results := t.TempDir()
 	cmd := nodeCommand(t, ctx, "conformance", "server", "--url", u, "--requirements", "2025-11-25",
 		"--expected-failures", baseline, "-o", results)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("conformance: %v\n%s", err, out)
+	out, runErr := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if runErr != nil && !errors.As(runErr, &exit) {
+		t.Fatalf("conformance: %v\n%s", runErr, out)
 	}
 
 	dirs, err := os.ReadDir(results)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var passed, failed []string
+	var passed, failed, warnings []string
+	scoredWarnings := 0
 	checks := map[string]int{}
 	failures := map[string][]string{} // scenario → its failed checks' messages
 	for _, d := range dirs {
@@ -362,13 +364,22 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var cs []struct{ ID, Status, ErrorMessage string }
+		var cs []struct {
+			ID, Status, ErrorMessage string
+			Details                  json.RawMessage
+		}
 		if err := json.Unmarshal(b, &cs); err != nil {
 			t.Fatalf("%s: %v", d.Name(), err)
 		}
 		ok = true
 		for _, c := range cs {
 			checks[c.Status]++
+			if c.Status == "WARNING" {
+				warnings = append(warnings, fmt.Sprintf("%s %s: %s %s", scenario, c.ID, c.ErrorMessage, c.Details))
+				if !slices.Contains(conformanceUnscored, scenario) {
+					scoredWarnings++
+				}
+			}
 			if c.Status == "FAILURE" {
 				ok = false
 				failures[scenario] = append(failures[scenario], c.ID+": "+c.ErrorMessage)
@@ -389,6 +400,17 @@ func TestConformance(t *testing.T) {
 	slices.Sort(passed)
 	if !slices.Equal(passed, conformancePasses) {
 		t.Fatalf("passing scenarios %v, want %v\nfailed checks: %q\n%s", passed, conformancePasses, failures, out)
+	}
+	// The suite's own baseline check exits 1 on a WARNING too (server-sse-multiple-streams'
+	// "SSE streams functional", a timing-dependent read of three streams, gave one twice
+	// under CI's load). A scenario with a warning and no failure is one the suite scores as
+	// passed; every FAILURE is held to the expectations above, so the exit status adds
+	// nothing else. The warnings are logged whole, to be looked into.
+	if len(warnings) > 0 {
+		t.Logf("conformance warnings: %q", warnings)
+	}
+	if runErr != nil && scoredWarnings == 0 {
+		t.Fatalf("conformance: %v with no warning of a scored scenario to explain it\n%s", runErr, out)
 	}
 	t.Logf("conformance 2025-11-25: %d of %d server scenarios pass (checks: %d passed, %d failed, %d warnings); failing as expected: %v",
 		len(passed), len(passed)+len(failed), checks["SUCCESS"], checks["FAILURE"], checks["WARNING"], failed)
