@@ -35,6 +35,7 @@ light=(
   ./internal/bench
   ./internal/capadapter
   ./internal/hint
+  ./internal/loopback
   ./internal/visible
   ./internal/expiry
   ./internal/fsadapter

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/loopback"
 	"io"
 	"log/slog"
 	"net"
@@ -100,7 +101,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	if *listen && *httpAddr == "" {
 		return a.failUsage(o, usageErrorf("--listen needs --http"))
 	}
-	if *httpAddr != "" && !*listen && !mcp.IsLoopback(*httpAddr) {
+	if *httpAddr != "" && !*listen && !loopback.Addr(*httpAddr) {
 		return a.failUsage(o, usageErrorf("--http %s is not a loopback address; add --listen to serve it anyway", *httpAddr))
 	}
 

@@ -174,16 +174,3 @@ func allowedOrigin(origin, port string) bool {
 	}
 	return allowedHost(u.Host, port)
 }
-
-// IsLoopback reports whether the host of addr (host:port) is a loopback address or localhost.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}

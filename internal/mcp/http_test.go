@@ -103,12 +103,3 @@ func TestHTTP(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
-
-func TestIsLoopback(t *testing.T) {
-	for addr, want := range map[string]bool{"127.0.0.1:80": true, "[::1]:1": true, "localhost:9": true, "0.0.0.0:80": false,
-		"192.168.1.2:80": false, "example.com:80": false, "127.0.0.1": false} {
-		if mcp.IsLoopback(addr) != want {
-			t.Errorf("IsLoopback(%s) != %v", addr, want)
-		}
-	}
-}

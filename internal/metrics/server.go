@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/loopback"
 	"net"
 	"net/http"
 	"sync"
@@ -71,7 +72,7 @@ func NewServer(m *Metrics, cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeInvalidConfig, Message: "listen address is not host:port", Err: err}
 	}
-	loopback := isLoopback(host)
+	loopback := loopback.Host(host)
 	if !cfg.AllowNonLoopback && !loopback {
 		return nil, &Error{Code: CodeInvalidConfig, Message: "listen address is not loopback (127.0.0.1, ::1 or localhost)"}
 	}
@@ -96,20 +97,12 @@ func loopbackHost(next http.Handler) http.Handler {
 		if err != nil {
 			host = r.Host
 		}
-		if !isLoopback(host) {
+		if !loopback.Host(host) {
 			http.Error(w, "host not allowed", http.StatusMisdirectedRequest)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Start listens and serves in the background until Shutdown.

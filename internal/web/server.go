@@ -42,6 +42,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/airlockhq/airlock/internal/loopback"
 	"net"
 	"net/http"
 	"net/url"
@@ -131,7 +132,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, &Error{Code: CodeInvalidConfig, Message: "listen address is not host:port", Err: err}
 	}
-	if !cfg.AllowNonLoopback && !isLoopback(host) {
+	if !cfg.AllowNonLoopback && !loopback.Host(host) {
 		return nil, &Error{Code: CodeInvalidConfig, Message: "listen address is not loopback (127.0.0.1, ::1 or localhost)"}
 	}
 	s := &Server{
@@ -143,14 +144,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.handler = s.routes()
 	return s, nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Start listens on the configured address and serves in the background until Shutdown.
@@ -186,7 +179,7 @@ func (s *Server) Start() error {
 func (s *Server) bindLocked(addr string) {
 	s.addr = addr
 	s.hosts = append([]string{addr}, s.cfg.Hosts...)
-	if host, port, err := net.SplitHostPort(addr); err == nil && isLoopback(host) {
+	if host, port, err := net.SplitHostPort(addr); err == nil && loopback.Host(host) {
 		s.hosts = append(s.hosts, net.JoinHostPort("localhost", port))
 	}
 }
