@@ -1,13 +1,10 @@
 package daemon
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // BenchmarkInvokeToolAudit measures what the audit journal adds to invokeTool (issue 27's
@@ -19,27 +16,12 @@ import (
 // each, then in alternating rounds of 64 clients. It reports the journal's bytes and
 // fdatasyncs per call.
 func BenchmarkInvokeToolAudit(b *testing.B) {
-	start := func(ac *AuditConfig) *Daemon {
-		root := daemontest.ShortDir(b)
-		adapterSock := filepath.Join(root, "fs.sock")
-		stop := startFastAdapter(b, adapterSock)
-		b.Cleanup(stop)
-		d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
-			Limits: benchLimits(64), Audit: ac})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { d.Shutdown(context.Background()) })
-		waitReady(b, d)
-		openToolSession(b, d, adapterSock)
-		return d
-	}
+	start := func(ac *AuditConfig) *Daemon { return startToolBench(b, Config{Audit: ac}) }
 	daemons := []*Daemon{start(nil),
 		start(&AuditConfig{Journal: audit.Options{Sync: audit.SyncAnswer}}),
 		start(&AuditConfig{Journal: audit.Options{Sync: audit.SyncInterval}})}
 	names := []string{"noaudit", "answer", "interval"}
-	invoke := []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
-		`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+	invoke := statLine
 	stats := func() []audit.Stats {
 		s := make([]audit.Stats, len(daemons))
 		for i, d := range daemons[1:] {

@@ -1,11 +1,7 @@
 package daemon
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
-
-	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // BenchmarkInvokeToolMetrics measures what the metrics' gate hook adds to invokeTool: two
@@ -16,24 +12,9 @@ import (
 //
 //	go test -run '^$' -bench InvokeToolMetrics -benchtime 20000x ./internal/daemon/
 func BenchmarkInvokeToolMetrics(b *testing.B) {
-	start := func(m *MetricsConfig) *Daemon {
-		root := daemontest.ShortDir(b)
-		adapterSock := filepath.Join(root, "fs.sock")
-		stop := startFastAdapter(b, adapterSock)
-		b.Cleanup(stop)
-		d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
-			Limits: benchLimits(64), Metrics: m})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { d.Shutdown(context.Background()) })
-		waitReady(b, d)
-		openToolSession(b, d, adapterSock)
-		return d
-	}
+	start := func(m *MetricsConfig) *Daemon { return startToolBench(b, Config{Metrics: m}) }
 	off, on := start(nil), start(&MetricsConfig{Addr: "127.0.0.1:0"})
-	invoke := []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
-		`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+	invoke := statLine
 	base, subj := interleaved(b, off.cfg.SocketPath, on.cfg.SocketPath, invoke, b.N)
 	o50, m50 := percentile(base, 50), percentile(subj, 50)
 	o99, m99 := percentile(base, 99), percentile(subj, 99)

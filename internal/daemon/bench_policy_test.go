@@ -1,11 +1,8 @@
 package daemon
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
-	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/policy"
 )
 
@@ -21,24 +18,9 @@ func BenchmarkInvokeToolPolicy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := func(p *policy.Policy) *Daemon {
-		root := daemontest.ShortDir(b)
-		adapterSock := filepath.Join(root, "fs.sock")
-		stop := startFastAdapter(b, adapterSock)
-		b.Cleanup(stop)
-		d, err := Start(Config{SocketPath: filepath.Join(root, "run", "d.sock"), StateDir: filepath.Join(root, "state"),
-			Limits: benchLimits(64), Policy: p})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { d.Shutdown(context.Background()) })
-		waitReady(b, d)
-		openToolSession(b, d, adapterSock)
-		return d
-	}
+	start := func(p *policy.Policy) *Daemon { return startToolBench(b, Config{Policy: p}) }
 	none, allow := start(nil), start(rules)
-	invoke := []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
-		`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+	invoke := statLine
 	base, subj := interleaved(b, none.cfg.SocketPath, allow.cfg.SocketPath, invoke, b.N)
 	n50, a50 := percentile(base, 50), percentile(subj, 50)
 	b.ReportMetric(float64(n50.Nanoseconds()), "nopolicy-p50-ns")

@@ -46,8 +46,7 @@ func BenchmarkInvokeTool(b *testing.B) {
 	waitReady(b, d)
 	openToolSession(b, d, adapterSock)
 
-	invoke := []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
-		`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+	invoke := statLine
 	echo, daemon := interleaved(b, filepath.Join(root, "relay.sock"), d.cfg.SocketPath, invoke, b.N)
 	e50, e99 := percentile(echo, 50), percentile(echo, 99)
 	d50, d99 := percentile(daemon, 50), percentile(daemon, 99)
@@ -118,6 +117,29 @@ func throughput(b *testing.B, socket string, clients, total int) float64 {
 		b.FailNow()
 	}
 	return float64(per*clients) / time.Since(start).Seconds()
+}
+
+// statLine is one invokeTool of fs.stat on the session openToolSession opens: the call the
+// invokeTool benchmarks time.
+var statLine = []byte(`{"protocolVersion":"2.0","requestId":"b","operation":"invokeTool","sessionId":"bench","generation":1,` +
+	`"payload":{"toolCallId":"c1","operation":"fs.stat","arguments":{"path":"."}}}` + "\n")
+
+// startToolBench starts a daemon of cfg in its own directory, its socket, state and limits
+// (64 clients of this process) filled in, with its own fast adapter and the bench session
+// open; both stop when b ends.
+func startToolBench(b *testing.B, cfg Config) *Daemon {
+	root := daemontest.ShortDir(b)
+	adapterSock := filepath.Join(root, "fs.sock")
+	b.Cleanup(startFastAdapter(b, adapterSock))
+	cfg.SocketPath, cfg.StateDir, cfg.Limits = filepath.Join(root, "run", "d.sock"), filepath.Join(root, "state"), benchLimits(64)
+	d, err := Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Shutdown(context.Background()) })
+	waitReady(b, d)
+	openToolSession(b, d, adapterSock)
+	return d
 }
 
 func openToolSession(b testing.TB, d *Daemon, adapterSock string) {
