@@ -5,6 +5,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/audit"
+	"github.com/airlockhq/airlock/internal/gate"
 )
 
 // auditApproval records an event of the approval queue in the audit journal as a decision:
@@ -20,17 +21,11 @@ func (s *Server) auditApproval(ev approval.Event) {
 	e := audit.Entry{Kind: audit.KindDecision, Door: approvalDoor(ev), Outcome: approvalOutcome(ev.Type)}
 	if ev.Entry.ID == "" && ev.Memory != nil {
 		// A memory forgotten: its target, and the scope it answered for.
-		e.Actor = audit.Actor{Session: ev.Memory.Scope.Session, Room: ev.Memory.Scope.Room, Host: ev.Memory.Scope.Host}
-		if ev.Memory.Scope.Generation > 0 {
-			e.Actor.Generation = uint64(ev.Memory.Scope.Generation)
-		}
+		sc := ev.Memory.Scope
+		e.Actor = auditActor(gate.Actor{Session: sc.Session, Generation: sc.Generation, Room: sc.Room, Host: sc.Host}, "")
 		e.Target = approvalTarget(approval.KindCall, ev.Memory.Target, ev.Memory.Path)
 	} else {
-		a := ev.Entry.Actor
-		e.Actor = audit.Actor{PID: a.PID, Session: a.Session, Room: a.Room, Host: a.Host, MCPClient: a.Client}
-		if a.Generation > 0 {
-			e.Actor.Generation = uint64(a.Generation)
-		}
+		e.Actor = auditActor(ev.Entry.Actor, "")
 		e.Target = approvalTarget(ev.Entry.Kind, ev.Entry.Target, ev.Entry.Path)
 		if !ev.Entry.ArgsTruncated {
 			e.Args = ev.Entry.Args

@@ -185,11 +185,7 @@ func auditDoor(d gate.Door) audit.Door {
 // its arguments and key.
 func callEntry(kind audit.Kind, c *gate.Call, exe string) audit.Entry {
 	a := c.Actor
-	e := audit.Entry{Kind: kind, Door: auditDoor(a.Door), Args: c.Args, IdempotencyKey: c.Key,
-		Actor: audit.Actor{PID: a.PID, Exe: exe, Session: a.Session, Room: a.Room, Host: a.Host, MCPClient: a.Client}}
-	if a.Generation > 0 {
-		e.Actor.Generation = uint64(a.Generation)
-	}
+	e := audit.Entry{Kind: kind, Door: auditDoor(a.Door), Args: c.Args, IdempotencyKey: c.Key, Actor: auditActor(a, exe)}
 	switch c.Kind {
 	case gate.KindTool:
 		e.Target = audit.Target{Op: c.Operation, Path: c.Path}
@@ -299,43 +295,43 @@ func (s *Server) commandActor(c *conn, cmd *protocol.Command) (audit.Door, audit
 		return audit.DoorWeb, audit.Actor{}
 	}
 	ga := s.actor(c, cmd)
-	a := audit.Actor{PID: ga.PID, Exe: ga.Executable(), Session: ga.Session, MCPClient: ga.Client}
-	if ga.Generation > 0 {
-		a.Generation = uint64(ga.Generation)
+	return auditDoor(ga.Door), auditActor(ga, ga.Executable())
+}
+
+// auditActor is the journal's actor of a gate actor whose executable is exe ("" when not
+// read); a generation below 1 is none.
+func auditActor(a gate.Actor, exe string) audit.Actor {
+	out := audit.Actor{PID: a.PID, Exe: exe, Session: a.Session, Room: a.Room, Host: a.Host, MCPClient: a.Client}
+	if a.Generation > 0 {
+		out.Generation = uint64(a.Generation)
 	}
-	return auditDoor(ga.Door), a
+	return out
+}
+
+// auditedCommands are the administrative commands recorded as events, each with its
+// target's op. An open is recorded by auditOpen, with its grant.
+var auditedCommands = map[string]string{
+	protocol.OpClose:               "session.close",
+	protocol.OpRegisterAdapter:     "adapter.register",
+	protocol.OpApproveAdapter:      "adapter.approve",
+	protocol.OpCreateRoom:          "room.create",
+	protocol.OpJoinRoom:            "room.join",
+	protocol.OpCloseRoom:           "room.close",
+	protocol.OpPublishCapability:   "room.publish",
+	protocol.OpUnpublishCapability: "room.unpublish",
+	protocol.OpAdmitBusHost:        "bus.admit",
+	protocol.OpRemoveBusHost:       "bus.remove",
 }
 
 // auditCommand records the event of an administrative command once it has run (ok or its
-// error code): which of them are events, and what each targets, is the table below. Payload
+// error code): which of them are events, and what each targets, is auditedCommands. Payload
 // members that may hold a secret (a tool descriptor's handle, a join code) are never read.
 func (s *Server) auditCommand(c *conn, cmd *protocol.Command, err error) {
 	if s.audit == nil {
 		return
 	}
-	var op string
-	switch cmd.Operation {
-	case protocol.OpClose: // an open is recorded by auditOpen, with its grant
-		op = "session.close"
-	case protocol.OpRegisterAdapter:
-		op = "adapter.register"
-	case protocol.OpApproveAdapter:
-		op = "adapter.approve"
-	case protocol.OpCreateRoom:
-		op = "room.create"
-	case protocol.OpJoinRoom:
-		op = "room.join"
-	case protocol.OpCloseRoom:
-		op = "room.close"
-	case protocol.OpPublishCapability:
-		op = "room.publish"
-	case protocol.OpUnpublishCapability:
-		op = "room.unpublish"
-	case protocol.OpAdmitBusHost:
-		op = "bus.admit"
-	case protocol.OpRemoveBusHost:
-		op = "bus.remove"
-	default:
+	op, ok := auditedCommands[cmd.Operation]
+	if !ok {
 		return
 	}
 	door, actor := s.commandActor(c, cmd)
