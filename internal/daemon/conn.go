@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -32,6 +33,9 @@ type conn struct {
 	// slot is the connection's place in the server's pool: held (never evicted) while a
 	// command is in flight or a session is attached. Set before serve starts.
 	slot *ownersock.Slot
+	// peer is the process at the other end, whose executable the journal reads once. Set
+	// with slot.
+	peer *gate.Peer
 	// lines enforces the first-line and line deadlines on what the reader reads.
 	lines *ownersock.LineDeadline
 

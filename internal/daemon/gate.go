@@ -30,7 +30,7 @@ func (d *Daemon) Gate() *gate.Gate { return d.srv.gate }
 func (s *Server) actor(c *conn, cmd *protocol.Command) gate.Actor {
 	a := gate.Actor{Door: gate.DoorSocket, UID: s.ownerUID}
 	if c != nil && c.slot != nil {
-		a.PID = c.slot.PID()
+		a.PID, a.Peer = c.slot.PID(), c.peer
 	}
 	if cmd.Client != "" {
 		a.Door, a.Client = gate.DoorMCP, cmd.Client

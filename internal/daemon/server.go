@@ -227,6 +227,7 @@ func (s *Server) admit(nc *net.UnixConn) {
 		s.pool.Warn("control", cred.PID, "connection flood: every connection is busy; a connection admitted to the control band")
 	}
 	c.slot = slot
+	c.peer = gate.NewPeer(cred.PID)
 	s.mu.Lock()
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)

@@ -86,15 +86,47 @@ type Actor struct {
 	// Client is the MCP client's name as airlock mcp was told it at initialize: a label the
 	// client chose, not an authenticated identity.
 	Client string `json:"client,omitempty"`
+	// Peer, when set, is the connection's peer process, whose executable it reads once for
+	// every call of the connection (Executable). It is the process of PID.
+	Peer *Peer `json:"-"`
 }
 
 // Executable returns the path of the peer's executable (/proc/PID/exe), "" when unknown.
-// It is read on demand, not at accept: only a hook that records it pays for it.
+// It is read on demand, not at accept: only a hook that records it pays for it, and with a
+// Peer only once per connection.
 func (a Actor) Executable() string {
-	if a.PID <= 0 {
+	if a.Peer != nil {
+		return a.Peer.Executable()
+	}
+	return readExe(a.PID)
+}
+
+// Peer is the process at the other end of one connection. A connection's peer is fixed when
+// it is accepted (its credentials), so its executable is read at the first call that asks and
+// kept for the connection's life: a peer that execs another program afterwards is still
+// recorded as the one it was. That saves a readlink of /proc per journaled call (about 1.5%
+// of airlockd's CPU on a stream of small calls). Its methods are safe for concurrent use.
+type Peer struct {
+	pid  int
+	once sync.Once
+	exe  string
+}
+
+// NewPeer returns the peer process pid, its executable not read yet.
+func NewPeer(pid int) *Peer { return &Peer{pid: pid} }
+
+// Executable returns the peer's executable as it was first read, "" when unknown.
+func (p *Peer) Executable() string {
+	p.once.Do(func() { p.exe = readExe(p.pid) })
+	return p.exe
+}
+
+// readExe reads /proc/PID/exe, "" when there is no such process or it cannot be read.
+func readExe(pid int) string {
+	if pid <= 0 {
 		return ""
 	}
-	p, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/exe")
+	p, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 	if err != nil {
 		return ""
 	}

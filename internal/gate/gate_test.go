@@ -3,6 +3,9 @@ package gate
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"sync"
 	"testing"
 
@@ -201,5 +204,43 @@ func TestMayAsk(t *testing.T) {
 	host := New(Config{Host: mustParse(t, `{"default":"ask"}`), Approver: askAll{}})
 	if !host.MayAsk(read, nil) || !host.MayAsk(status, nil) {
 		t.Error("the host's ask default does not make calls wait")
+	}
+}
+
+// A Peer reads its process's executable once: after the process is gone, every call of its
+// connection still names it, where a fresh read finds nothing.
+func TestPeerReadsTheExecutableOnce(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	p := NewPeer(pid)
+	a := Actor{PID: pid, Peer: p}
+	var wg sync.WaitGroup
+	exes := make([]string, 4)
+	for i := range exes {
+		wg.Go(func() { exes[i] = a.Executable() })
+	}
+	wg.Wait()
+	want, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || want == "" {
+		t.Fatalf("readlink: %q %v", want, err)
+	}
+	for _, e := range exes {
+		if e != want {
+			t.Fatalf("Executable %q, want %q", e, want)
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if got := (Actor{PID: pid}).Executable(); got != "" {
+		t.Fatalf("a process that is gone: %q", got)
+	}
+	if got := a.Executable(); got != want {
+		t.Fatalf("after the process ended: %q, want the first read %q", got, want)
+	}
+	if NewPeer(0).Executable() != "" {
+		t.Fatal("Executable of no process")
 	}
 }
