@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,8 +407,12 @@ func callConcurrently(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams
 	var wg sync.WaitGroup
 	for range conc {
 		wg.Go(func() {
+			// The go-sdk client writes the request's _meta into the params it is given: each
+			// goroutine calls with params of its own.
+			q := *p
+			q.SetMeta(maps.Clone(p.GetMeta()))
 			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				lat[i] = timeCall(b, cs, p)
+				lat[i] = timeCall(b, cs, &q)
 			}
 		})
 	}
