@@ -566,3 +566,43 @@ func TestBucketWriteWithoutItsStreamFindsNoResponders(t *testing.T) {
 		t.Fatalf("Put without its stream: %v, want %v", err, busport.ErrNoResponders)
 	}
 }
+
+// A connection whose server went away is closed at once: its subscriptions have no route to
+// withdraw and its buffer nowhere to go, so Close neither flushes nor drains (each would wait
+// its whole timeout for a server that is not coming back) and reports no failure.
+func TestCloseOfALostConnectionDoesNotWaitForItsServer(t *testing.T) {
+	s, err := StartServer(ServerConfig{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Dial(DialConfig{URL: s.ClientURL(), Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subject := range []string{"svc.a", "svc.b", "svc.c"} {
+		if _, err := c.Serve(subject, 1, &echoHandler{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for c.Connected() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatal("the connection never saw its server go")
+		}
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close of a lost connection: %v", err)
+	}
+	// Each wait it no longer makes is connectTimeout or drainTimeout: far above this bound.
+	if d := time.Since(start); d >= connectTimeout {
+		t.Fatalf("Close took %s: it waited for the server", d)
+	}
+}

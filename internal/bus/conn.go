@@ -493,9 +493,11 @@ func (s *serving) Stop() error {
 		s.mu.Unlock()
 		if e := s.sub.Unsubscribe(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) && !errors.Is(e, nats.ErrBadSubscription) {
 			err = mapError(e)
-		} else if s.conn != nil && e == nil {
+		} else if s.conn != nil && e == nil && s.conn.nc.IsConnected() {
 			// Once Stop returns the server no longer routes the subject here, so a request
-			// sent after it finds no responders instead of timing out.
+			// sent after it finds no responders instead of timing out. A connection that
+			// lost its server has no route to withdraw: waiting connectTimeout for a flush
+			// it cannot make would only hold its owner's stop.
 			_ = s.conn.nc.FlushTimeout(connectTimeout)
 		}
 		s.cancel()
@@ -509,8 +511,10 @@ func (s *serving) Stop() error {
 
 // Close stops every Serve and Watch of the connection (running handlers see their ctx
 // cancelled and their replies are still sent), then drains it: published messages are flushed
-// within drainTimeout and the connection closes. It is idempotent and returns once the
-// connection is closed.
+// within drainTimeout and the connection closes. A connection that has lost its server (it
+// is reconnecting) is closed at once: what it buffered has nowhere to go, and a drain would
+// wait all of drainTimeout for a server that may not come back. It is idempotent and returns
+// once the connection is closed.
 func (c *Conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
@@ -521,7 +525,9 @@ func (c *Conn) Close() error {
 		for s := range subs {
 			_ = s.Stop()
 		}
-		if e := c.nc.Drain(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) {
+		if !c.nc.IsConnected() {
+			c.nc.Close()
+		} else if e := c.nc.Drain(); e != nil && !errors.Is(e, nats.ErrConnectionClosed) {
 			c.nc.Close()
 			err = mapError(e)
 		}

@@ -58,6 +58,9 @@ type Conn interface {
 	StartRequestMsg(ctx context.Context, subject string, m Msg, done func(Msg, error))
 	// ServeMsg is Serve for a handler of requests with header fields.
 	ServeMsg(subject string, limit int, h MsgHandler) (Subscription, error)
+	// Connected reports whether the connection is up: false while it has lost its server
+	// and tries to reconnect, and once it is closed.
+	Connected() bool
 }
 
 // Msg is a payload with header fields, for a protocol that keeps a fixed envelope of short

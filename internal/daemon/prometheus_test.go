@@ -573,6 +573,12 @@ func TestPrometheusApprovalsAndBus(t *testing.T) {
 		`up{job="a"}`:                         "0",
 		`airlock_room_bus_connected{job="b"}`: "0",
 	})
+	// B stops cleanly with its bus lost: it waits for no server to withdraw its presence,
+	// which expires by its TTL.
+	b.Stop()
+	if strings.Contains(b.Stderr(), "did not stop cleanly") {
+		t.Fatalf("B's stop with its bus lost:\n%s", b.Stderr())
+	}
 }
 
 // A metrics address that is not loopback is refused unless explicitly allowed, and so is one

@@ -284,22 +284,28 @@ func (s *Sync) Repair(ctx context.Context) error {
 
 // Leave stops following room and withdraws this host's presence in it.
 func (s *Sync) Leave(ctx context.Context, room string) error {
+	if !s.forget(room) {
+		return nil
+	}
+	if err := s.presence.Delete(ctx, room+"."+string(s.key.ID())); err != nil {
+		return fmt.Errorf("room: leave: %w", err)
+	}
+	return nil
+}
+
+// forget stops watching room and drops what this host holds of it, reporting whether it was
+// joined; its presence entry stays on the bus.
+func (s *Sync) forget(room string) bool {
 	s.mu.Lock()
 	subs, ok := s.joined[room]
 	delete(s.joined, room)
 	delete(s.projections, room)
 	delete(s.catalogs, room)
 	s.mu.Unlock()
-	if !ok {
-		return nil
-	}
 	for _, sub := range subs {
 		_ = sub.Stop()
 	}
-	if err := s.presence.Delete(ctx, room+"."+string(s.key.ID())); err != nil {
-		return fmt.Errorf("room: leave: %w", err)
-	}
-	return nil
+	return ok
 }
 
 // PublishRoster signs r with this host's key (the room's owner) and writes it.
@@ -520,8 +526,10 @@ func (s *Sync) refresh() {
 	}
 }
 
-// Close leaves every room (withdrawing this host's presence) and stops the refresher. It is
-// idempotent.
+// Close leaves every room (withdrawing this host's presence) and stops the refresher, within
+// syncTimeout for all of them. When the bus connection is down it withdraws nothing and
+// returns at once: the presence entries expire by their TTL, as a host that crashed does, and
+// a stop does not wait on a server that is not there. It is idempotent.
 func (s *Sync) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -536,13 +544,17 @@ func (s *Sync) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	s.wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+	defer cancel()
 	var first error
 	for _, r := range rooms {
-		ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+		if !s.conn.Connected() || ctx.Err() != nil {
+			s.forget(r)
+			continue
+		}
 		if err := s.Leave(ctx, r); err != nil && first == nil {
 			first = err
 		}
-		cancel()
 	}
 	return first
 }
