@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
@@ -19,45 +16,6 @@ import (
 // other npm clients; make mcp-clients installs them) is the client a newcomer tries first.
 // `claude mcp list` starts every configured stdio server, initializes it and prints whether
 // it connected; it needs no login and no network for that, so the test runs the real thing.
-
-// claudeTimeout bounds one run of claude: each takes about two seconds here.
-const claudeTimeout = 2 * time.Minute
-
-// claudeCommand returns claude's command line in a private HOME (where it keeps its
-// configuration, ~/.claude.json), with the lock file's Node.js first on PATH and its
-// non-essential network traffic (update checks, telemetry) off. It fails when the clients
-// are not installed in CI (CI is set) and skips elsewhere, as internal/mcp's npm client tests
-// do.
-func claudeCommand(t *testing.T, ctx context.Context, home string, args ...string) *exec.Cmd {
-	t.Helper()
-	bin, err := filepath.Abs(filepath.Join("..", "..", "internal", "mcp", "testdata", "clients", "node_modules", ".bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"claude", "node"} {
-		if _, err := os.Stat(filepath.Join(bin, n)); err != nil {
-			msg := fmt.Sprintf("%s is not installed (run: make mcp-clients)", n)
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "claude"), args...)
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if name == "HOME" || name == "PATH" || strings.HasPrefix(name, "ANTHROPIC_") || strings.HasPrefix(name, "CLAUDE") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	cmd.Env = append(env, "HOME="+home, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1")
-	cmd.Dir = home
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
-}
 
 // TestClaudeCodeMCPList: the `claude mcp add` line that `airlock mcp config --client claude`
 // prints, pasted into Claude Code, gives a server that `claude mcp list` reports connected;
@@ -78,7 +36,7 @@ func TestClaudeCodeMCPList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), claudeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 
 	add := func(name, socket string) {
@@ -92,7 +50,7 @@ func TestClaudeCodeMCPList(t *testing.T) {
 			t.Fatalf("airlock mcp config --client claude printed %q, want a claude mcp add line", out)
 		}
 		line[3] = name
-		cmd := claudeCommand(t, ctx, home, line[1:]...)
+		cmd := claudeCode.command(t, ctx, home, line[1:]...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(line, " "), err, b)
 		}
@@ -100,7 +58,7 @@ func TestClaudeCodeMCPList(t *testing.T) {
 	add("airlock-work", d.Socket)
 	add("airlock-nodaemon", filepath.Join(root, "none.sock"))
 
-	out, err := claudeCommand(t, ctx, home, "mcp", "list").CombinedOutput()
+	out, err := claudeCode.command(t, ctx, home, "mcp", "list").CombinedOutput()
 	t.Logf("claude mcp list:\n%s", out)
 	if err != nil {
 		t.Fatalf("claude mcp list: %v", err)
@@ -120,25 +78,6 @@ func TestClaudeCodeMCPList(t *testing.T) {
 		}
 	}
 
-	// The health check's connection is over: its session's grant is revoked.
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		b, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--json", "--admin-socket", d.Socket+".fs/admin.sock").Output()
-		if err != nil {
-			t.Fatalf("airlock-fs grants: %v", err)
-		}
-		var l struct {
-			Grants []json.RawMessage `json:"grants"`
-		}
-		if err := json.Unmarshal(b, &l); err != nil {
-			t.Fatal(err)
-		}
-		if len(l.Grants) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the health check's grant is still live after %v:\n%s", waitTimeout, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// The health check's connection is over: its session is gone, and its grant revoked.
+	waitMCPSessionOpenedAndGone(t, d, realExe(t, airlock))
 }

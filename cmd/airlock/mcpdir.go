@@ -252,15 +252,20 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`).MatchString(n) {
 		return a.failUsage(o, usageErrorf("--name must be 1 to 64 letters, digits, '_' or '-'"))
 	}
+	// --ops and --caps are one word each, --flag=value: Gemini CLI's parser reads a lone
+	// number-like argument as a number, even after its "--", and stores it so ("--caps 0x10"
+	// became "--caps 16", "1.50" "1.5"); a capability id may look like one. DIR and the socket
+	// are absolute paths, which never do.
 	argv := []string{"--socket", sock, "mcp", "--dir", d}
 	if *ops != "" {
-		argv = append(argv, "--ops", strings.Join(parseOps(*ops), ","))
+		argv = append(argv, "--ops="+strings.Join(parseOps(*ops), ","))
 	}
 	if *caps != "" {
-		argv = append(argv, "--caps", *caps)
+		argv = append(argv, "--caps="+*caps)
 	}
-	line := func(prefix string) string {
-		words := []string{prefix, shellQuote(exe)}
+	// line is one shell line: prefix, the executable, then sep (unquoted words) and argv.
+	line := func(prefix string, sep ...string) string {
+		words := append([]string{prefix, shellQuote(exe)}, sep...)
 		for _, w := range argv {
 			words = append(words, shellQuote(w))
 		}
@@ -280,7 +285,13 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	case configCodex:
 		text = line("codex mcp add " + n + " --")
 	case configGemini:
-		text = line("gemini mcp add " + n)
+		// Gemini CLI 0.61 (TestGeminiCLIMCPList) reads its own options anywhere on the line
+		// before a "--", so argv goes after one, its documented form for a server's flags.
+		// Its default scope, project, writes .gemini/settings.json in the working directory,
+		// and writes nothing (while saying "added") when that is the home directory:
+		// --scope user puts the server in ~/.gemini/settings.json, wherever the line is
+		// pasted.
+		text = line("gemini mcp add --scope user "+n, "--")
 	default:
 		return a.failUsage(o, usageErrorf("--client must be %s, %s, %s or %s", configJSON, configClaude, configCodex, configGemini))
 	}

@@ -261,14 +261,14 @@ func TestMCPConfig(t *testing.T) {
 	if !filepath.IsAbs(srv.Command) || !slices.Equal(srv.Args, []string{"--socket", e.d.Socket, "mcp", "--dir", e.root}) {
 		t.Fatalf("server: %+v", srv)
 	}
-	for client, prefix := range map[string]string{"claude": "claude mcp add airlock-work -- ", "codex": "codex mcp add airlock-work -- ",
-		"gemini": "gemini mcp add airlock-work "} {
-		want := prefix + srv.Command + " --socket " + e.d.Socket + " mcp --dir " + e.root + "\n"
+	args := " --socket " + e.d.Socket + " mcp --dir " + e.root + "\n"
+	for client, want := range map[string]string{"claude": "claude mcp add airlock-work -- " + srv.Command + args,
+		"codex": "codex mcp add airlock-work -- " + srv.Command + args, "gemini": "gemini mcp add --scope user airlock-work " + srv.Command + " --" + args} {
 		if got := run("--client", client); got != want {
 			t.Errorf("%s: %q, want %q", client, got, want)
 		}
 	}
-	if got := run("--client", "claude", "--name", "w", "--ops", "fs.read"); !strings.HasSuffix(got, " --ops fs.read\n") || !strings.HasPrefix(got, "claude mcp add w -- /") {
+	if got := run("--client", "claude", "--name", "w", "--ops", "fs.read"); !strings.HasSuffix(got, " --ops=fs.read\n") || !strings.HasPrefix(got, "claude mcp add w -- /") {
 		t.Errorf("with --name and --ops: %q", got)
 	}
 
