@@ -55,7 +55,8 @@ type benchStats struct {
 // testdata/clients) on the same directory, row by row:
 //
 //   - read_text_file vs fs_read of a 4 KiB and a 1 MiB file;
-//   - list_directory vs fs_list of a directory of 1,000 files;
+//   - list_directory vs fs_list of a directory of 1,000 files, and list_directory_with_sizes
+//     (which, as fs_list does, stats each entry for its size) vs fs_list;
 //   - get_file_info vs fs_stat of one file.
 //
 // At 1 concurrent call the two servers' calls alternate one by one; at 16, each server gets
@@ -86,22 +87,26 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 		readRow("read_4KiB", dir, "small.txt", benchSmall),
 		readRow("read_1MiB", dir, "big.txt", benchBig),
 		{
-			name: "list_1000",
-			air:  &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
-			ref:  &sdk.CallToolParams{Name: "list_directory", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
-			checkAir: func(r *sdk.CallToolResult) error {
-				var v struct {
-					Entries   []json.RawMessage `json:"entries"`
-					Truncated bool              `json:"truncated"`
-				}
-				if err := decodeStructured(r, &v); err != nil || len(v.Entries) != benchEntries || v.Truncated {
-					return fmt.Errorf("fs_list: %d entries, truncated %v, %v", len(v.Entries), v.Truncated, err)
-				}
-				return nil
-			},
+			name:     "list_1000",
+			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
+			ref:      &sdk.CallToolParams{Name: "list_directory", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
+			checkAir: checkList,
 			checkRef: func(r *sdk.CallToolResult) error {
 				if n := strings.Count(text(r), "[FILE]"); r.IsError || n != benchEntries {
 					return fmt.Errorf("list_directory: %d files: %.200s", n, text(r))
+				}
+				return nil
+			},
+		},
+		{
+			// The reference's listing that, like fs_list, stats every entry for its size.
+			name:     "list_1000_sizes",
+			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
+			ref:      &sdk.CallToolParams{Name: "list_directory_with_sizes", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
+			checkAir: checkList,
+			checkRef: func(r *sdk.CallToolResult) error {
+				if n := strings.Count(text(r), "[FILE]"); r.IsError || n != benchEntries {
+					return fmt.Errorf("list_directory_with_sizes: %d files: %.200s", n, text(r))
 				}
 				return nil
 			},
@@ -256,6 +261,18 @@ func readRow(name, dir, file string, size int) benchRow {
 			return nil
 		},
 	}
+}
+
+// checkList checks fs_list's answer of the bench's directory of benchEntries files.
+func checkList(r *sdk.CallToolResult) error {
+	var v struct {
+		Entries   []json.RawMessage `json:"entries"`
+		Truncated bool              `json:"truncated"`
+	}
+	if err := decodeStructured(r, &v); err != nil || len(v.Entries) != benchEntries || v.Truncated {
+		return fmt.Errorf("fs_list: %d entries, truncated %v, %v", len(v.Entries), v.Truncated, err)
+	}
+	return nil
 }
 
 // writeBenchTree writes the files both servers serve.
