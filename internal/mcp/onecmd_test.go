@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -571,5 +573,66 @@ func TestDirReopenRefused(t *testing.T) {
 	}
 	if gs, ids := e2.managedGrants(t), e2.sessionIDs(t); len(gs) != 0 || len(ids) != 0 {
 		t.Fatalf("after the refusal: grants %v, sessions %v", gs, ids)
+	}
+}
+
+// TestDirReopensOverHTTP: airlock mcp --dir --http keeps its MCP session across a daemon
+// restart as on stdio, and closes the reopened session when it is stopped.
+func TestDirReopensOverHTTP(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs")
+	dir := daemontest.ShortDir(t)
+	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
+	e := startEnvWith(t, opts)
+	os.WriteFile(filepath.Join(e.root, "kept.txt"), []byte("over http\n"), 0o600)
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--dir", e.root, "--http", "127.0.0.1:0", "--log-level", "info")
+	stderr := newStderrWatch()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", stderr.String())
+		}
+	})
+	served := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/mcp)\n(?:.*\n)*?airlock mcp: bearer token \(shown once\): (\S+)\n`)
+	m := served.FindStringSubmatch(stderr.wait(t, "the URL and the token", served))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: m[1],
+		HTTPClient: &http.Client{Transport: bearer{m[2], http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
+		t.Fatalf("fs_read: %q", got)
+	}
+	id := e.sessionIDs(t)[0]
+
+	e.d.Stop()
+	e2 := startEnvWith(t, opts)
+	stderr.wait(t, "the reopen", regexp.MustCompile(`level=INFO msg="session reopened" session=`+id))
+	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
+		t.Fatalf("fs_read after the reopen: %q", got)
+	}
+	if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("airlock session list after the reopen: %v, want [%s]", ids, id)
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, cmd, exited); code != 0 {
+		t.Fatalf("airlock mcp exit %d after SIGTERM", code)
+	}
+	if gs, ids := e2.managedGrants(t), cliSessions(t, opts.Socket); len(gs) != 0 || len(ids) != 0 {
+		t.Fatalf("after airlock mcp stopped: grants %v, sessions %v", gs, ids)
 	}
 }
