@@ -398,6 +398,7 @@ func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 		// The deadline ends the wait, and the attempts: the last error says why.
 		left := time.Until(deadline)
 		if left > 0 {
+			k.log.Debug("session not reopened yet", "session", k.id, "err", err, "retryIn", min(wait, left))
 			t := time.NewTimer(min(wait, left))
 			select {
 			case <-ctx.Done():
