@@ -92,9 +92,9 @@ func commandTable() []command {
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
 		{"mcp config", "--dir DIR [--client json|claude|codex|gemini] [--name N] [--ops OP,OP…] [--caps ID,ID…]",
 			"print a client configuration that runs airlock mcp --dir DIR, with absolute paths and this socket", (*app).mcpConfig},
-		{"mcp", "(--dir DIR [--ops OP,OP…] | --session S --generation N) [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]]\n" +
+		{"mcp", "(--dir DIR [--ops OP,OP…] [--reopen-for 2m] | --session S --generation N) [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]]\n" +
 			"      [--poll 2s] [--log-level warn]",
-			"serve a directory (--dir: a session of its own, closed with its grant when the client goes) or a session's granted tools, and the named capabilities, as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
+			"serve a directory (--dir: a session of its own, closed with its grant when the client goes, opened again when airlockd restarts) or a session's granted tools, and the named capabilities, as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
 		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
 			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},
 		{"fabric status", "[--json]", "show the room bus node of this host: with airlockd --fabric its routes and RTT, leaves and JetStream health; else the local node", (*app).fabricStatus},

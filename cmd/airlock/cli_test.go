@@ -75,6 +75,16 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 
+	// airlock mcp --reopen-for: a --dir server's, never negative.
+	for args, says := range map[string]string{
+		"mcp --session s --generation 1 --reopen-for 1m": "airlock: usage: --reopen-for goes with --dir",
+		"mcp --dir / --reopen-for -1s":                   "airlock: usage: --reopen-for must not be negative",
+	} {
+		if r := cli(t, socket, "", strings.Fields(args)...); r.code != exitUsage || !strings.HasPrefix(r.stderr, says) {
+			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+
 	// Under --json a usage error is an envelope too.
 	r := cli(t, socket, "", "session", "close", "s", "--json").wantCode(t, exitUsage)
 	if env := envelopeOf(t, r, "session close", false); env.Error.Code != codeUsage {

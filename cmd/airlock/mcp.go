@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/airlockhq/airlock/internal/loopback"
@@ -14,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,7 +40,8 @@ const (
 // With --dir, airlock mcp opens a memory session whose grant of DIR airlockd mints from the
 // airlock-fs it runs, with lifetime "connection": it lives exactly as long as this process's
 // connection that opened it, so the client going away (stdin closed, the process killed)
-// closes it and revokes the grant, and a daemon restart deletes it.
+// closes it and revokes the grant, and a daemon restart deletes it. It keeps serving across a
+// restart and opens the session again, for up to --reopen-for (dirKeeper).
 //
 // When it cannot start (no daemon on the socket, an unknown session, a refused open), an MCP
 // client on stdio gets the reason, and how to fix it, as the error of its first request
@@ -55,6 +56,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `host:port` instead of stdio (loopback only without --listen)")
 	listen := fs.Bool("listen", false, "with --http: allow an address that is not loopback")
+	reopenFor := fs.Duration("reopen-for", defaultReopenFor, "with --dir: when airlockd stops or restarts, keep serving and open the session again for up to this `duration` (0: exit 69 at once)")
 	poll := fs.Duration("poll", mcp.DefaultPollInterval, "how often to check the grant and the capabilities for changes")
 	logLevel := fs.String("log-level", "warn", "stderr log level: debug, info, warn or error")
 	if _, code, done := a.parse(o, fs, args); done {
@@ -69,6 +71,10 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		return a.failUsage(o, usageErrorf("--ops goes with --dir; a --session has its grant already"))
 	case *dir == "" && *pol != "":
 		return a.failUsage(o, usageErrorf("--policy goes with --dir; a --session has its policy already"))
+	case *dir == "" && isSet(fs, "reopen-for"):
+		return a.failUsage(o, usageErrorf("--reopen-for goes with --dir; a --session is reprovisioned by its operator after a restart"))
+	case *reopenFor < 0:
+		return a.failUsage(o, usageErrorf("--reopen-for must not be negative"))
 	case *session != "":
 		if err := checkGeneration(fs, *gen); err != nil {
 			return a.failUsage(o, err)
@@ -131,44 +137,59 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	}
 	sctx, cancel := context.WithTimeout(ctx, callTimeout)
 	sessionID, generation := *session, *gen
-	var ds *dirSession
+	var keeper *dirKeeper
 	if root != "" {
 		var err error
-		var ref json.RawMessage
+		keeper = &dirKeeper{a: a, id: newDirSessionID(), root: root, ops: parseOps(*opsFlag), reopenFor: *reopenFor, log: log}
 		if *pol != "" {
-			if ref, err = policyRef(*pol); err != nil {
+			if keeper.pol, err = policyRef(*pol); err != nil {
 				cancel()
 				return a.failUsage(o, err)
 			}
 		}
-		ds, err = a.openDirSession(sctx, root, parseOps(*opsFlag), ref)
-		if err != nil {
+		if keeper.cur, err = a.openDirSession(sctx, keeper.id, keeper.root, keeper.ops, keeper.pol); err != nil {
 			cancel()
 			return fail(err)
 		}
-		defer ds.close(context.WithoutCancel(ctx))
-		sessionID, generation = ds.id, 1
-		// The daemon closing the owner connection (it stopped, or restarted) ended the
-		// session: stop serving tools that are gone.
-		var stop context.CancelFunc
-		ctx, stop = context.WithCancel(ctx)
-		defer stop()
-		go func() {
-			select {
-			case <-ds.owner.Done():
-				log.Warn("airlockd closed the connection that held the session; its tools are gone")
-				stop()
-			case <-ctx.Done():
-			}
-		}()
+		sessionID, generation = keeper.id, 1
 	}
 	b, err := mcp.New(sctx, mcp.Config{Socket: a.socket, SessionID: sessionID, Generation: generation, Capabilities: capIDs,
 		PollInterval: *poll, Logger: log})
 	cancel()
 	if err != nil {
+		if keeper != nil {
+			keeper.cur.close(context.WithoutCancel(ctx))
+		}
 		return fail(err)
 	}
 	defer b.Close()
+	// stopped ends a --dir server's keeper and closes its session, which revokes its grant,
+	// and returns why the keeper stopped the server before its client went, or nil. It runs
+	// once, when serving has ended (or, deferred, on any other way out).
+	stopped := func() error { return nil }
+	if keeper != nil {
+		serveCtx, stopServing := context.WithCancel(ctx)
+		kctx, stopKeeping := context.WithCancel(ctx)
+		kept := make(chan error, 1)
+		go func() {
+			err := keeper.keep(kctx, b)
+			if err != nil {
+				stopServing()
+			}
+			kept <- err
+		}()
+		stopped = sync.OnceValue(func() error {
+			stopKeeping()
+			err := <-kept
+			stopServing()
+			if keeper.cur != nil {
+				keeper.cur.close(context.WithoutCancel(ctx))
+			}
+			return err
+		})
+		defer stopped()
+		ctx = serveCtx
+	}
 
 	if *httpAddr == "" {
 		if polled && os.Getenv("GOMAXPROCS") == "" {
@@ -192,7 +213,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		if err := b.ServeStdio(ctx, in, a.stdout, mcp.MaxMessageBytes, 0); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 			return o.fail(err)
 		}
-		return a.ownerLost(o, ds)
+		return a.dirEnd(o, stopped())
 	}
 
 	ln, err := net.Listen("tcp", *httpAddr)
@@ -223,18 +244,15 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		srv.Close()
 	}
 	<-served
-	return a.ownerLost(o, ds)
+	return a.dirEnd(o, stopped())
 }
 
-// ownerLost is the exit of a --dir server: a failure when the daemon ended the connection
-// that held its session (the session is gone), success otherwise.
-func (a *app) ownerLost(o *output, ds *dirSession) int {
-	if ds != nil {
-		select {
-		case <-ds.owner.Done():
-			return o.fail(transportErrorf(exitUnavailable, "airlockd closed the connection that held session %s; the session and its grant are gone", ds.id))
-		default:
-		}
+// dirEnd is the exit of a server that stopped serving: success when its client went (or it
+// was interrupted), and for a --dir server whose session could not be kept (dirKeeper.keep),
+// why: 69 when airlockd did not take it back in time, 1 when it refused to.
+func (a *app) dirEnd(o *output, lost error) int {
+	if lost != nil {
+		return o.fail(lost)
 	}
 	return exitOK
 }

@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -89,18 +91,22 @@ func policyRef(pol string) (json.RawMessage, error) {
 	return json.Marshal(ref)
 }
 
-// openDirSession opens a memory session of generation 1 on dir whose grant of ops the daemon
-// mints from its own airlock-fs, with lifetime "connection": the session, and the grant,
-// end when the returned owner connection does, however this process ends. pol, when not
-// nil, is the session's policy member.
-func (a *app) openDirSession(ctx context.Context, dir string, ops []string, pol json.RawMessage) (*dirSession, error) {
+// newDirSessionID is the id of airlock mcp --dir's session: "mcp-" and 12 hex digits.
+func newDirSessionID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "mcp-" + hex.EncodeToString(b[:])
+}
+
+// openDirSession opens generation 1 of memory session id on dir, whose grant of ops the
+// daemon mints from its own airlock-fs, with lifetime "connection": the session, and the
+// grant, end when the returned owner connection does, however this process ends. pol, when
+// not nil, is the session's policy member.
+func (a *app) openDirSession(ctx context.Context, id, dir string, ops []string, pol json.RawMessage) (*dirSession, error) {
 	owner, err := a.dial(ctx, protocol.Version2)
 	if err != nil {
 		return nil, err
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	id := "mcp-" + hex.EncodeToString(b[:])
 	opsJSON, _ := json.Marshal(ops)
 	mode, _ := json.Marshal(protocol.ToolsManagedFS)
 	tools, _ := json.Marshal(protocol.ToolsResource{Mode: mode, Operations: opsJSON})
@@ -297,4 +303,136 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	}
 	_, _ = io.WriteString(a.stdout, text)
 	return exitOK
+}
+
+// How airlock mcp --dir opens its session again after the daemon ended the connection that
+// held it (dirKeeper).
+const (
+	// defaultReopenFor is how long it tries by default: a restart, an upgrade or a service
+	// manager bringing airlockd back takes seconds; a daemon that is not back in two minutes
+	// is not coming back by itself, and the client had better see the server go.
+	defaultReopenFor = 2 * time.Minute
+	// The first wait after a failed attempt, doubled after each up to reopenBackoffMax: a
+	// restarted daemon is found within about a tenth of a second of its start, or two seconds
+	// at most after a longer gap, and an absent one costs a dial every two seconds.
+	reopenBackoffMin = 100 * time.Millisecond
+	reopenBackoffMax = 2 * time.Second
+)
+
+// dirKeeper keeps airlock mcp --dir's session open while the server serves. The session lives
+// as long as the owner connection that opened it, so a daemon that stops or restarts ends it
+// and revokes its grant (its airlock-fs child goes with it); the MCP client, which does not
+// restart a server that exits, keeps its MCP session. So the keeper holds the bridge (calls
+// answer daemon_unreachable, the tools stay listed), opens the session again on the daemon
+// that comes back, with the same id, DIR, operations and policy, and resumes the bridge.
+//
+// The same id is free on the new daemon: a daemon that stops closes and deletes the
+// connection-scoped sessions of the connections it closes, and one that was killed deletes
+// them when it next starts (session.Recover), before it answers. Nothing of the old session
+// guards its id or generation against a new open of generation 1 (the store keeps no floor for
+// a deleted session; the call floors are room callers'), and nothing of it can be replayed: a
+// grant is bound to the daemon's host instance id, new at every start, and the old grants died
+// with the old daemon's airlock-fs. Keeping the id keeps the bridge as it is: the same tools,
+// the same instructions, no list_changed.
+type dirKeeper struct {
+	a         *app
+	id, root  string
+	ops       []string
+	pol       json.RawMessage
+	reopenFor time.Duration
+	log       *slog.Logger
+	// cur is the session open now, nil from the loss of one until it is open again. keep owns
+	// it while it runs; its caller closes it after keep has returned.
+	cur *dirSession
+}
+
+// keep waits for the connection that holds the session to end and opens the session again,
+// for as long as ctx lasts. It returns nil when ctx ends, and otherwise the reason the server
+// must stop: reopenFor is 0, or the daemon did not take the session back within reopenFor
+// (exit 69, with the command that starts it), or it refused the open in a way that retrying
+// cannot fix (DIR or the policy file is gone, …; the daemon's error, exit 1).
+func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-k.cur.owner.Done():
+		}
+		k.cur.owner.Close()
+		k.cur = nil
+		if k.reopenFor <= 0 {
+			k.log.Warn("airlockd closed the connection that held the session; its tools are gone", "session", k.id)
+			return transportErrorf(exitUnavailable, "airlockd closed the connection that held session %s; the session and its grant are gone; %s",
+				k.id, k.a.startHint())
+		}
+		k.log.Warn("airlockd closed the connection that held the session (it stopped or restarted); opening it again",
+			"session", k.id, "for", k.reopenFor)
+		b.Hold(fmt.Sprintf("airlockd stopped or restarted, and airlock mcp is opening session %s again", k.id))
+		ds, err := k.reopen(ctx)
+		if ds == nil {
+			return err
+		}
+		k.cur = ds
+		rctx, cancel := context.WithTimeout(ctx, callTimeout)
+		if err := b.Resume(rctx); err != nil {
+			k.log.Debug("tool list refresh after the reopen failed; the poll retries", "err", err)
+		}
+		cancel()
+		k.log.Info("session reopened", "session", k.id)
+	}
+}
+
+// reopen opens the session again: at once, then after waits from reopenBackoffMin doubling up
+// to reopenBackoffMax, while the daemon is out of reach or refuses the open retryably (it is
+// still recovering, its airlock-fs is not up yet), until reopenFor has passed. It returns
+// (nil, nil) when ctx ends.
+func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
+	deadline := time.Now().Add(k.reopenFor)
+	wait := reopenBackoffMin
+	for {
+		until := time.Now().Add(callTimeout)
+		if deadline.Before(until) {
+			until = deadline
+		}
+		actx, cancel := context.WithDeadline(ctx, until)
+		ds, err := k.a.openDirSession(actx, k.id, k.root, k.ops, k.pol)
+		cancel()
+		switch {
+		case err == nil:
+			return ds, nil
+		case ctx.Err() != nil:
+			return nil, nil
+		case !reopenRetryable(err):
+			k.log.Error("airlockd refused to open the session again", "session", k.id, "err", err)
+			return nil, err
+		}
+		// The deadline ends the wait, and the attempts: the last error says why.
+		left := time.Until(deadline)
+		if left > 0 {
+			k.log.Debug("session not reopened yet", "session", k.id, "err", err, "retryIn", min(wait, left))
+			t := time.NewTimer(min(wait, left))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nil
+			case <-t.C:
+			}
+		}
+		if !time.Now().Before(deadline) {
+			return nil, transportErrorf(exitUnavailable, "airlockd did not take session %s back within %v (%v); %s",
+				k.id, k.reopenFor, err, k.a.startHint())
+		}
+		wait = min(2*wait, reopenBackoffMax)
+	}
+}
+
+// reopenRetryable reports whether a failed open may succeed if tried again: the daemon was out
+// of reach or closed the connection (a transport failure), or it refused retryably. Any other
+// refusal (cwd gone, policy file gone, an operation the grant cannot have) stays as it is.
+func reopenRetryable(err error) bool {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Retryable
+	}
+	return true
 }

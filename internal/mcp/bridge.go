@@ -81,6 +81,8 @@ type Bridge struct {
 	// fastCalls counts the calls the stdio fast path took (tests read it).
 	fastCalls atomic.Int64
 	slots     chan struct{} // one per connection in use
+	// held is the message of daemon_unreachable while the bridge is held (Hold), else nil.
+	held atomic.Pointer[string]
 
 	dmu     sync.Mutex
 	idle    []*client.Client // daemon connections that carry no call
@@ -206,8 +208,12 @@ type lease struct {
 }
 
 // lease takes a connection slot and an idle connection, dialling a new one when none is idle
-// (or the idle ones ended: a restarted daemon, or one that closed a connection).
+// (or the idle ones ended: a restarted daemon, or one that closed a connection). A held bridge
+// leases nothing (Hold).
 func (b *Bridge) lease(ctx context.Context) (*lease, error) {
+	if msg := b.held.Load(); msg != nil {
+		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: *msg, Retryable: true}
+	}
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -313,6 +319,22 @@ func (b *Bridge) poll() {
 		}
 		cancel()
 	}
+}
+
+// Hold makes every call and every refresh answer daemon_unreachable (retryable), with msg as
+// its message, without reaching the daemon, until Resume; the tools stay listed. airlock mcp
+// --dir holds its bridge while it opens its session again after airlockd restarted: until the
+// open is through, the new daemon does not know the session, so a call would be refused
+// session_not_found, which tells a model to give up, and a refresh would take every tool away
+// (and announce it) only to put them back a moment later. A call already past its lease is
+// not affected: its connection was to the daemon that went, and it fails as it is.
+func (b *Bridge) Hold(msg string) { b.held.Store(&msg) }
+
+// Resume ends Hold and refreshes the tool list at once, so that a change of the grant across
+// the hold is listed without waiting for the next poll.
+func (b *Bridge) Resume(ctx context.Context) error {
+	b.held.Store(nil)
+	return b.refresh(ctx)
 }
 
 // Refresh reads the session's grant and the capabilities' availability once and changes the

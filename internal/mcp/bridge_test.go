@@ -490,3 +490,47 @@ func TestAdapterConnectionOutlivesItsWriteDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldKeepsToolsUntilResume: a held bridge (airlock mcp --dir while it opens its session
+// again after a daemon restart) answers every call daemon_unreachable, retryable, with the
+// hold's message, without reaching the daemon, and a refresh that would find the session gone
+// takes no tool away; Resume lets calls through again and lists the grant of the reopened
+// session at once (here a narrower one), without waiting for a poll.
+func TestHoldKeepsToolsUntilResume(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.list,fs.stat"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	before := cn.b.Tools()
+
+	cn.b.Hold("held by the test")
+	r := cn.call(t, "fs_read", map[string]any{"path": "notes.txt"})
+	if we := airlockError(t, r); !r.IsError || we.Code != mcp.CodeDaemonUnreachable || !we.Retryable || we.Message != "held by the test" {
+		t.Fatalf("a call while held: %+v", we)
+	}
+	// The session is gone from the daemon, as after a restart: a refresh would take every tool.
+	if r := call(t, e.c, client.Command{Operation: "close", SessionID: "agent", Generation: gen(1), Payload: map[string]any{"retainSession": false}}); !r.OK {
+		t.Fatalf("close: %v", r.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cn.b.Refresh(ctx); err == nil {
+		t.Fatal("a refresh while held reached the daemon")
+	}
+	if got := cn.b.Tools(); !slices.Equal(got, before) {
+		t.Fatalf("tools while held %v, before %v", got, before)
+	}
+
+	// Reopened with the same id and generation, and a grant of fs.read only.
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	if err := cn.b.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cn.b.Tools(); slices.Contains(got, "fs_list") || !slices.Contains(got, "fs_read") {
+		t.Fatalf("tools after Resume: %v", got)
+	}
+	if r := cn.call(t, "fs_read", map[string]any{"path": "notes.txt"}); r.IsError || text(r) != "hello\n" {
+		t.Fatalf("fs_read after Resume: %s", text(r))
+	}
+}

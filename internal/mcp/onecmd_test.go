@@ -3,12 +3,15 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,8 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/hint"
+	"github.com/airlockhq/airlock/internal/mcp"
 )
 
 // These tests run the one-command path, airlock mcp --dir, with real binaries: airlockd runs
@@ -66,9 +71,16 @@ func startDirEnv(t *testing.T) *env {
 // connectDir starts airlock mcp --dir on e.root with extra flags and connects a go-sdk client.
 func connectDir(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exec.Cmd) {
 	t.Helper()
+	cs, cmd, _ := connectDirWatched(t, e, extra...)
+	return cs, cmd
+}
+
+// connectDirWatched is connectDir that also returns the server's stderr, to wait on.
+func connectDirWatched(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exec.Cmd, *stderrWatch) {
+	t.Helper()
 	args := append([]string{"--socket", e.d.Socket, "mcp", "--dir", e.root}, extra...)
 	cmd := exec.Command(daemontest.Binary(t, "airlock"), args...)
-	stderr := &daemontest.SyncBuffer{}
+	stderr := newStderrWatch()
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -82,7 +94,52 @@ func connectDir(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exe
 			t.Logf("airlock mcp stderr:\n%s", stderr.String())
 		}
 	})
-	return cs, cmd
+	return cs, cmd, stderr
+}
+
+// stderrWatch is a process's stderr, which exec copies from the process's pipe, kept for a
+// test to wait until a line appears: an event, not a time.
+type stderrWatch struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	grew chan struct{} // closed, and replaced, by every write
+}
+
+func newStderrWatch() *stderrWatch { return &stderrWatch{grew: make(chan struct{})} }
+
+func (w *stderrWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	close(w.grew)
+	w.grew = make(chan struct{})
+	return len(p), nil
+}
+
+func (w *stderrWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// wait waits until what was written matches re, and returns the match.
+func (w *stderrWatch) wait(t *testing.T, what string, re *regexp.Regexp) string {
+	t.Helper()
+	timeout := time.NewTimer(60 * time.Second)
+	defer timeout.Stop()
+	for {
+		w.mu.Lock()
+		m, grew := re.FindString(w.buf.String()), w.grew
+		w.mu.Unlock()
+		if m != "" {
+			return m
+		}
+		select {
+		case <-grew:
+		case <-timeout.C:
+			t.Fatalf("airlock mcp did not log %s; stderr:\n%s", what, w.String())
+		}
+	}
 }
 
 func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
@@ -178,39 +235,74 @@ func TestDirKilled(t *testing.T) {
 	})
 }
 
-// TestDirDaemonRestart: when the daemon stops under it, airlock mcp --dir stops serving tools
-// that are gone and exits 69; the next daemon holds neither the session nor a grant.
+// startDirServer starts airlock mcp --dir on e.root with extra flags and no client: it opens its
+// session before it reads a request, and stdin, held open until the test ends, keeps it
+// serving. It returns when the session's grant is live, with the process's exit and stderr.
+func startDirServer(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan struct{}, *stderrWatch) {
+	t.Helper()
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), append([]string{"--socket", e.d.Socket, "mcp", "--dir", e.root}, extra...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := newStderrWatch()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", stderr.String())
+		}
+	})
+	waitFor(t, "the session's grant", func() bool {
+		out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", e.d.Socket+".fs/admin.sock").Output()
+		return err == nil && strings.Count(string(out), "\n") == 2 // the header and one grant
+	})
+	return cmd, exited, stderr
+}
+
+// waitExit waits for the server started by startDirServer to exit, and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) int {
+	t.Helper()
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("airlock mcp serves on")
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
+// startHint matches the sentence that names the command starting a daemon on socket.
+func startHint(socket string) *regexp.Regexp {
+	return regexp.MustCompile("start it with `" + `\S*airlockd --socket ` + regexp.QuoteMeta(socket) + " &`")
+}
+
+// TestDirDaemonRestart: with --reopen-for 0, when the daemon is killed under it, airlock mcp
+// --dir stops serving tools that are gone and exits 69 at once, naming the command that starts
+// the daemon; the next daemon holds neither the session nor a grant.
 func TestDirDaemonRestart(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	dir := daemontest.ShortDir(t)
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
-	// Started without a client: it opens its session before it reads a request, and stdin
-	// held open keeps it serving.
-	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--dir", e.root)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	waitFor(t, "the session's grant", func() bool {
-		out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", e.d.Socket+".fs/admin.sock").Output()
-		return err == nil && strings.Count(string(out), "\n") == 2 // the header and one grant
-	})
+	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "0")
 	e.d.Kill9()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("airlock mcp serves on without its daemon")
-	}
-	if code := cmd.ProcessState.ExitCode(); code != 69 {
+	if code := waitExit(t, cmd, exited); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69", code)
+	}
+	if msg := stderr.String(); !strings.Contains(msg, "the session and its grant are gone") || !startHint(opts.Socket).MatchString(msg) ||
+		strings.Contains(msg, "opening it again") {
+		t.Fatalf("stderr:\n%s", msg)
 	}
 	e2 := startEnvWith(t, opts)
 	if ids := e2.sessionIDs(t); len(ids) != 0 {
@@ -319,5 +411,228 @@ func TestDirDaemonNotRunning(t *testing.T) {
 	out, code := inspector(t, bin, "--socket", sock, "mcp", "--dir", dir, "--method", "tools/list")
 	if msg, _ := path(out, "error", "message").(string); code == 0 || !want.MatchString(msg) || !strings.Contains(msg, "daemon_unreachable") {
 		t.Fatalf("inspector: exit %d, %v", code, out)
+	}
+}
+
+// cliSessions lists the daemon's sessions as airlock session list --json prints them.
+func cliSessions(t *testing.T, socket string) []string {
+	t.Helper()
+	out, err := exec.Command(daemontest.Binary(t, "airlock"), "--socket", socket, "session", "list", "--json").Output()
+	if err != nil {
+		t.Fatalf("airlock session list: %v", err)
+	}
+	var env struct {
+		Data struct {
+			Sessions []struct {
+				SessionID string `json:"sessionId"`
+			} `json:"sessions"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &env); err != nil {
+		t.Fatalf("airlock session list: %v\n%s", err, out)
+	}
+	var ids []string
+	for _, s := range env.Data.Sessions {
+		ids = append(ids, s.SessionID)
+	}
+	return ids
+}
+
+func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestDirReopensAfterRestart: airlock mcp --dir survives its daemon stopping (SIGTERM) or
+// dying (SIGKILL) and a new one starting on the same socket and state directory. In the gap a
+// call answers daemon_unreachable, retryable, with its hint; once the server logs that it
+// reopened its session, the same MCP session reads the file written before, with the same
+// tools (none was taken away and put back); the new daemon holds exactly that session, under
+// the same id, and one grant of it, and both end when the client goes.
+func TestDirReopensAfterRestart(t *testing.T) {
+	for _, killed := range []bool{false, true} {
+		name := "stopped"
+		if killed {
+			name = "killed"
+		}
+		t.Run(name, func(t *testing.T) {
+			daemontest.Binary(t, "airlock-fs")
+			dir := daemontest.ShortDir(t)
+			opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
+			e := startEnvWith(t, opts)
+			cs, cmd, stderr := connectDirWatched(t, e, "--log-level", "info")
+			callTool(t, cs, "fs_write", map[string]any{"path": "kept.txt", "content": "before the restart\n"})
+			if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "before the restart\n" {
+				t.Fatalf("fs_read: %q", got)
+			}
+			ids := e.sessionIDs(t)
+			if len(ids) != 1 {
+				t.Fatalf("sessions: %v", ids)
+			}
+			id, tools := ids[0], toolNames(t, cs)
+
+			if killed {
+				e.d.Kill9()
+			} else {
+				e.d.Stop()
+			}
+			stderr.wait(t, "the warning", regexp.MustCompile(`level=WARN msg="airlockd closed the connection that held the session \(it stopped or restarted\); opening it again" session=`+id))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "kept.txt"}})
+			if err != nil || !r.IsError {
+				t.Fatalf("a call in the gap: %v %+v", err, r)
+			}
+			if we := airlockError(t, r); we.Code != mcp.CodeDaemonUnreachable || !we.Retryable || we.Hint != hint.For(mcp.CodeDaemonUnreachable) ||
+				!strings.Contains(text(r), "\n"+we.Hint) {
+				t.Fatalf("a call in the gap: %+v, text %q", we, text(r))
+			}
+
+			e2 := startEnvWith(t, opts)
+			stderr.wait(t, "the reopen", regexp.MustCompile(`level=INFO msg="session reopened" session=`+id))
+			if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "before the restart\n" {
+				t.Fatalf("fs_read after the reopen: %q", got)
+			}
+			if got := toolNames(t, cs); !slices.Equal(got, tools) {
+				t.Fatalf("tools after the reopen %v, before %v", got, tools)
+			}
+			if log := stderr.String(); strings.Contains(log, "tools removed") || strings.Count(log, "level=WARN") != 1 {
+				t.Fatalf("stderr:\n%s", log)
+			}
+			if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
+				t.Fatalf("airlock session list after the reopen: %v, want [%s]", ids, id)
+			}
+			if gs := e2.managedGrants(t); len(gs) != 1 || gs[0]["sessionId"] != id || gs[0]["root"] != e.root {
+				t.Fatalf("grants after the reopen: %v", gs)
+			}
+
+			if err := cs.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+				t.Fatalf("airlock mcp after stdin closed: %v", cmd.ProcessState)
+			}
+			if gs, ids := e2.managedGrants(t), cliSessions(t, opts.Socket); len(gs) != 0 || len(ids) != 0 {
+				t.Fatalf("after the client went: grants %v, sessions %v", gs, ids)
+			}
+		})
+	}
+}
+
+// TestDirReopenGivesUp: when no daemon comes back within --reopen-for, airlock mcp --dir exits
+// 69 and says how to start one on its socket.
+func TestDirReopenGivesUp(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs")
+	e := startDirEnv(t)
+	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "1s")
+	e.d.Stop()
+	if code := waitExit(t, cmd, exited); code != 69 {
+		t.Fatalf("airlock mcp exit %d, want 69\n%s", code, stderr.String())
+	}
+	msg := stderr.String()
+	if !strings.Contains(msg, "opening it again") || !strings.Contains(msg, "airlockd did not take session mcp-") ||
+		!strings.Contains(msg, "back within 1s (transport: cannot connect to airlockd at "+e.d.Socket) || !startHint(e.d.Socket).MatchString(msg) {
+		t.Fatalf("stderr:\n%s", msg)
+	}
+}
+
+// TestDirReopenRefused: a DIR removed while the daemon was down is a refusal that retrying
+// cannot fix: airlock mcp --dir ends at once when the new daemon refuses it, with the daemon's
+// error and exit 1, and the new daemon holds no session and no grant.
+func TestDirReopenRefused(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs")
+	dir := daemontest.ShortDir(t)
+	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
+	e := startEnvWith(t, opts)
+	cmd, exited, stderr := startDirServer(t, e)
+	e.d.Stop()
+	stderr.wait(t, "the warning", regexp.MustCompile(`opening it again`))
+	if err := os.RemoveAll(e.root); err != nil {
+		t.Fatal(err)
+	}
+	e2 := startEnvWith(t, opts)
+	if code := waitExit(t, cmd, exited); code != 1 {
+		t.Fatalf("airlock mcp exit %d, want 1\n%s", code, stderr.String())
+	}
+	msg := stderr.String()
+	// airlockd mints the grant first: its airlock-fs refuses a root that is gone.
+	if !strings.Contains(msg, `msg="airlockd refused to open the session again"`) || !regexp.MustCompile(`(?m)^airlock: root_invalid: `).MatchString(msg) ||
+		strings.Count(msg, "opening it again") != 1 {
+		t.Fatalf("stderr:\n%s", msg)
+	}
+	if gs, ids := e2.managedGrants(t), e2.sessionIDs(t); len(gs) != 0 || len(ids) != 0 {
+		t.Fatalf("after the refusal: grants %v, sessions %v", gs, ids)
+	}
+}
+
+// TestDirReopensOverHTTP: airlock mcp --dir --http keeps its MCP session across a daemon
+// restart as on stdio, and closes the reopened session when it is stopped.
+func TestDirReopensOverHTTP(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs")
+	dir := daemontest.ShortDir(t)
+	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
+	e := startEnvWith(t, opts)
+	os.WriteFile(filepath.Join(e.root, "kept.txt"), []byte("over http\n"), 0o600)
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--dir", e.root, "--http", "127.0.0.1:0", "--log-level", "info")
+	stderr := newStderrWatch()
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", stderr.String())
+		}
+	})
+	served := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/mcp)\n(?:.*\n)*?airlock mcp: bearer token \(shown once\): (\S+)\n`)
+	m := served.FindStringSubmatch(stderr.wait(t, "the URL and the token", served))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: m[1],
+		HTTPClient: &http.Client{Transport: bearer{m[2], http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
+		t.Fatalf("fs_read: %q", got)
+	}
+	id := e.sessionIDs(t)[0]
+
+	e.d.Stop()
+	e2 := startEnvWith(t, opts)
+	stderr.wait(t, "the reopen", regexp.MustCompile(`level=INFO msg="session reopened" session=`+id))
+	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
+		t.Fatalf("fs_read after the reopen: %q", got)
+	}
+	if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("airlock session list after the reopen: %v, want [%s]", ids, id)
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := waitExit(t, cmd, exited); code != 0 {
+		t.Fatalf("airlock mcp exit %d after SIGTERM", code)
+	}
+	if gs, ids := e2.managedGrants(t), cliSessions(t, opts.Socket); len(gs) != 0 || len(ids) != 0 {
+		t.Fatalf("after airlock mcp stopped: grants %v, sessions %v", gs, ids)
 	}
 }

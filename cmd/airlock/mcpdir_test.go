@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// attempts is a slog.Handler that keeps the times of airlock mcp --dir's failed reopen
+// attempts (its debug line "session not reopened yet").
+type attempts struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (h *attempts) Enabled(context.Context, slog.Level) bool { return true }
+func (h *attempts) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *attempts) WithGroup(string) slog.Handler            { return h }
+func (h *attempts) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "session not reopened yet" {
+		h.mu.Lock()
+		h.times = append(h.times, r.Time)
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+// TestReopenBackoff: with no daemon on the socket, airlock mcp --dir tries to open its session
+// again at once, then after 100 ms, doubling the wait up to 2 s, and gives up when --reopen-for
+// has passed, with exit 69 and the command that starts the daemon; the end of its context ends
+// the wait at once. Time is synctest's: the schedule is exact.
+func TestReopenBackoff(t *testing.T) {
+	const socket = "/nonexistent-airlock-test/airlockd.sock"
+	keeper := func(h *attempts, reopenFor time.Duration) *dirKeeper {
+		return &dirKeeper{a: &app{socket: socket}, id: "mcp-0123456789ab", root: "/", ops: defaultDirOps, reopenFor: reopenFor, log: slog.New(h)}
+	}
+	offsets := func(h *attempts, start time.Time) []time.Duration {
+		var out []time.Duration
+		for _, at := range h.times {
+			out = append(out, at.Sub(start))
+		}
+		return out
+	}
+	ms := func(ns ...int) []time.Duration {
+		var out []time.Duration
+		for _, n := range ns {
+			out = append(out, time.Duration(n)*time.Millisecond)
+		}
+		return out
+	}
+
+	t.Run("gives up", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := &attempts{}
+			k := keeper(h, 10*time.Second)
+			start := time.Now()
+			ds, err := k.reopen(t.Context())
+			if ds != nil || err == nil {
+				t.Fatalf("reopen without a daemon: %v, %v", ds, err)
+			}
+			if d := time.Since(start); d != 10*time.Second {
+				t.Errorf("gave up after %v, want 10s", d)
+			}
+			if want := ms(0, 100, 300, 700, 1500, 3100, 5100, 7100, 9100); !slices.Equal(offsets(h, start), want) {
+				t.Errorf("attempts at %v, want %v", offsets(h, start), want)
+			}
+			ce := classify(err)
+			if ce.exit != exitUnavailable || !strings.Contains(ce.body.Message, "airlockd did not take session mcp-0123456789ab back within 10s (transport: cannot connect to airlockd at "+socket) ||
+				!strings.Contains(ce.body.Message, "start it with `") || !strings.Contains(ce.body.Message, "--socket "+socket+" &`") {
+				t.Errorf("exit %d, %s", ce.exit, ce.body.Message)
+			}
+		})
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := &attempts{}
+			k := keeper(h, time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			start := time.Now()
+			if ds, err := k.reopen(ctx); ds != nil || err != nil {
+				t.Fatalf("reopen whose context ended: %v, %v", ds, err)
+			}
+			if d := time.Since(start); d != time.Second {
+				t.Errorf("returned after %v, want 1s", d)
+			}
+			if want := ms(0, 100, 300, 700); !slices.Equal(offsets(h, start), want) {
+				t.Errorf("attempts at %v, want %v", offsets(h, start), want)
+			}
+		})
+	})
+}
