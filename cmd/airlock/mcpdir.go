@@ -378,7 +378,8 @@ func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 			k.log.Debug("tool list refresh after the reopen failed; the poll retries", "err", err)
 		}
 		cancel()
-		k.log.Info("session reopened", "session", k.id)
+		// At the warning's level: whoever saw the loss sees the recovery, at the default level too.
+		k.log.Warn("session reopened", "session", k.id)
 	}
 }
 

@@ -500,14 +500,14 @@ func TestDirReopensAfterRestart(t *testing.T) {
 			}
 
 			e2 := startEnvWith(t, opts)
-			stderr.wait(t, "the reopen", regexp.MustCompile(`level=INFO msg="session reopened" session=`+id))
+			stderr.wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
 			if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "before the restart\n" {
 				t.Fatalf("fs_read after the reopen: %q", got)
 			}
 			if got := toolNames(t, cs); !slices.Equal(got, tools) {
 				t.Fatalf("tools after the reopen %v, before %v", got, tools)
 			}
-			if log := stderr.String(); strings.Contains(log, "tools removed") || strings.Count(log, "level=WARN") != 1 {
+			if log := stderr.String(); strings.Contains(log, "tools removed") || strings.Count(log, "level=WARN") != 2 { // the loss and the reopen
 				t.Fatalf("stderr:\n%s", log)
 			}
 			if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
@@ -620,7 +620,7 @@ func TestDirReopensOverHTTP(t *testing.T) {
 
 	e.d.Stop()
 	e2 := startEnvWith(t, opts)
-	stderr.wait(t, "the reopen", regexp.MustCompile(`level=INFO msg="session reopened" session=`+id))
+	stderr.wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
 	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
 		t.Fatalf("fs_read after the reopen: %q", got)
 	}
