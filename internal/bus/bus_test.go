@@ -567,9 +567,10 @@ func TestBucketWriteWithoutItsStreamFindsNoResponders(t *testing.T) {
 	}
 }
 
-// A connection whose server went away is closed at once: its subscriptions have no route to
-// withdraw and its buffer nowhere to go, so Close neither flushes nor drains (each would wait
-// its whole timeout for a server that is not coming back) and reports no failure.
+// A connection whose server went away is closed at once, without an error: its
+// subscriptions have no route to withdraw, so Stop does not flush (a flush begun while the
+// connection reconnects waits its whole connectTimeout, 5 s a subscription), and a drain of a
+// reconnecting connection would fail (nats: connection reconnecting), so Close does not try.
 func TestCloseOfALostConnectionDoesNotWaitForItsServer(t *testing.T) {
 	s, err := StartServer(ServerConfig{StateDir: t.TempDir()})
 	if err != nil {
@@ -587,15 +588,10 @@ func TestCloseOfALostConnectionDoesNotWaitForItsServer(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(30 * time.Second)
-	for c.Connected() {
-		select {
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("the connection never saw its server go")
-		}
+	select {
+	case <-c.Lost():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection never saw its server go")
 	}
 	start := time.Now()
 	if err := c.Close(); err != nil {
@@ -604,5 +600,65 @@ func TestCloseOfALostConnectionDoesNotWaitForItsServer(t *testing.T) {
 	// Each wait it no longer makes is connectTimeout or drainTimeout: far above this bound.
 	if d := time.Since(start); d >= connectTimeout {
 		t.Fatalf("Close took %s: it waited for the server", d)
+	}
+}
+
+// Lost's channel is closed when the connection loses its server, and a new, open one is
+// handed out once it is back; the one of the lost spell stays closed.
+func TestLostFollowsTheConnection(t *testing.T) {
+	dir := t.TempDir()
+	s, err := StartServer(ServerConfig{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(s.ClientURL(), "nats://")
+	back := make(chan struct{}, 1)
+	c, err := Dial(DialConfig{URL: s.ClientURL(), Name: "test", Reconnected: func() { back <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	up := c.Lost()
+	select {
+	case <-up:
+		t.Fatal("Lost is closed on a connection that is up")
+	default:
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-up:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Lost was not closed when the server went")
+	}
+	if c.Connected() {
+		t.Fatal("Connected with Lost closed")
+	}
+	s2, err := StartServer(ServerConfig{StateDir: dir, Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	select {
+	case <-back:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection did not come back")
+	}
+	select {
+	case <-c.Lost():
+		t.Fatal("Lost is closed after the reconnect")
+	default:
+	}
+	select {
+	case <-up:
+	default:
+		t.Fatal("the lost spell's channel opened again")
+	}
+	c.Close()
+	select {
+	case <-c.Lost():
+	default:
+		t.Fatal("Lost is open on a closed connection")
 	}
 }

@@ -76,6 +76,9 @@ type Conn struct {
 	closeOnce  sync.Once
 	refusals   atomic.Uint64
 
+	lostMu sync.Mutex
+	lost   chan struct{} // closed while the connection is down (Lost)
+
 	mu   sync.Mutex // guards subs
 	subs map[busport.Subscription]struct{}
 
@@ -98,7 +101,7 @@ var _ busport.Conn = (*Conn)(nil)
 
 // Dial connects as cfg says.
 func Dial(cfg DialConfig) (*Conn, error) {
-	c := &Conn{closed: make(chan struct{}), replicas: max(cfg.Replicas, 1), subs: make(map[busport.Subscription]struct{})}
+	c := &Conn{closed: make(chan struct{}), lost: make(chan struct{}), replicas: max(cfg.Replicas, 1), subs: make(map[busport.Subscription]struct{})}
 	c.maxPayload = cfg.MaxPayload
 	if c.maxPayload == 0 {
 		c.maxPayload = DefaultMaxPayload
@@ -111,8 +114,13 @@ func Dial(cfg DialConfig) (*Conn, error) {
 		nats.Timeout(connectTimeout),
 		nats.DrainTimeout(drainTimeout),
 		nats.MaxReconnects(-1),
-		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),
+		nats.ClosedHandler(func(*nats.Conn) {
+			c.setLost(true)
+			close(c.closed)
+		}),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { c.setLost(true) }),
 		nats.ReconnectHandler(func(*nats.Conn) {
+			c.setLost(false)
 			if cfg.Reconnected != nil {
 				cfg.Reconnected()
 			}
@@ -192,6 +200,32 @@ func (c *Conn) Refusals() uint64 { return c.refusals.Load() }
 // tries to reconnect, and once it is closed. A host whose connection is down reaches no other
 // host.
 func (c *Conn) Connected() bool { return c.nc.IsConnected() }
+
+// Lost implements busport.Conn: the channel is closed when the connection loses its server
+// or closes, already closed while it is down, and a new one is handed out once it is up
+// again.
+func (c *Conn) Lost() <-chan struct{} {
+	c.lostMu.Lock()
+	defer c.lostMu.Unlock()
+	return c.lost
+}
+
+// setLost records that the connection went down (closing Lost's channel) or came back up
+// (a new channel).
+func (c *Conn) setLost(down bool) {
+	c.lostMu.Lock()
+	defer c.lostMu.Unlock()
+	select {
+	case <-c.lost:
+		if !down {
+			c.lost = make(chan struct{})
+		}
+	default:
+		if down {
+			close(c.lost)
+		}
+	}
+}
 
 // MaxPayload implements busport.Conn.
 func (c *Conn) MaxPayload() int { return c.maxPayload }
@@ -512,9 +546,9 @@ func (s *serving) Stop() error {
 // Close stops every Serve and Watch of the connection (running handlers see their ctx
 // cancelled and their replies are still sent), then drains it: published messages are flushed
 // within drainTimeout and the connection closes. A connection that has lost its server (it
-// is reconnecting) is closed at once: what it buffered has nowhere to go, and a drain would
-// wait all of drainTimeout for a server that may not come back. It is idempotent and returns
-// once the connection is closed.
+// is reconnecting) is closed as it is: what it buffered has nowhere to go, and a drain of it
+// would fail (nats: connection reconnecting). It is idempotent and returns once the
+// connection is closed.
 func (c *Conn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {

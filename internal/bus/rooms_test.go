@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -504,5 +505,63 @@ func TestRoomCallStartsWithoutWaiting(t *testing.T) {
 	}
 	if got, ok := start(caller, req); !ok || room.CodeOf(got.err) != room.CodeUnavailable {
 		t.Fatalf("provider gone: %v %v", got.err, ok)
+	}
+}
+
+// A host whose bus is lost stops at once: Sync.Close withdraws no presence from a server that
+// is not there (its records expire by their TTL), and neither a withdrawal nor the
+// refresher's presence write already sent into the lost connection, each of which would wait
+// 5 s for an answer that cannot come, holds it. Whether the connection noticed the loss
+// before Close or during it. Before, three rooms kept Close for 5-15 s.
+func TestSyncCloseWithItsBusLostDoesNotWait(t *testing.T) {
+	for _, noticed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noticed=%v", noticed), func(t *testing.T) {
+			s, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, _ := room.GenerateHostKey()
+			conn, err := bus.Dial(bus.DialConfig{URL: s.ClientURL(), Name: "host"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			dir := room.NewDirectory()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			sy, err := room.OpenSync(ctx, room.SyncConfig{Key: key, Conn: conn, Directory: dir, PresenceRefresh: 20 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"one", "two", "three"} {
+				if err := dir.Trust(id, key.ID()); err != nil {
+					t.Fatal(err)
+				}
+				if err := sy.PublishRoster(ctx, room.Roster{Room: id, Owner: key.ID(), Version: 1, Members: []room.Member{{Host: key.ID(), Name: "A"}}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := sy.Join(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if noticed {
+				select {
+				case <-conn.Lost():
+				case <-ctx.Done():
+					t.Fatal("the connection never saw its server go")
+				}
+			}
+			start := time.Now()
+			if err := sy.Close(); err != nil {
+				t.Fatalf("Close with the bus lost: %v", err)
+			}
+			// Each wait it no longer makes is a bus operation's 5 s: far above this bound.
+			if d := time.Since(start); d >= 4*time.Second {
+				t.Fatalf("Close took %s: it waited for the bus", d)
+			}
+		})
 	}
 }

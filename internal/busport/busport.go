@@ -61,6 +61,11 @@ type Conn interface {
 	// Connected reports whether the connection is up: false while it has lost its server
 	// and tries to reconnect, and once it is closed.
 	Connected() bool
+	// Lost returns a channel that is closed when the connection loses its server or closes
+	// (at once while it is down): a caller waiting on the bus for something the loss makes
+	// hopeless (a request's reply already sent into the lost connection waits out its
+	// deadline otherwise) can end the wait. After a reconnect, Lost returns a new channel.
+	Lost() <-chan struct{}
 }
 
 // Msg is a payload with header fields, for a protocol that keeps a fixed envelope of short

@@ -574,11 +574,32 @@ func TestPrometheusApprovalsAndBus(t *testing.T) {
 		`airlock_room_bus_connected{job="b"}`: "0",
 	})
 	// B stops cleanly with its bus lost: it waits for no server to withdraw its presence,
-	// which expires by its TTL.
+	// which expires by its TTL. (It waited 15-25 s, each a bus operation's 5 or 10 s.)
 	b.Stop()
-	if strings.Contains(b.Stderr(), "did not stop cleanly") {
-		t.Fatalf("B's stop with its bus lost:\n%s", b.Stderr())
+	if !b.Cmd.ProcessState.Success() || strings.Contains(b.Stderr(), "did not stop cleanly") {
+		t.Fatalf("B's stop with its bus lost: %v\n%s", b.Cmd.ProcessState, b.Stderr())
 	}
+	if d := stopTook(t, b.Stderr()); d >= 4*time.Second {
+		t.Fatalf("B took %s to stop with its bus lost:\n%s", d, b.Stderr())
+	}
+}
+
+// stopTook is how long a daemon took from "airlockd stopping" to "airlockd stopped", by the
+// times its log gives them.
+func stopTook(t *testing.T, log string) time.Duration {
+	t.Helper()
+	at := func(msg string) time.Time {
+		m := regexp.MustCompile(`time=(\S+) level=\w+ msg="` + msg + `"`).FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("no %q in the log:\n%s", msg, log)
+		}
+		ts, err := time.Parse(time.RFC3339Nano, m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	return at("airlockd stopped").Sub(at("airlockd stopping"))
 }
 
 // A metrics address that is not loopback is refused unless explicitly allowed, and so is one

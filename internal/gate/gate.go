@@ -101,10 +101,10 @@ func (a Actor) Executable() string {
 	return readExe(a.PID)
 }
 
-// Peer is the process at the other end of one connection. A connection's peer is fixed when
-// it is accepted (its credentials), so its executable is read at the first call that asks and
-// kept for the connection's life: a peer that execs another program afterwards is still
-// recorded as the one it was. That saves a readlink of /proc per journaled call (about 1.5%
+// Peer is the process at the other end of one connection. A connection's peer process is
+// fixed when it is accepted (its credentials), so its executable is read once, at the first
+// call that asks, and kept for the connection's life: a peer that execs another program
+// after that call is still recorded as the program it was then. That saves a readlink of /proc per journaled call (about 1.5%
 // of airlockd's CPU on a stream of small calls). Its methods are safe for concurrent use.
 type Peer struct {
 	pid  int

@@ -214,6 +214,10 @@ func TestPeerReadsTheExecutableOnce(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
 	pid := cmd.Process.Pid
 	p := NewPeer(pid)
 	a := Actor{PID: pid, Peer: p}
@@ -233,7 +237,7 @@ func TestPeerReadsTheExecutableOnce(t *testing.T) {
 		}
 	}
 	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	_ = cmd.Wait() // reaped: its /proc entry is gone
 	if got := (Actor{PID: pid}).Executable(); got != "" {
 		t.Fatalf("a process that is gone: %q", got)
 	}

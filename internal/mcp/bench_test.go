@@ -91,12 +91,7 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
 			ref:      &sdk.CallToolParams{Name: "list_directory", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
 			checkAir: checkList,
-			checkRef: func(r *sdk.CallToolResult) error {
-				if n := strings.Count(text(r), "[FILE]"); r.IsError || n != benchEntries {
-					return fmt.Errorf("list_directory: %d files: %.200s", n, text(r))
-				}
-				return nil
-			},
+			checkRef: checkRefList("list_directory"),
 		},
 		{
 			// The reference's listing that, like fs_list, stats every entry for its size.
@@ -104,12 +99,7 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
 			ref:      &sdk.CallToolParams{Name: "list_directory_with_sizes", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
 			checkAir: checkList,
-			checkRef: func(r *sdk.CallToolResult) error {
-				if n := strings.Count(text(r), "[FILE]"); r.IsError || n != benchEntries {
-					return fmt.Errorf("list_directory_with_sizes: %d files: %.200s", n, text(r))
-				}
-				return nil
-			},
+			checkRef: checkRefList("list_directory_with_sizes"),
 		},
 		{
 			name: "stat",
@@ -273,6 +263,17 @@ func checkList(r *sdk.CallToolResult) error {
 		return fmt.Errorf("fs_list: %d entries, truncated %v, %v", len(v.Entries), v.Truncated, err)
 	}
 	return nil
+}
+
+// checkRefList checks the reference's answer of tool, a listing of the bench's directory of
+// benchEntries files.
+func checkRefList(tool string) func(*sdk.CallToolResult) error {
+	return func(r *sdk.CallToolResult) error {
+		if n := strings.Count(text(r), "[FILE]"); r.IsError || n != benchEntries {
+			return fmt.Errorf("%s: %d files: %.200s", tool, n, text(r))
+		}
+		return nil
+	}
 }
 
 // writeBenchTree writes the files both servers serve.

@@ -76,8 +76,11 @@ type Sync struct {
 	closed      bool
 
 	reconnected chan struct{} // 1-buffered: a reconnect the refresher has not handled
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	// ctx is the refresher's: Close cancels it, ending the bus write or watch it is waiting
+	// for, so that a stop never waits out syncTimeout behind a refresh.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 // OpenSync opens the room buckets and starts the presence refresher.
@@ -106,8 +109,9 @@ func OpenSync(ctx context.Context, cfg SyncConfig) (*Sync, error) {
 		key: cfg.Key, conn: cfg.Conn, dir: cfg.Directory, rooms: rooms, presence: presence, catalog: catalog, ttl: ttl, every: every,
 		dropped: cfg.Dropped, joined: make(map[string][]busport.Subscription),
 		projections: make(map[string]map[HostID]Projection), catalogs: make(map[string]map[HostID]Catalog),
-		reconnected: make(chan struct{}, 1), stop: make(chan struct{}),
+		reconnected: make(chan struct{}, 1),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	cfg.Directory.setFetch(s.fetchKey)
 	cfg.Directory.setPresenceTTL(ttl)
 	s.wg.Go(s.refresh)
@@ -218,7 +222,7 @@ func (s *Sync) rewatch(room string) bool {
 	for _, sub := range old {
 		_ = sub.Stop()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, syncTimeout)
 	subs, err := s.watch(ctx, room)
 	cancel()
 	if err != nil {
@@ -497,7 +501,7 @@ func (s *Sync) refresh() {
 	for {
 		reconnected := false
 		select {
-		case <-s.stop:
+		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		case <-s.reconnected:
@@ -510,7 +514,11 @@ func (s *Sync) refresh() {
 		}
 		s.mu.Unlock()
 		for _, r := range rooms {
-			ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
+			if !s.conn.Connected() {
+				// Nothing to write to: the reconnect rewrites every record at once.
+				break
+			}
+			ctx, cancel := context.WithTimeout(s.ctx, syncTimeout)
 			// A failed write is retried at the next tick; presence expires if the bus
 			// stays away, which is what presence is for.
 			_ = s.announce(ctx, r)
@@ -526,10 +534,11 @@ func (s *Sync) refresh() {
 	}
 }
 
-// Close leaves every room (withdrawing this host's presence) and stops the refresher, within
-// syncTimeout for all of them. When the bus connection is down it withdraws nothing and
-// returns at once: the presence entries expire by their TTL, as a host that crashed does, and
-// a stop does not wait on a server that is not there. It is idempotent.
+// Close stops the refresher (ending the write it is waiting for) and leaves every room
+// (withdrawing this host's presence), within syncTimeout for all of them. When the bus
+// connection is down, or goes down meanwhile, it withdraws nothing more and returns at once:
+// the presence entries expire by their TTL, as a host that crashed does, and a stop does not
+// wait on a server that is not there. It is idempotent.
 func (s *Sync) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -542,13 +551,23 @@ func (s *Sync) Close() error {
 		rooms = append(rooms, r)
 	}
 	s.mu.Unlock()
-	close(s.stop)
+	s.cancel()
 	s.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), syncTimeout)
 	defer cancel()
+	lost := s.conn.Lost()
+	go func() {
+		select {
+		case <-lost:
+			// A withdrawal in flight went into the lost connection: its answer will
+			// not come, and the next ones have nowhere to go.
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var first error
 	for _, r := range rooms {
-		if !s.conn.Connected() || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			s.forget(r)
 			continue
 		}
@@ -556,5 +575,10 @@ func (s *Sync) Close() error {
 			first = err
 		}
 	}
-	return first
+	select {
+	case <-lost:
+		return nil // the records expire by their TTL
+	default:
+		return first
+	}
 }
