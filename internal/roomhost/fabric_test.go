@@ -100,6 +100,11 @@ func loadFabric(t *testing.T, path string) *bus.Fabric {
 
 // startFabricHost starts the room service of dir as a node of fb.
 func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, error) {
+	return startFabricHostConfig(ctx, dir, fb, nil)
+}
+
+// startFabricHostConfig is startFabricHost with more configuration.
+func startFabricHostConfig(ctx context.Context, dir string, fb *bus.Fabric, more func(*Config)) (*host, error) {
 	st, err := store.Open(dir, store.Options{})
 	if err != nil {
 		return nil, err
@@ -108,7 +113,11 @@ func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, er
 	// Warnings (a room not rejoined, a fabric still forming) go to stderr, which go test
 	// shows when the package fails.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second, Logger: logger})
+	cfg := Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second, Logger: logger}
+	if more != nil {
+		more(&cfg)
+	}
+	h.svc, err = Start(ctx, cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -223,6 +232,50 @@ func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	// JetStream write of its leave (16 s in all); B, which left the room, has none to make.
 	a.stop()
 	b2.stop()
+}
+
+// TestFabricRestartedStreamLeaderStartsOnTheElection: a node restarted while it led one of
+// the room buckets' streams finds that stream leaderless (its peer, alone, cannot elect one;
+// the two elect after NATS's election timeout of seconds), and its room service's first
+// request to it goes unanswered. The room service sends it again as soon as the stream has a
+// leader, not at the end of the attempt: here attempts of an hour, so Start returns only
+// through that retry (before, it waited out each 5 s attempt, once or twice per restart).
+func TestFabricRestartedStreamLeaderStartsOnTheElection(t *testing.T) {
+	fh := newFabric(t)
+	hs := startFabricHosts(t, fh)
+	x := -1 // a node that leads a stream
+	waitFor(t, "both nodes to know a leader for every stream", func() bool {
+		x = -1
+		for i, h := range hs {
+			groups, err := h.svc.server.Groups()
+			if err != nil || len(groups) < 2 {
+				return false
+			}
+			for g, leader := range groups {
+				if leader == "" {
+					return false
+				}
+				if g != bus.MetaGroup && leader == fmt.Sprintf("n%d", i+1) {
+					x = i
+				}
+			}
+		}
+		return x >= 0
+	})
+	groups, _ := hs[x].svc.server.Groups()
+	t.Logf("restarting n%d, whose groups are %v", x+1, groups)
+
+	hs[x].stop()
+	c, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	began := time.Now()
+	h, err := startFabricHostConfig(c, fh[x].dir, loadFabric(t, fh[x].fabric), func(cfg *Config) { cfg.busAttempt = time.Hour })
+	if err != nil {
+		t.Fatalf("the restarted n%d's room service after %v: %v", x+1, time.Since(began).Round(time.Millisecond), err)
+	}
+	t.Cleanup(h.stop)
+	groups, _ = h.svc.server.Groups()
+	t.Logf("the restarted n%d's room service started in %v; its groups are %v", x+1, time.Since(began).Round(time.Millisecond), groups)
 }
 
 // TestFabricRefusesAnotherHostsFile: a fabric file serves one host; a daemon whose host key

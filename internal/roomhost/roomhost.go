@@ -117,6 +117,9 @@ type Config struct {
 
 	// clock replaces time.Now for invites and join requests (tests).
 	clock func() time.Time
+	// busAttempt replaces busAttempt, the bound of one attempt of a bus request at start
+	// (tests).
+	busAttempt time.Duration
 	// noResponders, when set, is told each time a join request found nobody serving the
 	// owner's subject, before it is sent again (tests).
 	noResponders func()
