@@ -129,6 +129,12 @@ func startFabricHostConfig(ctx context.Context, dir string, fb *bus.Fabric, more
 // before either host can open its buckets.
 func startFabricHosts(t *testing.T, hosts []fabricHost) []*host {
 	t.Helper()
+	return startFabricHostsConfig(t, hosts, nil)
+}
+
+// startFabricHostsConfig is startFabricHosts with more configuration.
+func startFabricHostsConfig(t *testing.T, hosts []fabricHost, more func(*Config)) []*host {
+	t.Helper()
 	out := make([]*host, len(hosts))
 	errs := make([]error, len(hosts))
 	var wg sync.WaitGroup
@@ -136,7 +142,7 @@ func startFabricHosts(t *testing.T, hosts []fabricHost) []*host {
 		wg.Go(func() {
 			c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			out[i], errs[i] = startFabricHost(c, fh.dir, loadFabric(t, fh.fabric))
+			out[i], errs[i] = startFabricHostConfig(c, fh.dir, loadFabric(t, fh.fabric), more)
 		})
 	}
 	wg.Wait()
@@ -234,16 +240,11 @@ func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	b2.stop()
 }
 
-// TestFabricRestartedStreamLeaderStartsOnTheElection: a node restarted while it led one of
-// the room buckets' streams finds that stream leaderless (its peer, alone, cannot elect one;
-// the two elect after NATS's election timeout of seconds), and its room service's first
-// request to it goes unanswered. The room service sends it again as soon as the stream has a
-// leader, not at the end of the attempt: here attempts of an hour, so Start returns only
-// through that retry (before, it waited out each 5 s attempt, once or twice per restart).
-func TestFabricRestartedStreamLeaderStartsOnTheElection(t *testing.T) {
-	fh := newFabric(t)
-	hs := startFabricHosts(t, fh)
-	x := -1 // a node that leads a stream
+// streamLeader waits until both nodes know a leader for every JetStream group they take part
+// in, and returns the index of a node that leads a stream.
+func streamLeader(t *testing.T, hs []*host) int {
+	t.Helper()
+	x := -1
 	waitFor(t, "both nodes to know a leader for every stream", func() bool {
 		x = -1
 		for i, h := range hs {
@@ -262,6 +263,41 @@ func TestFabricRestartedStreamLeaderStartsOnTheElection(t *testing.T) {
 		}
 		return x >= 0
 	})
+	return x
+}
+
+// TestFabricStopEndsTheKeepersRequest: the keeper's check of the room buckets, in flight when
+// the service stops, ends with it. The other node, which led a stream, stopped first: the
+// surviving node still takes it for that stream's leader, so the check of that stream gets no
+// answer (the keeper checks every 10 ms here), and Close waited for the request's 10 s
+// timeout before.
+func TestFabricStopEndsTheKeepersRequest(t *testing.T) {
+	fh := newFabric(t)
+	hs := startFabricHostsConfig(t, fh, func(c *Config) { c.keepEvery = 10 * time.Millisecond })
+	x := streamLeader(t, hs)
+	y := hs[1-x]
+	hs[x].stop()
+	waitFor(t, "the surviving node's route to the stopped one to close", func() bool {
+		st, err := y.svc.FabricStatus()
+		return err == nil && len(st.Routes) == 0
+	})
+	began := time.Now()
+	y.stop()
+	if took := time.Since(began); took > busTimeout/2 {
+		t.Fatalf("the surviving node's room service took %v to stop", took)
+	}
+}
+
+// TestFabricRestartedStreamLeaderStartsOnTheElection: a node restarted while it led one of
+// the room buckets' streams finds that stream leaderless (its peer, alone, cannot elect one;
+// the two elect after NATS's election timeout of seconds), and its room service's first
+// request to it goes unanswered. The room service sends it again as soon as the stream has a
+// leader, not at the end of the attempt: here attempts of an hour, so Start returns only
+// through that retry (before, it waited out each 5 s attempt, once or twice per restart).
+func TestFabricRestartedStreamLeaderStartsOnTheElection(t *testing.T) {
+	fh := newFabric(t)
+	hs := startFabricHosts(t, fh)
+	x := streamLeader(t, hs)
 	groups, _ := hs[x].svc.server.Groups()
 	t.Logf("restarting n%d, whose groups are %v", x+1, groups)
 
