@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,24 +43,27 @@ type pendingView struct {
 	Reason string          `json:"reason"`
 }
 
-// pending waits until airlock approvals lists exactly 1+others requests, one of them for
-// path, and returns that one.
-func (h *roomHost) pending(t *testing.T, path string, others int) pendingView {
+// pending waits until airlock approvals lists exactly one request for path, and no other
+// request than for the paths beside (each may have ended already), and returns it.
+func (h *roomHost) pending(t *testing.T, path string, beside ...string) pendingView {
 	t.Helper()
 	var l struct {
 		Approvals []pendingView `json:"approvals"`
 	}
 	var found pendingView
-	waitFor(t, fmt.Sprintf("the request for %s and %d others in the approval queue", path, others), func() bool {
+	waitFor(t, fmt.Sprintf("the request for %s (beside %v) in the approval queue", path, beside), func() bool {
 		h.data(&l, "approvals")
 		n := 0
 		for _, p := range l.Approvals {
-			if p.Path == path {
+			switch {
+			case p.Path == path:
 				found = p
 				n++
+			case !slices.Contains(beside, p.Path):
+				return false
 			}
 		}
-		return n == 1 && len(l.Approvals) == 1+others
+		return n == 1
 	})
 	return found
 }
@@ -149,7 +153,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	// approval timeout while steps 2 to 4 go on beside it, and is collected before the
 	// client goes (step 5), which would end its wait.
 	done := write("src/c.txt", "three")
-	p := a.pending(t, "src/c.txt", 0)
+	p := a.pending(t, "src/c.txt")
 	a.refused("not_rememberable", "approve", p.ID, "--remember", "--pattern", "docs/**")
 	var dec struct {
 		Memory struct {
@@ -169,7 +173,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	}
 	start := time.Now()
 	undecided := write("e.txt", "five")
-	a.pending(t, "e.txt", 0)
+	a.pending(t, "e.txt")
 	var mem struct {
 		Remembered []struct {
 			ID      string `json:"id"`
@@ -185,7 +189,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	// 2. The write waits, shows in airlock approvals and on the page, and runs once when
 	// the page approves it.
 	done = write("a.txt", "one")
-	p = a.pending(t, "a.txt", 1)
+	p = a.pending(t, "a.txt", "e.txt")
 	if p.Kind != "call" || p.Target != "fs.write" || p.Path != "a.txt" || p.Actor.Door != "mcp" || p.Actor.Client != "approval-test" ||
 		!strings.HasPrefix(p.Actor.Session, "mcp-") || p.Actor.Generation != 1 || compact(t, p.Args) != `{"content":"one","create":true,"path":"a.txt"}` ||
 		p.Reason != "session policy rule 1 (writes wait for the operator): ask fs.write" {
@@ -226,7 +230,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 
 	// 3. Denied from the CLI.
 	done = write("b.txt", "two")
-	p = a.pending(t, "b.txt", 1)
+	p = a.pending(t, "b.txt", "e.txt")
 	a.cli("", "deny", p.ID).wantCode(t, exitOK)
 	if r := <-done; code(r) != "approval_denied" {
 		t.Fatalf("the denied write: %q", code(r))
@@ -247,7 +251,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 		t.Fatalf("after the page forgot it: %+v", mem)
 	}
 	done = write("src/f.txt", "six")
-	p = a.pending(t, "src/f.txt", 1)
+	p = a.pending(t, "src/f.txt", "e.txt")
 	entry = `#approval-list li[data-approval="` + p.ID + `"]`
 	page.poll("the write on the page", `document.querySelector('`+entry+` input[name="remember"]') !== null`)
 	page.step("remember and approve", chromedp.Click(chromedp.CSS(entry+` input[name="remember"]`)),
@@ -264,7 +268,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 
 	// 5. A memory ends with the session: the client going away closes it.
 	done = write("src/g.txt", "seven")
-	p = a.pending(t, "src/g.txt", 1)
+	p = a.pending(t, "src/g.txt", "e.txt")
 	a.cli("", "approve", p.ID, "--remember").wantCode(t, exitOK)
 	<-done
 	a.data(&mem, "approvals", "remembered")
