@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/airlockhq/airlock/internal/audit"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,29 +43,41 @@ type pendingView struct {
 	Reason string          `json:"reason"`
 }
 
-// pending waits until airlock approvals lists exactly one request and returns it.
-func (h *roomHost) pending(t *testing.T) pendingView {
+// pending waits until airlock approvals lists exactly one request for path, and no other
+// request than for the paths beside (each may have ended already), and returns it.
+func (h *roomHost) pending(t *testing.T, path string, beside ...string) pendingView {
 	t.Helper()
 	var l struct {
 		Approvals []pendingView `json:"approvals"`
 	}
-	waitFor(t, "one request in the approval queue", func() bool {
+	var found pendingView
+	waitFor(t, fmt.Sprintf("the request for %s (beside %v) in the approval queue", path, beside), func() bool {
 		h.data(&l, "approvals")
-		return len(l.Approvals) == 1
+		n := 0
+		for _, p := range l.Approvals {
+			switch {
+			case p.Path == path:
+				found = p
+				n++
+			case !slices.Contains(beside, p.Path):
+				return false
+			}
+		}
+		return n == 1
 	})
-	return l.Approvals[0]
+	return found
 }
 
 // TestMCPWriteWaitsForTheOperator is issue 26's first "done when", with real binaries: a
-// go-sdk client's fs.write through airlock mcp --dir --policy FILE (writes ask) waits; it
-// shows in airlock approvals and on the page (airlockd --http, headless Chromium) with who,
-// what, the arguments and the rule; approved from the page it runs once; denied with
-// airlock deny it is refused approval_denied and writes nothing; approved with --remember
-// --pattern src/**, the next write under src/ runs without waiting while one elsewhere
-// still waits, and, undecided, is refused approval_timeout; the memory shows on the page and
-// is forgotten there, after which a write under src/ waits again; a memory taken with the
-// page's remember checkbox is forgotten with airlock approvals forget; the memories end
-// with the session when the client goes.
+// go-sdk client's fs.write through airlock mcp --dir --policy FILE (writes ask) waits;
+// approved with --remember --pattern src/**, the next write under src/ runs without waiting
+// while one elsewhere still waits, and, undecided, is refused approval_timeout (it waits out
+// the timeout while the rest goes on); a write shows in airlock approvals and on the page
+// (airlockd --http, headless Chromium) with who, what, the arguments and the rule; approved
+// from the page it runs once; denied with airlock deny it is refused approval_denied and
+// writes nothing; the memory shows on the page and is forgotten there, after which a write
+// under src/ waits again; a memory taken with the page's remember checkbox is forgotten with
+// airlock approvals forget; the memories end with the session when the client goes.
 func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	exe := browsertest.Chromium(t)
 	daemontest.Binary(t, "airlock-fs") // beside airlockd, where it runs it from
@@ -133,10 +148,48 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 		return string(b)
 	}
 
-	// 1. The write waits, shows in airlock approvals and on the page, and runs once when
+	// 1. Remembered for src/**: the next write there runs without anyone deciding; one
+	// elsewhere waits, and nobody deciding refuses it approval_timeout. It waits out the
+	// approval timeout while steps 2 to 4 go on beside it, and is collected before the
+	// client goes (step 5), which would end its wait.
+	done := write("src/c.txt", "three")
+	p := a.pending(t, "src/c.txt")
+	a.refused("not_rememberable", "approve", p.ID, "--remember", "--pattern", "docs/**")
+	var dec struct {
+		Memory struct {
+			ID      string `json:"id"`
+			Pattern string `json:"pattern"`
+		} `json:"memory"`
+	}
+	a.data(&dec, "approve", p.ID, "--remember", "--pattern", "src/**")
+	if dec.Memory.Pattern != "src/**" {
+		t.Fatalf("approve --remember: %+v", dec)
+	}
+	if r := <-done; r.IsError {
+		t.Fatalf("the remembered write: %s", code(r))
+	}
+	if r := <-write("src/d.txt", "four"); r.IsError || file("src/d.txt") != "four" {
+		t.Fatalf("the write under src/ after remember: %s %q", code(r), file("src/d.txt"))
+	}
+	start := time.Now()
+	undecided := write("e.txt", "five")
+	a.pending(t, "e.txt")
+	var mem struct {
+		Remembered []struct {
+			ID      string `json:"id"`
+			Pattern string `json:"pattern"`
+			Uses    int    `json:"uses"`
+		} `json:"remembered"`
+	}
+	a.data(&mem, "approvals", "remembered")
+	if len(mem.Remembered) != 1 || mem.Remembered[0].Pattern != "src/**" || mem.Remembered[0].Uses != 1 {
+		t.Fatalf("approvals remembered: %+v", mem)
+	}
+
+	// 2. The write waits, shows in airlock approvals and on the page, and runs once when
 	// the page approves it.
-	done := write("a.txt", "one")
-	p := a.pending(t)
+	done = write("a.txt", "one")
+	p = a.pending(t, "a.txt", "e.txt")
 	if p.Kind != "call" || p.Target != "fs.write" || p.Path != "a.txt" || p.Actor.Door != "mcp" || p.Actor.Client != "approval-test" ||
 		!strings.HasPrefix(p.Actor.Session, "mcp-") || p.Actor.Generation != 1 || compact(t, p.Args) != `{"content":"one","create":true,"path":"a.txt"}` ||
 		p.Reason != "session policy rule 1 (writes wait for the operator): ask fs.write" {
@@ -160,6 +213,12 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 			li.querySelector('.reason').textContent.includes('rule 1 (writes wait for the operator)') &&
 			li.querySelector('pre.args').textContent.includes('"content": "one"'); })()`)
 	page.screenshot("web-approval-mcp-write.png")
+	// The log may already hold step 1's approval (by the CLI): the page's must be a new entry.
+	approvedInLog := `[...document.querySelectorAll('#log-list li[data-kind="approval"][data-outcome="approved"]')].filter(li => li.textContent.includes('fs.write')).length`
+	logged, err := chromedp.Run(page.ctx, chromedp.Evaluate[int](approvedInLog))
+	if err != nil {
+		t.Fatal(err)
+	}
 	page.step("approve", chromedp.Click(chromedp.CSS(entry+` button.approve`)))
 	if r := <-done; r.IsError {
 		t.Fatalf("the approved write: %s", code(r))
@@ -167,11 +226,11 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	if got := file("a.txt"); got != "one" {
 		t.Fatalf("a.txt after the approval: %q", got)
 	}
-	page.poll("the approval in the live log", `[...document.querySelectorAll('#log-list li[data-kind="approval"][data-outcome="approved"]')].some(li => li.textContent.includes('fs.write'))`)
+	page.poll("the approval in the live log", approvedInLog+` > `+strconv.Itoa(logged))
 
-	// 2. Denied from the CLI.
+	// 3. Denied from the CLI.
 	done = write("b.txt", "two")
-	p = a.pending(t)
+	p = a.pending(t, "b.txt", "e.txt")
 	a.cli("", "deny", p.ID).wantCode(t, exitOK)
 	if r := <-done; code(r) != "approval_denied" {
 		t.Fatalf("the denied write: %q", code(r))
@@ -180,48 +239,6 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 		t.Fatalf("the denied write reached the adapter: %v", err)
 	}
 	a.refused("unknown_approval", "deny", p.ID)
-
-	// 3. Remembered for src/**: the next write there runs without anyone deciding; one
-	// elsewhere waits, and nobody deciding refuses it approval_timeout.
-	done = write("src/c.txt", "three")
-	p = a.pending(t)
-	a.refused("not_rememberable", "approve", p.ID, "--remember", "--pattern", "docs/**")
-	var dec struct {
-		Memory struct {
-			ID      string `json:"id"`
-			Pattern string `json:"pattern"`
-		} `json:"memory"`
-	}
-	a.data(&dec, "approve", p.ID, "--remember", "--pattern", "src/**")
-	if dec.Memory.Pattern != "src/**" {
-		t.Fatalf("approve --remember: %+v", dec)
-	}
-	if r := <-done; r.IsError {
-		t.Fatalf("the remembered write: %s", code(r))
-	}
-	if r := <-write("src/d.txt", "four"); r.IsError || file("src/d.txt") != "four" {
-		t.Fatalf("the write under src/ after remember: %s %q", code(r), file("src/d.txt"))
-	}
-	start := time.Now()
-	done = write("e.txt", "five")
-	a.pending(t)
-	if r := <-done; code(r) != "approval_timeout" {
-		t.Fatalf("the undecided write outside src/: %q", code(r))
-	}
-	if waited := time.Since(start); waited < approvalWait {
-		t.Fatalf("refused after %v, before the approval timeout", waited)
-	}
-	var mem struct {
-		Remembered []struct {
-			ID      string `json:"id"`
-			Pattern string `json:"pattern"`
-			Uses    int    `json:"uses"`
-		} `json:"remembered"`
-	}
-	a.data(&mem, "approvals", "remembered")
-	if len(mem.Remembered) != 1 || mem.Remembered[0].Pattern != "src/**" || mem.Remembered[0].Uses != 1 {
-		t.Fatalf("approvals remembered: %+v", mem)
-	}
 
 	// 4. The page lists the memory and forgets it; then a write under src/ waits again, and
 	// the page's remember checkbox remembers its exact path, which the CLI forgets.
@@ -234,7 +251,7 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 		t.Fatalf("after the page forgot it: %+v", mem)
 	}
 	done = write("src/f.txt", "six")
-	p = a.pending(t)
+	p = a.pending(t, "src/f.txt", "e.txt")
 	entry = `#approval-list li[data-approval="` + p.ID + `"]`
 	page.poll("the write on the page", `document.querySelector('`+entry+` input[name="remember"]') !== null`)
 	page.step("remember and approve", chromedp.Click(chromedp.CSS(entry+` input[name="remember"]`)),
@@ -251,12 +268,21 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 
 	// 5. A memory ends with the session: the client going away closes it.
 	done = write("src/g.txt", "seven")
-	p = a.pending(t)
+	p = a.pending(t, "src/g.txt", "e.txt")
 	a.cli("", "approve", p.ID, "--remember").wantCode(t, exitOK)
 	<-done
 	a.data(&mem, "approvals", "remembered")
 	if len(mem.Remembered) != 1 {
 		t.Fatalf("before the client went: %+v", mem)
+	}
+	if r := <-undecided; code(r) != "approval_timeout" {
+		t.Fatalf("the undecided write outside src/: %q", code(r))
+	}
+	if waited := time.Since(start); waited < approvalWait {
+		t.Fatalf("refused after %v, before the approval timeout", waited)
+	}
+	if got := file("e.txt"); !strings.HasPrefix(got, "<open ") {
+		t.Fatalf("the undecided write reached the adapter: e.txt is %q", got)
 	}
 	cs.Close()
 	closed = true

@@ -127,6 +127,37 @@ func (s *Server) Status() (FabricStatus, error) {
 	return st, nil
 }
 
+// MetaGroup is the name Groups gives the JetStream meta group.
+const MetaGroup = "$meta"
+
+// Groups maps the JetStream groups this node takes part in to the name of the leader it knows
+// of, "" while it knows none: MetaGroup for the meta group, and "ACCOUNT > STREAM" for each
+// stream this node holds a replica of. It is read from the server's own monitoring, in
+// process.
+//
+// A JetStream request that a group's leader would answer gets no answer at all while that
+// group elects one (after its leader's node was killed or restarted, NATS waits an election
+// timeout of seconds), so a request that went unanswered is worth sending again as soon as the
+// group it met leaderless has a leader: the event roomhost's retries wait for.
+func (s *Server) Groups() (map[string]string, error) {
+	jz, err := s.ns.Jsz(&server.JSzOptions{Accounts: true, Streams: true})
+	if err != nil {
+		return nil, fmt.Errorf("bus: status: jetstream: %w", err)
+	}
+	out := map[string]string{}
+	if jz.Meta != nil {
+		out[MetaGroup] = jz.Meta.Leader
+	}
+	for _, a := range jz.AccountDetails {
+		for _, sd := range a.Streams {
+			if sd.Cluster != nil {
+				out[a.Name+" > "+sd.Name] = sd.Cluster.Leader
+			}
+		}
+	}
+	return out, nil
+}
+
 // rttMicros parses the monitoring's RTT text ("1.234ms"); unparsable or empty is 0.
 func rttMicros(s string) int64 {
 	d, err := time.ParseDuration(s)

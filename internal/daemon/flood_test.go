@@ -89,14 +89,24 @@ func floodOwnerSocket(t *testing.T, d *daemontest.Daemon, o daemontest.FloodOpti
 		})
 	}
 	wg.Wait()
+	// Three airlock probes, side by side: each is a process of its own (its own peer), and one
+	// after another under the flood they took a second each.
 	probes := 0
+	airlock := daemontest.Binary(t, "airlock")
+	var pwg sync.WaitGroup
 	for range 3 {
-		if out, err := exec.Command(daemontest.Binary(t, "airlock"), "--socket", d.Socket, "probe").CombinedOutput(); err == nil {
-			probes++
-		} else {
-			t.Logf("probe during the flood: %v %s", err, out)
-		}
+		pwg.Go(func() {
+			out, err := exec.Command(airlock, "--socket", d.Socket, "probe").CombinedOutput()
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				probes++
+			} else {
+				t.Logf("probe during the flood: %v %s", err, out)
+			}
+		})
 	}
+	pwg.Wait()
 	// An event during the flood reaches the attached connection.
 	call(t, owner, client.Command{Operation: "close", SessionID: "s1", Generation: gen(1)})
 	ev1 := nextEvent(t, attached)

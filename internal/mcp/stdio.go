@@ -27,12 +27,17 @@ const StdinDrainTimeout = 40 * time.Second
 // itself did not fail (it may still take effect).
 const CodeDrainTimeout = -32603
 
+// methodListen is the request of a stateless-revision (2026-07-28) client's notification
+// stream (SEP-2575), which the server answers only when the stream ends.
+const methodListen = "subscriptions/listen"
+
 // StdioTransport returns the transport of a session on stdin and stdout that answers every
 // request it reads. The go-sdk's stdio connection treats the end of stdin as the end of the
 // session: requests still queued or running then are cancelled and their responses refused,
 // so `printf '<initialize>\n<tools/list>\n<tools/call>\n' | airlock mcp …` answered only
 // initialize. Here the end of stdin reaches the SDK only once every request read (a message
-// with a method and an id, not cancelled by notifications/cancelled) has had its response
+// with a method and an id, not cancelled by notifications/cancelled, and not a
+// subscriptions/listen stream, which lasts as long as the session) has had its response
 // written, or StdinDrainTimeout (drain, when positive) has passed, when each one still
 // unanswered is answered CodeDrainTimeout and a late response to it is dropped.
 //
@@ -238,6 +243,13 @@ func (d *drainer) note(line []byte) {
 				}
 			}
 		}
+		return
+	}
+	if method == methodListen {
+		// A subscriptions/listen stream is answered only when it ends, and it ends with the
+		// session: waiting for its answer at the end of stdin held the process until the
+		// drain deadline, or until the client killed it (the TypeScript SDK's stdio client
+		// sends SIGTERM 2 s after it closed stdin).
 		return
 	}
 	if k, ok := idKey(m.ID); ok {

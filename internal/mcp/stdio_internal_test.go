@@ -108,6 +108,36 @@ func TestDrainWaitsForEveryRequest(t *testing.T) {
 	})
 }
 
+// TestDrainDoesNotWaitForAListenStream: a subscriptions/listen request is answered only when
+// its stream ends, which is when the session ends; the end of stdin is reported once the
+// other requests are answered, without waiting for it.
+func TestDrainDoesNotWaitForAListenStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}` + "\n" +
+			`{"jsonrpc":"2.0","id":2,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true}}}` + "\n"
+		d := newDrainer(io.NopCloser(strings.NewReader(in)), &lockedBuffer{}, 1<<20, time.Hour)
+		defer drainReader{d}.Close() // ends a wait the test failed on
+		eof := make(chan struct{})
+		go func() {
+			io.ReadAll(drainReader{d})
+			close(eof)
+		}()
+		synctest.Wait()
+		select {
+		case <-eof:
+			t.Fatal("the end of stdin was reported with initialize unanswered")
+		default:
+		}
+		drainWriter{d}.Write([]byte(`{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"))
+		synctest.Wait()
+		select {
+		case <-eof:
+		default:
+			t.Fatal("the end of stdin waits for the listen stream's answer")
+		}
+	})
+}
+
 // TestDrainEndsOnClose: Close ends a wait for answers, as the SDK's Close of the connection
 // must unblock its reader.
 func TestDrainEndsOnClose(t *testing.T) {

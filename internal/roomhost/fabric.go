@@ -201,12 +201,29 @@ const (
 // responders too. The next attempt, once enough nodes are up or the subscriptions arrived,
 // succeeds. Without a fabric (the embedded server, --nats-url) no responders is final: that
 // server has no JetStream.
+//
+// An attempt that met a leaderless group does not wait out busAttempt: the node's groups are
+// watched while it runs (leaderWatch), and it is ended, and made again at once, when a group
+// that had no leader at its start has one. A node restarted while it led a stream is the
+// usual case: its peers elect a new leader after NATS's election timeout, seconds after the
+// node's meta group is back, and the room service's first request meanwhile went unanswered.
 func (s *Service) retryBus(ctx context.Context, fn func(context.Context) error) error {
 	fabric := s.cfg.Fabric != nil
+	attempt := busAttempt
+	if s.cfg.busAttempt > 0 {
+		attempt = s.cfg.busAttempt
+	}
 	for {
-		actx, cancel := context.WithTimeout(ctx, busAttempt)
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		var elected func() bool
+		if fabric && s.server != nil {
+			elected = s.leaderWatch(actx, cancel)
+		}
 		err := fn(actx)
 		cancel()
+		if elected != nil && elected() && err != nil && ctx.Err() == nil {
+			continue // a group it met leaderless has a leader now
+		}
 		forming := bus.Forming(err) || (fabric && errors.Is(err, busport.ErrNoResponders))
 		if err == nil || !(forming || errors.Is(err, busport.ErrTimeout)) || ctx.Err() != nil {
 			return err
@@ -218,5 +235,51 @@ func (s *Service) retryBus(ctx context.Context, fn func(context.Context) error) 
 			case <-time.After(formingWait):
 			}
 		}
+	}
+}
+
+// leaderWatch looks at the node's JetStream groups every fabricPoll until ctx ends, and calls
+// cancel when one that had no leader at its start has one (or is gone). The function it
+// returns waits for the watch to end (ctx must be done first) and says whether it cancelled.
+func (s *Service) leaderWatch(ctx context.Context, cancel context.CancelFunc) (elected func() bool) {
+	groups, err := s.server.Groups()
+	var before []string
+	for g, leader := range groups {
+		if leader == "" {
+			before = append(before, g)
+		}
+	}
+	if err != nil || len(before) == 0 {
+		return func() bool { return false }
+	}
+	var fired bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(fabricPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now, err := s.server.Groups()
+			if err != nil {
+				continue
+			}
+			for _, g := range before {
+				if leader, ok := now[g]; leader != "" || !ok {
+					fired = true
+					s.log.Debug("a JetStream group has a leader: the bus request is sent again", "group", g, "leader", leader)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() bool {
+		<-done
+		return fired
 	}
 }

@@ -100,6 +100,11 @@ func loadFabric(t *testing.T, path string) *bus.Fabric {
 
 // startFabricHost starts the room service of dir as a node of fb.
 func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, error) {
+	return startFabricHostConfig(ctx, dir, fb, nil)
+}
+
+// startFabricHostConfig is startFabricHost with more configuration.
+func startFabricHostConfig(ctx context.Context, dir string, fb *bus.Fabric, more func(*Config)) (*host, error) {
 	st, err := store.Open(dir, store.Options{})
 	if err != nil {
 		return nil, err
@@ -108,7 +113,11 @@ func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, er
 	// Warnings (a room not rejoined, a fabric still forming) go to stderr, which go test
 	// shows when the package fails.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	h.svc, err = Start(ctx, Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second, Logger: logger})
+	cfg := Config{StateDir: dir, Store: st, Capabilities: h.caps, Fabric: fb, PresenceTTL: 3 * time.Second, Logger: logger}
+	if more != nil {
+		more(&cfg)
+	}
+	h.svc, err = Start(ctx, cfg)
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -120,6 +129,12 @@ func startFabricHost(ctx context.Context, dir string, fb *bus.Fabric) (*host, er
 // before either host can open its buckets.
 func startFabricHosts(t *testing.T, hosts []fabricHost) []*host {
 	t.Helper()
+	return startFabricHostsConfig(t, hosts, nil)
+}
+
+// startFabricHostsConfig is startFabricHosts with more configuration.
+func startFabricHostsConfig(t *testing.T, hosts []fabricHost, more func(*Config)) []*host {
+	t.Helper()
 	out := make([]*host, len(hosts))
 	errs := make([]error, len(hosts))
 	var wg sync.WaitGroup
@@ -127,7 +142,7 @@ func startFabricHosts(t *testing.T, hosts []fabricHost) []*host {
 		wg.Go(func() {
 			c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			out[i], errs[i] = startFabricHost(c, fh.dir, loadFabric(t, fh.fabric))
+			out[i], errs[i] = startFabricHostConfig(c, fh.dir, loadFabric(t, fh.fabric), more)
 		})
 	}
 	wg.Wait()
@@ -147,14 +162,22 @@ func startFabricHosts(t *testing.T, hosts []fabricHost) []*host {
 // room and B joins it through a join code (both allowed by the permissions the rooms give),
 // B invokes A's lamp across the route, B's node refuses B's calls into the room once B left
 // it, and a restarted B gets its stored rooms' permissions back at start.
+//
+// B is the node that leads a stream of the room buckets, so its restart finds that stream
+// leaderless (A, alone, cannot elect one; the two elect after NATS's election timeout of
+// seconds) and its room service's first request to it goes unanswered. The room service
+// sends it again as soon as the stream has a leader, not at the end of the attempt: the
+// restart has attempts of an hour, so it starts only through that retry (before, it waited
+// out each 5 s attempt, once or twice per restart).
 func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	fh := newFabric(t)
 	hs := startFabricHosts(t, fh)
-	a, b := hs[0], hs[1]
+	x := streamLeader(t, hs)
+	a, b := hs[1-x], hs[x]
 	bg := ctx(t)
 
 	st, err := a.svc.FabricStatus()
-	if err != nil || st.Mode != bus.ModeCluster || st.Node != "n1" || st.Cluster != "roomhost-test" || len(st.Routes) != 1 {
+	if err != nil || st.Mode != bus.ModeCluster || st.Node != fmt.Sprintf("n%d", 2-x) || st.Cluster != "roomhost-test" || len(st.Routes) != 1 {
 		t.Fatalf("A's fabric status %+v, %v", st, err)
 	}
 	if _, err := a.svc.Create(bg, "home", "Home"); err != nil {
@@ -183,12 +206,15 @@ func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	}
 
 	// A restarted B is let into its stored room by its node at start.
+	groups, _ := b.svc.server.Groups()
+	t.Logf("restarting B (n%d), whose groups are %v", x+1, groups)
 	b.stop()
-	fb := loadFabric(t, fh[1].fabric)
-	b2, err := startFabricHost(bg, fh[1].dir, fb)
+	began := time.Now()
+	b2, err := startFabricHostConfig(bg, fh[x].dir, loadFabric(t, fh[x].fabric), func(cfg *Config) { cfg.busAttempt = time.Hour })
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the restarted B's room service after %v: %v", time.Since(began).Round(time.Millisecond), err)
 	}
+	t.Logf("the restarted B's room service started in %v", time.Since(began).Round(time.Millisecond))
 	t.Cleanup(b2.stop)
 	// The two-node cluster lost its quorum while B was down; B's node rejoins and B's
 	// restore retries what met the re-forming cluster.
@@ -223,6 +249,54 @@ func TestFabricHostsFollowTheirRoomsAtTheBroker(t *testing.T) {
 	// JetStream write of its leave (16 s in all); B, which left the room, has none to make.
 	a.stop()
 	b2.stop()
+}
+
+// streamLeader waits until both nodes know a leader for every JetStream group they take part
+// in, and returns the index of a node that leads a stream.
+func streamLeader(t *testing.T, hs []*host) int {
+	t.Helper()
+	x := -1
+	waitFor(t, "both nodes to know a leader for every stream", func() bool {
+		x = -1
+		for i, h := range hs {
+			groups, err := h.svc.server.Groups()
+			if err != nil || len(groups) < 2 {
+				return false
+			}
+			for g, leader := range groups {
+				if leader == "" {
+					return false
+				}
+				if g != bus.MetaGroup && leader == fmt.Sprintf("n%d", i+1) {
+					x = i
+				}
+			}
+		}
+		return x >= 0
+	})
+	return x
+}
+
+// TestFabricStopEndsTheKeepersRequest: the keeper's check of the room buckets, in flight when
+// the service stops, ends with it. The other node, which led a stream, stopped first: the
+// surviving node still takes it for that stream's leader, so the check of that stream gets no
+// answer (the keeper checks every 10 ms here), and Close waited for the request's 10 s
+// timeout before.
+func TestFabricStopEndsTheKeepersRequest(t *testing.T) {
+	fh := newFabric(t)
+	hs := startFabricHostsConfig(t, fh, func(c *Config) { c.keepEvery = 10 * time.Millisecond })
+	x := streamLeader(t, hs)
+	y := hs[1-x]
+	hs[x].stop()
+	waitFor(t, "the surviving node's route to the stopped one to close", func() bool {
+		st, err := y.svc.FabricStatus()
+		return err == nil && len(st.Routes) == 0
+	})
+	began := time.Now()
+	y.stop()
+	if took := time.Since(began); took > busTimeout/2 {
+		t.Fatalf("the surviving node's room service took %v to stop", took)
+	}
 }
 
 // TestFabricRefusesAnotherHostsFile: a fabric file serves one host; a daemon whose host key

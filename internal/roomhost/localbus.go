@@ -445,7 +445,7 @@ func (s *Service) keep() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), busTimeout)
+		ctx, cancel := context.WithTimeout(s.life, busTimeout)
 		created, err := s.conn.BucketsCreated(ctx, roomBuckets...)
 		switch {
 		case err != nil:

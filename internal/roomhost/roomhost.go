@@ -117,6 +117,9 @@ type Config struct {
 
 	// clock replaces time.Now for invites and join requests (tests).
 	clock func() time.Time
+	// busAttempt replaces busAttempt, the bound of one attempt of a bus request at start
+	// (tests).
+	busAttempt time.Duration
 	// noResponders, when set, is told each time a join request found nobody serving the
 	// owner's subject, before it is sent again (tests).
 	noResponders func()
@@ -157,9 +160,13 @@ type Service struct {
 	rosterMu sync.Mutex
 	// wg counts the goroutines that forget a room whose owner dropped this host.
 	wg sync.WaitGroup
-	// stop ends the keeper (keep), which keepWG counts.
-	stop   chan struct{}
-	keepWG sync.WaitGroup
+	// stop ends the keeper (keep), which keepWG counts; life ends with it, and with it the
+	// keeper's bus request in flight, which would otherwise hold Close until its timeout
+	// (a request to a stream whose leader's node just stopped gets no answer).
+	stop    chan struct{}
+	life    context.Context
+	endLife context.CancelFunc
+	keepWG  sync.WaitGroup
 
 	mu      sync.Mutex
 	joined  map[string]store.RoomRecord
@@ -216,6 +223,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 		version: make(map[string]uint64),
 		stop:    make(chan struct{}),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	s.approve = room.NewApprovals(s.pending)
 	defer func() {
 		if err != nil {
@@ -402,6 +410,7 @@ func (s *Service) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	close(s.stop)
+	s.endLife()
 	s.keepWG.Wait()
 	s.wg.Wait()
 	var errs []error

@@ -3,9 +3,15 @@ package validate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 )
 
 func run(t *testing.T, cfg Config) Report {
@@ -60,6 +66,59 @@ func TestGoLamp(t *testing.T) {
 	// go-lamp exits on a wrong protocolVersion, which is allowed.
 	if p, _ := rep.Probe(ProbeProtocolVersion); !strings.Contains(p.Detail, "exited") {
 		t.Errorf("protocol_version: %q", p.Detail)
+	}
+}
+
+// TestFaultProbesRunAtOnce: the fault probes run side by side, each with a child of its own,
+// and are reported in FaultModes' order. The two that wait out the call deadline (missing,
+// hang-list) overlap: each child, when it starts, finds the other's running. One after the
+// other, every run of the validator waited out both.
+func TestFaultProbesRunAtOnce(t *testing.T) {
+	trackChildren(t)
+	var mu sync.Mutex
+	alive := map[string]*capclient.Client{}
+	overlapped := false
+	tracked := onSpawn
+	onSpawn = func(c *capclient.Client) {
+		tracked(c)
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.PID()))
+		if err != nil {
+			t.Errorf("child %d: %v", c.PID(), err)
+			return
+		}
+		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+		mode := args[len(args)-1]
+		mu.Lock()
+		defer mu.Unlock()
+		alive[mode] = c
+		other := map[string]string{FaultMissing: FaultHangList, FaultHangList: FaultMissing}[mode]
+		if o := alive[other]; o != nil {
+			select {
+			case <-o.Done():
+			default:
+				overlapped = true
+			}
+		}
+	}
+	var rep Report
+	runFaultProbes(context.Background(), faultConfig(t), &rep)
+	var names []string
+	for _, p := range rep.Probes {
+		if !p.Pass {
+			t.Errorf("%s: %s", p.Name, p.Detail)
+		}
+		names = append(names, strings.TrimPrefix(p.Name, "fault."))
+	}
+	if !slices.Equal(names, FaultModes) {
+		t.Errorf("probes reported as %v, want %v", names, FaultModes)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alive) != len(FaultModes) {
+		t.Errorf("children of %d modes started, want %d", len(alive), len(FaultModes))
+	}
+	if !overlapped {
+		t.Error("the missing and hang-list probes ran one after the other")
 	}
 }
 

@@ -634,10 +634,12 @@ func TestIdempotencyBounds(t *testing.T) {
 
 // TestLargeReadsShareBuffers: reads whose frames are built in pooled buffers return their own
 // content, one after another and side by side, and a large read is not remembered: a replay
-// with its key reads the file again.
+// with its key reads the file again. The files are just over pooledFrameBytes, each one byte
+// shorter than the last, so that every frame is pooled and shares its buffer's size class
+// with the others (3 MiB files took 16 s of CI's loaded machine under -race, decoding).
 func TestLargeReadsShareBuffers(t *testing.T) {
 	f := newFixture(t)
-	const size = 3 << 20
+	const size = pooledFrameBytes + 64<<10
 	for i, c := range "abcd" {
 		os.WriteFile(filepath.Join(f.root, string(c)+".txt"), []byte(strings.Repeat(string(c), size-i)), 0o600)
 	}
