@@ -123,7 +123,22 @@ func (a *app) openDirSession(ctx context.Context, id, dir string, ops []string, 
 		},
 	}
 	p.Policy = pol
-	if _, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p}); err != nil {
+	data, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p})
+	var res protocol.OpenResult
+	if err == nil {
+		err = decodeData(data, &res)
+	}
+	if err == nil && !res.Created {
+		// The daemon opened a generation that exists, and its owner is the connection that
+		// created it, not this one (daemon.Server.open): this connection's end would not end
+		// it, and the owner's end would, under this process. At a reopen that is the old
+		// owner, not closed by the daemon yet (an earlier attempt timed out after the daemon
+		// had taken it, or the connection ended on this side only): its close deletes the
+		// session, and a later attempt creates it. At the start, with a random id, it is a
+		// collision that nothing can take back.
+		err = protocol.Retryable(protocol.CodeSessionBusy, "session %s is open already, owned by another connection", id)
+	}
+	if err != nil {
 		owner.Close()
 		return nil, err
 	}

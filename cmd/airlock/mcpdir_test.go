@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // attempts is a slog.Handler that keeps the times of airlock mcp --dir's failed reopen
@@ -16,6 +21,8 @@ import (
 type attempts struct {
 	mu    sync.Mutex
 	times []time.Time
+	// failed, when not nil, gets a value (if it has room) at each failed attempt.
+	failed chan struct{}
 }
 
 func (h *attempts) Enabled(context.Context, slog.Level) bool { return true }
@@ -26,6 +33,10 @@ func (h *attempts) Handle(_ context.Context, r slog.Record) error {
 		h.mu.Lock()
 		h.times = append(h.times, r.Time)
 		h.mu.Unlock()
+		select {
+		case h.failed <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }
@@ -94,4 +105,71 @@ func TestReopenBackoff(t *testing.T) {
 			}
 		})
 	})
+}
+
+// sessionIDs lists the sessions of the daemon on socket, as airlock session list --json
+// prints them.
+func sessionIDs(t *testing.T, socket string) []string {
+	t.Helper()
+	r := cli(t, socket, "", "session", "list", "--json").wantCode(t, exitOK)
+	var page struct {
+		Sessions []protocol.CatalogRecord `json:"sessions"`
+	}
+	decode(t, envelopeOf(t, r, "session list", true).Data, &page)
+	var ids []string
+	for _, s := range page.Sessions {
+		ids = append(ids, s.SessionID)
+	}
+	return ids
+}
+
+// TestReopenNotOwner: an open of airlock mcp --dir's session that finds the generation open
+// already, owned by another connection (the owner before, which the daemon has not closed
+// yet), is refused session_busy, retryably, on this side: the daemon's answer succeeds, but
+// this connection would own nothing, and the other's end would end the session under it. The
+// keeper's reopen tries again until that owner is gone, and then owns the session it opens:
+// its connection's end ends it.
+func TestReopenNotOwner(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs") // airlockd runs the one beside it
+	d := daemontest.Start(t, daemontest.Options{})
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &app{socket: d.Socket}
+	const id = "mcp-0123456789ab"
+	old, err := a.openDirSession(t.Context(), id, root, defaultDirOps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.owner.Close()
+
+	ds, err := a.openDirSession(t.Context(), id, root, defaultDirOps, nil)
+	var pe *protocol.Error
+	if ds != nil || !errors.As(err, &pe) || pe.Code != protocol.CodeSessionBusy || !reopenRetryable(err) {
+		t.Fatalf("an open of the generation another connection owns: %v, %v", ds, err)
+	}
+
+	h := &attempts{failed: make(chan struct{}, 1)}
+	k := &dirKeeper{a: a, id: id, root: root, ops: defaultDirOps, reopenFor: time.Minute, log: slog.New(h)}
+	type reopened struct {
+		ds  *dirSession
+		err error
+	}
+	done := make(chan reopened, 1)
+	go func() {
+		ds, err := k.reopen(t.Context())
+		done <- reopened{ds, err}
+	}()
+	<-h.failed
+	old.owner.Close()
+	r := <-done
+	if r.ds == nil {
+		t.Fatalf("reopen after the old owner went: %v", r.err)
+	}
+	if ids := sessionIDs(t, d.Socket); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("sessions after the reopen: %v", ids)
+	}
+	r.ds.owner.Close()
+	waitFor(t, "the reopened session to end with its owner connection", func() bool { return len(sessionIDs(t, d.Socket)) == 0 })
 }
