@@ -400,17 +400,14 @@ func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 
 // reopen opens the session again: at once, then after waits from reopenBackoffMin doubling up
 // to reopenBackoffMax, while the daemon is out of reach or refuses the open retryably (it is
-// still recovering, its airlock-fs is not up yet), until reopenFor has passed. It returns
-// (nil, nil) when ctx ends.
+// still recovering, its airlock-fs is not up yet, the owner before has not been closed), until
+// reopenFor has passed: the last wait is cut to end then, and one last attempt follows it.
+// Each attempt may take callTimeout. It returns (nil, nil) when ctx ends.
 func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 	deadline := time.Now().Add(k.reopenFor)
 	wait := reopenBackoffMin
 	for {
-		until := time.Now().Add(callTimeout)
-		if deadline.Before(until) {
-			until = deadline
-		}
-		actx, cancel := context.WithDeadline(ctx, until)
+		actx, cancel := context.WithTimeout(ctx, callTimeout)
 		ds, err := k.a.openDirSession(actx, k.id, k.root, k.ops, k.pol)
 		cancel()
 		switch {
@@ -422,21 +419,19 @@ func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 			k.log.Error("airlockd refused to open the session again", "session", k.id, "err", err)
 			return nil, err
 		}
-		// The deadline ends the wait, and the attempts: the last error says why.
 		left := time.Until(deadline)
-		if left > 0 {
-			k.log.Debug("session not reopened yet", "session", k.id, "err", err, "retryIn", min(wait, left))
-			t := time.NewTimer(min(wait, left))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, nil
-			case <-t.C:
-			}
-		}
-		if !time.Now().Before(deadline) {
+		if left <= 0 {
+			k.log.Debug("session not reopened", "session", k.id, "err", err)
 			return nil, transportErrorf(exitUnavailable, "airlockd did not take session %s back within %v (%v); %s",
 				k.id, k.reopenFor, err, k.a.startHint())
+		}
+		k.log.Debug("session not reopened", "session", k.id, "err", err, "retryIn", min(wait, left))
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
 		}
 		wait = min(2*wait, reopenBackoffMax)
 	}

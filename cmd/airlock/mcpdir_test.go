@@ -17,7 +17,7 @@ import (
 )
 
 // attempts is a slog.Handler that keeps the times of airlock mcp --dir's failed reopen
-// attempts (its debug line "session not reopened yet").
+// attempts (its debug line "session not reopened").
 type attempts struct {
 	mu    sync.Mutex
 	times []time.Time
@@ -29,7 +29,7 @@ func (h *attempts) Enabled(context.Context, slog.Level) bool { return true }
 func (h *attempts) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *attempts) WithGroup(string) slog.Handler            { return h }
 func (h *attempts) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "session not reopened yet" {
+	if r.Message == "session not reopened" {
 		h.mu.Lock()
 		h.times = append(h.times, r.Time)
 		h.mu.Unlock()
@@ -42,9 +42,10 @@ func (h *attempts) Handle(_ context.Context, r slog.Record) error {
 }
 
 // TestReopenBackoff: with no daemon on the socket, airlock mcp --dir tries to open its session
-// again at once, then after 100 ms, doubling the wait up to 2 s, and gives up when --reopen-for
-// has passed, with exit 69 and the command that starts the daemon; the end of its context ends
-// the wait at once. Time is synctest's: the schedule is exact.
+// again at once, then after 100 ms, doubling the wait up to 2 s, with the last wait cut to end
+// when --reopen-for has passed and one last attempt then; it gives up after that one, with
+// exit 69 and the command that starts the daemon. The end of its context ends the wait at
+// once. Time is synctest's: the schedule is exact.
 func TestReopenBackoff(t *testing.T) {
 	const socket = "/nonexistent-airlock-test/airlockd.sock"
 	keeper := func(h *attempts, reopenFor time.Duration) *dirKeeper {
@@ -77,7 +78,7 @@ func TestReopenBackoff(t *testing.T) {
 			if d := time.Since(start); d != 10*time.Second {
 				t.Errorf("gave up after %v, want 10s", d)
 			}
-			if want := ms(0, 100, 300, 700, 1500, 3100, 5100, 7100, 9100); !slices.Equal(offsets(h, start), want) {
+			if want := ms(0, 100, 300, 700, 1500, 3100, 5100, 7100, 9100, 10000); !slices.Equal(offsets(h, start), want) {
 				t.Errorf("attempts at %v, want %v", offsets(h, start), want)
 			}
 			ce := classify(err)
