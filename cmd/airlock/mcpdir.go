@@ -359,6 +359,10 @@ type dirKeeper struct {
 	// cur is the session open now, nil from the loss of one until it is open again. keep owns
 	// it while it runs; its caller closes it after keep has returned.
 	cur *dirSession
+	// beforeAttempt, when not nil, runs before each attempt of a reopen: a test holds the
+	// keeper there to see the bridge between a new daemon's start and the reopen
+	// (TestHoldUntilReopened).
+	beforeAttempt func(ctx context.Context)
 }
 
 // keep waits for the connection that holds the session to end and opens the session again,
@@ -407,6 +411,9 @@ func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 	deadline := time.Now().Add(k.reopenFor)
 	wait := reopenBackoffMin
 	for {
+		if k.beforeAttempt != nil {
+			k.beforeAttempt(ctx)
+		}
 		actx, cancel := context.WithTimeout(ctx, callTimeout)
 		ds, err := k.a.openDirSession(actx, k.id, k.root, k.ops, k.pol)
 		cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,7 +13,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
@@ -21,8 +25,9 @@ import (
 type attempts struct {
 	mu    sync.Mutex
 	times []time.Time
-	// failed, when not nil, gets a value (if it has room) at each failed attempt.
-	failed chan struct{}
+	// failed and reopened, when not nil, get a value (if they have room) at each failed
+	// attempt and at "session reopened".
+	failed, reopened chan struct{}
 }
 
 func (h *attempts) Enabled(context.Context, slog.Level) bool { return true }
@@ -35,6 +40,12 @@ func (h *attempts) Handle(_ context.Context, r slog.Record) error {
 		h.mu.Unlock()
 		select {
 		case h.failed <- struct{}{}:
+		default:
+		}
+	}
+	if r.Message == "session reopened" {
+		select {
+		case h.reopened <- struct{}{}:
 		default:
 		}
 	}
@@ -173,4 +184,132 @@ func TestReopenNotOwner(t *testing.T) {
 	}
 	r.ds.owner.Close()
 	waitFor(t, "the reopened session to end with its owner connection", func() bool { return len(sessionIDs(t, d.Socket)) == 0 })
+}
+
+// TestHoldUntilReopened: in the window that Hold is for, a new daemon up and the session not
+// opened on it yet (the keeper held before its attempt), a call answers daemon_unreachable,
+// retryably, with Hold's message, not the new daemon's session_not_found, and a refresh keeps
+// every tool listed; once the keeper reopens the session, the same MCP session reads DIR
+// again with the same tools.
+func TestHoldUntilReopened(t *testing.T) {
+	daemontest.Binary(t, "airlock-fs") // airlockd runs the one beside it
+	dir := daemontest.ShortDir(t)
+	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
+	d := daemontest.Start(t, opts)
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "kept.txt"), []byte("kept\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	h := &attempts{reopened: make(chan struct{}, 1)}
+	a := &app{socket: d.Socket}
+	k := &dirKeeper{a: a, id: newDirSessionID(), root: root, ops: defaultDirOps, reopenFor: time.Minute, log: slog.New(h),
+		beforeAttempt: func(ctx context.Context) {
+			entered <- struct{}{}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+			}
+		}}
+	if k.cur, err = a.openDirSession(ctx, k.id, root, k.ops, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The poll waits for the test's refreshes.
+	b, err := mcp.New(ctx, mcp.Config{Socket: d.Socket, SessionID: k.id, Generation: 1, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ct, st := sdk.NewInMemoryTransports()
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(ctx, st) }()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, stopKeeping := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- k.keep(kctx, b) }()
+	defer func() {
+		stopKeeping()
+		if err := <-kept; err != nil {
+			t.Errorf("keep: %v", err)
+		}
+		if k.cur != nil {
+			k.cur.close(context.Background())
+		}
+		cs.Close()
+		<-served
+	}()
+	read := func() *sdk.CallToolResult {
+		t.Helper()
+		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "kept.txt"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	tools := func() []string {
+		t.Helper()
+		lt, err := cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tl := range lt.Tools {
+			names = append(names, tl.Name)
+		}
+		return names
+	}
+	before := tools()
+	if r := read(); r.IsError || len(before) == 0 {
+		t.Fatalf("before the restart: %+v, tools %v", r, before)
+	}
+
+	d.Stop()
+	<-entered
+	d2 := daemontest.Start(t, opts)
+	if ids := sessionIDs(t, d2.Socket); len(ids) != 0 {
+		t.Fatalf("sessions of the new daemon before the reopen: %v", ids)
+	}
+	r := read()
+	code, _ := r.Meta[mcp.MetaError].(map[string]any)["code"].(string)
+	if !r.IsError || code != mcp.CodeDaemonUnreachable || !strings.Contains(mcpText(r), "airlock mcp is opening session "+k.id+" again") {
+		t.Fatalf("a call before the reopen: code %q, %+v", code, r)
+	}
+	if err := b.Refresh(ctx); err == nil {
+		t.Fatal("a refresh before the reopen succeeded")
+	}
+	if got := tools(); !slices.Equal(got, before) {
+		t.Fatalf("tools before the reopen %v, want %v", got, before)
+	}
+
+	close(gate)
+	<-h.reopened
+	if r := read(); r.IsError || mcpText(r) != "kept\n" {
+		t.Fatalf("a call after the reopen: %+v", r)
+	}
+	if got := tools(); !slices.Equal(got, before) {
+		t.Fatalf("tools after the reopen %v, want %v", got, before)
+	}
+	if ids := sessionIDs(t, d2.Socket); !slices.Equal(ids, []string{k.id}) {
+		t.Fatalf("sessions of the new daemon after the reopen: %v", ids)
+	}
+}
+
+// mcpText is the text of a tool result.
+func mcpText(r *sdk.CallToolResult) string {
+	var sb strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			sb.WriteString(tc.Text)
+		}
+	}
+	return sb.String()
 }

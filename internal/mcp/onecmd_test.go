@@ -456,9 +456,9 @@ func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
 
 // TestDirReopensAfterRestart: airlock mcp --dir survives its daemon stopping (SIGTERM) or
 // dying (SIGKILL) and a new one starting on the same socket and state directory. In the gap a
-// call answers daemon_unreachable, retryable, with its hint; once the server logs that it
-// reopened its session, the same MCP session reads the file written before, with the same
-// tools (none was taken away and put back); the new daemon holds exactly that session, under
+// call answers daemon_unreachable, retryable, with its hint and Hold's message; once the
+// server logs that it reopened its session, the same MCP session reads the file written
+// before, with the same tools (none was taken away and put back); the new daemon holds exactly that session, under
 // the same id, and one grant of it, and both end when the client goes.
 func TestDirReopensAfterRestart(t *testing.T) {
 	for _, killed := range []bool{false, true} {
@@ -494,8 +494,10 @@ func TestDirReopensAfterRestart(t *testing.T) {
 			if err != nil || !r.IsError {
 				t.Fatalf("a call in the gap: %v %+v", err, r)
 			}
+			// Hold's message, not the unheld bridge's "cannot reach airlockd", which the same
+			// code and hint would also pass.
 			if we := airlockError(t, r); we.Code != mcp.CodeDaemonUnreachable || !we.Retryable || we.Hint != hint.For(mcp.CodeDaemonUnreachable) ||
-				!strings.Contains(text(r), "\n"+we.Hint) {
+				!strings.Contains(text(r), "\n"+we.Hint) || !strings.Contains(text(r), "airlock mcp is opening session "+id+" again") {
 				t.Fatalf("a call in the gap: %+v, text %q", we, text(r))
 			}
 
