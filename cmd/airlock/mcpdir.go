@@ -232,7 +232,10 @@ const (
 	configGemini = "gemini"
 )
 
-var serverNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+var (
+	serverNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+	serverName       = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+)
 
 // mcpConfig prints a client configuration that runs airlock mcp --dir DIR with every path
 // absolute and the daemon's socket named, so that a client's reduced environment (no
@@ -270,8 +273,10 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	if n == "" {
 		n = "airlock-" + strings.Trim(serverNameUnsafe.ReplaceAllString(filepath.Base(d), "-"), "-")
 	}
-	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`).MatchString(n) {
-		return a.failUsage(o, usageErrorf("--name must be 1 to 64 letters, digits, '_' or '-'"))
+	// A letter first: the clients' parsers read a name that looks like a number (0x10, 1e3)
+	// as one, and one that starts with '-' as an option.
+	if !serverName.MatchString(n) {
+		return a.failUsage(o, usageErrorf("--name must be a letter and up to 63 more letters, digits, '_' or '-'"))
 	}
 	// --ops and --caps are one word each, --flag=value: Gemini CLI's parser reads a lone
 	// number-like argument as a number, even after its "--", and stores it so ("--caps 0x10"
