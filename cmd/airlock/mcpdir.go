@@ -344,7 +344,9 @@ const (
 // and revokes its grant (its airlock-fs child goes with it); the MCP client, which does not
 // restart a server that exits, keeps its MCP session. So the keeper holds the bridge (calls
 // answer daemon_unreachable, the tools stay listed), opens the session again on the daemon
-// that comes back, with the same id, DIR, operations and policy, and resumes the bridge.
+// that comes back, with the same id, DIR, operations and policy, and resumes the bridge. A
+// policy FILE is a path in the open, which the new daemon reads: an edit made to it during the
+// gap applies from the reopen on.
 //
 // The same id is free on the new daemon: a daemon that stops closes and deletes the
 // connection-scoped sessions of the connections it closes, and one that was killed deletes
@@ -353,7 +355,9 @@ const (
 // a deleted session; the call floors are room callers'), and nothing of it can be replayed: a
 // grant is bound to the daemon's host instance id, new at every start, and the old grants died
 // with the old daemon's airlock-fs. Keeping the id keeps the bridge as it is: the same tools,
-// the same instructions, no list_changed.
+// the same instructions, no list_changed for the fs tools. (Resume's refresh lists --caps as
+// the new daemon has them: an adapter it has not started yet loses its tools until a poll
+// finds it ready.)
 type dirKeeper struct {
 	a         *app
 	id, root  string
