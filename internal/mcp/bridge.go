@@ -328,6 +328,17 @@ func (b *Bridge) poll() {
 // session_not_found, which tells a model to give up, and a refresh would take every tool away
 // (and announce it) only to put them back a moment later. A call already past its lease is
 // not affected: its connection was to the daemon that went, and it fails as it is.
+//
+// Hold covers the gap from the moment airlock mcp learns of the loss, not from the loss. A
+// stopping daemon closes and deletes a connection-scoped session before it closes the
+// connection that owns it, and airlock mcp learns of the loss from that connection's end. A
+// call or a poll that the daemon answers on another connection in between sees the session
+// gone: the call answers session_not_found, and the refresh removes every tool of the session
+// (one list_changed) until Resume lists them again (another). The bridge cannot tell that
+// session_not_found from the session being closed by an operator (airlock session close),
+// whose owner connection stays open and whose tools must go, so it takes neither as a loss to
+// hold over. The window is the daemon's few steps between the two closes; airlockd killed
+// (SIGKILL) has none, its connections and the session ending together.
 func (b *Bridge) Hold(msg string) { b.held.Store(&msg) }
 
 // Resume ends Hold and refreshes the tool list at once, so that a change of the grant across
