@@ -375,10 +375,11 @@ type dirKeeper struct {
 }
 
 // keep waits for the connection that holds the session to end and opens the session again,
-// for as long as ctx lasts. It returns nil when ctx ends, and otherwise the reason the server
-// must stop: reopenFor is 0, or the daemon did not take the session back within reopenFor
-// (exit 69, with the command that starts it), or it refused the open in a way that retrying
-// cannot fix (DIR or the policy file is gone, …; the daemon's error, exit 1).
+// for as long as ctx lasts. It returns nil when ctx ends, and otherwise the reason the session
+// is lost for good (mcpServe fails the bridge with it, or stops serving): reopenFor is 0, or
+// the daemon did not take the session back within reopenFor (exit 69, with the command that
+// starts it), or it refused the open in a way that retrying cannot fix (DIR or the policy file
+// is gone, …; the daemon's error, exit 1).
 func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 	for {
 		select {

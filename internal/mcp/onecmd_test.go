@@ -215,18 +215,6 @@ func startMCP(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan struct{}
 	return cmd, exited, stderr
 }
 
-// startDirServer is startMCP that returns once the session's grant is live: the server opens its
-// session before it reads a request.
-func startDirServer(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan struct{}, *daemontest.SyncBuffer) {
-	t.Helper()
-	cmd, exited, stderr := startMCP(t, e, extra...)
-	waitFor(t, "the session's grant", func() bool {
-		out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", e.d.Socket+".fs/admin.sock").Output()
-		return err == nil && strings.Count(string(out), "\n") == 2 // the header and one grant
-	})
-	return cmd, exited, stderr
-}
-
 // waitExit waits for the server started by startMCP to exit, and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) int {
 	t.Helper()
@@ -245,17 +233,51 @@ func startHint(socket string) *regexp.Regexp {
 	return regexp.MustCompile("start it with `" + `\S*airlockd --socket ` + regexp.QuoteMeta(socket) + " &`")
 }
 
+// lostForGood waits until the server of cs logs that its session is lost for good, and returns
+// what a call answers then, which must be an error: airlock's error and the text. The tools
+// stay listed.
+func lostForGood(t *testing.T, cs *sdk.ClientSession, stderr *daemontest.SyncBuffer) (wireError, string) {
+	t.Helper()
+	stderr.Wait(t, "the loss for good", regexp.MustCompile(`level=ERROR msg="the session is lost for good: every call answers why until the client closes stdin"`))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "kept.txt"}})
+	if err != nil || !r.IsError {
+		t.Fatalf("a call after the loss for good: %v %+v", err, r)
+	}
+	if len(toolNames(t, cs)) == 0 {
+		t.Fatal("no tools listed after the loss for good")
+	}
+	return airlockError(t, r), text(r)
+}
+
+// closeExit closes the client of the server cmd (which waits for it to exit) and returns its
+// exit code.
+func closeExit(t *testing.T, cs *sdk.ClientSession, cmd *exec.Cmd) int {
+	t.Helper()
+	cs.Close() // its error is the exit's
+	if cmd.ProcessState == nil {
+		t.Fatal("airlock mcp did not exit when its client closed")
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
 // TestDirDaemonRestart: with --reopen-for 0, when the daemon is killed under it, airlock mcp
-// --dir stops serving tools that are gone and exits 69 at once, naming the command that starts
-// the daemon; the next daemon holds neither the session nor a grant.
+// --dir gives up at once: every call answers daemon_unreachable, not retryable, with the
+// command that starts the daemon, until the client closes stdin, and then it exits 69; the
+// next daemon holds neither the session nor a grant.
 func TestDirDaemonRestart(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	dir := daemontest.ShortDir(t)
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
-	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "0")
+	cs, cmd, stderr := connectDirWatched(t, e, "--reopen-for", "0")
 	e.d.Kill9()
-	if code := waitExit(t, cmd, exited); code != 69 {
+	we, msg := lostForGood(t, cs, stderr)
+	if we.Code != mcp.CodeDaemonUnreachable || we.Retryable || !strings.Contains(msg, "the session and its grant are gone") || !startHint(opts.Socket).MatchString(msg) {
+		t.Fatalf("a call after the loss: %+v, text %q", we, msg)
+	}
+	if code := closeExit(t, cs, cmd); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69", code)
 	}
 	if msg := stderr.String(); !strings.Contains(msg, "the session and its grant are gone") || !startHint(opts.Socket).MatchString(msg) ||
@@ -271,11 +293,11 @@ func TestDirDaemonRestart(t *testing.T) {
 	if out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", opts.Socket+".fs/admin.sock").CombinedOutput(); err == nil {
 		t.Fatalf("an airlock-fs answers after its daemon was killed:\n%s", out)
 	}
-	cs, _ := connectDir(t, e2)
+	cs2, _ := connectDir(t, e2)
 	if gs := e2.managedGrants(t); len(gs) != 1 {
 		t.Fatalf("grants of the new daemon: %v", gs)
 	}
-	cs.Close()
+	cs2.Close()
 }
 
 // TestMCPConfig: airlock mcp config prints, for each client, a configuration whose command and
@@ -466,43 +488,54 @@ func TestDirReopensAfterRestart(t *testing.T) {
 	}
 }
 
-// TestDirReopenGivesUp: when no daemon comes back within --reopen-for, airlock mcp --dir exits
-// 69 and says how to start one on its socket.
+// TestDirReopenGivesUp: when no daemon comes back within --reopen-for, airlock mcp --dir gives
+// up: every call answers why (daemon_unreachable, not retryable) and how to start a daemon on
+// its socket, until the client closes stdin; then it exits 69, with the same on stderr.
 func TestDirReopenGivesUp(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	e := startDirEnv(t)
-	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "1s")
+	cs, cmd, stderr := connectDirWatched(t, e, "--reopen-for", "1s")
 	e.d.Stop()
-	if code := waitExit(t, cmd, exited); code != 69 {
+	we, text := lostForGood(t, cs, stderr)
+	gaveUp := "back within 1s (transport: cannot connect to airlockd at " + e.d.Socket
+	if we.Code != mcp.CodeDaemonUnreachable || we.Retryable || !strings.Contains(text, "airlockd did not take session mcp-") ||
+		!strings.Contains(text, gaveUp) || !startHint(e.d.Socket).MatchString(text) {
+		t.Fatalf("a call after giving up: %+v, text %q", we, text)
+	}
+	if code := closeExit(t, cs, cmd); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69\n%s", code, stderr.String())
 	}
 	msg := stderr.String()
-	if !strings.Contains(msg, "opening it again") || !strings.Contains(msg, "airlockd did not take session mcp-") ||
-		!strings.Contains(msg, "back within 1s (transport: cannot connect to airlockd at "+e.d.Socket) || !startHint(e.d.Socket).MatchString(msg) {
+	if !strings.Contains(msg, "opening it again") || !regexp.MustCompile(`(?m)^airlock: .*airlockd did not take session mcp-`).MatchString(msg) ||
+		!strings.Contains(msg, gaveUp) || !startHint(e.d.Socket).MatchString(msg) {
 		t.Fatalf("stderr:\n%s", msg)
 	}
 }
 
 // TestDirReopenRefused: a DIR removed while the daemon was down is a refusal that retrying
-// cannot fix: airlock mcp --dir ends at once when the new daemon refuses it, with the daemon's
-// error and exit 1, and the new daemon holds no session and no grant.
+// cannot fix: airlock mcp --dir gives up at once when the new daemon refuses it, every call
+// answering the daemon's error until the client closes stdin, and then exits 1; the new
+// daemon holds no session and no grant.
 func TestDirReopenRefused(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	dir := daemontest.ShortDir(t)
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
-	cmd, exited, stderr := startDirServer(t, e)
+	cs, cmd, stderr := connectDirWatched(t, e)
 	e.d.Stop()
 	stderr.Wait(t, "the warning", regexp.MustCompile(`opening it again`))
 	if err := os.RemoveAll(e.root); err != nil {
 		t.Fatal(err)
 	}
 	e2 := startEnvWith(t, opts)
-	if code := waitExit(t, cmd, exited); code != 1 {
+	// airlockd mints the grant first: its airlock-fs refuses a root that is gone.
+	if we, text := lostForGood(t, cs, stderr); we.Code != "root_invalid" || we.Retryable {
+		t.Fatalf("a call after the refusal: %+v, text %q", we, text)
+	}
+	if code := closeExit(t, cs, cmd); code != 1 {
 		t.Fatalf("airlock mcp exit %d, want 1\n%s", code, stderr.String())
 	}
 	msg := stderr.String()
-	// airlockd mints the grant first: its airlock-fs refuses a root that is gone.
 	if !strings.Contains(msg, `msg="airlockd refused to open the session again"`) || !regexp.MustCompile(`(?m)^airlock: root_invalid: `).MatchString(msg) ||
 		strings.Count(msg, "opening it again") != 1 {
 		t.Fatalf("stderr:\n%s", msg)
