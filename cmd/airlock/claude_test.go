@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
-
-	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // Claude Code (@anthropic-ai/claude-code, pinned in internal/mcp/testdata/clients with the
@@ -18,45 +16,49 @@ import (
 // it connected; it needs no login and no network for that, so the test runs the real thing.
 
 // TestClaudeCodeMCPList: the `claude mcp add` line that `airlock mcp config --client claude`
-// prints, pasted into Claude Code, gives a server that `claude mcp list` reports connected;
-// the health check's connection ends, and with it the session's grant. The same line aimed at
-// a socket with no daemon behind it reports a failure that names the command starting the
-// daemon, so the check tells the two apart.
+// prints, pasted into a shell in the home directory, stores airlock's command and arguments
+// exactly (a DIR that needs quoting, --caps=0x10), and `claude mcp list` reports the --dir
+// server connected; the health check's connection ends, and with it the session and its
+// grant. The same line aimed at a socket with no daemon behind it reports a failure that
+// names the command starting the daemon, so the check tells the two apart.
 func TestClaudeCodeMCPList(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Claude Code (Node.js) against the real binaries")
 	}
-	daemontest.Binary(t, "airlock-fs") // airlockd runs the one beside it
-	d := daemontest.Start(t, daemontest.Options{})
-	airlock := daemontest.Binary(t, "airlock")
-	root := daemontest.ShortDir(t)
-	work, home := filepath.Join(root, "work"), filepath.Join(root, "home")
-	for _, dir := range []string{work, home} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claudeCode.binDir(t)
+	d, airlock, root, work, home := mcpClientSetup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 
-	add := func(name, socket string) {
-		t.Helper()
-		out, err := exec.Command(airlock, "--socket", socket, "mcp", "config", "--dir", work, "--client", "claude").Output()
-		if err != nil {
-			t.Fatalf("airlock mcp config: %v", err)
-		}
-		line := strings.Fields(string(out))
-		if len(line) < 5 || strings.Join(line[:3], " ") != "claude mcp add" || line[4] != "--" {
-			t.Fatalf("airlock mcp config --client claude printed %q, want a claude mcp add line", out)
-		}
-		line[3] = name
-		cmd := claudeCode.command(t, ctx, home, line[1:]...)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(line, " "), err, b)
+	servers := configuredServers(d, root, work)
+	for _, srv := range servers {
+		line := configLine(t, airlock, srv.socket, work, "claude", "claude mcp add "+srv.name+" -- ", append([]string{"--name", srv.name}, srv.flags...)...)
+		if b, err := claudeCode.shell(t, ctx, home, line).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, b)
 		}
 	}
-	add("airlock-work", d.Socket)
-	add("airlock-nodaemon", filepath.Join(root, "none.sock"))
+	// `claude mcp add` keeps a server in ~/.claude.json, under the directory it ran in (its
+	// default scope, local).
+	b, err := os.ReadFile(filepath.Join(home, ".claude.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Projects map[string]struct {
+			MCPServers map[string]struct {
+				Type    string   `json:"type"`
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			} `json:"mcpServers"`
+		} `json:"projects"`
+	}
+	decode(t, b, &config)
+	for _, srv := range servers {
+		s, ok := config.Projects[home].MCPServers[srv.name]
+		if !ok || s.Type != "stdio" || s.Command != realExe(t, airlock) || !slices.Equal(s.Args, srv.argv) {
+			t.Errorf("claude stored %s as %s %q %q, want stdio %q %q", srv.name, s.Type, s.Command, s.Args, realExe(t, airlock), srv.argv)
+		}
+	}
 
 	out, err := claudeCode.command(t, ctx, home, "mcp", "list").CombinedOutput()
 	t.Logf("claude mcp list:\n%s", out)

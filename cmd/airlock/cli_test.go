@@ -75,14 +75,24 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 
-	// airlock mcp --reopen-for: a --dir server's, never negative.
+	// airlock mcp --reopen-for: a --dir server's, never negative. airlock mcp config --name: a
+	// letter first, which the clients' parsers cannot take for a number or an option.
 	for args, says := range map[string]string{
 		"mcp --session s --generation 1 --reopen-for 1m": "airlock: usage: --reopen-for goes with --dir",
 		"mcp --dir / --reopen-for -1s":                   "airlock: usage: --reopen-for must not be negative",
+		"mcp config --dir / --name 0x10":                 "airlock: usage: --name must be a letter and",
+		"mcp config --dir / --name -x":                   "airlock: usage: --name must be a letter and",
+		"mcp config --dir / --name _a":                   "airlock: usage: --name must be a letter and",
+		"mcp config --dir / --name a+b":                  "airlock: usage: --name must be a letter and",
 	} {
 		if r := cli(t, socket, "", strings.Fields(args)...); r.code != exitUsage || !strings.HasPrefix(r.stderr, says) {
 			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
 		}
+	}
+
+	if r := cli(t, socket, "", "mcp", "config", "--dir", "/", "--client", "claude", "--name", "a0x10_-"); r.code != exitOK ||
+		!strings.HasPrefix(r.stdout, "claude mcp add a0x10_- -- ") {
+		t.Errorf("mcp config --name a0x10_-: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 
 	// Under --json a usage error is an envelope too.

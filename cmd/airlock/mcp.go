@@ -41,7 +41,9 @@ const (
 // airlock-fs it runs, with lifetime "connection": it lives exactly as long as this process's
 // connection that opened it, so the client going away (stdin closed, the process killed)
 // closes it and revokes the grant, and a daemon restart deletes it. It keeps serving across a
-// restart and opens the session again, for up to --reopen-for (dirKeeper).
+// restart and opens the session again, for up to --reopen-for (dirKeeper); when it gives up, a
+// client on stdio gets the reason as the answer to each call until it closes stdin, and the
+// exit (69, or 1 after a refusal) comes then.
 //
 // When it cannot start (no daemon on the socket, an unknown session, a refused open), an MCP
 // client on stdio gets the reason, and how to fix it, as the error of its first request
@@ -56,7 +58,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `host:port` instead of stdio (loopback only without --listen)")
 	listen := fs.Bool("listen", false, "with --http: allow an address that is not loopback")
-	reopenFor := fs.Duration("reopen-for", defaultReopenFor, "with --dir: when airlockd stops or restarts, keep serving and open the session again for up to this `duration` (0: exit 69 at once)")
+	reopenFor := fs.Duration("reopen-for", defaultReopenFor, "with --dir: when airlockd stops or restarts, keep serving and open the session again for up to this `duration` (0: give up at once)")
 	poll := fs.Duration("poll", mcp.DefaultPollInterval, "how often to check the grant and the capabilities for changes")
 	logLevel := fs.String("log-level", "warn", "stderr log level: debug, info, warn or error")
 	if _, code, done := a.parse(o, fs, args); done {
@@ -119,19 +121,20 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	}
 	// fail reports a failure to start on stderr and, to a client on stdio, as the error of
 	// each of its requests until it closes stdin.
+	// toClient is whether a failure is answered to an MCP client on stdio (one on a terminal
+	// is a person, who reads stderr).
+	toClient := *httpAddr == "" && !isTerminal(a.stdin)
 	fail := func(err error) int {
 		err = mcpError(err)
 		code := o.fail(err)
-		if *httpAddr == "" && !isTerminal(a.stdin) {
-			ce := classify(err)
+		if toClient {
+			pe, unreachable := clientFailure(err)
 			hint := ""
-			if ce.exit == exitUnavailable {
-				// The client sees the bridge's code for it, not the CLI's transport class.
-				ce.body.Code = mcp.CodeDaemonUnreachable
+			if unreachable {
 				hint = a.startHint()
 				fmt.Fprintf(a.stderr, "airlock mcp: %s\n", hint)
 			}
-			serveFailure(ctx, in, a.stdout, &ce.body, hint)
+			serveFailure(ctx, in, a.stdout, pe, hint)
 		}
 		return code
 	}
@@ -173,7 +176,16 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		kept := make(chan error, 1)
 		go func() {
 			err := keeper.keep(kctx, b)
-			if err != nil {
+			switch {
+			case err == nil:
+			case toClient:
+				// The client on stdio gets why, with the start hint that the error carries,
+				// as the answer to each call until it closes stdin; the exit says it then.
+				pe, _ := clientFailure(err)
+				pe.Retryable = false
+				b.Fail(pe)
+				log.Error("the session is lost for good: every call answers why until the client closes stdin", "err", err)
+			default:
 				stopServing()
 			}
 			kept <- err
@@ -255,6 +267,18 @@ func (a *app) dirEnd(o *output, lost error) int {
 		return o.fail(lost)
 	}
 	return exitOK
+}
+
+// clientFailure is err as an MCP client is told it, and whether it is a daemon out of reach,
+// which the client sees under the bridge's code for it, not the CLI's transport class.
+func clientFailure(err error) (*protocol.Error, bool) {
+	ce := classify(err)
+	pe := ce.body
+	unreachable := ce.exit == exitUnavailable
+	if unreachable {
+		pe.Code = mcp.CodeDaemonUnreachable
+	}
+	return &pe, unreachable
 }
 
 // mcpError gives a bridge that could not reach the daemon the CLI's unreachable exit.

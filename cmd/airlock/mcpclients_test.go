@@ -17,7 +17,6 @@ import (
 
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/mcp"
-	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // The coding agents a newcomer tries, as npm packages pinned in internal/mcp/testdata/clients
@@ -194,12 +193,7 @@ func waitMCPSessionOpenedAndGone(t *testing.T, d *daemontest.Daemon, exe string)
 		return false
 	})
 	waitFor(t, "the client's airlock mcp session to be gone", func() bool {
-		r := cli(t, d.Socket, "", "session", "list", "--json").wantCode(t, exitOK)
-		var page struct {
-			Sessions []protocol.CatalogRecord `json:"sessions"`
-		}
-		decode(t, envelopeOf(t, r, "session list", true).Data, &page)
-		return !slices.ContainsFunc(page.Sessions, func(s protocol.CatalogRecord) bool { return strings.HasPrefix(s.SessionID, "mcp-") })
+		return !slices.ContainsFunc(sessionIDs(t, d.Socket), func(id string) bool { return strings.HasPrefix(id, "mcp-") })
 	})
 	waitFor(t, "the session's grant to be revoked", func() bool {
 		b, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--json", "--admin-socket", d.Socket+".fs/admin.sock").Output()
@@ -410,8 +404,8 @@ func codexMCPServerStatus(t *testing.T, ctx context.Context, home string) map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	stderr := &daemontest.SyncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,22 @@ func (a *app) openDirSession(ctx context.Context, id, dir string, ops []string, 
 		},
 	}
 	p.Policy = pol
-	if _, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p}); err != nil {
+	data, err := exchange(ctx, owner, client.Command{Operation: protocol.OpOpen, SessionID: id, Generation: new(int64(1)), Payload: p})
+	var res protocol.OpenResult
+	if err == nil {
+		err = decodeData(data, &res)
+	}
+	if err == nil && !res.Created {
+		// The daemon opened a generation that exists, and its owner is the connection that
+		// created it, not this one (daemon.Server.open): this connection's end would not end
+		// it, and the owner's end would, under this process. At a reopen that is the old
+		// owner, not closed by the daemon yet (an earlier attempt timed out after the daemon
+		// had taken it, or the connection ended on this side only): its close deletes the
+		// session, and a later attempt creates it. At the start, with a random id, it is a
+		// collision that nothing can take back.
+		err = protocol.Retryable(protocol.CodeSessionBusy, "session %s is open already, owned by another connection", id)
+	}
+	if err != nil {
 		owner.Close()
 		return nil, err
 	}
@@ -217,7 +232,10 @@ const (
 	configGemini = "gemini"
 )
 
-var serverNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+var (
+	serverNameUnsafe = regexp.MustCompile(`[^A-Za-z0-9_-]+`)
+	serverName       = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
+)
 
 // mcpConfig prints a client configuration that runs airlock mcp --dir DIR with every path
 // absolute and the daemon's socket named, so that a client's reduced environment (no
@@ -255,8 +273,10 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	if n == "" {
 		n = "airlock-" + strings.Trim(serverNameUnsafe.ReplaceAllString(filepath.Base(d), "-"), "-")
 	}
-	if !regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`).MatchString(n) {
-		return a.failUsage(o, usageErrorf("--name must be 1 to 64 letters, digits, '_' or '-'"))
+	// A letter first: the clients' parsers read a name that looks like a number (0x10, 1e3)
+	// as one, and one that starts with '-' as an option.
+	if !serverName.MatchString(n) {
+		return a.failUsage(o, usageErrorf("--name must be a letter and up to 63 more letters, digits, '_' or '-'"))
 	}
 	// --ops and --caps are one word each, --flag=value: Gemini CLI's parser reads a lone
 	// number-like argument as a number, even after its "--", and stores it so ("--caps 0x10"
@@ -324,7 +344,9 @@ const (
 // and revokes its grant (its airlock-fs child goes with it); the MCP client, which does not
 // restart a server that exits, keeps its MCP session. So the keeper holds the bridge (calls
 // answer daemon_unreachable, the tools stay listed), opens the session again on the daemon
-// that comes back, with the same id, DIR, operations and policy, and resumes the bridge.
+// that comes back, with the same id, DIR, operations and policy, and resumes the bridge. A
+// policy FILE is a path in the open, which the new daemon reads: an edit made to it during the
+// gap applies from the reopen on.
 //
 // The same id is free on the new daemon: a daemon that stops closes and deletes the
 // connection-scoped sessions of the connections it closes, and one that was killed deletes
@@ -333,7 +355,9 @@ const (
 // a deleted session; the call floors are room callers'), and nothing of it can be replayed: a
 // grant is bound to the daemon's host instance id, new at every start, and the old grants died
 // with the old daemon's airlock-fs. Keeping the id keeps the bridge as it is: the same tools,
-// the same instructions, no list_changed.
+// the same instructions, no list_changed for the fs tools. (Resume's refresh lists --caps as
+// the new daemon has them: an adapter it has not started yet loses its tools until a poll
+// finds it ready.)
 type dirKeeper struct {
 	a         *app
 	id, root  string
@@ -344,13 +368,18 @@ type dirKeeper struct {
 	// cur is the session open now, nil from the loss of one until it is open again. keep owns
 	// it while it runs; its caller closes it after keep has returned.
 	cur *dirSession
+	// beforeAttempt, when not nil, runs before each attempt of a reopen: a test holds the
+	// keeper there to see the bridge between a new daemon's start and the reopen
+	// (TestHoldUntilReopened).
+	beforeAttempt func(ctx context.Context)
 }
 
 // keep waits for the connection that holds the session to end and opens the session again,
-// for as long as ctx lasts. It returns nil when ctx ends, and otherwise the reason the server
-// must stop: reopenFor is 0, or the daemon did not take the session back within reopenFor
-// (exit 69, with the command that starts it), or it refused the open in a way that retrying
-// cannot fix (DIR or the policy file is gone, …; the daemon's error, exit 1).
+// for as long as ctx lasts. It returns nil when ctx ends, and otherwise the reason the session
+// is lost for good (mcpServe fails the bridge with it, or stops serving): reopenFor is 0, or
+// the daemon did not take the session back within reopenFor (exit 69, with the command that
+// starts it), or it refused the open in a way that retrying cannot fix (DIR or the policy file
+// is gone, …; the daemon's error, exit 1).
 func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 	for {
 		select {
@@ -385,17 +414,17 @@ func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 
 // reopen opens the session again: at once, then after waits from reopenBackoffMin doubling up
 // to reopenBackoffMax, while the daemon is out of reach or refuses the open retryably (it is
-// still recovering, its airlock-fs is not up yet), until reopenFor has passed. It returns
-// (nil, nil) when ctx ends.
+// still recovering, its airlock-fs is not up yet, the owner before has not been closed), until
+// reopenFor has passed: the last wait is cut to end then, and one last attempt follows it.
+// Each attempt may take callTimeout. It returns (nil, nil) when ctx ends.
 func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 	deadline := time.Now().Add(k.reopenFor)
 	wait := reopenBackoffMin
 	for {
-		until := time.Now().Add(callTimeout)
-		if deadline.Before(until) {
-			until = deadline
+		if k.beforeAttempt != nil {
+			k.beforeAttempt(ctx)
 		}
-		actx, cancel := context.WithDeadline(ctx, until)
+		actx, cancel := context.WithTimeout(ctx, callTimeout)
 		ds, err := k.a.openDirSession(actx, k.id, k.root, k.ops, k.pol)
 		cancel()
 		switch {
@@ -407,21 +436,19 @@ func (k *dirKeeper) reopen(ctx context.Context) (*dirSession, error) {
 			k.log.Error("airlockd refused to open the session again", "session", k.id, "err", err)
 			return nil, err
 		}
-		// The deadline ends the wait, and the attempts: the last error says why.
 		left := time.Until(deadline)
-		if left > 0 {
-			k.log.Debug("session not reopened yet", "session", k.id, "err", err, "retryIn", min(wait, left))
-			t := time.NewTimer(min(wait, left))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return nil, nil
-			case <-t.C:
-			}
-		}
-		if !time.Now().Before(deadline) {
+		if left <= 0 {
+			k.log.Debug("session not reopened", "session", k.id, "err", err)
 			return nil, transportErrorf(exitUnavailable, "airlockd did not take session %s back within %v (%v); %s",
 				k.id, k.reopenFor, err, k.a.startHint())
+		}
+		k.log.Debug("session not reopened", "session", k.id, "err", err, "retryIn", min(wait, left))
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
 		}
 		wait = min(2*wait, reopenBackoffMax)
 	}

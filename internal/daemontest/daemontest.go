@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sync"
 	"syscall"
@@ -287,15 +288,48 @@ func (d *Daemon) Stop() {
 }
 
 // SyncBuffer is a bytes.Buffer that a running process or command writes while a test reads it.
+// Its zero value is ready to use.
 type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	grew chan struct{} // closed by the next Write, when a Wait made it
 }
 
 func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.grew != nil {
+		close(b.grew)
+		b.grew = nil
+	}
 	return b.buf.Write(p)
+}
+
+// Wait waits until what was written matches re, for up to a minute, and returns the match; it
+// fails the test, naming what it waited for, when that does not come. It wakes at each write:
+// an event, not a poll.
+func (b *SyncBuffer) Wait(t testing.TB, what string, re *regexp.Regexp) string {
+	t.Helper()
+	timeout := time.NewTimer(time.Minute)
+	defer timeout.Stop()
+	for {
+		b.mu.Lock()
+		m := re.Find(b.buf.Bytes())
+		if m != nil {
+			b.mu.Unlock()
+			return string(m)
+		}
+		if b.grew == nil {
+			b.grew = make(chan struct{})
+		}
+		grew := b.grew
+		b.mu.Unlock()
+		select {
+		case <-grew:
+		case <-timeout.C:
+			t.Fatalf("waited a minute for %s; written:\n%s", what, b.String())
+		}
+	}
 }
 
 func (b *SyncBuffer) String() string {

@@ -81,8 +81,9 @@ type Bridge struct {
 	// fastCalls counts the calls the stdio fast path took (tests read it).
 	fastCalls atomic.Int64
 	slots     chan struct{} // one per connection in use
-	// held is the message of daemon_unreachable while the bridge is held (Hold), else nil.
-	held atomic.Pointer[string]
+	// held is what every call and refresh answers while the bridge is held (Hold) or failed
+	// (Fail), else nil.
+	held atomic.Pointer[protocol.Error]
 
 	dmu     sync.Mutex
 	idle    []*client.Client // daemon connections that carry no call
@@ -211,8 +212,9 @@ type lease struct {
 // (or the idle ones ended: a restarted daemon, or one that closed a connection). A held bridge
 // leases nothing (Hold).
 func (b *Bridge) lease(ctx context.Context) (*lease, error) {
-	if msg := b.held.Load(); msg != nil {
-		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: *msg, Retryable: true}
+	if e := b.held.Load(); e != nil {
+		held := *e
+		return nil, &held
 	}
 	select {
 	case b.slots <- struct{}{}:
@@ -328,9 +330,31 @@ func (b *Bridge) poll() {
 // session_not_found, which tells a model to give up, and a refresh would take every tool away
 // (and announce it) only to put them back a moment later. A call already past its lease is
 // not affected: its connection was to the daemon that went, and it fails as it is.
-func (b *Bridge) Hold(msg string) { b.held.Store(&msg) }
+//
+// Hold covers the gap from the moment airlock mcp learns of the loss, not from the loss. A
+// stopping daemon closes and deletes a connection-scoped session before it closes the
+// connection that owns it, and airlock mcp learns of the loss from that connection's end. A
+// call or a poll that the daemon answers on another connection in between sees the session
+// gone: the call answers session_not_found, and the refresh removes every tool of the session
+// (one list_changed) until Resume lists them again (another). The bridge cannot tell that
+// session_not_found from the session being closed by an operator (airlock session close),
+// whose owner connection stays open and whose tools must go, so it takes neither as a loss to
+// hold over. The window is the daemon's few steps between the two closes; airlockd killed
+// (SIGKILL) has none, its connections and the session ending together.
+func (b *Bridge) Hold(msg string) {
+	b.held.Store(&protocol.Error{Code: CodeDaemonUnreachable, Message: msg, Retryable: true})
+}
 
-// Resume ends Hold and refreshes the tool list at once, so that a change of the grant across
+// Fail makes every call and every refresh answer err without reaching the daemon, as Hold
+// does, and for good (or until Resume); the tools stay listed. airlock mcp --dir fails its
+// bridge when it cannot open its session again: a client on stdio, which a server that exits
+// tells only "connection closed", reads why, and what to do, in the answer to its next call.
+func (b *Bridge) Fail(err *protocol.Error) {
+	e := *err
+	b.held.Store(&e)
+}
+
+// Resume ends Hold (or Fail) and refreshes the tool list at once, so that a change of the grant across
 // the hold is listed without waiting for the next poll.
 func (b *Bridge) Resume(ctx context.Context) error {
 	b.held.Store(nil)

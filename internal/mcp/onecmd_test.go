@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,11 +75,11 @@ func connectDir(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exe
 }
 
 // connectDirWatched is connectDir that also returns the server's stderr, to wait on.
-func connectDirWatched(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exec.Cmd, *stderrWatch) {
+func connectDirWatched(t *testing.T, e *env, extra ...string) (*sdk.ClientSession, *exec.Cmd, *daemontest.SyncBuffer) {
 	t.Helper()
 	args := append([]string{"--socket", e.d.Socket, "mcp", "--dir", e.root}, extra...)
 	cmd := exec.Command(daemontest.Binary(t, "airlock"), args...)
-	stderr := newStderrWatch()
+	stderr := &daemontest.SyncBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -95,51 +94,6 @@ func connectDirWatched(t *testing.T, e *env, extra ...string) (*sdk.ClientSessio
 		}
 	})
 	return cs, cmd, stderr
-}
-
-// stderrWatch is a process's stderr, which exec copies from the process's pipe, kept for a
-// test to wait until a line appears: an event, not a time.
-type stderrWatch struct {
-	mu   sync.Mutex
-	buf  strings.Builder
-	grew chan struct{} // closed, and replaced, by every write
-}
-
-func newStderrWatch() *stderrWatch { return &stderrWatch{grew: make(chan struct{})} }
-
-func (w *stderrWatch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	close(w.grew)
-	w.grew = make(chan struct{})
-	return len(p), nil
-}
-
-func (w *stderrWatch) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
-// wait waits until what was written matches re, and returns the match.
-func (w *stderrWatch) wait(t *testing.T, what string, re *regexp.Regexp) string {
-	t.Helper()
-	timeout := time.NewTimer(60 * time.Second)
-	defer timeout.Stop()
-	for {
-		w.mu.Lock()
-		m, grew := re.FindString(w.buf.String()), w.grew
-		w.mu.Unlock()
-		if m != "" {
-			return m
-		}
-		select {
-		case <-grew:
-		case <-timeout.C:
-			t.Fatalf("airlock mcp did not log %s; stderr:\n%s", what, w.String())
-		}
-	}
 }
 
 func callTool(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
@@ -167,15 +121,7 @@ func TestDirOneCommand(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	lt, err := cs.ListTools(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range lt.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
+	names := toolNames(t, cs)
 	if want := []string{"fs_edit", "fs_edit_preview", "fs_find", "fs_head", "fs_list", "fs_list_sorted", "fs_read", "fs_read_many", "fs_search", "fs_stat", "fs_tail", "fs_tree", "fs_write"}; !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -235,17 +181,18 @@ func TestDirKilled(t *testing.T) {
 	})
 }
 
-// startDirServer starts airlock mcp --dir on e.root with extra flags and no client: it opens its
-// session before it reads a request, and stdin, held open until the test ends, keeps it
-// serving. It returns when the session's grant is live, with the process's exit and stderr.
-func startDirServer(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan struct{}, *stderrWatch) {
+// startMCP starts airlock mcp --dir on e.root with extra flags and no client, with stdin held
+// open until the test ends, and returns the process, its exit and its stderr. At the end of the
+// test it closes stdin and sends SIGTERM (which stop a stdio and an --http server), and kills
+// the process if it has not exited within 30 s, waiting for it either way.
+func startMCP(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan struct{}, *daemontest.SyncBuffer) {
 	t.Helper()
 	cmd := exec.Command(daemontest.Binary(t, "airlock"), append([]string{"--socket", e.d.Socket, "mcp", "--dir", e.root}, extra...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stderr := newStderrWatch()
+	stderr := &daemontest.SyncBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -254,29 +201,28 @@ func startDirServer(t *testing.T, e *env, extra ...string) (*exec.Cmd, <-chan st
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		stdin.Close()
+		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
+			<-exited
 		}
 		if t.Failed() {
 			t.Logf("airlock mcp stderr:\n%s", stderr.String())
 		}
 	})
-	waitFor(t, "the session's grant", func() bool {
-		out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", e.d.Socket+".fs/admin.sock").Output()
-		return err == nil && strings.Count(string(out), "\n") == 2 // the header and one grant
-	})
 	return cmd, exited, stderr
 }
 
-// waitExit waits for the server started by startDirServer to exit, and returns its exit code.
+// waitExit waits for the server started by startMCP to exit, and returns its exit code.
 func waitExit(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) int {
 	t.Helper()
 	select {
 	case <-exited:
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
+		<-exited
 		t.Fatal("airlock mcp serves on")
 	}
 	return cmd.ProcessState.ExitCode()
@@ -287,17 +233,51 @@ func startHint(socket string) *regexp.Regexp {
 	return regexp.MustCompile("start it with `" + `\S*airlockd --socket ` + regexp.QuoteMeta(socket) + " &`")
 }
 
+// lostForGood waits until the server of cs logs that its session is lost for good, and returns
+// what a call answers then, which must be an error: airlock's error and the text. The tools
+// stay listed.
+func lostForGood(t *testing.T, cs *sdk.ClientSession, stderr *daemontest.SyncBuffer) (wireError, string) {
+	t.Helper()
+	stderr.Wait(t, "the loss for good", regexp.MustCompile(`level=ERROR msg="the session is lost for good: every call answers why until the client closes stdin"`))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "kept.txt"}})
+	if err != nil || !r.IsError {
+		t.Fatalf("a call after the loss for good: %v %+v", err, r)
+	}
+	if len(toolNames(t, cs)) == 0 {
+		t.Fatal("no tools listed after the loss for good")
+	}
+	return airlockError(t, r), text(r)
+}
+
+// closeExit closes the client of the server cmd (which waits for it to exit) and returns its
+// exit code.
+func closeExit(t *testing.T, cs *sdk.ClientSession, cmd *exec.Cmd) int {
+	t.Helper()
+	cs.Close() // its error is the exit's
+	if cmd.ProcessState == nil {
+		t.Fatal("airlock mcp did not exit when its client closed")
+	}
+	return cmd.ProcessState.ExitCode()
+}
+
 // TestDirDaemonRestart: with --reopen-for 0, when the daemon is killed under it, airlock mcp
-// --dir stops serving tools that are gone and exits 69 at once, naming the command that starts
-// the daemon; the next daemon holds neither the session nor a grant.
+// --dir gives up at once: every call answers daemon_unreachable, not retryable, with the
+// command that starts the daemon, until the client closes stdin, and then it exits 69; the
+// next daemon holds neither the session nor a grant.
 func TestDirDaemonRestart(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	dir := daemontest.ShortDir(t)
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
-	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "0")
+	cs, cmd, stderr := connectDirWatched(t, e, "--reopen-for", "0")
 	e.d.Kill9()
-	if code := waitExit(t, cmd, exited); code != 69 {
+	we, msg := lostForGood(t, cs, stderr)
+	if we.Code != mcp.CodeDaemonUnreachable || we.Retryable || !strings.Contains(msg, "the session and its grant are gone") || !startHint(opts.Socket).MatchString(msg) {
+		t.Fatalf("a call after the loss: %+v, text %q", we, msg)
+	}
+	if code := closeExit(t, cs, cmd); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69", code)
 	}
 	if msg := stderr.String(); !strings.Contains(msg, "the session and its grant are gone") || !startHint(opts.Socket).MatchString(msg) ||
@@ -313,11 +293,11 @@ func TestDirDaemonRestart(t *testing.T) {
 	if out, err := exec.Command(daemontest.Binary(t, "airlock-fs"), "grants", "--admin-socket", opts.Socket+".fs/admin.sock").CombinedOutput(); err == nil {
 		t.Fatalf("an airlock-fs answers after its daemon was killed:\n%s", out)
 	}
-	cs, _ := connectDir(t, e2)
+	cs2, _ := connectDir(t, e2)
 	if gs := e2.managedGrants(t); len(gs) != 1 {
 		t.Fatalf("grants of the new daemon: %v", gs)
 	}
-	cs.Close()
+	cs2.Close()
 }
 
 // TestMCPConfig: airlock mcp config prints, for each client, a configuration whose command and
@@ -414,30 +394,6 @@ func TestDirDaemonNotRunning(t *testing.T) {
 	}
 }
 
-// cliSessions lists the daemon's sessions as airlock session list --json prints them.
-func cliSessions(t *testing.T, socket string) []string {
-	t.Helper()
-	out, err := exec.Command(daemontest.Binary(t, "airlock"), "--socket", socket, "session", "list", "--json").Output()
-	if err != nil {
-		t.Fatalf("airlock session list: %v", err)
-	}
-	var env struct {
-		Data struct {
-			Sessions []struct {
-				SessionID string `json:"sessionId"`
-			} `json:"sessions"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(out, &env); err != nil {
-		t.Fatalf("airlock session list: %v\n%s", err, out)
-	}
-	var ids []string
-	for _, s := range env.Data.Sessions {
-		ids = append(ids, s.SessionID)
-	}
-	return ids
-}
-
 func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -456,9 +412,9 @@ func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
 
 // TestDirReopensAfterRestart: airlock mcp --dir survives its daemon stopping (SIGTERM) or
 // dying (SIGKILL) and a new one starting on the same socket and state directory. In the gap a
-// call answers daemon_unreachable, retryable, with its hint; once the server logs that it
-// reopened its session, the same MCP session reads the file written before, with the same
-// tools (none was taken away and put back); the new daemon holds exactly that session, under
+// call answers daemon_unreachable, retryable, with its hint and Hold's message; once the
+// server logs that it reopened its session, the same MCP session reads the file written
+// before, with the same tools (none was taken away and put back); the new daemon holds exactly that session, under
 // the same id, and one grant of it, and both end when the client goes.
 func TestDirReopensAfterRestart(t *testing.T) {
 	for _, killed := range []bool{false, true} {
@@ -487,20 +443,22 @@ func TestDirReopensAfterRestart(t *testing.T) {
 			} else {
 				e.d.Stop()
 			}
-			stderr.wait(t, "the warning", regexp.MustCompile(`level=WARN msg="airlockd closed the connection that held the session \(it stopped or restarted\); opening it again" session=`+id))
+			stderr.Wait(t, "the warning", regexp.MustCompile(`level=WARN msg="airlockd closed the connection that held the session \(it stopped or restarted\); opening it again" session=`+id))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "kept.txt"}})
 			if err != nil || !r.IsError {
 				t.Fatalf("a call in the gap: %v %+v", err, r)
 			}
+			// Hold's message, not the unheld bridge's "cannot reach airlockd", which the same
+			// code and hint would also pass.
 			if we := airlockError(t, r); we.Code != mcp.CodeDaemonUnreachable || !we.Retryable || we.Hint != hint.For(mcp.CodeDaemonUnreachable) ||
-				!strings.Contains(text(r), "\n"+we.Hint) {
+				!strings.Contains(text(r), "\n"+we.Hint) || !strings.Contains(text(r), "airlock mcp is opening session "+id+" again") {
 				t.Fatalf("a call in the gap: %+v, text %q", we, text(r))
 			}
 
 			e2 := startEnvWith(t, opts)
-			stderr.wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
+			stderr.Wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
 			if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "before the restart\n" {
 				t.Fatalf("fs_read after the reopen: %q", got)
 			}
@@ -510,8 +468,8 @@ func TestDirReopensAfterRestart(t *testing.T) {
 			if log := stderr.String(); strings.Contains(log, "tools removed") || strings.Count(log, "level=WARN") != 2 { // the loss and the reopen
 				t.Fatalf("stderr:\n%s", log)
 			}
-			if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
-				t.Fatalf("airlock session list after the reopen: %v, want [%s]", ids, id)
+			if ids := e2.sessionIDs(t); !slices.Equal(ids, []string{id}) {
+				t.Fatalf("sessions after the reopen: %v, want [%s]", ids, id)
 			}
 			if gs := e2.managedGrants(t); len(gs) != 1 || gs[0]["sessionId"] != id || gs[0]["root"] != e.root {
 				t.Fatalf("grants after the reopen: %v", gs)
@@ -523,50 +481,61 @@ func TestDirReopensAfterRestart(t *testing.T) {
 			if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
 				t.Fatalf("airlock mcp after stdin closed: %v", cmd.ProcessState)
 			}
-			if gs, ids := e2.managedGrants(t), cliSessions(t, opts.Socket); len(gs) != 0 || len(ids) != 0 {
+			if gs, ids := e2.managedGrants(t), e2.sessionIDs(t); len(gs) != 0 || len(ids) != 0 {
 				t.Fatalf("after the client went: grants %v, sessions %v", gs, ids)
 			}
 		})
 	}
 }
 
-// TestDirReopenGivesUp: when no daemon comes back within --reopen-for, airlock mcp --dir exits
-// 69 and says how to start one on its socket.
+// TestDirReopenGivesUp: when no daemon comes back within --reopen-for, airlock mcp --dir gives
+// up: every call answers why (daemon_unreachable, not retryable) and how to start a daemon on
+// its socket, until the client closes stdin; then it exits 69, with the same on stderr.
 func TestDirReopenGivesUp(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	e := startDirEnv(t)
-	cmd, exited, stderr := startDirServer(t, e, "--reopen-for", "1s")
+	cs, cmd, stderr := connectDirWatched(t, e, "--reopen-for", "1s")
 	e.d.Stop()
-	if code := waitExit(t, cmd, exited); code != 69 {
+	we, text := lostForGood(t, cs, stderr)
+	gaveUp := "back within 1s (transport: cannot connect to airlockd at " + e.d.Socket
+	if we.Code != mcp.CodeDaemonUnreachable || we.Retryable || !strings.Contains(text, "airlockd did not take session mcp-") ||
+		!strings.Contains(text, gaveUp) || !startHint(e.d.Socket).MatchString(text) {
+		t.Fatalf("a call after giving up: %+v, text %q", we, text)
+	}
+	if code := closeExit(t, cs, cmd); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69\n%s", code, stderr.String())
 	}
 	msg := stderr.String()
-	if !strings.Contains(msg, "opening it again") || !strings.Contains(msg, "airlockd did not take session mcp-") ||
-		!strings.Contains(msg, "back within 1s (transport: cannot connect to airlockd at "+e.d.Socket) || !startHint(e.d.Socket).MatchString(msg) {
+	if !strings.Contains(msg, "opening it again") || !regexp.MustCompile(`(?m)^airlock: .*airlockd did not take session mcp-`).MatchString(msg) ||
+		!strings.Contains(msg, gaveUp) || !startHint(e.d.Socket).MatchString(msg) {
 		t.Fatalf("stderr:\n%s", msg)
 	}
 }
 
 // TestDirReopenRefused: a DIR removed while the daemon was down is a refusal that retrying
-// cannot fix: airlock mcp --dir ends at once when the new daemon refuses it, with the daemon's
-// error and exit 1, and the new daemon holds no session and no grant.
+// cannot fix: airlock mcp --dir gives up at once when the new daemon refuses it, every call
+// answering the daemon's error until the client closes stdin, and then exits 1; the new
+// daemon holds no session and no grant.
 func TestDirReopenRefused(t *testing.T) {
 	daemontest.Binary(t, "airlock-fs")
 	dir := daemontest.ShortDir(t)
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
-	cmd, exited, stderr := startDirServer(t, e)
+	cs, cmd, stderr := connectDirWatched(t, e)
 	e.d.Stop()
-	stderr.wait(t, "the warning", regexp.MustCompile(`opening it again`))
+	stderr.Wait(t, "the warning", regexp.MustCompile(`opening it again`))
 	if err := os.RemoveAll(e.root); err != nil {
 		t.Fatal(err)
 	}
 	e2 := startEnvWith(t, opts)
-	if code := waitExit(t, cmd, exited); code != 1 {
+	// airlockd mints the grant first: its airlock-fs refuses a root that is gone.
+	if we, text := lostForGood(t, cs, stderr); we.Code != "root_invalid" || we.Retryable {
+		t.Fatalf("a call after the refusal: %+v, text %q", we, text)
+	}
+	if code := closeExit(t, cs, cmd); code != 1 {
 		t.Fatalf("airlock mcp exit %d, want 1\n%s", code, stderr.String())
 	}
 	msg := stderr.String()
-	// airlockd mints the grant first: its airlock-fs refuses a root that is gone.
 	if !strings.Contains(msg, `msg="airlockd refused to open the session again"`) || !regexp.MustCompile(`(?m)^airlock: root_invalid: `).MatchString(msg) ||
 		strings.Count(msg, "opening it again") != 1 {
 		t.Fatalf("stderr:\n%s", msg)
@@ -584,27 +553,9 @@ func TestDirReopensOverHTTP(t *testing.T) {
 	opts := daemontest.Options{Socket: filepath.Join(dir, "d.sock"), StateDir: filepath.Join(dir, "state")}
 	e := startEnvWith(t, opts)
 	os.WriteFile(filepath.Join(e.root, "kept.txt"), []byte("over http\n"), 0o600)
-	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--dir", e.root, "--http", "127.0.0.1:0", "--log-level", "info")
-	stderr := newStderrWatch()
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("airlock mcp stderr:\n%s", stderr.String())
-		}
-	})
+	cmd, exited, stderr := startMCP(t, e, "--http", "127.0.0.1:0", "--log-level", "info")
 	served := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+/mcp)\n(?:.*\n)*?airlock mcp: bearer token \(shown once\): (\S+)\n`)
-	m := served.FindStringSubmatch(stderr.wait(t, "the URL and the token", served))
+	m := served.FindStringSubmatch(stderr.Wait(t, "the URL and the token", served))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.StreamableClientTransport{Endpoint: m[1],
@@ -620,19 +571,19 @@ func TestDirReopensOverHTTP(t *testing.T) {
 
 	e.d.Stop()
 	e2 := startEnvWith(t, opts)
-	stderr.wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
+	stderr.Wait(t, "the reopen", regexp.MustCompile(`level=WARN msg="session reopened" session=`+id))
 	if got := text(callTool(t, cs, "fs_read", map[string]any{"path": "kept.txt"})); got != "over http\n" {
 		t.Fatalf("fs_read after the reopen: %q", got)
 	}
-	if ids := cliSessions(t, opts.Socket); !slices.Equal(ids, []string{id}) {
-		t.Fatalf("airlock session list after the reopen: %v, want [%s]", ids, id)
+	if ids := e2.sessionIDs(t); !slices.Equal(ids, []string{id}) {
+		t.Fatalf("sessions after the reopen: %v, want [%s]", ids, id)
 	}
 
 	cmd.Process.Signal(syscall.SIGTERM)
 	if code := waitExit(t, cmd, exited); code != 0 {
 		t.Fatalf("airlock mcp exit %d after SIGTERM", code)
 	}
-	if gs, ids := e2.managedGrants(t), cliSessions(t, opts.Socket); len(gs) != 0 || len(ids) != 0 {
+	if gs, ids := e2.managedGrants(t), e2.sessionIDs(t); len(gs) != 0 || len(ids) != 0 {
 		t.Fatalf("after airlock mcp stopped: grants %v, sessions %v", gs, ids)
 	}
 }
