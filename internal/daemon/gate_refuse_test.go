@@ -63,9 +63,9 @@ func TestGateHooksSeeTheDoorsRefusals(t *testing.T) {
 	defer h.mu.Unlock()
 	pid, uid := os.Getpid(), os.Geteuid()
 	want := []hookCall{
-		{actor: gate.Actor{Door: gate.DoorSocket, PID: pid, UID: uid, Session: "bench", Generation: 1}, target: "fs.stat", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[0]}},
-		{actor: gate.Actor{Door: gate.DoorSocket, PID: pid, UID: uid, Session: "bench", Generation: 2}, target: "fs.stat", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[1]}},
-		{actor: gate.Actor{Door: gate.DoorMCP, PID: pid, UID: uid, Session: "nobody", Generation: 1, Client: "claude-code"}, target: "lamp.on", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[2]}},
+		{actor: gate.Actor{Door: gate.DoorSocket, PID: pid, UID: uid, Session: "bench", Generation: 1}, peered: true, target: "fs.stat", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[0]}},
+		{actor: gate.Actor{Door: gate.DoorSocket, PID: pid, UID: uid, Session: "bench", Generation: 2}, peered: true, target: "fs.stat", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[1]}},
+		{actor: gate.Actor{Door: gate.DoorMCP, PID: pid, UID: uid, Session: "nobody", Generation: 1, Client: "claude-code"}, peered: true, target: "lamp.on", out: gate.Outcome{Stage: gate.StageGrant, Code: codes[2]}},
 	}
 	if len(h.calls) != len(want) {
 		t.Fatalf("hooks saw %+v", h.calls)

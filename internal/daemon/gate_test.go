@@ -15,13 +15,24 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 )
 
-// hookCall is what recordingHook saw of one call.
+// hookCall is what recordingHook saw of one call: its actor without the Peer, and whether it
+// had one (a call of a socket connection has its connection's peer, whose executable the
+// journal reads once per connection).
 type hookCall struct {
 	actor  gate.Actor
+	peered bool
 	target string
 	path   string
 	before bool
 	out    gate.Outcome
+}
+
+// seen is what a hook records of c.
+func seen(c *gate.Call) hookCall {
+	a := c.Actor
+	peered := a.Peer != nil
+	a.Peer = nil
+	return hookCall{actor: a, peered: peered, target: c.Target(), path: c.Path}
 }
 
 // recordingHook stands where the audit journal and the metrics will: it records what the
@@ -35,13 +46,17 @@ type recordingHook struct {
 func (h *recordingHook) Before(_ context.Context, c *gate.Call) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.calls = append(h.calls, hookCall{actor: c.Actor, target: c.Target(), path: c.Path, before: true})
+	hc := seen(c)
+	hc.before = true
+	h.calls = append(h.calls, hc)
 	return nil
 }
 
 func (h *recordingHook) After(c *gate.Call, o gate.Outcome) {
 	h.mu.Lock()
-	h.calls = append(h.calls, hookCall{actor: c.Actor, target: c.Target(), path: c.Path, out: o})
+	hc := seen(c)
+	hc.out = o
+	h.calls = append(h.calls, hc)
 	h.mu.Unlock()
 	h.done <- struct{}{}
 }
@@ -102,9 +117,9 @@ func TestGateHooksSeeTheActorAndOutcome(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	want := []hookCall{
-		{actor: gate.Actor{Door: gate.DoorSocket, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1}, target: "fs.stat", path: "a.txt", before: true},
-		{actor: gate.Actor{Door: gate.DoorSocket, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1}, target: "fs.stat", path: "a.txt", out: gate.Outcome{Stage: gate.StageAdapter}},
-		{actor: gate.Actor{Door: gate.DoorMCP, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1, Client: "claude-code"}, target: "fs.stat", path: "secret/k", out: gate.Outcome{Stage: gate.StagePolicy, Code: gate.CodePolicyDenied}},
+		{actor: gate.Actor{Door: gate.DoorSocket, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1}, peered: true, target: "fs.stat", path: "a.txt", before: true},
+		{actor: gate.Actor{Door: gate.DoorSocket, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1}, peered: true, target: "fs.stat", path: "a.txt", out: gate.Outcome{Stage: gate.StageAdapter}},
+		{actor: gate.Actor{Door: gate.DoorMCP, PID: os.Getpid(), UID: os.Geteuid(), Session: "bench", Generation: 1, Client: "claude-code"}, peered: true, target: "fs.stat", path: "secret/k", out: gate.Outcome{Stage: gate.StagePolicy, Code: gate.CodePolicyDenied}},
 	}
 	if len(h.calls) != len(want) {
 		t.Fatalf("hooks saw %+v", h.calls)
