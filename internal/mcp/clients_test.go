@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -174,6 +175,9 @@ func TestInspectorCLI(t *testing.T) {
 // httpBridge is a running airlock mcp --http process.
 type httpBridge struct {
 	url, token, addr string
+	// dump ends the process with SIGQUIT and returns what it wrote on stderr after its
+	// address and token: with GOTRACEBACK=all, every goroutine's stack.
+	dump func() string
 }
 
 // startHTTPBridge starts airlock mcp --http on addr and reads its URL and token from stderr.
@@ -181,6 +185,7 @@ type httpBridge struct {
 func tryHTTPBridge(t *testing.T, e *env, session, addr string) (*httpBridge, error) {
 	t.Helper()
 	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", session, "--generation", "1", "--http", addr)
+	cmd.Env = append(os.Environ(), "GOTRACEBACK=all")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +214,11 @@ func tryHTTPBridge(t *testing.T, e *env, session, addr string) (*httpBridge, err
 		<-drained
 		cmd.Wait()
 	}
-	h := &httpBridge{}
+	h := &httpBridge{dump: func() string {
+		cmd.Process.Signal(syscall.SIGQUIT)
+		<-drained
+		return rest.String()
+	}}
 	for i := 0; i < 2; i++ {
 		select {
 		case l, ok := <-lines:
@@ -259,7 +268,7 @@ func startHTTPBridge(t *testing.T, e *env, session, addr string) *httpBridge {
 // checks are what answers. The conformance suite has no option to send a header; this is
 // how it reaches a server that requires one. Same port, another loopback address: a Host
 // the suite sends for its URL names the port airlock listens on.
-func tokenProxy(t *testing.T, e *env, session string) (proxyURL string) {
+func tokenProxy(t *testing.T, e *env, session string) (proxyURL string, h *httpBridge) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -297,7 +306,7 @@ func tokenProxy(t *testing.T, e *env, session string) (proxyURL string) {
 			}
 			<-served
 		})
-		return "http://127.0.0.1:" + port + "/mcp"
+		return "http://127.0.0.1:" + port + "/mcp", h
 	}
 }
 
@@ -317,6 +326,41 @@ var conformancePasses = []string{
 // messages are logged when it does.
 var conformanceUnscored = []string{"server-sse-polling"}
 
+// conformanceCheck is one check of a conformance scenario's checks.json.
+type conformanceCheck struct {
+	ID, Status, ErrorMessage string
+	Details                  json.RawMessage
+}
+
+// readConformance reads the checks of every scenario whose results the suite saved in dir.
+func readConformance(t *testing.T, dir string) map[string][]conformanceCheck {
+	t.Helper()
+	dirs, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]conformanceCheck{}
+	for _, d := range dirs {
+		scenario, ok := strings.CutPrefix(d.Name(), "server-")
+		if !ok {
+			continue
+		}
+		// The directory ends in -<timestamp>, such as -2026-12-04T03-37-01-667Z, whose
+		// milliseconds may themselves start with "20".
+		scenario = resultStamp.ReplaceAllString(scenario, "")
+		b, err := os.ReadFile(filepath.Join(dir, d.Name(), "checks.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cs []conformanceCheck
+		if err := json.Unmarshal(b, &cs); err != nil {
+			t.Fatalf("%s: %v", d.Name(), err)
+		}
+		out[scenario] = cs
+	}
+	return out
+}
+
 // TestConformance runs the official conformance suite's server scenarios, as the 2025-11-25
 // requirement set names them, against airlock mcp --http over a real daemon and airlock-fs,
 // with the suite's expected-failures baseline: a scenario that fails and is not in the baseline
@@ -331,47 +375,51 @@ func TestConformance(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.list,fs.stat"))
-	u := tokenProxy(t, e, "agent")
+	u, bridge := tokenProxy(t, e, "agent")
 
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 	results := t.TempDir()
-	cmd := nodeCommand(t, ctx, "conformance", "server", "--url", u, "--requirements", "2025-11-25",
-		"--expected-failures", baseline, "-o", results)
-	out, runErr := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if runErr != nil && !errors.As(runErr, &exit) {
-		t.Fatalf("conformance: %v\n%s", runErr, out)
+	run := func(dir string, args ...string) ([]byte, error) {
+		cmd := nodeCommand(t, ctx, "conformance", append([]string{"server", "--url", u, "--expected-failures", baseline, "-o", dir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("conformance: %v\n%s", err, out)
+		}
+		return out, err
+	}
+	out, runErr := run(results, "--requirements", "2025-11-25")
+	scenarios := readConformance(t, results)
+
+	// A scenario that passes here and, once, did not finish within the suite's 30 s (tools-list,
+	// in a CI run with fuzzing beside it; not reproduced since) is run once more on its own. A
+	// second timeout fails it as any failure does. The first run's output and the bridge's
+	// goroutines are logged, to find out what waited.
+	var timedOut []string
+	for _, name := range conformancePasses {
+		cs := scenarios[name]
+		if len(cs) == 0 || !slices.ContainsFunc(cs, func(c conformanceCheck) bool { return c.ID == "scenario-timeout" }) ||
+			slices.ContainsFunc(cs, func(c conformanceCheck) bool { return c.Status == "FAILURE" && c.ID != "scenario-timeout" }) {
+			continue
+		}
+		timedOut = append(timedOut, name)
+		again := filepath.Join(results, "again-"+name)
+		run(again, "--scenario", name)
+		scenarios[name] = readConformance(t, again)[name]
+	}
+	if len(timedOut) > 0 {
+		t.Logf("scenarios %v did not finish in the suite's time; run again on their own. The first run:\n%s", timedOut, out)
+		t.Cleanup(func() { t.Logf("airlock mcp --http's goroutines after the run:\n%s", bridge.dump()) })
 	}
 
-	dirs, err := os.ReadDir(results)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var passed, failed, warnings []string
 	scoredWarnings := 0
 	checks := map[string]int{}
 	failures := map[string][]string{} // scenario → its failed checks' messages
-	for _, d := range dirs {
-		scenario, ok := strings.CutPrefix(d.Name(), "server-")
-		if !ok {
-			continue
-		}
-		// The directory ends in -<timestamp>, such as -2026-12-04T03-37-01-667Z, whose
-		// milliseconds may themselves start with "20".
-		scenario = resultStamp.ReplaceAllString(scenario, "")
-		b, err := os.ReadFile(filepath.Join(results, d.Name(), "checks.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cs []struct {
-			ID, Status, ErrorMessage string
-			Details                  json.RawMessage
-		}
-		if err := json.Unmarshal(b, &cs); err != nil {
-			t.Fatalf("%s: %v", d.Name(), err)
-		}
-		ok = true
+	for _, scenario := range slices.Sorted(maps.Keys(scenarios)) {
+		cs := scenarios[scenario]
+		ok := true
 		for _, c := range cs {
 			checks[c.Status]++
 			if c.Status == "WARNING" {
@@ -409,7 +457,7 @@ func TestConformance(t *testing.T) {
 	if len(warnings) > 0 {
 		t.Logf("conformance warnings: %q", warnings)
 	}
-	if runErr != nil && scoredWarnings == 0 {
+	if runErr != nil && scoredWarnings == 0 && len(timedOut) == 0 {
 		t.Fatalf("conformance: %v with no warning of a scored scenario to explain it\n%s", runErr, out)
 	}
 	t.Logf("conformance 2025-11-25: %d of %d server scenarios pass (checks: %d passed, %d failed, %d warnings); failing as expected: %v",

@@ -45,7 +45,7 @@ func TestConformance2026(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.list,fs.stat"))
-	u := tokenProxy(t, e, "agent")
+	u, _ := tokenProxy(t, e, "agent")
 
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
