@@ -220,13 +220,7 @@ func (a *app) approvalsRemembered(ctx context.Context, args []string) int {
 func (a *app) approvalsForget(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "approvals forget", protocol.OpForgetApproval, args, "MEMORY",
 		func(id string) any { return protocol.ForgetApprovalPayload{MemoryID: id} },
-		func(w io.Writer, data json.RawMessage) {
-			var r struct {
-				ID string `json:"memoryId"`
-			}
-			_ = json.Unmarshal(data, &r)
-			fmt.Fprintf(w, "forgot %s\n", r.ID)
-		})
+		sayMember("memoryId", "forgot %s\n"))
 }
 
 // gatedCallTimeout bounds a call that may wait for the operator at the gate (tool, cap

@@ -65,6 +65,18 @@ func (a *app) roomSimple(ctx context.Context, name, op string, args []string, po
 	return o.succeed(data, func(w io.Writer) { print(w, data) })
 }
 
+// sayMember is roomSimple's printer of an answer that names one thing: the string member of
+// data, in format's one %s.
+func sayMember(member, format string) func(io.Writer, json.RawMessage) {
+	return func(w io.Writer, data json.RawMessage) {
+		var r map[string]json.RawMessage
+		var v string
+		_ = json.Unmarshal(data, &r)
+		_ = json.Unmarshal(r[member], &v)
+		fmt.Fprintf(w, format, v)
+	}
+}
+
 func (a *app) roomStatus(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "room status", protocol.OpRoomStatus, args, "", nil, func(w io.Writer, data json.RawMessage) {
 		var st struct {
@@ -105,13 +117,7 @@ func (a *app) roomBusHosts(ctx context.Context, args []string) int {
 func (a *app) roomBusRemove(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "room bus-remove", protocol.OpRemoveBusHost, args, "HOST",
 		func(id string) any { return protocol.BusHostPayload{HostID: id} },
-		func(w io.Writer, data json.RawMessage) {
-			var res struct {
-				HostID string `json:"hostId"`
-			}
-			_ = json.Unmarshal(data, &res)
-			fmt.Fprintf(w, "removed %s from this host's room bus\n", res.HostID)
-		})
+		sayMember("hostId", "removed %s from this host's room bus\n"))
 }
 
 func dash(s string) string {
@@ -215,13 +221,7 @@ func printRoomCaps(w io.Writer, caps []protocol.RoomCapability) {
 func (a *app) roomClose(ctx context.Context, args []string) int {
 	return a.roomSimple(ctx, "room close", protocol.OpCloseRoom, args, "ROOM",
 		func(id string) any { return protocol.RoomPayload{Room: id} },
-		func(w io.Writer, data json.RawMessage) {
-			var r struct {
-				Room string `json:"room"`
-			}
-			_ = json.Unmarshal(data, &r)
-			fmt.Fprintf(w, "closed room %s\n", r.Room)
-		})
+		sayMember("room", "closed room %s\n"))
 }
 
 func (a *app) roomInvite(ctx context.Context, args []string) int {

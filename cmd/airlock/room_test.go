@@ -559,3 +559,19 @@ func TestPrintRoomCapsMarksUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// sayMember prints the one member it names, and nothing of the rest; a missing or
+// non-string member prints empty.
+func TestSayMember(t *testing.T) {
+	for _, c := range []struct{ data, want string }{
+		{`{"room":"home","ok":true}`, "closed room home\n"},
+		{`{"other":"x"}`, "closed room \n"},
+		{`{"room":7}`, "closed room \n"},
+	} {
+		var b bytes.Buffer
+		sayMember("room", "closed room %s\n")(&b, json.RawMessage(c.data))
+		if b.String() != c.want {
+			t.Errorf("%s: %q, want %q", c.data, b.String(), c.want)
+		}
+	}
+}
