@@ -421,10 +421,7 @@ func (s *Server) runAdapters(ctx context.Context, c *conn, cmd *protocol.Command
 	switch cmd.Operation {
 	case protocol.OpRegisterAdapter:
 		var p protocol.RegisterAdapterPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		// A registration during recovery would race the restore of the stored ones; one while
@@ -515,10 +512,7 @@ func capabilityCallOf(cmd *protocol.Command) (*capabilityCall, *protocol.Error) 
 		return &capabilityCall{observe: true, id: p.CapabilityID}, nil
 	}
 	var p protocol.InvokeCapabilityPayload
-	if e := protocol.DecodePayload(cmd, &p); e != nil {
-		return nil, e
-	}
-	if e := p.Validate(); e != nil {
+	if e := decodeValid(cmd, &p); e != nil {
 		return nil, e
 	}
 	args := p.Args
@@ -603,7 +597,8 @@ func (c *conn) endCapability(cmd *protocol.Command, data any, err error) {
 	c.reply(cmd.RequestID, c.srv.respond(cmd, data, err))
 }
 
-func decodeValid(cmd *protocol.Command, p *protocol.AdapterNamePayload) *protocol.Error {
+// decodeValid decodes cmd's payload into p and checks it: the refusal of either, typed.
+func decodeValid(cmd *protocol.Command, p interface{ Validate() *protocol.Error }) *protocol.Error {
 	if e := protocol.DecodePayload(cmd, p); e != nil {
 		return e
 	}

@@ -193,19 +193,13 @@ func (s *Server) runApprovals(cmd *protocol.Command) (any, error) {
 		return &RememberedList{Remembered: q.Remembered()}, nil
 	case protocol.OpDecideApproval:
 		var p protocol.DecideApprovalPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		return decideApproval(q, &p, approval.ByCLI)
 	case protocol.OpForgetApproval:
 		var p protocol.ForgetApprovalPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		if err := q.Forget(p.MemoryID); err != nil {

@@ -222,10 +222,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 
 	case protocol.OpWake:
 		var p protocol.WakePayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		return s.sessions.Wake(ctx, session.WakeRequest{
@@ -235,10 +232,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 
 	case protocol.OpSteer, protocol.OpFollowUp:
 		var p protocol.MessagePayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		return s.sessions.Control(cmd.SessionID, cmd.Generation, cmd.Operation, cmd.IdempotencyKey, p.Message)
@@ -251,20 +245,14 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 
 	case protocol.OpTicket:
 		var p protocol.TicketPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		return s.sessions.Ticket(p.TicketID)
 
 	case protocol.OpReconcile:
 		var p protocol.ReconcilePayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		return s.sessions.Reconcile(p.TicketID, p.Outcome)

@@ -153,10 +153,7 @@ func (t *toolCalls) abort(requestID string) bool {
 // abortTool runs abortTool: it aborts an invokeTool in flight on the same connection.
 func (c *conn) abortTool(cmd *protocol.Command) (any, error) {
 	var p protocol.AbortToolPayload
-	if e := protocol.DecodePayload(cmd, &p); e != nil {
-		return nil, e
-	}
-	if e := p.Validate(); e != nil {
+	if e := decodeValid(cmd, &p); e != nil {
 		return nil, e
 	}
 	return &protocol.AbortResult{Aborted: c.tools.abort(p.RequestID)}, nil

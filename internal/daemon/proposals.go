@@ -632,10 +632,7 @@ func (s *Server) runProposals(c *conn, cmd *protocol.Command) (any, error) {
 	switch cmd.Operation {
 	case protocol.OpProposeAdapter:
 		var p protocol.ProposeAdapterPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		if e := s.sessions.Admitting(); e != nil {
@@ -644,10 +641,7 @@ func (s *Server) runProposals(c *conn, cmd *protocol.Command) (any, error) {
 		return s.proposals.propose(s.actor(c, cmd), p.Proposal)
 	default:
 		var p protocol.ListProposalsPayload
-		if e := protocol.DecodePayload(cmd, &p); e != nil {
-			return nil, e
-		}
-		if e := p.Validate(); e != nil {
+		if e := decodeValid(cmd, &p); e != nil {
 			return nil, e
 		}
 		if cmd.HasSession && !cmd.HasGeneration {
