@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
+
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/visible"
 )
@@ -22,17 +23,9 @@ import (
 
 // approvalView is a waiting request as listApprovals answers it.
 type approvalView struct {
-	ID    string `json:"id"`
-	Kind  string `json:"kind"`
-	Actor struct {
-		Door       string `json:"door"`
-		PID        int    `json:"pid"`
-		Session    string `json:"session"`
-		Generation int64  `json:"generation"`
-		Room       string `json:"room"`
-		Host       string `json:"host"`
-		Client     string `json:"client"`
-	} `json:"actor"`
+	ID            string          `json:"id"`
+	Kind          string          `json:"kind"`
+	Actor         gate.Actor      `json:"actor"`
 	Target        string          `json:"target"`
 	Path          string          `json:"path"`
 	Args          json.RawMessage `json:"args"`
@@ -42,30 +35,6 @@ type approvalView struct {
 	Detail        json.RawMessage `json:"detail"`
 	Rememberable  bool            `json:"rememberable"`
 	Expires       time.Time       `json:"expiresAt"`
-}
-
-// who describes the asker in one line.
-func (v *approvalView) who() string {
-	a := v.Actor
-	if a.Door == "room" {
-		return "room " + a.Room + " · host " + a.Host
-	}
-	var parts []string
-	switch a.Door {
-	case "mcp":
-		parts = append(parts, "mcp client "+a.Client)
-	case "turn":
-		parts = append(parts, "agent turn")
-	default:
-		parts = append(parts, "owner socket")
-	}
-	if a.Session != "" {
-		parts = append(parts, "session "+a.Session+" generation "+strconv.FormatInt(a.Generation, 10))
-	}
-	if a.PID > 0 {
-		parts = append(parts, "pid "+strconv.Itoa(a.PID))
-	}
-	return strings.Join(parts, " · ")
 }
 
 // text is a peer's string made safe for a terminal: hidden characters shown as escapes,
@@ -87,7 +56,7 @@ func (a *app) approvalsList(ctx context.Context, name string, args []string) int
 				fmt.Fprintln(w)
 			}
 			fmt.Fprintf(w, "%s  %s %s, until %s\n", p.ID, p.Kind, text(p.Target), p.Expires.Local().Format(time.TimeOnly))
-			fmt.Fprintf(w, "  who   %s\n", text(p.who()))
+			fmt.Fprintf(w, "  who   %s\n", text(p.Actor.Describe()))
 			if p.Path != "" {
 				fmt.Fprintf(w, "  path  %s\n", text(p.Path))
 			}

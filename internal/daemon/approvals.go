@@ -9,7 +9,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -256,7 +255,7 @@ func (b *webBackend) Approvals(context.Context) ([]web.Approval, error) {
 	pending := b.srv.approvals.Pending()
 	out := make([]web.Approval, 0, len(pending))
 	for _, e := range pending {
-		a := web.Approval{ID: e.ID, Kind: string(e.Kind), Who: describeActor(e.Actor), Target: e.Target, Path: e.Path,
+		a := web.Approval{ID: e.ID, Kind: string(e.Kind), Who: e.Actor.Describe(), Target: e.Target, Path: e.Path,
 			Reason: e.Reason, Args: approvalArgs(e.Args), ArgsTruncated: e.ArgsTruncated, Detail: approvalArgs(e.Detail),
 			Rememberable: e.Rememberable && !approval.ScopeOf(e.Actor).IsZero(), Expires: e.Deadline}
 		if e.Actor.Door == gate.DoorRoom {
@@ -325,29 +324,6 @@ func memoryMatch(m *approval.Memory) string {
 	return "these arguments"
 }
 
-// describeActor is who asks, in one line: "mcp client claude · session s1 generation 3 ·
-// pid 42", "agent turn · session …", "room kitchen · host …".
-func describeActor(a gate.Actor) string {
-	var parts []string
-	switch a.Door {
-	case gate.DoorRoom:
-		return "room " + a.Room + " · host " + a.Host
-	case gate.DoorMCP:
-		parts = append(parts, "mcp client "+a.Client)
-	case gate.DoorTurn:
-		parts = append(parts, "agent turn")
-	default:
-		parts = append(parts, "owner socket")
-	}
-	if a.Session != "" {
-		parts = append(parts, "session "+a.Session+" generation "+strconv.FormatInt(a.Generation, 10))
-	}
-	if a.PID > 0 {
-		parts = append(parts, "pid "+strconv.Itoa(a.PID))
-	}
-	return strings.Join(parts, " · ")
-}
-
 // webApprovalEvent is an approval event as the page's call log shows it.
 func webApprovalEvent(e *ApprovalEvent) web.Event {
 	outcome := e.Type
@@ -357,7 +333,7 @@ func webApprovalEvent(e *ApprovalEvent) web.Event {
 	we := web.Event{Kind: web.EventApproval, Time: e.Time, Outcome: outcome}
 	switch {
 	case e.Entry != nil:
-		we.Target, we.Who = e.Entry.Target, describeActor(e.Entry.Actor)
+		we.Target, we.Who = e.Entry.Target, e.Entry.Actor.Describe()
 		if e.Entry.Actor.Door == gate.DoorRoom {
 			we.Room, we.Caller = e.Entry.Actor.Room, e.Entry.Actor.Host
 			we.Capability, we.Action, _ = strings.Cut(e.Entry.Target, ".")

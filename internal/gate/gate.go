@@ -32,6 +32,7 @@ import (
 	"encoding/json"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,6 +100,30 @@ func (a Actor) Executable() string {
 		return a.Peer.Executable()
 	}
 	return readExe(a.PID)
+}
+
+// Describe is who makes the call, in one line, as the approval queue's listings show it:
+// "mcp client claude · session s1 generation 3 · pid 42", "agent turn · session …",
+// "room kitchen · host …".
+func (a Actor) Describe() string {
+	var parts []string
+	switch a.Door {
+	case DoorRoom:
+		return "room " + a.Room + " · host " + a.Host
+	case DoorMCP:
+		parts = append(parts, "mcp client "+a.Client)
+	case DoorTurn:
+		parts = append(parts, "agent turn")
+	default:
+		parts = append(parts, "owner socket")
+	}
+	if a.Session != "" {
+		parts = append(parts, "session "+a.Session+" generation "+strconv.FormatInt(a.Generation, 10))
+	}
+	if a.PID > 0 {
+		parts = append(parts, "pid "+strconv.Itoa(a.PID))
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Peer is the process at the other end of one connection. A connection's peer process is

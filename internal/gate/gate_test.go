@@ -248,3 +248,21 @@ func TestPeerReadsTheExecutableOnce(t *testing.T) {
 		t.Fatal("Executable of no process")
 	}
 }
+
+// Describe names the door and what of the actor applies to it, in the approval listings'
+// form.
+func TestActorDescribe(t *testing.T) {
+	for _, c := range []struct {
+		a    Actor
+		want string
+	}{
+		{Actor{Door: DoorMCP, Client: "claude", Session: "s1", Generation: 3, PID: 42}, "mcp client claude · session s1 generation 3 · pid 42"},
+		{Actor{Door: DoorTurn, Session: "agent", Generation: 1}, "agent turn · session agent generation 1"},
+		{Actor{Door: DoorSocket, PID: 7}, "owner socket · pid 7"},
+		{Actor{Door: DoorRoom, Room: "kitchen", Host: "h1", Session: "ignored"}, "room kitchen · host h1"},
+	} {
+		if got := c.a.Describe(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.a, got, c.want)
+		}
+	}
+}
