@@ -2,11 +2,11 @@ package mcp_test
 
 import (
 	"context"
-	"encoding/json"
-	"os"
+	"errors"
+	"fmt"
+	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -42,6 +42,14 @@ var statelessFailures = []string{
 // fails while any scenario does.
 func TestConformance2026(t *testing.T) {
 	npmBin(t, "conformance")
+	// The daemon's log, which the environment prints when a test fails, would bury why it did
+	// (CI shows the end of a failure's output): the reasons are reported after it.
+	var reasons []string
+	t.Cleanup(func() {
+		for _, r := range reasons {
+			t.Error(r)
+		}
+	})
 	e := startEnv(t)
 	fsp := startFS(t)
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.list,fs.stat"))
@@ -50,61 +58,95 @@ func TestConformance2026(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 	results := t.TempDir()
-	cmd := nodeCommand(t, ctx, "conformance", "server", "--url", u, "--requirements", "2026-07-28", "-o", results)
-	out, runErr := cmd.CombinedOutput()
-	dirs, err := os.ReadDir(results)
-	if err != nil {
-		t.Fatal(err)
+	run := func(dir string, args ...string) []byte {
+		cmd := nodeCommand(t, ctx, "conformance", append([]string{"server", "--url", u, "-o", dir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("conformance: %v\n%s", err, out)
+		}
+		return out
 	}
-	var passed, stateless []string
-	checks := map[string]int{}
-	failures := map[string][]string{} // scenario → its failed checks' messages
-	for _, d := range dirs {
-		scenario, ok := strings.CutPrefix(d.Name(), "server-")
-		if !ok {
+	out := run(results, "--requirements", "2026-07-28")
+	scenarios := readConformance(t, results)
+
+	// The suite gives many of its requests 500 or 600 ms (server-stateless's removed-method
+	// probes, for one). Under CI's load, with every package's tests beside it, one such wait ran
+	// out once and a check failed that passes otherwise. A scenario whose outcome is not the one
+	// expected is run once more on its own; a second miss fails the test. The first run is logged.
+	var again []string
+	for name, cs := range scenarios {
+		if want, held := expected2026(name); !held || slices.Equal(failedChecks(cs), want) {
 			continue
 		}
-		scenario = resultStamp.ReplaceAllString(scenario, "")
-		b, err := os.ReadFile(filepath.Join(results, d.Name(), "checks.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cs []struct{ ID, Status, ErrorMessage string }
-		if err := json.Unmarshal(b, &cs); err != nil {
-			t.Fatalf("%s: %v", d.Name(), err)
-		}
-		ok = true
+		again = append(again, name)
+		dir := filepath.Join(results, "again-"+name)
+		run(dir, "--scenario", name, "--spec-version", "2026-07-28")
+		scenarios[name] = readConformance(t, dir)[name]
+	}
+	if len(again) > 0 {
+		slices.Sort(again)
+		t.Logf("scenarios %v did not end as expected and ran again on their own. The first run:\n%s", again, out)
+	}
+
+	var passed []string
+	checks := map[string]int{}
+	failures := map[string][]string{} // scenario → its failed checks' messages
+	for scenario, cs := range scenarios {
 		for _, c := range cs {
 			checks[c.Status]++
 			if c.Status != "FAILURE" {
 				continue
 			}
-			ok = false
 			failures[scenario] = append(failures[scenario], c.ID+": "+c.ErrorMessage)
-			if scenario == "server-stateless" {
-				stateless = append(stateless, c.ID)
-			}
 			if c.ID == "wire-schema-valid" {
-				t.Errorf("%s: airlock sent a message the spec's schema refuses: %s", scenario, c.ErrorMessage)
+				reasons = append(reasons, fmt.Sprintf("%s: airlock sent a message the spec's schema refuses: %s", scenario, c.ErrorMessage))
 			}
 		}
-		if ok {
+		if len(failures[scenario]) == 0 {
 			passed = append(passed, scenario)
 		}
 	}
 	if len(checks) == 0 {
-		t.Fatalf("conformance ran no scenario: %v\n%s", runErr, out)
+		t.Fatalf("conformance ran no scenario\n%s", out)
 	}
-	for _, s := range conformance2026Passes {
-		if !slices.Contains(passed, s) {
-			t.Errorf("scenario %s failed: %q\n%s", s, failures[s], out)
+	for _, name := range append([]string{"server-stateless"}, conformance2026Passes...) {
+		want, _ := expected2026(name)
+		if cs, ran := scenarios[name]; !ran || len(cs) == 0 {
+			reasons = append(reasons, fmt.Sprintf("scenario %s did not run", name))
+		} else if got := failedChecks(cs); !slices.Equal(got, want) {
+			reasons = append(reasons, fmt.Sprintf("scenario %s failed %q, want exactly %v", name, failures[name], want))
 		}
 	}
-	slices.Sort(stateless)
-	if !slices.Equal(stateless, statelessFailures) {
-		t.Errorf("server-stateless failed %v, want exactly %v\n%s", stateless, statelessFailures, out)
+	if len(reasons) > 0 {
+		t.Logf("the suite's output:\n%s", out)
 	}
 	slices.Sort(passed)
 	t.Logf("conformance 2026-07-28: %d server scenarios pass %v (checks: %d passed, %d failed, %d warnings)",
 		len(passed), passed, checks["SUCCESS"], checks["FAILURE"], checks["WARNING"])
+}
+
+// failedChecks returns the sorted ids of the checks in cs that failed.
+func failedChecks(cs []conformanceCheck) []string {
+	var ids []string
+	for _, c := range cs {
+		if c.Status == "FAILURE" {
+			ids = append(ids, c.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// expected2026 returns the checks of scenario that must fail (none for a scenario of
+// conformance2026Passes, statelessFailures for server-stateless), and whether the test holds
+// the scenario to them at all.
+func expected2026(scenario string) (want []string, held bool) {
+	switch {
+	case slices.Contains(conformance2026Passes, scenario):
+		return nil, true
+	case scenario == "server-stateless":
+		return statelessFailures, true
+	}
+	return nil, false
 }
