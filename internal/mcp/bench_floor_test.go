@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,43 +31,98 @@ func clientFloor(b *testing.B, res *sdk.CallToolResult, n int) time.Duration {
 	go func() {
 		defer close(done)
 		defer sw.Close()
-		br := bufio.NewReaderSize(sr, 64<<10)
-		for {
-			line, err := br.ReadBytes('\n')
-			if err != nil {
-				return
-			}
-			var req struct {
-				ID     json.RawMessage `json:"id"`
-				Method string          `json:"method"`
-				Params struct {
-					ProtocolVersion string `json:"protocolVersion"`
-				} `json:"params"`
-			}
-			if json.Unmarshal(line, &req) != nil || req.ID == nil {
-				continue // a notification
-			}
-			var answer json.RawMessage
-			switch req.Method {
-			case "initialize":
-				answer, _ = json.Marshal(map[string]any{"protocolVersion": req.Params.ProtocolVersion,
-					"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "floor", "version": "1"}})
-			case "tools/call":
-				answer = result
-			default:
-				answer = json.RawMessage(`{}`)
-			}
-			out := append(append(append(append([]byte(`{"jsonrpc":"2.0","id":`), req.ID...), `,"result":`...), answer...), "}\n"...)
-			if _, err := sw.Write(out); err != nil {
-				return
-			}
-		}
+		serveStandIn(sr, sw, result)
 	}()
 	defer func() { cw.Close(); sr.Close(); <-done }()
+	return floorCalls(b, &sdk.IOTransport{Reader: cr, Writer: cw}, n, nil)
+}
+
+// processFloor is clientFloor with the stand-in a process of its own on real pipes, as a
+// server is: what the client, the stdio between two processes and the wake-ups of a server
+// process spend on one answer, when the server itself spends nothing. It is the floor of any
+// single-process server written in Go; a server that asks another process (airlockd asks
+// airlock-fs) adds that process's hops to it. between, when set, runs (untimed) before each
+// call: the other server's call, so that the stand-in waits between calls as each server
+// does in make bench-mcp's alternating rows, and pays the same wake-ups.
+func processFloor(b *testing.B, res *sdk.CallToolResult, n int, between func()) time.Duration {
+	b.Helper()
+	result, err := json.Marshal(res)
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer := filepath.Join(b.TempDir(), "answer.json")
+	if err := os.WriteFile(answer, result, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), standInEnv+"="+answer)
+	cmd.Stderr = os.Stderr
+	return floorCalls(b, &sdk.CommandTransport{Command: cmd}, n, between)
+}
+
+// standInEnv names the answer file of a test binary started as processFloor's stand-in
+// (TestMain).
+const standInEnv = "AIRLOCK_BENCH_STANDIN_ANSWER"
+
+// runStandIn serves stdin as processFloor's stand-in when the test binary was started as one,
+// and reports whether it was.
+func runStandIn() bool {
+	path := os.Getenv(standInEnv)
+	if path == "" {
+		return false
+	}
+	result, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	serveStandIn(os.Stdin, os.Stdout, result)
+	return true
+}
+
+// serveStandIn answers every request read from r at once: initialize as a server with
+// tools, tools/call with result, anything else with an empty result.
+func serveStandIn(r io.Reader, w io.Writer, result []byte) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string `json:"protocolVersion"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(line, &req) != nil || req.ID == nil {
+			continue // a notification
+		}
+		var answer json.RawMessage
+		switch req.Method {
+		case "initialize":
+			answer, _ = json.Marshal(map[string]any{"protocolVersion": req.Params.ProtocolVersion,
+				"capabilities": map[string]any{"tools": map[string]any{}}, "serverInfo": map[string]any{"name": "floor", "version": "1"}})
+		case "tools/call":
+			answer = result
+		default:
+			answer = json.RawMessage(`{}`)
+		}
+		out := append(append(append(append([]byte(`{"jsonrpc":"2.0","id":`), req.ID...), `,"result":`...), answer...), "}\n"...)
+		if _, err := w.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// floorCalls connects a go-sdk client over t and returns the p50 of n tools/call calls, after
+// ten to warm up, each after between when it is set.
+func floorCalls(b *testing.B, t sdk.Transport, n int, between func()) time.Duration {
+	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cl := sdk.NewClient(&sdk.Implementation{Name: "bench-mcp", Version: "1"}, &sdk.ClientOptions{Capabilities: &sdk.ClientCapabilities{}})
-	cs, err := cl.Connect(ctx, &sdk.IOTransport{Reader: cr, Writer: cw}, nil)
+	cs, err := cl.Connect(ctx, t, nil)
 	if err != nil {
 		b.Fatalf("connect to the stand-in: %v", err)
 	}
@@ -77,6 +135,9 @@ func clientFloor(b *testing.B, res *sdk.CallToolResult, n int) time.Duration {
 	}
 	lat := make([]time.Duration, 0, n)
 	for range n {
+		if between != nil {
+			between()
+		}
 		start := time.Now()
 		if _, err := cs.CallTool(ctx, p); err != nil {
 			b.Fatal(err)
