@@ -256,6 +256,9 @@ type Queue struct {
 type waiter struct {
 	entry    Entry
 	decision chan Decision // buffered 1: one decision, never blocking the decider; By "" is a denial, ID "" the end of the caller's scope
+	// announced is closed once the asked event is out. The entry is pending (a decision can
+	// take it) just before: a decider waits for it, so that asked goes out first.
+	announced chan struct{}
 }
 
 // NewQueue returns an empty queue.
@@ -303,7 +306,7 @@ func (q *Queue) ask(ctx context.Context, r Request) (Decision, *protocol.Error) 
 	}
 	timeout = min(timeout, MaxTimeout)
 	now := time.Now().UTC()
-	w := &waiter{entry: newEntry(r, now, now.Add(timeout)), decision: make(chan Decision, 1)}
+	w := &waiter{entry: newEntry(r, now, now.Add(timeout)), decision: make(chan Decision, 1), announced: make(chan struct{})}
 
 	q.mu.Lock()
 	if m := q.match(&w.entry); m != nil {
@@ -321,6 +324,7 @@ func (q *Queue) ask(ctx context.Context, r Request) (Decision, *protocol.Error) 
 	q.pending[w.entry.ID] = w
 	q.mu.Unlock()
 	q.emit(Event{Type: EventAsked, Entry: w.entry})
+	close(w.announced)
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -472,8 +476,10 @@ func (q *Queue) decide(id, by string, ok bool, rem *Remember) error {
 	if ok {
 		d.By, typ = by, EventApproved
 	}
-	// The event goes out before the waiter can return, so that a listener sees "approved"
-	// before the call's own effects.
+	// The event goes out after the request's asked (a decision may follow listApprovals
+	// faster than the asker's event), and before the waiter can return, so that a listener
+	// sees "approved" before the call's own effects.
+	<-w.announced
 	ev := Event{Type: typ, Entry: w.entry, Decision: d}
 	if !ok {
 		ev.Decision.By = by
@@ -609,6 +615,7 @@ func (q *Queue) End(s Scope) {
 		q.emit(Event{Type: EventForgotten, Memory: m})
 	}
 	for _, w := range ended {
+		<-w.announced
 		q.emit(Event{Type: EventTimedOut, Entry: w.entry})
 		w.decision <- Decision{}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -516,4 +517,58 @@ func (h *hook) lastStage() gate.Stage {
 		return ""
 	}
 	return h.after[len(h.after)-1].Stage
+}
+
+// TestAskedGoesOutBeforeItsDecision: a request is pending, and so decidable, just before its
+// asked event goes out; a decision that comes in between (an operator who listed it at once)
+// waits for that event, so that a listener sees asked before denied. So does the end of the
+// request's scope. OnEvent is held inside asked to open the window.
+func TestAskedGoesOutBeforeItsDecision(t *testing.T) {
+	for _, end := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			ev := &events{}
+			inAsked, release := make(chan struct{}), make(chan struct{})
+			q := NewQueue(Config{OnEvent: func(e Event) {
+				if e.Type == EventAsked {
+					close(inAsked)
+					<-release
+				}
+				ev.add(e)
+			}})
+			done := make(chan error, 1)
+			go func() {
+				_, err := q.Ask(context.Background(), write("src/a.go"))
+				done <- err
+			}()
+			<-inAsked
+			decided := make(chan error, 1)
+			go func() {
+				if end {
+					q.End(ScopeOf(session))
+					decided <- nil
+					return
+				}
+				decided <- q.Deny(q.Pending()[0].ID, ByCLI)
+			}()
+			synctest.Wait()
+			if got := ev.types(); len(got) != 0 {
+				close(release)
+				<-decided
+				<-done
+				t.Fatalf("events while asked was still going out: %v", got)
+			}
+			close(release)
+			if err := <-decided; err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			want := []string{EventAsked, EventDenied}
+			if end {
+				want = []string{EventAsked, EventTimedOut}
+			}
+			if got := ev.types(); !slices.Equal(got, want) {
+				t.Fatalf("events %v, want %v", got, want)
+			}
+		})
+	}
 }
