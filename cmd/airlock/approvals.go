@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approval"

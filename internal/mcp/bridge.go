@@ -342,7 +342,7 @@ func (b *Bridge) poll() {
 // hold over. The window is the daemon's few steps between the two closes; airlockd killed
 // (SIGKILL) has none, its connections and the session ending together.
 func (b *Bridge) Hold(msg string) {
-	b.held.Store(&protocol.Error{Code: CodeDaemonUnreachable, Message: msg, Retryable: true})
+	b.Fail(&protocol.Error{Code: CodeDaemonUnreachable, Message: msg, Retryable: true})
 }
 
 // Fail makes every call and every refresh answer err without reaching the daemon, as Hold
