@@ -332,6 +332,20 @@ type conformanceCheck struct {
 	Details                  json.RawMessage
 }
 
+// runConformance runs the conformance suite's server scenarios against url with args, its
+// results saved in dir, and returns its output and its exit error (nil when it passed); a
+// suite that could not run fails the test.
+func runConformance(t *testing.T, ctx context.Context, url, dir string, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := nodeCommand(t, ctx, "conformance", append([]string{"server", "--url", url, "-o", dir}, args...)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("conformance: %v\n%s", err, out)
+	}
+	return out, err
+}
+
 // readConformance reads the checks of every scenario whose results the suite saved in dir.
 func readConformance(t *testing.T, dir string) map[string][]conformanceCheck {
 	t.Helper()
@@ -381,13 +395,7 @@ func TestConformance(t *testing.T) {
 	defer cancel()
 	results := t.TempDir()
 	run := func(dir string, args ...string) ([]byte, error) {
-		cmd := nodeCommand(t, ctx, "conformance", append([]string{"server", "--url", u, "--expected-failures", baseline, "-o", dir}, args...)...)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("conformance: %v\n%s", err, out)
-		}
-		return out, err
+		return runConformance(t, ctx, u, dir, append([]string{"--expected-failures", baseline}, args...)...)
 	}
 	out, runErr := run(results, "--requirements", "2025-11-25")
 	scenarios := readConformance(t, results)

@@ -2,9 +2,7 @@ package mcp_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -58,16 +56,7 @@ func TestConformance2026(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
 	results := t.TempDir()
-	run := func(dir string, args ...string) []byte {
-		cmd := nodeCommand(t, ctx, "conformance", append([]string{"server", "--url", u, "-o", dir}, args...)...)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("conformance: %v\n%s", err, out)
-		}
-		return out
-	}
-	out := run(results, "--requirements", "2026-07-28")
+	out, _ := runConformance(t, ctx, u, results, "--requirements", "2026-07-28")
 	scenarios := readConformance(t, results)
 
 	// The suite gives many of its requests 500 or 600 ms (server-stateless's removed-method
@@ -82,7 +71,7 @@ func TestConformance2026(t *testing.T) {
 		}
 		again = append(again, name)
 		dir := filepath.Join(results, "again-"+name)
-		run(dir, "--scenario", name, "--spec-version", "2026-07-28")
+		runConformance(t, ctx, u, dir, "--scenario", name, "--spec-version", "2026-07-28")
 		scenarios[name] = readConformance(t, dir)[name]
 	}
 	if len(again) > 0 {
