@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -55,10 +56,14 @@ type fastPath struct {
 	ss         *sdk.ServerSession // set once, by ServeStdio, before lines are read
 	w          io.Writer          // the drainer's writer: responses counted, late ones dropped
 	ctx        context.Context    // ended when the session ends
-	wg         sync.WaitGroup     // the calls running
+	end        context.CancelFunc // ends ctx
+	wg         sync.WaitGroup     // the workers
+	// jobs hands a call to a worker waiting for one; idle counts the workers waiting.
+	jobs chan fastJob
+	idle atomic.Int32
 
 	mu       sync.Mutex
-	ready    bool                          // ss is set
+	ready    bool                          // ss is set, and stop has not begun
 	inflight map[string]context.CancelFunc // id key → the call's cancel
 	pending  map[string]string             // id key → _meta of a call the SDK handles
 	accepted []string                      // _meta the SDK accepted, newest last
@@ -70,7 +75,24 @@ const (
 	maxPendingMeta  = 64
 	maxAcceptedMeta = 4
 	maxFastIDLen    = 128
+	// maxIdleWorkers bounds the workers that wait for the next call. A call run on a new
+	// goroutine grew its stack from the smallest size to what encoding a command and a
+	// response takes, copying it several times: about a tenth of airlock mcp's CPU on a
+	// stat. A worker keeps its stack from call to call.
+	maxIdleWorkers = 16
 )
+
+// fastJob is one call the fast path runs: what run needs.
+type fastJob struct {
+	ctx        context.Context
+	key        string
+	id         []byte
+	spec       toolSpec
+	clientName string
+	args       json.RawMessage
+	serverInfo json.RawMessage
+	complete   bool
+}
 
 // fastRequest is a tools/call line as the fast path takes it: closed, so that a member it
 // does not know sends the line to the SDK.
@@ -175,31 +197,57 @@ func (f *fastPath) take(d *drainer, line []byte) bool {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	f.mu.Lock()
-	if _, dup := f.inflight[c.key]; dup {
+	if _, dup := f.inflight[c.key]; dup || !f.ready {
 		f.mu.Unlock()
 		cancel()
 		return false
 	}
 	f.inflight[c.key] = cancel
-	f.wg.Add(1)
+	f.wg.Add(1) // the call, until a worker has it; stop waits for it
 	f.mu.Unlock()
 	d.pend(c.key)
 	f.b.fastCalls.Add(1)
 	// The SDK marks a tool result complete (resultType) by the revision the session began
 	// with, and names the server in its _meta when the request is of the stateless revision.
-	var serverInfo json.RawMessage
+	j := fastJob{ctx: ctx, key: c.key, id: bytes.Clone(c.id), spec: s, clientName: clientNameOf(f.ss),
+		args: c.args, complete: ip.ProtocolVersion >= "2026-07-28"}
 	if c.stateless {
-		serverInfo = f.serverInfo
+		j.serverInfo = f.serverInfo
 	}
-	go f.run(ctx, c.key, bytes.Clone(c.id), s, clientNameOf(f.ss), c.args, serverInfo, ip.ProtocolVersion >= "2026-07-28")
+	select {
+	case f.jobs <- j:
+		f.wg.Done() // counted as its worker
+	default:
+		go f.work(j)
+	}
 	return true
 }
 
-// run makes one call and writes its response, or nothing when it was cancelled.
-func (f *fastPath) run(ctx context.Context, key string, id []byte, s toolSpec, clientName string, args, serverInfo json.RawMessage, complete bool) {
+// work runs j, and then the calls handed to it while it waits, until the session ends or
+// maxIdleWorkers others wait already.
+func (f *fastPath) work(j fastJob) {
 	defer f.wg.Done()
+	for {
+		f.run(j)
+		if f.idle.Add(1) > maxIdleWorkers {
+			f.idle.Add(-1)
+			return
+		}
+		select {
+		case j = <-f.jobs:
+			f.idle.Add(-1)
+		case <-f.ctx.Done():
+			f.idle.Add(-1)
+			return
+		}
+	}
+}
+
+// run makes one call and writes its response, or nothing when it was cancelled.
+func (f *fastPath) run(j fastJob) {
+	ctx, key, id, s, serverInfo, complete := j.ctx, j.key, j.id, j.spec, j.serverInfo, j.complete
 	defer f.finish(key)
-	data, failed, _, err := f.b.invokeFS(ctx, s.operation, f.b.keys.fresh(), clientName, args)
+	data, failed, _, err := f.b.invokeFS(ctx, s.operation, f.b.keys.fresh(), j.clientName, j.args)
 	if err != nil {
 		return // cancelled: the SDK answers a cancelled call with nothing, and so does this
 	}
@@ -297,13 +345,12 @@ func (f *fastPath) isAccepted(meta []byte) bool {
 	return false
 }
 
-// stop cancels the calls still running and waits for them.
+// stop cancels the calls still running and waits for them and for the workers to end.
 func (f *fastPath) stop() {
 	f.mu.Lock()
-	for _, c := range f.inflight {
-		c()
-	}
+	f.ready = false // take starts no more calls
 	f.mu.Unlock()
+	f.end()
 	f.wg.Wait()
 }
 
@@ -453,7 +500,8 @@ func (b *Bridge) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer
 	}
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	f := &fastPath{b: b, serverInfo: impl, ctx: fctx, inflight: map[string]context.CancelFunc{}, pending: map[string]string{}}
+	f := &fastPath{b: b, serverInfo: impl, ctx: fctx, end: cancel, jobs: make(chan fastJob),
+		inflight: map[string]context.CancelFunc{}, pending: map[string]string{}}
 	d := newDrainer(in, out, maxLine, drain)
 	d.fast = f
 	f.w = drainWriter{d}
