@@ -208,7 +208,7 @@ func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string
 	resp, err := l.send(ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
 		Client:  clientName,
-		Payload: protocol.InvokeToolPayload{ToolCallID: toolCallID, Operation: op, Arguments: args},
+		Payload: invokeToolPayload(toolCallID, op, args),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -232,6 +232,19 @@ func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string
 		return nil, errUnreadable(), true, nil
 	}
 	return res.Data, nil, true, nil
+}
+
+// invokeToolPayload is the payload of invokeTool, protocol.InvokeToolPayload's members
+// written by hand: args is a compact JSON object already (objectArguments).
+func invokeToolPayload(toolCallID, op string, args json.RawMessage) json.RawMessage {
+	p := make([]byte, 0, 64+len(toolCallID)+len(op)+len(args))
+	p = append(p, `{"toolCallId":`...)
+	p = ndjson.AppendString(p, toolCallID)
+	p = append(p, `,"operation":`...)
+	p = ndjson.AppendString(p, op)
+	p = append(p, `,"arguments":`...)
+	p = append(p, args...)
+	return append(p, '}')
 }
 
 func errUnreadable() *sdk.CallToolResult {
