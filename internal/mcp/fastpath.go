@@ -82,16 +82,16 @@ const (
 	maxIdleWorkers = 16
 )
 
-// fastJob is one call the fast path runs: what run needs.
+// fastJob is one call the fast path runs.
 type fastJob struct {
-	ctx        context.Context
-	key        string
-	id         []byte
+	ctx        context.Context // the call's, cancelled by notifications/cancelled
+	key        string          // the drainer's key of id
+	id         []byte          // the request id, to echo
 	spec       toolSpec
 	clientName string
 	args       json.RawMessage
-	serverInfo json.RawMessage
-	complete   bool
+	serverInfo json.RawMessage // the _meta naming the server, for a stateless request
+	complete   bool            // mark the result resultType "complete"
 }
 
 // fastRequest is a tools/call line as the fast path takes it: closed, so that a member it
@@ -245,9 +245,8 @@ func (f *fastPath) work(j fastJob) {
 
 // run makes one call and writes its response, or nothing when it was cancelled.
 func (f *fastPath) run(j fastJob) {
-	ctx, key, id, s, serverInfo, complete := j.ctx, j.key, j.id, j.spec, j.serverInfo, j.complete
-	defer f.finish(key)
-	data, failed, _, err := f.b.invokeFS(ctx, s.operation, f.b.keys.fresh(), j.clientName, j.args)
+	defer f.finish(j.key)
+	data, failed, _, err := f.b.invokeFS(j.ctx, j.spec.operation, f.b.keys.fresh(), j.clientName, j.args)
 	if err != nil {
 		return // cancelled: the SDK answers a cancelled call with nothing, and so does this
 	}
@@ -255,16 +254,16 @@ func (f *fastPath) run(j fastJob) {
 	if failed == nil {
 		// A read's answer holds its text twice, a listing's about one and a half times:
 		// the buffer comes from the pool of large line buffers, back once written.
-		out, failed = appendFastResult(ndjson.GetBuffer(2*len(data)+512), id, s.operation, data, serverInfo, complete)
+		out, failed = appendFastResult(ndjson.GetBuffer(2*len(data)+512), j.id, j.spec.operation, data, j.serverInfo, j.complete)
 	}
 	if failed != nil {
-		out, err = appendFastError(nil, id, failed, serverInfo, complete)
+		out, err = appendFastError(nil, j.id, failed, j.serverInfo, j.complete)
 		if err != nil {
-			f.b.log.Error("tool result not encodable", "tool", s.tool.Name, "err", err)
+			f.b.log.Error("tool result not encodable", "tool", j.spec.tool.Name, "err", err)
 			return
 		}
 	}
-	if ctx.Err() != nil {
+	if j.ctx.Err() != nil {
 		return // cancelled while the answer was made
 	}
 	if _, err := f.w.Write(out); err != nil {
