@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // fsProcess is a running airlock-fs serve.

@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // waitTimeout bounds every wait in these tests; it only runs out when something is broken.

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == helperArg {
 		os.Exit(runChild(os.Args[2]))
 	}
-	os.Exit(m.Run())
+	os.Exit(daemontest.Main(m).Run())
 }
 
 // runChild is a benchmark child. Modes:

@@ -11,14 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // fakeDaemon accepts one connection on a socket of its own and answers every line it reads
 // with the lines reply returns for it (with "{rid}" replaced by the line's requestId).

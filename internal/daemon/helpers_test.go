@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // lineTimeout bounds each wait for a line in tests; it only fires when something is broken.

@@ -68,6 +68,34 @@ func Build(t testing.TB, pkg string) string {
 	return out
 }
 
+// TestingM is what a package's TestMain runs: *testing.M, or a wrapper of it such as
+// goleak.VerifyTestMain takes.
+type TestingM interface{ Run() int }
+
+// Main returns m whose Run also removes the executables Build made once the tests have run,
+// so that a test process leaves none behind (each is tens of megabytes). A package whose
+// tests call Build runs its tests through it:
+//
+//	goleak.VerifyTestMain(daemontest.Main(m))
+func Main(m TestingM) TestingM { return cleaningM{m} }
+
+type cleaningM struct{ m TestingM }
+
+func (c cleaningM) Run() int {
+	defer removeBuilt()
+	return c.m.Run()
+}
+
+// removeBuilt removes the executables Build made, and forgets them.
+func removeBuilt() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	buildDir, built = "", map[string]string{}
+}
+
 func moduleRoot(t testing.TB) string {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	if runStandIn() { // the test binary started as make bench-mcp's stand-in server
 		os.Exit(0)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // env is a real airlockd with a session whose grant is served by a real airlock-fs.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // The test binary re-executes itself as an adapter, with the mode in argv: adapters get an
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == faultArg {
 		syscall.Exit(RunFaultAdapter(os.Args[2], os.Stdin, os.Stdout))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 func self(t testing.TB) string {

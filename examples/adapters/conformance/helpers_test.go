@@ -14,11 +14,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/validate"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // harnessTimeout bounds one whole harness run (every probe, a few fresh children each).

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(daemontest.Main(m))
 }
 
 // lineTimeout bounds each wait for a frame; it fires only when something is broken.
