@@ -394,9 +394,11 @@ func (k *dirKeeper) keep(ctx context.Context, b *mcp.Bridge) error {
 			return transportErrorf(exitUnavailable, "airlockd closed the connection that held session %s; the session and its grant are gone; %s",
 				k.id, k.a.startHint())
 		}
+		// Held before the warning: whoever reads the warning finds the calls already
+		// answered with why (TestDirReopensAfterRestart calls as soon as it reads it).
+		b.Hold(fmt.Sprintf("airlockd stopped or restarted, and airlock mcp is opening session %s again", k.id))
 		k.log.Warn("airlockd closed the connection that held the session (it stopped or restarted); opening it again",
 			"session", k.id, "for", k.reopenFor)
-		b.Hold(fmt.Sprintf("airlockd stopped or restarted, and airlock mcp is opening session %s again", k.id))
 		ds, err := k.reopen(ctx)
 		if ds == nil {
 			return err
