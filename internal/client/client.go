@@ -371,8 +371,8 @@ func (c *Client) Call(ctx context.Context, cmd Command) (*Response, error) {
 }
 
 // appendCommand appends the line of cmd, with protocol version and request id rid: the
-// envelope's members written one by one (encoding/json's reflection over the envelope was a
-// tenth of airlock mcp's time on a small call), the payload as Command says.
+// envelope's members written one by one, as encoding/json wrote them (its reflection over the
+// envelope was about 5% of airlock mcp's CPU on a stat), the payload as Command says.
 func appendCommand(dst []byte, version, rid string, cmd Command) ([]byte, error) {
 	member := func(name, v string) {
 		dst = append(dst, `,"`...)

@@ -161,3 +161,59 @@ func FuzzLineMembers(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendCommandMatchesEncodingJSON: the line Call writes is the line encoding/json wrote
+// of the envelope before (HTML escaping off), for every kind of member and payload, and a
+// json.RawMessage payload is sent compacted, or refused when it is not JSON.
+func TestAppendCommandMatchesEncodingJSON(t *testing.T) {
+	gen := int64(7)
+	odd := "a<b>&\"q\"\\\u2028\x01\xff é"
+	for _, c := range []struct {
+		name string
+		cmd  Command
+		want any // the payload as the old envelope held it
+	}{
+		{"bare", Command{Operation: "status"}, struct{}{}},
+		{"every member", Command{Operation: "invokeTool", SessionID: "s-1", Generation: &gen, IdempotencyKey: "k-1", Client: "claude-code",
+			Payload: map[string]any{"path": "a.txt", "n": 3}}, map[string]any{"path": "a.txt", "n": 3}},
+		{"a zero generation", Command{Operation: "x", Generation: new(int64)}, struct{}{}},
+		{"strings to escape", Command{Operation: odd, SessionID: odd, Client: odd, Payload: odd}, odd},
+		{"a struct payload", Command{Operation: "x", Payload: struct {
+			A string `json:"a,omitempty"`
+			B []int  `json:"b"`
+		}{B: []int{1}}}, struct {
+			A string `json:"a,omitempty"`
+			B []int  `json:"b"`
+		}{B: []int{1}}},
+		{"raw bytes, spaced", Command{Operation: "x", Payload: json.RawMessage(" { \"a\" : [ 1 , 2 ] } ")}, json.RawMessage(`{"a":[1,2]}`)},
+		{"a nil RawMessage", Command{Operation: "x", Payload: json.RawMessage(nil)}, json.RawMessage(nil)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := appendCommand(nil, "2.0", "r-1", c.cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := ndjson.Marshal(struct {
+				ProtocolVersion string `json:"protocolVersion"`
+				RequestID       string `json:"requestId"`
+				Operation       string `json:"operation"`
+				SessionID       string `json:"sessionId,omitempty"`
+				Generation      *int64 `json:"generation,omitempty"`
+				IdempotencyKey  string `json:"idempotencyKey,omitempty"`
+				Client          string `json:"client,omitempty"`
+				Payload         any    `json:"payload"`
+			}{"2.0", "r-1", c.cmd.Operation, c.cmd.SessionID, c.cmd.Generation, c.cmd.IdempotencyKey, c.cmd.Client, c.want})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("appendCommand\n%s\nencoding/json\n%s", got, want)
+			}
+		})
+	}
+	for _, bad := range []string{"", "{", `{"a":1} x`, "nul"} {
+		if line, err := appendCommand(nil, "2.0", "r-1", Command{Operation: "x", Payload: json.RawMessage(bad)}); err == nil {
+			t.Errorf("payload %q: sent %s, want an error", bad, line)
+		}
+	}
+}
