@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -97,10 +96,10 @@ func (m *lineMembers) decode(r *Response) error {
 		if f.raw == nil {
 			continue
 		}
-		if !plainString(f.raw, f.s) {
-			if err := json.Unmarshal(f.raw, f.s); err != nil {
-				return err
-			}
+		if t, ok := ndjson.PlainString(f.raw); ok {
+			*f.s = t
+		} else if err := json.Unmarshal(f.raw, f.s); err != nil {
+			return err
 		}
 	}
 	switch string(m.OK) {
@@ -129,26 +128,6 @@ func (m *lineMembers) decode(r *Response) error {
 		r.Data = bytes.Clone(m.Data)
 	}
 	return nil
-}
-
-// plainString sets *s to the text of raw and reports true when raw is a JSON string whose
-// bytes are its text: valid UTF-8 without escapes or control characters, as the daemon writes
-// its identifiers. Anything else is left to encoding/json, and its results kept exactly.
-func plainString(raw json.RawMessage, s *string) bool {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return false
-	}
-	t := raw[1 : len(raw)-1]
-	for _, c := range t {
-		if c == '\\' || c == '"' || c < 0x20 {
-			return false
-		}
-	}
-	if !utf8.Valid(t) {
-		return false
-	}
-	*s = string(t)
-	return true
 }
 
 // Decode decodes the response data into v, or returns the response's error.

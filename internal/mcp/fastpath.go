@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -145,7 +144,7 @@ func parseFast(line []byte) (fastCall, bool) {
 	if c.key, ok = fastID(req.ID); !ok {
 		return fastCall{}, false
 	}
-	if c.name, ok = plainString(p.Name); !ok {
+	if c.name, ok = ndjson.PlainString(p.Name); !ok {
 		return fastCall{}, false
 	}
 	if len(p.Meta) > 0 {
@@ -376,7 +375,7 @@ func fastID(raw json.RawMessage) (string, bool) {
 		return "", false
 	}
 	if raw[0] == '"' {
-		s, ok := plainString(raw)
+		s, ok := ndjson.PlainString(raw)
 		if !ok {
 			return "", false
 		}
@@ -395,25 +394,6 @@ func fastID(raw json.RawMessage) (string, bool) {
 		}
 	}
 	return idKey(raw)
-}
-
-// plainString returns the text of a JSON string token of valid UTF-8 without escapes or
-// control characters: its bytes are its text, as every JSON reader reads it (the SDK's
-// would replace invalid UTF-8).
-func plainString(raw json.RawMessage) (string, bool) {
-	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
-		return "", false
-	}
-	s := raw[1 : len(raw)-1]
-	for _, c := range s {
-		if c == '\\' || c == '"' || c < 0x20 {
-			return "", false
-		}
-	}
-	if !utf8.Valid(s) {
-		return "", false
-	}
-	return string(s), true
 }
 
 // appendFastResult appends the response to request id of a successful fs operation op whose

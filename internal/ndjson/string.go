@@ -78,3 +78,23 @@ func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// PlainString returns the text of raw, a JSON string token, when its bytes are its text:
+// valid UTF-8 without escapes or control characters, which every JSON reader reads the same
+// (encoding/json would replace invalid UTF-8). Anything else reports false, for a full
+// decoder to read.
+func PlainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	s := raw[1 : len(raw)-1]
+	for _, c := range s {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return "", false
+		}
+	}
+	if !utf8.Valid(s) {
+		return "", false
+	}
+	return string(s), true
+}

@@ -47,3 +47,20 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 		check(string(b))
 	}
 }
+
+// TestPlainString: a string token whose bytes are its text is read as encoding/json reads it;
+// anything a full decoder would read differently, or refuse, is not.
+func TestPlainString(t *testing.T) {
+	for _, raw := range []string{`""`, `"agent-1"`, `"é ✓ <&>"`, "\"\u2028\""} {
+		got, ok := PlainString([]byte(raw))
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil || !ok || got != want {
+			t.Errorf("PlainString(%s) = %q, %v; encoding/json %q, %v", raw, got, ok, want, err)
+		}
+	}
+	for _, raw := range []string{``, `"`, `x`, `"a`, `a"`, `"a\"b"`, `"a\nb"`, "\"a\nb\"", "\"a\x00\"", "\"\xff\"", `"a"b"`, `1`, `null`} {
+		if got, ok := PlainString([]byte(raw)); ok {
+			t.Errorf("PlainString(%q) = %q, true; want false", raw, got)
+		}
+	}
+}
