@@ -301,22 +301,25 @@ func (f *fastPath) sdkCall(k string, meta []byte) {
 	f.pending[k] = string(meta)
 }
 
-// answered notes the SDK's response to the call of id key k, when it had a _meta pending:
-// a result accepts that _meta.
+// answered notes the SDK's response line to the call of id key k, when it had a _meta
+// pending: a result accepts that _meta. The line is read outside the lock: an SDK answer may
+// be megabytes.
 func (f *fastPath) answered(k string, line []byte) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	meta, ok := f.pending[k]
+	delete(f.pending, k)
+	f.mu.Unlock()
 	if !ok {
 		return
 	}
-	delete(f.pending, k)
 	var r struct {
 		Result json.RawMessage `json:"result"`
 	}
 	if ndjson.DecodeAliased(bytes.TrimSpace(line), &r, ndjson.Open) != nil || len(r.Result) == 0 || r.Result[0] != '{' {
 		return
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.isAccepted([]byte(meta)) {
 		return
 	}
@@ -324,13 +327,6 @@ func (f *fastPath) answered(k string, line []byte) {
 		f.accepted = f.accepted[1:]
 	}
 	f.accepted = append(f.accepted, meta)
-}
-
-func (f *fastPath) hasPending(k string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.pending[k]
-	return ok
 }
 
 // isAccepted reports whether meta is one the SDK accepted; f.mu is held.
