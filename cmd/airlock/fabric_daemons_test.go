@@ -232,10 +232,7 @@ func TestFabricThreeDaemons(t *testing.T) {
 	}
 
 	// The room: A owns it and provides the lamp; B and C join with join codes.
-	// Each line is logged before the lamp gets it (tee wrote to the lamp first: a result could
-	// come back before its line was in the log that effects counts).
-	a.cli("", "adapter", "register", "lamp", "--", "/bin/sh", "-c", `while IFS= read -r l; do printf '%s\n' "$l" >> "$0"; printf '%s\n' "$l"; done | "$1"`,
-		filepath.Join(root, "effects.log"), lamp).wantCode(t, exitOK)
+	a.cli("", "adapter", "register", "lamp", "--", "/bin/sh", "-c", loggedAdapter(filepath.Join(root, "effects.log"), lamp)).wantCode(t, exitOK)
 	a.cli("", "room", "create", "home", "--title", "Home").wantCode(t, exitOK)
 	for _, m := range []*roomHost{b, c} {
 		var inv struct {

@@ -172,6 +172,14 @@ func compact(t *testing.T, raw json.RawMessage) string {
 	return b.String()
 }
 
+// loggedAdapter is a shell command that appends each line an adapter is sent to log, then
+// passes it to the adapter bin: the effects a test counts. Each line is in the log before the
+// adapter gets it (tee wrote to the adapter first, so that a result could come back before
+// its line was in the log). The paths hold no single quote.
+func loggedAdapter(log, bin string) string {
+	return `while IFS= read -r l; do printf '%s\n' "$l" >> '` + log + `'; printf '%s\n' "$l"; done | '` + bin + `'`
+}
+
 func exampleFile(t *testing.T, dir, file string) string {
 	t.Helper()
 	p, err := filepath.Abs(filepath.Join("..", "..", "examples", "adapters", dir, file))
