@@ -189,19 +189,31 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 	return &sdk.CallToolResult{StructuredContent: data, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
 }
 
-// invokeFS sends one fs operation to the daemon as invokeTool, with the idempotency key
-// toolCallID, and returns the adapter's result (a compact JSON object, checked by the daemon
-// against the operation's result schema): or the call's error result, and whether its outcome
-// is definite; or the context's error, once the call was aborted in the daemon (abortTool,
-// which aborts the adapter request). Both doors of a tools/call use it: the SDK's handler
-// (callFS) and the stdio fast path (fastPath).
+// invokeFS sends one fs operation to the daemon through invokeTool, with the
+// idempotency key toolCallID, and returns the adapter's result, or the call's error result
+// and whether its outcome is definite, or the context's error. Both doors of a tools/call use
+// it: the SDK's handler (callFS) and the stdio fast path (fastPath).
 func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string, args json.RawMessage) (data json.RawMessage, failed *sdk.CallToolResult, definite bool, err error) {
+	data, perr, definite, err := b.invokeTool(ctx, op, toolCallID, clientName, args)
+	if perr != nil {
+		return nil, errorResult(perr), definite, nil
+	}
+	return data, nil, definite, err
+}
+
+// invokeTool sends op as invokeTool, with the idempotency key toolCallID, and returns the
+// adapter's result (a compact JSON object, checked by the daemon against the operation's
+// result schema); or the daemon's refusal (or why it could not be reached), and whether the
+// call's outcome is definite; or the context's error, once the call was aborted in the daemon
+// (abortTool, which aborts the adapter request). fs tools (invokeFS) and composed tools
+// (composedCall.invoke) call it.
+func (b *Bridge) invokeTool(ctx context.Context, op, toolCallID, clientName string, args json.RawMessage) (data json.RawMessage, perr *protocol.Error, definite bool, err error) {
 	l, err := b.lease(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil, false, ctx.Err()
 		}
-		return nil, errorResult(protocol.AsError(err)), false, nil
+		return nil, protocol.AsError(err), false, nil
 	}
 	defer l.release()
 	rid := b.requestID()
@@ -215,11 +227,11 @@ func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string
 			b.abort(l, rid)
 			return nil, nil, false, ctx.Err()
 		}
-		return nil, errorResult(protocol.AsError(err)), false, nil
+		return nil, protocol.AsError(err), false, nil
 	}
-	if perr := resp.Err(); perr != nil {
-		pe := protocol.AsError(perr)
-		return nil, errorResult(pe), pe.Details["indeterminate"] != true, nil
+	if e := resp.Err(); e != nil {
+		pe := protocol.AsError(e)
+		return nil, pe, pe.Details["indeterminate"] != true, nil
 	}
 	// invokeTool's data is a protocol.ToolResult; its own data, the adapter's result, is
 	// found by one walk of the daemon's answer (a slice of it) instead of encoding/json's
@@ -229,13 +241,13 @@ func (b *Bridge) invokeFS(ctx context.Context, op, toolCallID, clientName string
 		Data json.RawMessage `json:"data"`
 	}
 	if err := ndjson.DecodeAliased(resp.Data, &res, ndjson.Open); err != nil || len(res.Data) == 0 || res.Data[0] != '{' {
-		return nil, errUnreadable(), true, nil
+		return nil, unreadableResult(), true, nil
 	}
 	return res.Data, nil, true, nil
 }
 
 // invokeToolPayload is the payload of invokeTool, protocol.InvokeToolPayload's members
-// written by hand: args is a compact JSON object already (objectArguments).
+// written by hand around args, a JSON object (the client compacts the payload it is given).
 func invokeToolPayload(toolCallID, op string, args json.RawMessage) json.RawMessage {
 	p := make([]byte, 0, 64+len(toolCallID)+len(op)+len(args))
 	p = append(p, `{"toolCallId":`...)
@@ -247,8 +259,10 @@ func invokeToolPayload(toolCallID, op string, args json.RawMessage) json.RawMess
 	return append(p, '}')
 }
 
-func errUnreadable() *sdk.CallToolResult {
-	return errorResult(&protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"})
+func errUnreadable() *sdk.CallToolResult { return errorResult(unreadableResult()) }
+
+func unreadableResult() *protocol.Error {
+	return &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"}
 }
 
 // readResult is fs.read's result, as its output schema has it.

@@ -28,7 +28,6 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
-	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -135,42 +134,15 @@ var errCancelled = &protocol.Error{Code: protocol.CodeInternal, Message: "cancel
 // effect-free operations) and returns the adapter's result data. A cancelled call is aborted
 // in the daemon and answers errCancelled.
 func (c *composedCall) invoke(op string, payload any) (json.RawMessage, *protocol.Error) {
-	b := c.b
 	args, err := json.Marshal(payload)
 	if err != nil {
 		return nil, &protocol.Error{Code: protocol.CodeInternal, Message: "cannot encode " + op + " arguments"}
 	}
-	l, err := b.lease(c.ctx)
+	data, perr, _, err := c.b.invokeTool(c.ctx, op, c.b.keys.fresh(), c.client, args)
 	if err != nil {
-		if c.ctx.Err() != nil {
-			return nil, errCancelled
-		}
-		return nil, protocol.AsError(err)
+		return nil, errCancelled
 	}
-	defer l.release()
-	rid := b.requestID()
-	resp, err := l.send(c.ctx, client.Command{
-		Operation: protocol.OpInvokeTool, SessionID: b.cfg.SessionID, Generation: &b.cfg.Generation, RequestID: rid,
-		Client:  c.client,
-		Payload: protocol.InvokeToolPayload{ToolCallID: b.keys.fresh(), Operation: op, Arguments: args},
-	})
-	if err != nil {
-		if c.ctx.Err() != nil {
-			b.abort(l, rid)
-			return nil, errCancelled
-		}
-		return nil, protocol.AsError(err)
-	}
-	if perr := resp.Err(); perr != nil {
-		return nil, protocol.AsError(perr)
-	}
-	var res struct {
-		Data json.RawMessage `json:"data"`
-	}
-	if err := ndjson.DecodeAliased(resp.Data, &res, ndjson.Open); err != nil || len(res.Data) == 0 || res.Data[0] != '{' {
-		return nil, &protocol.Error{Code: protocol.CodeInternal, Message: "the daemon's tool result is not readable"}
-	}
-	return res.Data, nil
+	return data, perr
 }
 
 // wireRead is fs.read's payload.
