@@ -1,7 +1,6 @@
 package mcp_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // clientFloor measures what one answer costs the go-sdk client itself: n tools/call calls
@@ -80,11 +81,12 @@ func runStandIn() bool {
 }
 
 // serveStandIn answers every request read from r at once: initialize as a server with
-// tools, tools/call with result, anything else with an empty result.
+// tools, tools/call with result, anything else with an empty result. It stops at the end of
+// r, or at a line over the default line bound.
 func serveStandIn(r io.Reader, w io.Writer, result []byte) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	lines := ndjson.NewReader(r, 0)
 	for {
-		line, err := br.ReadBytes('\n')
+		line, err := lines.Next()
 		if err != nil {
 			return
 		}
