@@ -47,6 +47,31 @@ type benchRow struct {
 type benchStats struct {
 	p50, p99 time.Duration
 	perSec   float64
+	// cpu is, at more than one call at once, the CPU each process of the server's path spent
+	// per call (benchSide.procs, in order).
+	cpu []time.Duration
+}
+
+// benchSide is one server as make bench-mcp calls it: its client session, and the processes
+// of its path whose CPU it reports per call at 16 calls (pid 0 is this process, the go-sdk
+// client).
+type benchSide struct {
+	cs    *sdk.ClientSession
+	procs []benchProc
+}
+
+type benchProc struct {
+	name string
+	pid  int
+}
+
+// procsCPU is the CPU time each of procs has used so far.
+func procsCPU(procs []benchProc) []time.Duration {
+	t := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		t[i] = pidCPU(p.pid)
+	}
+	return t
 }
 
 // BenchmarkMCPFilesystem is make bench-mcp: one go-sdk client, on stdio, calls airlock's fs
@@ -80,8 +105,12 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 	l := makeAdvisoryLayout(b, filepath.Join(filepath.Dir(dir), "adv"))
 	e.openMode(b, "adv", l.root, fsp.grant(b, e.host, l.root, "adv", 1, "fs.read,fs.list,fs.write"), "memory")
 
-	air := benchClient(b, exec.Command(daemontest.Binary(b, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "bench", "--generation", "1"))
-	ref := benchClient(b, nodeCommand(b, context.Background(), "mcp-server-filesystem", dir))
+	airCmd := exec.Command(daemontest.Binary(b, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "bench", "--generation", "1")
+	refCmd := nodeCommand(b, context.Background(), "mcp-server-filesystem", dir)
+	air := benchSide{cs: benchClient(b, airCmd)}
+	ref := benchSide{cs: benchClient(b, refCmd)}
+	air.procs = []benchProc{{"client", 0}, {"airlock mcp", airCmd.Process.Pid}, {"airlockd", e.d.Cmd.Process.Pid}, {"airlock-fs", fsp.pid}}
+	ref.procs = []benchProc{{"client", 0}, {"node", refCmd.Process.Pid}}
 
 	rows := []benchRow{
 		readRow("read_4KiB", dir, "small.txt", benchSmall),
@@ -159,14 +188,42 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nairlock (client → airlock mcp → airlockd → airlock-fs) vs @modelcontextprotocol/server-filesystem, one go-sdk client on stdio\n")
-	fmt.Fprintf(&sb, "%-10s %4s | %10s %10s %9s | %10s %10s %9s | %s\n", "row", "conc",
+	fmt.Fprintf(&sb, "%-15s %4s | %10s %10s %9s | %10s %10s %9s | %s\n", "row", "conc",
 		"air p50", "air p99", "air c/s", "ref p50", "ref p99", "ref c/s", "ref/air p50")
 	for _, x := range results {
-		fmt.Fprintf(&sb, "%-10s %4d | %10s %10s %9.0f | %10s %10s %9.0f | %.2f×\n", x.row, x.conc,
+		fmt.Fprintf(&sb, "%-15s %4d | %10s %10s %9.0f | %10s %10s %9.0f | %.2f×\n", x.row, x.conc,
 			round(x.air.p50), round(x.air.p99), x.air.perSec, round(x.ref.p50), round(x.ref.p99), x.ref.perSec, x.ratio)
 	}
 	if len(results) > 0 {
 		fmt.Fprintf(&sb, "smallest ratio %.2f× (target ≥ 1×)\n", minRatio)
+		// At 16 calls the two cores are busy and a row's p50 follows the CPU that each call
+		// costs the processes on its path: each server's, and the client's on its answers.
+		fmt.Fprintf(&sb, "\nCPU per call at 16 calls (each process's own account over its server's calls)\n%-15s |", "row")
+		for _, p := range air.procs {
+			fmt.Fprintf(&sb, " %11s", p.name)
+		}
+		fmt.Fprintf(&sb, " %9s |", "air total")
+		for _, p := range ref.procs {
+			fmt.Fprintf(&sb, " %9s", p.name)
+		}
+		fmt.Fprintf(&sb, " %9s | ref total / air total\n", "ref total")
+		for _, x := range results {
+			if len(x.air.cpu) == 0 {
+				continue
+			}
+			fmt.Fprintf(&sb, "%-15s |", x.row)
+			var ta, tr time.Duration
+			for _, c := range x.air.cpu {
+				fmt.Fprintf(&sb, " %11s", round(c))
+				ta += c
+			}
+			fmt.Fprintf(&sb, " %9s |", round(ta))
+			for _, c := range x.ref.cpu {
+				fmt.Fprintf(&sb, " %9s", round(c))
+				tr += c
+			}
+			fmt.Fprintf(&sb, " %9s | %.2f×\n", round(tr), float64(tr)/float64(max(ta, 1)))
+		}
 		// What the client alone spends on each server's answer bounds the ratio any server
 		// could reach: airlock at zero cost would still take its client floor. The same with
 		// the stand-in a process of its own on real pipes adds the stdio and a server
@@ -185,14 +242,14 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 		fmt.Fprintf(&sb, "\nwhose is airlock's p50 at 1 call (%d calls each): the go-sdk client's own p50 per answer (a stand-in in the\n", floorN)
 		fmt.Fprintf(&sb, "client's process that answers at once), the same with the stand-in a process on real pipes (process floor),\n")
 		fmt.Fprintf(&sb, "airlockd and airlock-fs (invokeTool straight to airlockd), and the rest: air p50 - process floor - daemon+fs\n")
-		fmt.Fprintf(&sb, "%-10s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", "row", "air answer", "ref answer", "air proc", "ref proc",
+		fmt.Fprintf(&sb, "%-15s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", "row", "air answer", "ref answer", "air proc", "ref proc",
 			"air p50", "daemon+fs", "rest", "ref c1 p50 / air answer (best ratio possible), / (air proc + daemon+fs) (airlock's path)")
 		for _, row := range rows {
 			if row.firstAir == nil || row.firstRef == nil {
 				continue
 			}
 			fa, fr := clientFloor(b, row.firstAir, floorN), clientFloor(b, row.firstRef, floorN)
-			refCall := func() { timeCall(b, ref, row.ref) }
+			refCall := func() { timeCall(b, ref.cs, row.ref) }
 			pa, pr := processFloor(b, row.firstAir, floorN, refCall), processFloor(b, row.firstRef, floorN, refCall)
 			op := strings.Replace(row.air.Name, "fs_", "fs.", 1)
 			args := row.air.Arguments.(map[string]any)
@@ -209,7 +266,7 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 					air, rest = round(x.air.p50), round(x.air.p50-pa-direct)
 				}
 			}
-			fmt.Fprintf(&sb, "%-10s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", row.name, round(fa), round(fr), round(pa), round(pr), air, round(direct), rest, best)
+			fmt.Fprintf(&sb, "%-15s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", row.name, round(fa), round(fr), round(pa), round(pr), air, round(direct), rest, best)
 		}
 	}
 
@@ -374,8 +431,10 @@ func benchClient(b *testing.B, cmd *exec.Cmd) *sdk.ClientSession {
 }
 
 // measureRow runs warm-up calls, checks one answer of each server, then n measured calls of
-// each at conc concurrent calls.
-func measureRow(b *testing.B, air, ref *sdk.ClientSession, row *benchRow, conc, n int) (benchStats, benchStats) {
+// each at conc concurrent calls. At 1, the two servers' calls alternate one by one; at more,
+// in rounds of ten calls per goroutine, each server first in every other round, so that both
+// see the same machine and neither always runs after the other has warmed it.
+func measureRow(b *testing.B, air, ref benchSide, row *benchRow, conc, n int) (benchStats, benchStats) {
 	b.Helper()
 	ctx := context.Background()
 	warmup := benchWarmup
@@ -388,7 +447,7 @@ func measureRow(b *testing.B, air, ref *sdk.ClientSession, row *benchRow, conc, 
 			p     *sdk.CallToolParams
 			check func(*sdk.CallToolResult) error
 			first **sdk.CallToolResult
-		}{{air, row.air, row.checkAir, &row.firstAir}, {ref, row.ref, row.checkRef, &row.firstRef}} {
+		}{{air.cs, row.air, row.checkAir, &row.firstAir}, {ref.cs, row.ref, row.checkRef, &row.firstRef}} {
 			r, err := s.cs.CallTool(ctx, s.p)
 			if err == nil && i == 0 {
 				err = s.check(r)
@@ -401,15 +460,46 @@ func measureRow(b *testing.B, air, ref *sdk.ClientSession, row *benchRow, conc, 
 	}
 	b.ResetTimer()
 	if conc == 1 {
-		// Alternate call by call, so that both servers see the same machine.
 		la, lr := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 		for range n {
-			la = append(la, timeCall(b, air, row.air))
-			lr = append(lr, timeCall(b, ref, row.ref))
+			la = append(la, timeCall(b, air.cs, row.air))
+			lr = append(lr, timeCall(b, ref.cs, row.ref))
 		}
 		return stats(la, sum(la)), stats(lr, sum(lr))
 	}
-	return concurrent(b, air, row.air, conc, n), concurrent(b, ref, row.ref, conc, n)
+	type tally struct {
+		side benchSide
+		p    *sdk.CallToolParams
+		lat  []time.Duration
+		wall time.Duration
+		cpu  []time.Duration
+	}
+	ta := &tally{side: air, p: row.air, cpu: make([]time.Duration, len(air.procs))}
+	tr := &tally{side: ref, p: row.ref, cpu: make([]time.Duration, len(ref.procs))}
+	round := 10 * conc
+	for i := 0; i*round < n; i++ {
+		k := min(round, n-i*round)
+		order := []*tally{ta, tr}
+		if i%2 == 1 {
+			order = []*tally{tr, ta}
+		}
+		for _, t := range order {
+			cpu0, start := procsCPU(t.side.procs), time.Now()
+			t.lat = append(t.lat, callConcurrently(b, t.side.cs, t.p, conc, k)...)
+			t.wall += time.Since(start)
+			for j, c := range procsCPU(t.side.procs) {
+				t.cpu[j] += c - cpu0[j]
+			}
+		}
+	}
+	result := func(t *tally) benchStats {
+		s := stats(t.lat, t.wall)
+		for _, c := range t.cpu {
+			s.cpu = append(s.cpu, c/time.Duration(n))
+		}
+		return s
+	}
+	return result(ta), result(tr)
 }
 
 // timeCall makes one call and returns its latency; a failed call fails the benchmark.
@@ -424,14 +514,6 @@ func timeCall(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams) time.D
 		b.Errorf("%s: %v", p.Name, err)
 	}
 	return d
-}
-
-// concurrent makes n calls from conc goroutines and returns their latencies' statistics,
-// calls/s over the wall time.
-func concurrent(b *testing.B, cs *sdk.ClientSession, p *sdk.CallToolParams, conc, n int) benchStats {
-	start := time.Now()
-	lat := callConcurrently(b, cs, p, conc, n)
-	return stats(lat, time.Since(start))
 }
 
 // callConcurrently makes n calls from conc goroutines and returns their latencies.

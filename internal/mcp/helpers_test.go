@@ -73,6 +73,7 @@ func startEnvWith(t testing.TB, opts daemontest.Options) *env {
 // fsService is a running airlock-fs.
 type fsService struct {
 	bin, socket, admin string
+	pid                int
 }
 
 func startFS(t testing.TB) *fsService {
@@ -85,6 +86,7 @@ func startFS(t testing.TB) *fsService {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.pid = cmd.Process.Pid
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
