@@ -208,7 +208,9 @@ func (c *Client) activateLocked(cl *call) []byte {
 // release unlocks c.mu, then writes frame if the caller got the write side with it, and runs
 // the done functions of the calls that ended meanwhile, so that no done runs under the lock.
 // The write goes first: the child can work on the next request while this goroutine answers
-// the previous one.
+// the previous one. Each call's cancellation is unregistered before its done runs: a caller
+// that cancels its context once the call has ended would otherwise start a goroutine for
+// cancelCall, which finds the call ended and does nothing.
 func (c *Client) release(frame []byte) {
 	cl := c.ended
 	c.ended, c.lastEnd = nil, nil
@@ -219,10 +221,10 @@ func (c *Client) release(frame []byte) {
 	for cl != nil {
 		next := cl.next
 		cl.next = nil
-		cl.done(cl.resp, cl.err)
 		if cl.stopCtx != nil {
 			cl.stopCtx()
 		}
+		cl.done(cl.resp, cl.err)
 		cl = next
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -291,4 +292,40 @@ func TestWriteFinishesOffTheCaller(t *testing.T) {
 	c.writers.Wait()
 	w.Close()
 	<-drained
+}
+
+// A caller that cancels its context in done, once its call has ended, starts no goroutine: the
+// call's cancellation is unregistered before done runs. Registered until after done, it ran
+// cancelCall on a goroutine of its own on every call.
+func TestCancelAfterDone(t *testing.T) {
+	noLeaks(t)
+	c := startHelper(t, "normal", ClientOptions{})
+	call := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		ended := make(chan error, 1)
+		c.StartObserve(ctx, "test_light", func(_ json.RawMessage, err error) {
+			cancel()
+			ended <- err
+		})
+		if err := <-ended; err != nil {
+			t.Fatal(err)
+		}
+	}
+	call() // the child's readers are running
+	const calls = 200
+	before := goroutinesCreated()
+	for range calls {
+		call()
+	}
+	// The runtime may start a few goroutines of its own meanwhile (a GC's workers).
+	if n := goroutinesCreated() - before; n > calls/10 {
+		t.Fatalf("%d calls whose caller cancelled in done started %d goroutines", calls, n)
+	}
+}
+
+// goroutinesCreated is the number of goroutines this process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
@@ -1112,4 +1113,47 @@ func TestStart(t *testing.T) {
 	if len(answered)+len(closed)+len(refused) != 0 {
 		t.Fatal("done ran twice")
 	}
+}
+
+// TestCancelAfterDone: a caller that cancels its context in done, once its call has ended (as
+// the daemon does), starts no goroutine: the call's cancellation is unregistered before done
+// runs. Registered until after done, it ran expire on a goroutine of its own on every call.
+func TestCancelAfterDone(t *testing.T) {
+	a := newAdapter(t, func(ac *adapterConn, f *tooladapter.Frame) {
+		switch f.Kind {
+		case tooladapter.KindBind:
+			ac.sendFrame(boundFor(f))
+		case tooladapter.KindInvoke:
+			ac.sendFrame(ok(f, resultData(tooladapter.OpStat, 1)))
+		}
+	})
+	c, _ := connect(t, a, descriptorMap(""), Options{})
+	call := func(i int) {
+		ctx, cancel := context.WithCancel(context.Background())
+		ended := make(chan *protocol.Error, 1)
+		c.Start(ctx, tooladapter.OpStat, fmt.Sprintf("key-%d", i), statReq(1), func(_ json.RawMessage, e *protocol.Error) {
+			cancel()
+			ended <- e
+		})
+		if e := <-ended; e != nil {
+			t.Fatalf("call %d: %v", i, e)
+		}
+	}
+	call(0) // the connection's own goroutines are running
+	const calls = 200
+	before := goroutinesCreated()
+	for i := range calls {
+		call(i + 1)
+	}
+	// The runtime may start a few goroutines of its own meanwhile (a GC's workers).
+	if n := goroutinesCreated() - before; n > calls/10 {
+		t.Fatalf("%d calls whose caller cancelled in done started %d goroutines", calls, n)
+	}
+}
+
+// goroutinesCreated is the number of goroutines this process has started.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -211,8 +211,11 @@ func (c *Conn) admit(ctx context.Context, cl *call) (direct bool, e *protocol.Er
 // unlock releases c.mu and then runs the done functions of the calls that ended while it was
 // held, in the order they ended. Every section that may end a call releases c.mu with unlock,
 // so that a completion never runs under the lock and never waits for a later unlock. The
-// cancellation of a call's context is unregistered after its done has run, off the answer's
-// path; one that fires meanwhile finds the call ended and does nothing.
+// cancellation of a call's context is unregistered before its done runs: a caller commonly
+// cancels the context once its call has ended (the daemon does, in done), and a cancellation
+// still registered then starts a goroutine to run expire, which finds the call ended and does
+// nothing, a goroutine started and ended on every call. One that fires before finds the call
+// ended too.
 func (c *Conn) unlock() {
 	cl := c.ended
 	c.ended, c.endedTail = nil, nil
@@ -220,11 +223,11 @@ func (c *Conn) unlock() {
 	for cl != nil {
 		next := cl.next
 		cl.next = nil
-		cl.done(cl.data, cl.err)
-		cl.data = nil // a slice of the reader's buffer (see Start): do not keep it alive
 		if cl.stopCtx != nil {
 			cl.stopCtx()
 		}
+		cl.done(cl.data, cl.err)
+		cl.data = nil // a slice of the reader's buffer (see Start): do not keep it alive
 		cl = next
 	}
 }
