@@ -46,7 +46,7 @@ func BenchmarkBridgeStdio(b *testing.B) {
 	var bridges []bridge
 	for _, bin := range bins {
 		cmd := exec.Command(bin, "--socket", e.d.Socket, "mcp", "--session", "bench", "--generation", "1")
-		cs := benchClient(b, cmd)
+		cs := benchClient(b, cmd, "")
 		bridges = append(bridges, bridge{cs, cmd.Process.Pid})
 	}
 
