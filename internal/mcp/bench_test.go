@@ -65,12 +65,20 @@ type benchProc struct {
 	pid  int
 }
 
-// procsCPU is the CPU time each of procs has used so far.
-func procsCPU(procs []benchProc) []time.Duration {
+// procsCPU is the CPU time each of procs has used so far. This process's own (pid 0) is read
+// last at the start of a round and first at its end, so that its figure for the round leaves
+// out the reading of the others'.
+func procsCPU(procs []benchProc, start bool) []time.Duration {
 	t := make([]time.Duration, len(procs))
-	for i, p := range procs {
-		t[i] = pidCPU(p.pid)
+	read := func(self bool) {
+		for i, p := range procs {
+			if (p.pid == 0) == self {
+				t[i] = pidCPU(p.pid)
+			}
+		}
 	}
+	read(!start)
+	read(start)
 	return t
 }
 
@@ -495,10 +503,10 @@ func measureRow(b *testing.B, air, ref benchSide, row *benchRow, conc, n int) (b
 			order = []*tally{tr, ta}
 		}
 		for _, t := range order {
-			cpu0, start := procsCPU(t.side.procs), time.Now()
+			cpu0, start := procsCPU(t.side.procs, true), time.Now()
 			t.lat = append(t.lat, callConcurrently(b, t.side.cs, t.p, conc, k)...)
 			t.wall += time.Since(start)
-			for j, c := range procsCPU(t.side.procs) {
+			for j, c := range procsCPU(t.side.procs, false) {
 				t.cpu[j] += c - cpu0[j]
 			}
 		}
