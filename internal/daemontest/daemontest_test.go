@@ -37,3 +37,21 @@ func TestMainRemovesWhatBuildMade(t *testing.T) {
 		t.Fatalf("a build after Main: %v", err)
 	}
 }
+
+func TestGoroutinesStarted(t *testing.T) {
+	if n := GoroutinesStarted(func() {}); n > 2 {
+		t.Errorf("nothing started %d goroutines", n)
+	}
+	done := make(chan struct{})
+	n := GoroutinesStarted(func() {
+		for range 20 {
+			go func() { done <- struct{}{} }()
+		}
+		for range 20 {
+			<-done
+		}
+	})
+	if n < 20 {
+		t.Errorf("20 goroutines counted as %d", n)
+	}
+}

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/trywrite"
 )
 
@@ -313,19 +313,13 @@ func TestCancelAfterDone(t *testing.T) {
 	}
 	call() // the child's readers are running
 	const calls = 200
-	before := goroutinesCreated()
-	for range calls {
-		call()
-	}
+	n := daemontest.GoroutinesStarted(func() {
+		for range calls {
+			call()
+		}
+	})
 	// The runtime may start a few goroutines of its own meanwhile (a GC's workers).
-	if n := goroutinesCreated() - before; n > calls/10 {
+	if n > calls/10 {
 		t.Fatalf("%d calls whose caller cancelled in done started %d goroutines", calls, n)
 	}
-}
-
-// goroutinesCreated is the number of goroutines this process has started.
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }

@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime/metrics"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
@@ -1141,19 +1141,13 @@ func TestCancelAfterDone(t *testing.T) {
 	}
 	call(0) // the connection's own goroutines are running
 	const calls = 200
-	before := goroutinesCreated()
-	for i := range calls {
-		call(i + 1)
-	}
+	n := daemontest.GoroutinesStarted(func() {
+		for i := range calls {
+			call(i + 1)
+		}
+	})
 	// The runtime may start a few goroutines of its own meanwhile (a GC's workers).
-	if n := goroutinesCreated() - before; n > calls/10 {
+	if n > calls/10 {
 		t.Fatalf("%d calls whose caller cancelled in done started %d goroutines", calls, n)
 	}
-}
-
-// goroutinesCreated is the number of goroutines this process has started.
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	return s[0].Value.Uint64()
 }
