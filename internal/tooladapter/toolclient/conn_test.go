@@ -1119,15 +1119,7 @@ func TestStart(t *testing.T) {
 // the daemon does), starts no goroutine: the call's cancellation is unregistered before done
 // runs. Registered until after done, it ran expire on a goroutine of its own on every call.
 func TestCancelAfterDone(t *testing.T) {
-	a := newAdapter(t, func(ac *adapterConn, f *tooladapter.Frame) {
-		switch f.Kind {
-		case tooladapter.KindBind:
-			ac.sendFrame(boundFor(f))
-		case tooladapter.KindInvoke:
-			ac.sendFrame(ok(f, resultData(tooladapter.OpStat, 1)))
-		}
-	})
-	c, _ := connect(t, a, descriptorMap(""), Options{})
+	c, _ := connect(t, newAdapter(t, answerAll), descriptorMap(""), Options{})
 	call := func(i int) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ended := make(chan *protocol.Error, 1)
