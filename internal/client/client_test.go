@@ -164,7 +164,8 @@ func FuzzLineMembers(f *testing.F) {
 
 // TestAppendCommandMatchesEncodingJSON: the line Call writes is the line encoding/json wrote
 // of the envelope before (HTML escaping off), for every kind of member and payload, and a
-// json.RawMessage payload is sent compacted, or refused when it is not JSON.
+// json.RawMessage payload is sent compacted, or refused when it is not JSON, as is a payload
+// encoding/json cannot encode.
 func TestAppendCommandMatchesEncodingJSON(t *testing.T) {
 	gen := int64(7)
 	odd := "a<b>&\"q\"\\\u2028\x01\xff é"
@@ -211,9 +212,9 @@ func TestAppendCommandMatchesEncodingJSON(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"", "{", `{"a":1} x`, "nul"} {
-		if line, err := appendCommand(nil, "2.0", "r-1", Command{Operation: "x", Payload: json.RawMessage(bad)}); err == nil {
-			t.Errorf("payload %q: sent %s, want an error", bad, line)
+	for _, bad := range []any{json.RawMessage(""), json.RawMessage("{"), json.RawMessage(`{"a":1} x`), json.RawMessage("nul"), make(chan int)} {
+		if line, err := appendCommand(nil, "2.0", "r-1", Command{Operation: "x", Payload: bad}); err == nil {
+			t.Errorf("payload %v: sent %s, want an error", bad, line)
 		}
 	}
 }
