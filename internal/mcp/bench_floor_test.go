@@ -47,6 +47,38 @@ func clientFloor(b *testing.B, res *sdk.CallToolResult, n int) time.Duration {
 // does in make bench-mcp's alternating rows, and pays the same wake-ups.
 func processFloor(b *testing.B, res *sdk.CallToolResult, n int, between func()) time.Duration {
 	b.Helper()
+	return floorCalls(b, &sdk.CommandTransport{Command: standInCommand(b, res)}, n, between)
+}
+
+// processFloorCPU is processFloor at conc calls at once: n calls, in rounds of 10*conc made by
+// conc goroutines (as make bench-mcp's rows at 16), each round after between's. It returns
+// what the stand-in process and this one (the go-sdk client) spent per call over the rounds:
+// a server process that does nothing, in the place of airlock mcp.
+func processFloorCPU(b *testing.B, res *sdk.CallToolResult, conc, n int, between func()) (standIn, client time.Duration) {
+	b.Helper()
+	cmd := standInCommand(b, res)
+	cs := floorClient(b, &sdk.CommandTransport{Command: cmd})
+	defer cs.Close()
+	procs := []benchProc{{"stand-in", cmd.Process.Pid}, {"client", 0}}
+	p := &sdk.CallToolParams{Name: "t", Arguments: map[string]any{}}
+	var cpu [2]time.Duration
+	for done := 0; done < n; {
+		k := min(10*conc, n-done)
+		between()
+		c0 := procsCPU(procs, true)
+		callConcurrently(b, cs, p, conc, k)
+		for i, c := range procsCPU(procs, false) {
+			cpu[i] += c - c0[i]
+		}
+		done += k
+	}
+	return cpu[0] / time.Duration(n), cpu[1] / time.Duration(n)
+}
+
+// standInCommand returns the command that starts this test binary as a stand-in server
+// answering every tools/call with res.
+func standInCommand(b *testing.B, res *sdk.CallToolResult) *exec.Cmd {
+	b.Helper()
 	result, err := json.Marshal(res)
 	if err != nil {
 		b.Fatal(err)
@@ -58,7 +90,7 @@ func processFloor(b *testing.B, res *sdk.CallToolResult, n int, between func()) 
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), standInEnv+"="+answer)
 	cmd.Stderr = os.Stderr
-	return floorCalls(b, &sdk.CommandTransport{Command: cmd}, n, between)
+	return cmd
 }
 
 // standInEnv names the answer file of a test binary started as processFloor's stand-in
@@ -121,30 +153,35 @@ func serveStandIn(r io.Reader, w io.Writer, result []byte) {
 // ten to warm up, each after between when it is set.
 func floorCalls(b *testing.B, t sdk.Transport, n int, between func()) time.Duration {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cs := floorClient(b, t)
+	defer cs.Close()
+	p := &sdk.CallToolParams{Name: "t", Arguments: map[string]any{}}
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		if between != nil {
+			between()
+		}
+		lat = append(lat, timeCall(b, cs, p))
+	}
+	return stats(lat, sum(lat)).p50
+}
+
+// floorClient connects a go-sdk client over t to a stand-in and makes ten calls to warm up.
+func floorClient(b *testing.B, t sdk.Transport) *sdk.ClientSession {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := sdk.NewClient(&sdk.Implementation{Name: "bench-mcp", Version: "1"}, &sdk.ClientOptions{Capabilities: &sdk.ClientCapabilities{}})
 	cs, err := cl.Connect(ctx, t, nil)
 	if err != nil {
 		b.Fatalf("connect to the stand-in: %v", err)
 	}
-	defer cs.Close()
 	p := &sdk.CallToolParams{Name: "t", Arguments: map[string]any{}}
 	for range 10 {
 		if _, err := cs.CallTool(ctx, p); err != nil {
+			cs.Close()
 			b.Fatal(err)
 		}
 	}
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		if between != nil {
-			between()
-		}
-		start := time.Now()
-		if _, err := cs.CallTool(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-	}
-	return stats(lat, sum(lat)).p50
+	return cs
 }

@@ -105,9 +105,10 @@ func procsCPU(procs []benchProc, start bool) []time.Duration {
 // that server's p50 no server can save, and so the best ratio any server with airlock's
 // answers could reach; beside it, the same call straight to airlockd (invokeTool: airlockd
 // and airlock-fs), so that what is left of airlock's p50 at 1 call is airlock mcp and its
-// stdio. Then both advisories' attacks (advisory_test.go) go to both servers and their
-// outcomes are
-// printed. Run it as
+// stdio. At 16 calls, the stand-in is a process in airlock mcp's place, and its CPU per call
+// with the client's, airlockd's and airlock-fs's is the floor of airlock's path on two busy
+// cores (processFloorCPU). Then both advisories' attacks (advisory_test.go) go to both servers
+// and their outcomes are printed. Run it as
 //
 //	go test -run '^$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
 func BenchmarkMCPFilesystem(b *testing.B) {
@@ -286,6 +287,38 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 				}
 			}
 			fmt.Fprintf(&sb, "%-15s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", row.name, round(fa), round(fr), round(pa), round(pr), air, round(direct), rest, best)
+		}
+		// At 16 calls, the same stand-in process in airlock mcp's place, in rounds that
+		// alternate with the reference's as the rows' do: its CPU and the client's per call,
+		// with airlockd's and airlock-fs's from the row, are what airlock's path would cost if
+		// airlock mcp spent nothing beyond a server process that does nothing. Below 1 against
+		// the reference's total, the row's floor is above the reference's on two busy cores.
+		fmt.Fprintf(&sb, "\nairlock's floor at 16 calls, CPU per call (%d calls each): a stand-in process that answers at once in airlock mcp's\n", 4*floorN)
+		fmt.Fprintf(&sb, "place, the client on its answers, airlockd and airlock-fs from the row: their floor total against the reference's total\n")
+		fmt.Fprintf(&sb, "%-15s | %10s %10s %10s %10s %10s | %11s | %10s %10s | %s\n", "row", "client", "stand-in", "airlockd", "airlock-fs", "floor",
+			"airlock mcp", "air total", "ref total", "ref total / floor total")
+		for _, row := range rows {
+			var x *result
+			for i := range results {
+				if results[i].row == row.name && results[i].conc == 16 && len(results[i].air.cpu) == len(air.procs) {
+					x = &results[i]
+				}
+			}
+			if x == nil || row.firstAir == nil {
+				continue
+			}
+			refRound := func() { callConcurrently(b, ref.cs, row.ref, 16, min(160, 4*floorN)) }
+			si, cl := processFloorCPU(b, row.firstAir, 16, 4*floorN, refRound)
+			floor := cl + si + x.air.cpu[2] + x.air.cpu[3]
+			var ta, tr time.Duration
+			for _, c := range x.air.cpu {
+				ta += c
+			}
+			for _, c := range x.ref.cpu {
+				tr += c
+			}
+			fmt.Fprintf(&sb, "%-15s | %10s %10s %10s %10s %10s | %11s | %10s %10s | %.2f×\n", row.name, round(cl), round(si), round(x.air.cpu[2]), round(x.air.cpu[3]),
+				round(floor), round(x.air.cpu[1]), round(ta), round(tr), float64(tr)/float64(max(floor, 1)))
 		}
 	}
 
