@@ -6,7 +6,7 @@ FUZZTIME ?= 10s
 TEST_FUZZTIME ?= 8s
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build run test fmt-check vet lint race fuzz bench-smoke bench bench-fs bench-turns bench-observe bench-mcp bench-rooms bench-fabric mcp-clients clean
+.PHONY: all build run test fmt-check vet lint race fuzz bench-smoke bench bench-fs bench-turns bench-observe bench-mcp bench-mcp-ts bench-rooms bench-fabric mcp-clients clean
 
 all: build
 
@@ -83,7 +83,11 @@ mcp-clients:
 # both servers' answers to the 2025 advisories of the reference (1–3 minutes; each bridge is a
 # process of its own, with at most 16 connections: the default limits).
 bench-mcp: mcp-clients
-	$(GO) test -run '^$$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
+	$(GO) test -run '^$$' -bench '^BenchmarkMCPFilesystem$$' -benchtime 1000x ./internal/mcp/
+
+# make bench-mcp's rows and a 4 KiB write and edit, with the TypeScript SDK's client.
+bench-mcp-ts: mcp-clients
+	$(GO) test -run '^$$' -bench '^BenchmarkMCPFilesystemTS$$' -benchtime 300x ./internal/mcp/
 
 # A room invoke from one daemon's socket through the bus to another's adapter, against a bare
 # NATS request/reply on the same embedded server and a local invokeCapability (the default

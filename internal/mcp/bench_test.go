@@ -128,45 +128,7 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 	air.procs = []benchProc{{"client", 0}, {"airlock mcp", airCmd.Process.Pid}, {"airlockd", e.d.Cmd.Process.Pid}, {"airlock-fs", fsp.pid}}
 	ref.procs = []benchProc{{"client", 0}, {"node", refCmd.Process.Pid}}
 
-	rows := []benchRow{
-		readRow("read_4KiB", dir, "small.txt", benchSmall),
-		readRow("read_1MiB", dir, "big.txt", benchBig),
-		{
-			name:     "list_1000",
-			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
-			ref:      &sdk.CallToolParams{Name: "list_directory", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
-			checkAir: checkList,
-			checkRef: checkRefList("list_directory"),
-		},
-		{
-			// The reference's listing that, like fs_list, stats every entry for its size.
-			name:     "list_1000_sizes",
-			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
-			ref:      &sdk.CallToolParams{Name: "list_directory_with_sizes", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
-			checkAir: checkList,
-			checkRef: checkRefList("list_directory_with_sizes"),
-		},
-		{
-			name: "stat",
-			air:  &sdk.CallToolParams{Name: "fs_stat", Arguments: map[string]any{"path": "small.txt"}},
-			ref:  &sdk.CallToolParams{Name: "get_file_info", Arguments: map[string]any{"path": filepath.Join(dir, "small.txt")}},
-			checkAir: func(r *sdk.CallToolResult) error {
-				var v struct {
-					Size int `json:"size"`
-				}
-				if err := decodeStructured(r, &v); err != nil || v.Size != benchSmall {
-					return fmt.Errorf("fs_stat: size %d, %v", v.Size, err)
-				}
-				return nil
-			},
-			checkRef: func(r *sdk.CallToolResult) error {
-				if r.IsError || !strings.Contains(text(r), fmt.Sprint(benchSmall)) {
-					return fmt.Errorf("get_file_info: %.200s", text(r))
-				}
-				return nil
-			},
-		},
-	}
+	rows := benchRows(dir)
 
 	type result struct {
 		row      string
@@ -353,6 +315,49 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 	}
 }
 
+// benchRows are make bench-mcp's rows on the bench's directory dir.
+func benchRows(dir string) []benchRow {
+	return []benchRow{
+		readRow("read_4KiB", dir, "small.txt", benchSmall),
+		readRow("read_1MiB", dir, "big.txt", benchBig),
+		{
+			name:     "list_1000",
+			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
+			ref:      &sdk.CallToolParams{Name: "list_directory", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
+			checkAir: checkList,
+			checkRef: checkRefList("list_directory"),
+		},
+		{
+			// The reference's listing that, like fs_list, stats every entry for its size.
+			name:     "list_1000_sizes",
+			air:      &sdk.CallToolParams{Name: "fs_list", Arguments: map[string]any{"path": "many", "maxEntries": benchEntries}},
+			ref:      &sdk.CallToolParams{Name: "list_directory_with_sizes", Arguments: map[string]any{"path": filepath.Join(dir, "many")}},
+			checkAir: checkList,
+			checkRef: checkRefList("list_directory_with_sizes"),
+		},
+		{
+			name: "stat",
+			air:  &sdk.CallToolParams{Name: "fs_stat", Arguments: map[string]any{"path": "small.txt"}},
+			ref:  &sdk.CallToolParams{Name: "get_file_info", Arguments: map[string]any{"path": filepath.Join(dir, "small.txt")}},
+			checkAir: func(r *sdk.CallToolResult) error {
+				var v struct {
+					Size int `json:"size"`
+				}
+				if err := decodeStructured(r, &v); err != nil || v.Size != benchSmall {
+					return fmt.Errorf("fs_stat: size %d, %v", v.Size, err)
+				}
+				return nil
+			},
+			checkRef: func(r *sdk.CallToolResult) error {
+				if r.IsError || !strings.Contains(text(r), fmt.Sprint(benchSmall)) {
+					return fmt.Errorf("get_file_info: %.200s", text(r))
+				}
+				return nil
+			},
+		},
+	}
+}
+
 // readRow reads a whole file of size bytes: fs_read with maxBytes, read_text_file by path.
 func readRow(name, dir, file string, size int) benchRow {
 	return benchRow{
@@ -431,7 +436,7 @@ func startBenchSession(b *testing.B) (*env, *fsService, string) {
 	fsp := startFS(b)
 	dir := filepath.Join(filepath.Dir(e.root), "bench")
 	writeBenchTree(b, dir)
-	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat",
+	e.openMode(b, "bench", dir, fsp.grant(b, e.host, dir, "bench", 1, "fs.read,fs.list,fs.stat,fs.write,fs.edit",
 		"--max-response-bytes", fmt.Sprint(2<<20)), "memory")
 	return e, fsp, dir
 }
