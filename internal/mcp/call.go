@@ -140,17 +140,9 @@ func writes(op string) bool { return op == tooladapter.OpWrite || op == tooladap
 // aborted in the daemon (abortTool), which aborts the adapter request, and its key stays open
 // for a retry. Without one (a read), the call gets a fresh key.
 func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpec, fp, clientName string, args json.RawMessage) (*sdk.CallToolResult, error) {
-	e := &keyEntry{key: b.keys.fresh()}
-	definite := false
-	if fp != "" {
-		e = b.keys.acquire(fp)
-		defer func() { b.keys.release(fp, e, definite) }()
-	}
-
 	progress := newProgress(ctx, req, s.operation == tooladapter.OpSearch)
 	progress.send(0, "searching")
-	data, failed, def, err := b.invokeFS(ctx, s.operation, e.key, clientName, args)
-	definite = def
+	data, failed, err := b.invokeKeyed(ctx, s.operation, fp, clientName, args)
 	switch {
 	case err != nil:
 		return nil, err
@@ -187,6 +179,21 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		text = string(data)
 	}
 	return &sdk.CallToolResult{StructuredContent: data, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
+}
+
+// invokeKeyed is invokeFS under the key of the call fingerprint fp, tracked in the key table
+// from before the call is sent until its outcome is known, and released before the answer is
+// written, so that the same call sent again once its answer is read is a new call; or under a
+// fresh key when fp is "". Both doors of a tools/call use it.
+func (b *Bridge) invokeKeyed(ctx context.Context, op, fp, clientName string, args json.RawMessage) (json.RawMessage, *sdk.CallToolResult, error) {
+	if fp == "" {
+		data, failed, _, err := b.invokeFS(ctx, op, b.keys.fresh(), clientName, args)
+		return data, failed, err
+	}
+	e := b.keys.acquire(fp)
+	data, failed, definite, err := b.invokeFS(ctx, op, e.key, clientName, args)
+	b.keys.release(fp, e, definite)
+	return data, failed, err
 }
 
 // invokeFS sends one fs operation to the daemon through invokeTool, with the

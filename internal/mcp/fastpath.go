@@ -16,8 +16,8 @@ import (
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
-// The stdio fast path answers the calls an agent makes most, fs_read, fs_stat and fs_list,
-// without the go-sdk server: a tools/call line read from stdin is walked once (ndjson, no
+// The stdio fast path answers the calls an agent makes most, fs_read, fs_stat, fs_list,
+// fs_write and fs_edit, without the go-sdk server: a tools/call line read from stdin is walked once (ndjson, no
 // copy), sent to airlockd as invokeTool like any other call, and its response is written to
 // stdout from the daemon's bytes: the adapter's result is the structuredContent as it came
 // (the daemon checked it against the operation's result schema, compact), and a read's text
@@ -33,8 +33,10 @@ import (
 //   - one JSON object of exactly jsonrpc "2.0", an id that is an integer or a string without
 //     escapes, method "tools/call" and params of exactly name, arguments (an object) and
 //     _meta, with no repeated or case-variant key;
-//   - a tool listed now whose operation is fs.read, fs.stat or fs.list (a read: each call
-//     gets a fresh idempotency key, as through the SDK), and no idempotency key in _meta;
+//   - a tool listed now whose operation is fs.read, fs.stat, fs.list, fs.write or fs.edit,
+//     keyed as through the SDK (invokeKeyed: a read gets a fresh idempotency key, a write
+//     or an edit the key of its session, tool and arguments), and no idempotency key in
+//     _meta;
 //   - a session the SDK has begun: an initialize (2025 revisions) answered, and a request
 //     _meta without the 2026-07-28 protocol version; or a request of the stateless revision
 //     whose _meta is byte for byte one the SDK has already accepted on this connection (it
@@ -245,7 +247,13 @@ func (f *fastPath) work(j fastJob) {
 // run makes one call and writes its response, or nothing when it was cancelled.
 func (f *fastPath) run(j fastJob) {
 	defer f.finish(j.key)
-	data, failed, _, err := f.b.invokeFS(j.ctx, j.spec.operation, f.b.keys.fresh(), j.clientName, j.args)
+	// A write is keyed as the SDK's handler keys it (callFS), so that its retry, by either
+	// door, is the same call; a read gets a key of its own.
+	fp := ""
+	if writes(j.spec.operation) {
+		fp = callFingerprint(f.ss.ID(), j.spec.tool.Name, j.args, "")
+	}
+	data, failed, err := f.b.invokeKeyed(j.ctx, j.spec.operation, fp, j.clientName, j.args)
 	if err != nil {
 		return // cancelled: the SDK answers a cancelled call with nothing, and so does this
 	}
@@ -357,7 +365,7 @@ func (b *Bridge) fastSpec(name string) (toolSpec, bool) {
 		return toolSpec{}, false
 	}
 	switch s.operation {
-	case tooladapter.OpRead, tooladapter.OpStat, tooladapter.OpList:
+	case tooladapter.OpRead, tooladapter.OpStat, tooladapter.OpList, tooladapter.OpWrite, tooladapter.OpEdit:
 		return s, true
 	}
 	return toolSpec{}, false

@@ -109,8 +109,8 @@ type fastCase struct {
 // TestFastPathAnswersAsTheSDK sends the same requests, one at a time, to a bridge served by
 // ServeStdio and to one served by the SDK alone, in a session of each revision (begun with
 // initialize at 2025-11-25, and the stateless 2026-07-28): every response is the same JSON
-// value, and the fast path took exactly the calls it may answer, fs_read, fs_stat and fs_list
-// of a session the SDK has begun, with no idempotency key, a plain id and object arguments
+// value, and the fast path took exactly the calls it may answer, fs_read, fs_stat, fs_list,
+// fs_write and fs_edit of a session the SDK has begun, with no idempotency key, a plain id and object arguments
 // (results, error results of the daemon and the adapter, a read cut back to a rune boundary,
 // escapes in the text) and left every other one to the SDK. Without the fast path the count
 // stays at zero.
@@ -127,7 +127,7 @@ func TestFastPathAnswersAsTheSDK(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.stat,fs.list,fs.write"))
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.stat,fs.list,fs.write,fs.edit"))
 	cfg := mcp.Config{SessionID: "agent", Generation: 1}
 
 	call := func(id, name, args string) string {
@@ -155,7 +155,10 @@ func TestFastPathAnswersAsTheSDK(t *testing.T) {
 			{"an argument of the wrong type", c("18", "fs_read", `{"path":"t.txt","maxBytes":"x"}`), true},
 			{"no arguments", strings.Replace(c("19", "fs_stat", `{}`), `,"arguments":{}`, "", 1), true},
 			{"a negative id", c("-20", "fs_stat", `{"path":"t.txt"}`), true},
-			{"a write", c("30", "fs_write", `{"path":"t.txt","content":"x","create":true}`), false},
+			{"a write refused: the file exists", c("30", "fs_write", `{"path":"t.txt","content":"x","create":true}`), true},
+			{"a write that replaces a file with its own content", c("24", "fs_write", `{"path":"d/a.txt","content":"a","overwrite":true}`), true},
+			{"an edit that puts back what it replaces", c("25", "fs_edit", `{"path":"d/b.txt","edits":[{"oldText":"bb","newText":"bb"}]}`), true},
+			{"an edit not found", c("26", "fs_edit", `{"path":"d/b.txt","edits":[{"oldText":"zz","newText":"y"}]}`), true},
 			{"a tool not granted", c("31", "fs_search", `{"path":".","query":"x"}`), false},
 			{"arguments null", c("32", "fs_stat", `null`), false},
 			{"arguments not an object", c("33", "fs_stat", `["t.txt"]`), false},
@@ -274,6 +277,55 @@ func TestFastPathCancelAbortsTheAdapterCall(t *testing.T) {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 	s.done <- nil // for the cleanup
+}
+
+// TestFastPathKeysWritesAsTheSDK: a write the fast path runs is keyed as the SDK's handler
+// keys it (TestCancelAbortsTheAdapterCall): cancelled, it is aborted in the adapter and its key
+// stays open, so that its retry (the same arguments in another member order) carries the same
+// idempotency key; once that retry's outcome is definite, the same write again is a new call
+// with a new key.
+func TestFastPathKeysWritesAsTheSDK(t *testing.T) {
+	e := startEnv(t)
+	a := startScripted(t)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.write"))
+	s := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
+	s.exchange(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	write := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs_write","arguments":{"path":"f.txt","content":"x","create":true}}}`)
+	waitFor(t, "the invoke", func() bool { return len(a.framesOf("invoke")) == 1 })
+	write(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
+	waitFor(t, "the abort", func() bool { return len(a.framesOf("abort")) == 1 })
+	inv := a.framesOf("invoke")[0]
+	if ab := a.framesOf("abort")[0]; ab["targetRequestId"] != inv["requestId"] {
+		t.Fatalf("abort targets %v, the invoke was %v", ab["targetRequestId"], inv["requestId"])
+	}
+
+	write(`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs_write","arguments":{"create":true,"content":"x","path":"f.txt"}}}`)
+	waitFor(t, "the retried invoke", func() bool { return len(a.framesOf("invoke")) == 2 })
+	if k := a.framesOf("invoke")[1]["idempotencyKey"]; k != inv["idempotencyKey"] {
+		t.Fatalf("the retry's key %v differs from the first call's %v", k, inv["idempotencyKey"])
+	}
+	a.unblock()
+	if line := <-s.lines; !strings.Contains(line, `"id":3`) || strings.Contains(line, `"isError":true`) {
+		t.Fatalf("the retry answered %s", line)
+	}
+
+	write(`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fs_write","arguments":{"path":"f.txt","content":"x","create":true}}}`)
+	if line := <-s.lines; !strings.Contains(line, `"id":4`) || strings.Contains(line, `"isError":true`) {
+		t.Fatalf("the repeated write answered %s", line)
+	}
+	if inv := a.framesOf("invoke"); len(inv) != 3 || inv[2]["idempotencyKey"] == inv[0]["idempotencyKey"] {
+		t.Fatalf("a repeated write after a definite outcome reused the key: %v", inv)
+	}
+	if n := mcp.FastCalls(s.b); n != 3 {
+		t.Fatalf("the fast path took %d calls, want the three writes", n)
+	}
 }
 
 // TestFastPathTakesLinesAsTheyCome: lines that reach stdin many at once (calls in flight
