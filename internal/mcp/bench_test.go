@@ -429,7 +429,8 @@ func writeBenchTree(b testing.TB, dir string) {
 
 // startBenchSession starts airlockd and airlock-fs, both allowing 2 MiB answers (for the
 // 1 MiB read), writes the bench tree and opens it as session "bench", generation 1, with
-// fs.read, fs.list and fs.stat. It returns the tree's directory too.
+// fs.read, fs.list, fs.stat, fs.write and fs.edit (make bench-mcp-ts writes). It returns the
+// tree's directory too.
 func startBenchSession(b *testing.B) (*env, *fsService, string) {
 	b.Helper()
 	e := startEnvWith(b, daemontest.Options{Args: []string{"--max-response-bytes", fmt.Sprint(2 << 20)}})

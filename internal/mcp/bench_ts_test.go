@@ -31,9 +31,10 @@ type tsStats struct {
 	PerSec float64 `json:"perSec"`
 }
 
-// BenchmarkMCPFilesystemTS is make bench-mcp-ts: make bench-mcp's rows, with the TypeScript
-// SDK's client (@modelcontextprotocol/sdk 1.x, the one most Node.js agents embed, driven by
-// testdata/clients/bench.mjs) in the go-sdk client's place. Each client lists the tools
+// BenchmarkMCPFilesystemTS is make bench-mcp-ts: make bench-mcp's rows, a listing of 20
+// entries, and a 4 KiB write and edit (rows the issue measured with this client), with the
+// TypeScript SDK's client (@modelcontextprotocol/sdk 1.x, the one most Node.js agents embed,
+// driven by testdata/clients/bench.mjs) in the go-sdk client's place. Each client lists the tools
 // first, as an agent does, and so checks every structuredContent against its tool's
 // outputSchema. b.N calls per server, row and concurrency (1 and 16), the two servers
 // alternating as in make bench-mcp. Run it as
@@ -65,6 +66,18 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 	for _, r := range benchRows(dir) {
 		rows = append(rows, row{Name: r.name, Air: call{r.air.Name, r.air.Arguments.(map[string]any)}, Ref: call{r.ref.Name, r.ref.Arguments.(map[string]any)}})
 	}
+	// A listing of a small directory, as an agent lists most, beside the 1,000 entries.
+	for i := range 20 {
+		if err := os.MkdirAll(filepath.Join(dir, "few"), 0o700); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "few", fmt.Sprintf("f%02d.txt", i)), []byte("x\n"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rows = append(rows, row{Name: "list_20",
+		Air: call{"fs_list", map[string]any{"path": "few"}},
+		Ref: call{"list_directory", map[string]any{"path": filepath.Join(dir, "few")}}})
 	// The writes the issue measured with this client: a 4 KiB file replaced, and one exact
 	// edit of a 4 KiB file, then the edit that undoes it (at 1 call only: two edits of one
 	// file at once would refuse each other). Each server has files of its own.

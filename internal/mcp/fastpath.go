@@ -17,11 +17,12 @@ import (
 )
 
 // The stdio fast path answers the calls an agent makes most, fs_read, fs_stat, fs_list,
-// fs_write and fs_edit, without the go-sdk server: a tools/call line read from stdin is walked once (ndjson, no
-// copy), sent to airlockd as invokeTool like any other call, and its response is written to
-// stdout from the daemon's bytes: the adapter's result is the structuredContent as it came
-// (the daemon checked it against the operation's result schema, compact), and a read's text
-// is the result's content member, a JSON string already, spliced as it is. Through the SDK
+// fs_write and fs_edit, without the go-sdk server: a tools/call line read from stdin is
+// walked once (ndjson, no copy), sent to airlockd as invokeTool like any other call, and its
+// response is written to stdout from the daemon's bytes: the adapter's result is the
+// structuredContent as it came (the daemon checked it against the operation's result schema,
+// compact), and a read's text is the result's content member, a JSON string already, spliced
+// as it is. Through the SDK
 // the same call decoded the request about ten times (each through a new 32 KiB buffer) and
 // encoded the result three times over (result, response, message, compacting the nested
 // JSON at each level): about half of a stat's time in airlock mcp and most of a 1 MiB

@@ -32,13 +32,16 @@ async function connect(server) {
   return client;
 }
 
+// cycle returns a function that gives a row's calls in turn: a call, or each of a list.
+function cycle(calls) {
+  const list = Array.isArray(calls) ? calls : [calls];
+  let turn = 0;
+  return () => list[turn++ % list.length];
+}
+
 let seq = 0;
 
 async function timeCall(client, params) {
-  if (Array.isArray(params)) {
-    params.turn = ((params.turn ?? -1) + 1) % params.length;
-    params = params[params.turn];
-  }
   seq++;
   const args = Object.fromEntries(Object.entries(params.arguments).map(([k, v]) =>
     [k, typeof v === 'string' ? v.replaceAll('{seq}', String(seq)) : v]));
@@ -52,14 +55,14 @@ async function timeCall(client, params) {
 }
 
 // concurrently makes n calls from conc callers and returns their latencies and wall time.
-async function concurrently(client, params, conc, n) {
+async function concurrently(client, next, conc, n) {
   const lat = [];
-  let next = 0;
+  let made = 0;
   const start = process.hrtime.bigint();
   const caller = async () => {
-    while (next < n) {
-      next++;
-      lat.push(await timeCall(client, params));
+    while (made < n) {
+      made++;
+      lat.push(await timeCall(client, next()));
     }
   };
   await Promise.all(Array.from({ length: conc }, caller));
@@ -77,15 +80,15 @@ try {
   const ref = await connect(opts.servers.ref);
   for (const row of opts.rows) {
     for (const conc of row.conc ?? opts.conc) {
+      const sides = { air: { client: air, next: cycle(row.air), lat: [], wall: 0 }, ref: { client: ref, next: cycle(row.ref), lat: [], wall: 0 } };
       for (let i = 0; i < opts.warmup; i++) {
-        await timeCall(air, row.air);
-        await timeCall(ref, row.ref);
+        await timeCall(air, sides.air.next());
+        await timeCall(ref, sides.ref.next());
       }
-      const sides = { air: { client: air, params: row.air, lat: [], wall: 0 }, ref: { client: ref, params: row.ref, lat: [], wall: 0 } };
       if (conc === 1) {
         for (let i = 0; i < opts.calls; i++) {
           for (const s of [sides.air, sides.ref]) {
-            const t = await timeCall(s.client, s.params);
+            const t = await timeCall(s.client, s.next());
             s.lat.push(t);
             s.wall += t;
           }
@@ -95,7 +98,7 @@ try {
         for (let i = 0; i * round < opts.calls; i++) {
           const k = Math.min(round, opts.calls - i * round);
           for (const s of i % 2 === 0 ? [sides.air, sides.ref] : [sides.ref, sides.air]) {
-            const r = await concurrently(s.client, s.params, conc, k);
+            const r = await concurrently(s.client, s.next, conc, k);
             s.lat.push(...r.lat);
             s.wall += r.wall;
           }
