@@ -221,25 +221,32 @@ func TestFastPathAnswersAsTheSDK(t *testing.T) {
 	}
 }
 
+// startScriptedFast serves session agent over a scripted adapter granting op through a
+// bridge with the fast path, begins the MCP session (initialize, 2025-11-25), and returns the
+// environment, the adapter, the bridge and a function that writes one line to its stdin.
+func startScriptedFast(t *testing.T, op string) (*env, *scripted, *rawServer, func(string)) {
+	t.Helper()
+	e := startEnv(t)
+	a := startScripted(t)
+	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", op))
+	s := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
+	s.exchange(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	return e, a, s, func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestFastPathCancelAbortsTheAdapterCall: a read the fast path runs is aborted in the
 // adapter when the client cancels it (notifications/cancelled) and gets no response, as
 // through the SDK; a read still running when stdin closes is answered before the session
 // ends, with its own outcome.
 func TestFastPathCancelAbortsTheAdapterCall(t *testing.T) {
-	e := startEnv(t)
-	a := startScripted(t)
+	e, a, s, write := startScriptedFast(t, "fs.read")
 	if err := os.WriteFile(filepath.Join(e.root, "a.txt"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err) // the daemon walks the path before it sends the call
-	}
-	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.read"))
-	s := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
-	s.exchange(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-
-	write := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(s.in, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
 	}
 	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs_read","arguments":{"path":"a.txt"}}}`)
 	waitFor(t, "the invoke", func() bool { return len(a.framesOf("invoke")) == 1 })
@@ -285,18 +292,7 @@ func TestFastPathCancelAbortsTheAdapterCall(t *testing.T) {
 // idempotency key; once that retry's outcome is definite, the same write again is a new call
 // with a new key.
 func TestFastPathKeysWritesAsTheSDK(t *testing.T) {
-	e := startEnv(t)
-	a := startScripted(t)
-	e.open(t, "agent", e.root, scriptedDescriptor(a.socket, e.host, "agent", "fs.write"))
-	s := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
-	s.exchange(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
-	write := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(s.in, line+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	_, a, s, write := startScriptedFast(t, "fs.write")
 	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs_write","arguments":{"path":"f.txt","content":"x","create":true}}}`)
 	waitFor(t, "the invoke", func() bool { return len(a.framesOf("invoke")) == 1 })
 	write(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
