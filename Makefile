@@ -85,7 +85,8 @@ mcp-clients:
 bench-mcp: mcp-clients
 	$(GO) test -run '^$$' -bench '^BenchmarkMCPFilesystem$$' -benchtime 1000x ./internal/mcp/
 
-# make bench-mcp's rows and a 4 KiB write and edit, with the TypeScript SDK's client.
+# make bench-mcp's rows, a listing of 20 entries and a 4 KiB write and edit, with the
+# TypeScript SDK's client.
 bench-mcp-ts: mcp-clients
 	$(GO) test -run '^$$' -bench '^BenchmarkMCPFilesystemTS$$' -benchtime 300x ./internal/mcp/
 

@@ -220,7 +220,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		}
 		// A line over the bound ends the session: the stream cannot be read in step again.
 		// Every request read is answered before the end of stdin ends the session, within
-		// mcp.StdinDrainTimeout. The fs reads an agent makes most skip the SDK (the fast
+		// mcp.StdinDrainTimeout. The fs calls an agent makes most skip the SDK (the fast
 		// path of mcp.Bridge.ServeStdio).
 		if err := b.ServeStdio(ctx, in, a.stdout, mcp.MaxMessageBytes, 0); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
 			return o.fail(err)

@@ -110,7 +110,7 @@ func procsCPU(procs []benchProc, start bool) []time.Duration {
 // cores (processFloorCPU). Then both advisories' attacks (advisory_test.go) go to both servers
 // and their outcomes are printed. Run it as
 //
-//	go test -run '^$' -bench MCPFilesystem -benchtime 1000x ./internal/mcp/
+//	go test -run '^$' -bench '^BenchmarkMCPFilesystem$' -benchtime 1000x ./internal/mcp/
 func BenchmarkMCPFilesystem(b *testing.B) {
 	npmBin(b, "mcp-server-filesystem")
 	e, fsp, dir := startBenchSession(b)

@@ -39,9 +39,10 @@ type tsStats struct {
 // outputSchema. b.N calls per server, row and concurrency (1 and 16), the two servers
 // alternating as in make bench-mcp. Run it as
 //
-//	go test -run '^$' -bench MCPFilesystemTS -benchtime 300x ./internal/mcp/
+//	go test -run '^$' -bench '^BenchmarkMCPFilesystemTS$' -benchtime 300x ./internal/mcp/
 func BenchmarkMCPFilesystemTS(b *testing.B) {
 	npmBin(b, "mcp-server-filesystem")
+	npmPackage(b, "@modelcontextprotocol/sdk")
 	script, err := filepath.Abs(filepath.Join(clientsDir, "bench.mjs"))
 	if err != nil {
 		b.Fatal(err)
@@ -99,6 +100,7 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 			Air:  []call{edit("fs_edit", "e-air.txt", "alpha", "omega"), edit("fs_edit", "e-air.txt", "omega", "alpha")},
 			Ref:  []call{edit("edit_file", filepath.Join(dir, "e-ref.txt"), "alpha", "omega"), edit("edit_file", filepath.Join(dir, "e-ref.txt"), "omega", "alpha")},
 			Conc: []int{1}})
+	concs := []int{1, 16}
 	warmup := benchWarmup
 	if testing.Short() {
 		warmup = 2 // make bench-smoke only checks that the rows run
@@ -115,7 +117,7 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		"rows":   rows,
 		"calls":  b.N,
 		"warmup": warmup,
-		"conc":   []int{1, 16},
+		"conc":   concs,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -136,6 +138,7 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 	b.ResetTimer()
 	var results []tsRow
 	sc := bufio.NewScanner(io.LimitReader(stdout, 1<<20))
+	sc.Buffer(nil, 1<<20) // an error event carries a stack
 	done := false
 	for sc.Scan() {
 		var r tsRow
@@ -151,6 +154,9 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		default:
 			b.Errorf("bench.mjs: %s", r.Message)
 		}
+	}
+	if err := sc.Err(); err != nil {
+		b.Errorf("reading bench.mjs: %v", err)
 	}
 	io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil || !done {
@@ -172,7 +178,14 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		fmt.Fprintf(&sb, "%-15s %4d | %10s %10s %9.0f | %10s %10s %9.0f | %.2f×\n", r.Row, r.Conc,
 			µs(r.Air.P50), µs(r.Air.P99), r.Air.PerSec, µs(r.Ref.P50), µs(r.Ref.P99), r.Ref.PerSec, ratio)
 	}
-	if want := 2*len(rows) - 1; len(results) != want {
+	want := 0 // a result per row and concurrency
+	for _, r := range rows {
+		if r.Conc == nil {
+			r.Conc = concs
+		}
+		want += len(r.Conc)
+	}
+	if len(results) != want {
 		b.Fatalf("bench.mjs measured %d rows, want %d", len(results), want)
 	}
 	fmt.Fprintf(&sb, "smallest ratio %.2f×\n", minRatio)

@@ -47,15 +47,29 @@ func npmBin(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	for _, n := range []string{name, "node"} {
-		if _, err := os.Stat(filepath.Join(bin, n)); err != nil {
-			msg := fmt.Sprintf("%s is not installed (run: npm ci --prefix internal/mcp/%s)", n, clientsDir)
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
+		needInstalled(t, filepath.Join(bin, n), n)
 	}
 	return bin
+}
+
+// npmPackage checks that the package pkg (a library, with no command in node_modules/.bin)
+// is installed, as npmBin does.
+func npmPackage(t testing.TB, pkg string) {
+	t.Helper()
+	needInstalled(t, filepath.Join(clientsDir, "node_modules", pkg, "package.json"), pkg)
+}
+
+// needInstalled fails (in CI) or skips the test when path, part of the npm package name, does
+// not exist.
+func needInstalled(t testing.TB, path, name string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		msg := fmt.Sprintf("%s is not installed (run: npm ci --prefix internal/mcp/%s)", name, clientsDir)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 }
 
 // nodeCommand runs an installed client with the lock file's Node.js first on PATH and a

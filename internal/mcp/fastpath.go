@@ -474,7 +474,7 @@ func appendFastError(dst, id []byte, res *sdk.CallToolResult, serverInfo json.Ra
 }
 
 // ServeStdio runs one MCP session on stdin and stdout, as StdioTransport does, with the fast
-// path answering the fs reads it can (see fastPath), until the client disconnects or ctx
+// path answering the fs calls it can (see fastPath), until the client disconnects or ctx
 // ends. A call the fast path runs when the session ends is cancelled, and ServeStdio returns
 // once it has ended.
 func (b *Bridge) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) error {
