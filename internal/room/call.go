@@ -258,7 +258,7 @@ func DecodeCall(m busport.Msg) (*Call, error) {
 	if !checkHeader(h, callFields) {
 		return nil, newError(CodeInvalidRequest, "malformed call")
 	}
-	mac, err := base64.StdEncoding.Strict().DecodeString(field(h, hdrMAC))
+	mac, err := DecodeBase64(base64.StdEncoding, field(h, hdrMAC))
 	if err != nil || len(mac) != sha256.Size {
 		return nil, newError(CodeInvalidRequest, "call: malformed MAC")
 	}
@@ -374,11 +374,11 @@ func openReply(m busport.Msg, c *Call, link *linkKeys) (*Reply, error) {
 	mac, sig := field(h, hdrMAC), field(h, hdrSig)
 	switch {
 	case mac != "" && sig == "" && link != nil:
-		got, err := base64.StdEncoding.Strict().DecodeString(mac)
+		got, err := DecodeBase64(base64.StdEncoding, mac)
 		r.MAC = got
 		ok = err == nil && hmac.Equal(link.macReply(r.authBytes()), got)
 	case sig != "" && mac == "":
-		got, err := base64.StdEncoding.Strict().DecodeString(sig)
+		got, err := DecodeBase64(base64.StdEncoding, sig)
 		r.Sig = got
 		ok = err == nil && ed25519.Verify(c.Provider.PublicKey(), r.authBytes(), got)
 	}

@@ -128,14 +128,17 @@ func TestDecodeCallRefusesMalformedCalls(t *testing.T) {
 		m    busport.Msg
 		code string
 	}{
-		"repeated field":      {set(good, hdrRoom, "r1", "r1"), CodeInvalidRequest},
-		"empty field":         {set(good, hdrRoom, ""), CodeInvalidRequest},
-		"missing field":       {set(good, hdrRequestID), CodeInvalidRequest},
-		"case variant":        {rename(good, hdrRoom, "Room"), CodeInvalidRequest},
-		"unknown field":       {set(good, "extra", "0"), CodeInvalidRequest},
-		"version 2":           {set(good, hdrVersion, "2"), CodeInvalidRequest},
-		"no version":          {set(good, hdrVersion), CodeInvalidRequest},
-		"signature":           {rename(good, hdrMAC, hdrSig), CodeInvalidRequest},
+		"repeated field": {set(good, hdrRoom, "r1", "r1"), CodeInvalidRequest},
+		"empty field":    {set(good, hdrRoom, ""), CodeInvalidRequest},
+		"missing field":  {set(good, hdrRequestID), CodeInvalidRequest},
+		"case variant":   {rename(good, hdrRoom, "Room"), CodeInvalidRequest},
+		"unknown field":  {set(good, "extra", "0"), CodeInvalidRequest},
+		"version 2":      {set(good, hdrVersion, "2"), CodeInvalidRequest},
+		"no version":     {set(good, hdrVersion), CodeInvalidRequest},
+		"signature":      {rename(good, hdrMAC, hdrSig), CodeInvalidRequest},
+		"MAC with a line break": {edit(good, func(h map[string][]string, _ *busport.Msg) {
+			h[hdrMAC] = []string{h[hdrMAC][0][:8] + "\r\n" + h[hdrMAC][0][8:]}
+		}), CodeInvalidRequest},
 		"no header":           {busport.Msg{Data: []byte(`{}`)}, CodeInvalidRequest},
 		"observe with args":   {data(good, `{}`), CodeInvalidRequest},
 		"observe with action": {set(good, hdrAction, "set"), CodeInvalidRequest},
@@ -268,6 +271,12 @@ func TestRecordsVerifyTheirSigner(t *testing.T) {
 	if _, err := OpenRoster(forged, owner.ID()); CodeOf(err) != CodeInvalidRecord {
 		t.Fatalf("a changed roster opened: %v", err)
 	}
+	// The same signature spelled with a line break (a JSON escape) is another record's text.
+	i := bytes.Index(data, []byte(`"sig":"`)) + len(`"sig":"`) + 8
+	respelled := append(append(bytes.Clone(data[:i]), `\r\n`...), data[i:]...)
+	if _, err := OpenRoster(respelled, owner.ID()); CodeOf(err) != CodeInvalidRecord {
+		t.Fatalf("a roster whose signature has a line break opened: %v", err)
+	}
 	for _, bad := range []Roster{
 		{Room: "r1", Title: "t", Owner: owner.ID(), Version: 1, Members: []Member{{Host: other.ID()}}},
 		{Room: "r1", Title: "t", Owner: owner.ID(), Version: 0, Members: []Member{{Host: owner.ID()}}},
@@ -355,10 +364,23 @@ func TestOpenReplyRefusesMalformedReplies(t *testing.T) {
 		"code and result":  reply(Reply{Code: CodeBusy}, func(m *busport.Msg) { m.Data = []byte(`{}`) }),
 		"bad code":         reply(Reply{Code: "Busy!"}, nil),
 		"both mac and sig": reply(ok, func(m *busport.Msg) { m.Header[hdrSig] = m.Header[hdrMAC] }),
-		"another request":  reply(ok, func(m *busport.Msg) { m.Header[hdrRequestID] = []string{"y"} }),
-		"tampered result":  reply(ok, func(m *busport.Msg) { m.Data = []byte(`{"on":false}`) }),
-		"too large":        reply(Reply{Result: json.RawMessage(`"` + strings.Repeat("x", MaxReplyBytes) + `"`)}, nil),
-		"no header":        {Data: []byte(`{}`)},
+		"mac with a line break": reply(ok, func(m *busport.Msg) {
+			m.Header[hdrMAC] = []string{m.Header[hdrMAC][0][:8] + "\n" + m.Header[hdrMAC][0][8:]}
+		}),
+		"signature with a line break": func() busport.Msg {
+			r := ok
+			r.Room, r.Caller, r.RequestID = c.Room, c.Caller, c.RequestID
+			m := cloneMsg(sealReply(provider, nil, &r))
+			if _, err := openReply(m, c, link); err != nil {
+				t.Fatalf("signed reply: %v", err)
+			}
+			m.Header[hdrSig] = []string{m.Header[hdrSig][0][:8] + "\r\n" + m.Header[hdrSig][0][8:]}
+			return m
+		}(),
+		"another request": reply(ok, func(m *busport.Msg) { m.Header[hdrRequestID] = []string{"y"} }),
+		"tampered result": reply(ok, func(m *busport.Msg) { m.Data = []byte(`{"on":false}`) }),
+		"too large":       reply(Reply{Result: json.RawMessage(`"` + strings.Repeat("x", MaxReplyBytes) + `"`)}, nil),
+		"no header":       {Data: []byte(`{}`)},
 	} {
 		if _, err := openReply(m, c, link); CodeOf(err) != CodeInvalidReply {
 			t.Errorf("%s: %v, want %s", name, err, CodeInvalidReply)

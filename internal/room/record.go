@@ -75,7 +75,7 @@ func openRecord(data []byte, kind string, signer HostID, v any) (HostID, error) 
 	if signer != "" && w.Signer != signer {
 		return "", newError(CodeInvalidRecord, kind+" record signed by another host")
 	}
-	sig, err := base64.StdEncoding.Strict().DecodeString(w.Sig)
+	sig, err := DecodeBase64(base64.StdEncoding, w.Sig)
 	if err != nil || len(sig) != ed25519.SignatureSize ||
 		!ed25519.Verify(w.Signer.PublicKey(), recordMessage(kind, w.Signer, w.Body), sig) {
 		return "", newError(CodeInvalidRecord, kind+" record with a bad signature")
@@ -219,7 +219,7 @@ type KeyRecord struct {
 
 // publicKey decodes the record's X25519 key.
 func (r *KeyRecord) publicKey() (*ecdh.PublicKey, bool) {
-	b, err := base64.StdEncoding.Strict().DecodeString(r.X25519)
+	b, err := DecodeBase64(base64.StdEncoding, r.X25519)
 	if err != nil || len(b) != 32 {
 		return nil, false
 	}

@@ -49,6 +49,9 @@ func FuzzDecodeJoin(f *testing.F) {
 	req := joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
 	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
 	f.Add(joinSubject("home", owner.ID()), []byte(marshal(req)))
+	respelled := req
+	respelled.Sig = req.Sig[:8] + "\r\n" + req.Sig[8:]
+	f.Add(joinSubject("home", owner.ID()), []byte(marshal(respelled)))
 	f.Add(joinSubject("home", owner.ID()), []byte(`{"room":"home"}`))
 	f.Add("airlock.room.home.join.x", []byte(`{}`))
 	f.Fuzz(func(t *testing.T, subject string, payload []byte) {
@@ -67,5 +70,42 @@ func FuzzDecodeJoin(f *testing.F) {
 		if subject != joinSubject(r.Room, owner.ID()) || len(secret) != secretBytes {
 			t.Fatalf("accepted %+v on %q", r, subject)
 		}
+		// One spelling of each: what was accepted is what encodes it.
+		sig, _ := base64.StdEncoding.Strict().DecodeString(r.Sig)
+		if base64.StdEncoding.EncodeToString(sig) != r.Sig || base64.RawURLEncoding.EncodeToString(secret) != r.Secret {
+			t.Fatalf("accepted a signature %q or a secret %q not in its canonical form", r.Sig, r.Secret)
+		}
 	})
+}
+
+// TestDecodeJoinRefusesOtherSpellings: a join request whose signature or secret is spelled
+// with a line break inside (which encoding/base64's strict decoder skips) is refused, as
+// unauthorized and as a bad join code.
+func TestDecodeJoinRefusesOtherSpellings(t *testing.T) {
+	owner, err := room.GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	joiner, err := room.GenerateHostKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	req := joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
+	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
+	subject := joinSubject("home", owner.ID())
+	if _, _, code := decodeJoin(subject, owner.ID(), []byte(marshal(req)), now); code != "" {
+		t.Fatalf("the request as signed: %s", code)
+	}
+	badSig := req
+	badSig.Sig = req.Sig[:8] + "\r\n" + req.Sig[8:]
+	if _, _, code := decodeJoin(subject, owner.ID(), []byte(marshal(badSig)), now); code != room.CodeUnauthorized {
+		t.Errorf("a signature with a line break: %q, want %s", code, room.CodeUnauthorized)
+	}
+	badSecret := req
+	badSecret.Secret = req.Secret[:8] + "\n" + req.Secret[8:]
+	badSecret.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&badSecret)))
+	if _, _, code := decodeJoin(subject, owner.ID(), []byte(marshal(badSecret)), now); code != CodeInvalidJoinCode {
+		t.Errorf("a secret with a line break: %q, want %s", code, CodeInvalidJoinCode)
+	}
 }
