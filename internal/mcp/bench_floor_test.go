@@ -61,15 +61,11 @@ func processFloorCPU(b *testing.B, res *sdk.CallToolResult, conc, n int, between
 	defer cs.Close()
 	procs := []benchProc{{"stand-in", cmd.Process.Pid}, {"client", 0}}
 	p := &sdk.CallToolParams{Name: "t", Arguments: map[string]any{}}
-	var cpu [2]time.Duration
+	cpu := make([]time.Duration, len(procs))
 	for done := 0; done < n; {
 		k := min(10*conc, n-done)
 		between()
-		c0 := procsCPU(procs, true)
-		callConcurrently(b, cs, p, conc, k)
-		for i, c := range procsCPU(procs, false) {
-			cpu[i] += c - c0[i]
-		}
+		addCPU(cpu, procs, func() { callConcurrently(b, cs, p, conc, k) })
 		done += k
 	}
 	return cpu[0] / time.Duration(n), cpu[1] / time.Duration(n)

@@ -65,6 +65,15 @@ type benchProc struct {
 	pid  int
 }
 
+// addCPU runs f and adds to cpu[i] the CPU time procs[i] used meanwhile.
+func addCPU(cpu []time.Duration, procs []benchProc, f func()) {
+	before := procsCPU(procs, true)
+	f()
+	for i, c := range procsCPU(procs, false) {
+		cpu[i] += c - before[i]
+	}
+}
+
 // procsCPU is the CPU time each of procs has used so far. This process's own (pid 0) is read
 // last at the start of a round and first at its end, so that its figure for the round leaves
 // out the reading of the others'.
@@ -164,6 +173,16 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 		}
 	}
 
+	// find returns the result of row at conc calls, or nil.
+	find := func(row string, conc int) *result {
+		for i := range results {
+			if results[i].row == row && results[i].conc == conc {
+				return &results[i]
+			}
+		}
+		return nil
+	}
+
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nairlock (client → airlock mcp → airlockd → airlock-fs) vs @modelcontextprotocol/server-filesystem, one go-sdk client on stdio, at revisions %s and %s\n",
 		air.cs.InitializeResult().ProtocolVersion, ref.cs.InitializeResult().ProtocolVersion)
@@ -194,15 +213,13 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 				continue
 			}
 			fmt.Fprintf(&sb, "%-15s |", x.row)
-			var ta, tr time.Duration
+			ta, tr := sum(x.air.cpu), sum(x.ref.cpu)
 			for _, c := range x.air.cpu {
 				fmt.Fprintf(&sb, " %11s", round(c))
-				ta += c
 			}
 			fmt.Fprintf(&sb, " %9s |", round(ta))
 			for _, c := range x.ref.cpu {
 				fmt.Fprintf(&sb, " %9s", round(c))
-				tr += c
 			}
 			fmt.Fprintf(&sb, " %9s | %.2f×, %.2f×\n", round(tr), float64(tr)/float64(max(ta, 1)), float64(tr)/float64(max(ta-x.air.cpu[1], 1)))
 		}
@@ -242,11 +259,9 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 			}
 			direct := stats(dl, sum(dl)).p50
 			best, air, rest := "", "", ""
-			for _, x := range results {
-				if x.row == row.name && x.conc == 1 {
-					best = fmt.Sprintf("%.2f×, %.2f×", float64(x.ref.p50)/float64(fa), float64(x.ref.p50)/float64(pa+direct))
-					air, rest = round(x.air.p50), round(x.air.p50-pa-direct)
-				}
+			if x := find(row.name, 1); x != nil {
+				best = fmt.Sprintf("%.2f×, %.2f×", float64(x.ref.p50)/float64(fa), float64(x.ref.p50)/float64(pa+direct))
+				air, rest = round(x.air.p50), round(x.air.p50-pa-direct)
 			}
 			fmt.Fprintf(&sb, "%-15s | %10s %10s | %10s %10s | %10s %10s %10s | %s\n", row.name, round(fa), round(fr), round(pa), round(pr), air, round(direct), rest, best)
 		}
@@ -260,27 +275,16 @@ func BenchmarkMCPFilesystem(b *testing.B) {
 		fmt.Fprintf(&sb, "%-15s | %10s %10s %10s %10s %10s | %11s | %10s %10s | %s\n", "row", "client", "stand-in", "airlockd", "airlock-fs", "floor",
 			"airlock mcp", "air total", "ref total", "ref total / floor total")
 		for _, row := range rows {
-			var x *result
-			for i := range results {
-				if results[i].row == row.name && results[i].conc == 16 && len(results[i].air.cpu) == len(air.procs) {
-					x = &results[i]
-				}
-			}
-			if x == nil || row.firstAir == nil {
+			x := find(row.name, 16)
+			if x == nil || len(x.air.cpu) != len(air.procs) || row.firstAir == nil {
 				continue
 			}
 			refRound := func() { callConcurrently(b, ref.cs, row.ref, 16, min(160, 4*floorN)) }
 			si, cl := processFloorCPU(b, row.firstAir, 16, 4*floorN, refRound)
 			floor := cl + si + x.air.cpu[2] + x.air.cpu[3]
-			var ta, tr time.Duration
-			for _, c := range x.air.cpu {
-				ta += c
-			}
-			for _, c := range x.ref.cpu {
-				tr += c
-			}
+			tr := sum(x.ref.cpu)
 			fmt.Fprintf(&sb, "%-15s | %10s %10s %10s %10s %10s | %11s | %10s %10s | %.2f×\n", row.name, round(cl), round(si), round(x.air.cpu[2]), round(x.air.cpu[3]),
-				round(floor), round(x.air.cpu[1]), round(ta), round(tr), float64(tr)/float64(max(floor, 1)))
+				round(floor), round(x.air.cpu[1]), round(sum(x.air.cpu)), round(tr), float64(tr)/float64(max(floor, 1)))
 		}
 	}
 
@@ -542,12 +546,9 @@ func measureRow(b *testing.B, air, ref benchSide, row *benchRow, conc, n int) (b
 			order = []*tally{tr, ta}
 		}
 		for _, t := range order {
-			cpu0, start := procsCPU(t.side.procs, true), time.Now()
-			t.lat = append(t.lat, callConcurrently(b, t.side.cs, t.p, conc, k)...)
+			start := time.Now()
+			addCPU(t.cpu, t.side.procs, func() { t.lat = append(t.lat, callConcurrently(b, t.side.cs, t.p, conc, k)...) })
 			t.wall += time.Since(start)
-			for j, c := range procsCPU(t.side.procs, false) {
-				t.cpu[j] += c - cpu0[j]
-			}
 		}
 	}
 	result := func(t *tally) benchStats {
