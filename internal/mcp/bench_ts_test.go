@@ -1,11 +1,9 @@
 package mcp_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,16 +39,8 @@ type tsStats struct {
 //
 //	go test -run '^$' -bench '^BenchmarkMCPFilesystemTS$' -benchtime 300x ./internal/mcp/
 func BenchmarkMCPFilesystemTS(b *testing.B) {
-	npmBin(b, "mcp-server-filesystem")
+	bin := npmBin(b, "mcp-server-filesystem")
 	npmPackage(b, "@modelcontextprotocol/sdk")
-	script, err := filepath.Abs(filepath.Join(clientsDir, "bench.mjs"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	bin, err := filepath.Abs(filepath.Join(clientsDir, "node_modules", ".bin"))
-	if err != nil {
-		b.Fatal(err)
-	}
 	e, _, dir := startBenchSession(b)
 
 	type call struct {
@@ -68,10 +58,10 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		rows = append(rows, row{Name: r.name, Air: call{r.air.Name, r.air.Arguments.(map[string]any)}, Ref: call{r.ref.Name, r.ref.Arguments.(map[string]any)}})
 	}
 	// A listing of a small directory, as an agent lists most, beside the 1,000 entries.
+	if err := os.MkdirAll(filepath.Join(dir, "few"), 0o700); err != nil {
+		b.Fatal(err)
+	}
 	for i := range 20 {
-		if err := os.MkdirAll(filepath.Join(dir, "few"), 0o700); err != nil {
-			b.Fatal(err)
-		}
 		if err := os.WriteFile(filepath.Join(dir, "few", fmt.Sprintf("f%02d.txt", i)), []byte("x\n"), 0o600); err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +99,7 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		Command string   `json:"command"`
 		Args    []string `json:"args"`
 	}
-	opts, err := json.Marshal(map[string]any{
+	opts := map[string]any{
 		"servers": map[string]server{
 			"air": {daemontest.Binary(b, "airlock"), []string{"--socket", e.d.Socket, "mcp", "--session", "bench", "--generation", "1"}},
 			"ref": {filepath.Join(bin, "mcp-server-filesystem"), []string{dir}},
@@ -118,32 +108,18 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 		"calls":  b.N,
 		"warmup": warmup,
 		"conc":   concs,
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	cmd := nodeCommand(b, ctx, "node", script, string(opts))
-	stderr := &daemontest.SyncBuffer{}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	cmd, lines, stderr := nodeScript(b, ctx, "bench.mjs", opts)
 	b.ResetTimer()
 	var results []tsRow
-	sc := bufio.NewScanner(io.LimitReader(stdout, 1<<20))
-	sc.Buffer(nil, 1<<20) // an error event carries a stack
 	done := false
-	for sc.Scan() {
+	for line := range lines {
 		var r tsRow
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			b.Errorf("bench.mjs printed %q", sc.Text())
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			b.Errorf("bench.mjs printed %q", line)
 			continue
 		}
 		switch r.Event {
@@ -155,10 +131,6 @@ func BenchmarkMCPFilesystemTS(b *testing.B) {
 			b.Errorf("bench.mjs: %s", r.Message)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		b.Errorf("reading bench.mjs: %v", err)
-	}
-	io.Copy(io.Discard, stdout)
 	if err := cmd.Wait(); err != nil || !done {
 		b.Fatalf("bench.mjs: %v (done %v)\n%s", err, done, stderr.String())
 	}

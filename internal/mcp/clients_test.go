@@ -72,6 +72,47 @@ func needInstalled(t testing.TB, path, name string) {
 	}
 }
 
+// nodeScript starts the script name of testdata/clients under the lock file's Node.js, with
+// opts as JSON for its one argument. It returns the started command, the lines the script
+// writes on stdout (at most 1 MiB in all; the channel closes at the end of stdout, after an
+// {"event":"error"} line when stdout could not be read) and what it writes on stderr.
+func nodeScript(t testing.TB, ctx context.Context, name string, opts any) (*exec.Cmd, <-chan string, *daemontest.SyncBuffer) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join(clientsDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arg, err := json.Marshal(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := nodeCommand(t, ctx, "node", script, string(arg))
+	stderr := &daemontest.SyncBuffer{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(io.LimitReader(stdout, 1<<20))
+		sc.Buffer(nil, 1<<20) // an error event carries a stack
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		if err := sc.Err(); err != nil {
+			msg, _ := json.Marshal(map[string]string{"event": "error", "message": "reading " + name + "'s stdout: " + err.Error()})
+			lines <- string(msg)
+		}
+		io.Copy(io.Discard, stdout)
+	}()
+	return cmd, lines, stderr
+}
+
 // nodeCommand runs an installed client with the lock file's Node.js first on PATH and a
 // private HOME, so that nothing it writes (the Inspector keeps a catalog there) leaves the test.
 func nodeCommand(t testing.TB, ctx context.Context, name string, args ...string) *exec.Cmd {

@@ -1,11 +1,8 @@
 package mcp_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"io"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -53,10 +50,6 @@ type tsEvent struct {
 // adapter is removed and lists the tools without it.
 func TestTypeScriptClientRevisions(t *testing.T) {
 	npmBin(t, "node")
-	script, err := filepath.Abs(filepath.Join(clientsDir, "revisions.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := startEnv(t)
 	fsp := startFS(t)
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat"))
@@ -81,38 +74,19 @@ func TestTypeScriptClientRevisions(t *testing.T) {
 					url, token, _ := httpServer(t, e, mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"desk_lamp"}, PollInterval: 100 * time.Millisecond})
 					opts["url"], opts["token"] = url, token
 				}
-				arg, _ := json.Marshal(opts)
 				ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 				defer cancel()
-				cmd := nodeCommand(t, ctx, "node", script, string(arg))
-				stderr := &daemontest.SyncBuffer{}
-				cmd.Stderr = stderr
-				stdout, err := cmd.StdoutPipe()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				events := make(chan tsEvent)
-				go func() {
-					defer close(events)
-					sc := bufio.NewScanner(io.LimitReader(stdout, 1<<20))
-					for sc.Scan() {
-						var ev tsEvent
-						if json.Unmarshal(sc.Bytes(), &ev) != nil {
-							ev = tsEvent{Event: "garbage", Message: sc.Text()}
-						}
-						events <- ev
-					}
-					io.Copy(io.Discard, stdout)
-				}()
+				cmd, lines, stderr := nodeScript(t, ctx, "revisions.mjs", opts)
 				next := func(want string) tsEvent {
 					t.Helper()
-					ev, ok := <-events
+					line, ok := <-lines
+					var ev tsEvent
+					if ok && json.Unmarshal([]byte(line), &ev) != nil {
+						ev = tsEvent{Event: "garbage", Message: line}
+					}
 					if !ok || ev.Event != want {
 						cancel()
-						for range events {
+						for range lines {
 						}
 						cmd.Wait()
 						t.Fatalf("revisions.mjs: got %+v (open %v), want %q\nstderr:\n%s", ev, ok, want, stderr.String())
