@@ -37,17 +37,8 @@ func FuzzParseCode(f *testing.F) {
 // owner on its room's subject, and signed by the host it names within the clock window; the
 // refusals use the documented codes.
 func FuzzDecodeJoin(f *testing.F) {
-	owner, err := room.GenerateHostKey()
-	if err != nil {
-		f.Fatal(err)
-	}
-	joiner, err := room.GenerateHostKey()
-	if err != nil {
-		f.Fatal(err)
-	}
 	now := time.UnixMilli(1_800_000_000_000)
-	req := joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
-	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
+	owner, _, req := signedJoin(f, now)
 	f.Add(joinSubject("home", owner.ID()), []byte(marshal(req)))
 	respelled := req
 	respelled.Sig = req.Sig[:8] + "\r\n" + req.Sig[8:]
@@ -82,17 +73,8 @@ func FuzzDecodeJoin(f *testing.F) {
 // with a line break inside (which encoding/base64's strict decoder skips) is refused, as
 // unauthorized and as a bad join code.
 func TestDecodeJoinRefusesOtherSpellings(t *testing.T) {
-	owner, err := room.GenerateHostKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	joiner, err := room.GenerateHostKey()
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	req := joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
-	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
+	owner, joiner, req := signedJoin(t, now)
 	subject := joinSubject("home", owner.ID())
 	if _, _, code := decodeJoin(subject, owner.ID(), []byte(marshal(req)), now); code != "" {
 		t.Fatalf("the request as signed: %s", code)
@@ -108,4 +90,20 @@ func TestDecodeJoinRefusesOtherSpellings(t *testing.T) {
 	if _, _, code := decodeJoin(subject, owner.ID(), []byte(marshal(badSecret)), now); code != CodeInvalidJoinCode {
 		t.Errorf("a secret with a line break: %q, want %s", code, CodeInvalidJoinCode)
 	}
+}
+
+// signedJoin returns an owner's and a joiner's keys and the joiner's request, signed, to join
+// room "home" at now with an all-zero secret.
+func signedJoin(tb testing.TB, now time.Time) (owner, joiner *room.HostKey, req joinRequest) {
+	tb.Helper()
+	owner, err := room.GenerateHostKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if joiner, err = room.GenerateHostKey(); err != nil {
+		tb.Fatal(err)
+	}
+	req = joinRequest{Room: "home", Host: joiner.ID(), Secret: base64.RawURLEncoding.EncodeToString(make([]byte, secretBytes)), Time: now.UnixMilli()}
+	req.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&req)))
+	return owner, joiner, req
 }
