@@ -22,11 +22,10 @@ import (
 // response is written to stdout from the daemon's bytes: the adapter's result is the
 // structuredContent as it came (the daemon checked it against the operation's result schema,
 // compact), and a read's text is the result's content member, a JSON string already, spliced
-// as it is. Through the SDK
-// the same call decoded the request about ten times (each through a new 32 KiB buffer) and
-// encoded the result three times over (result, response, message, compacting the nested
-// JSON at each level): about half of a stat's time in airlock mcp and most of a 1 MiB
-// read's (docs/mcp.md, "Benchmark").
+// as it is. Through the SDK the same call decoded the request about ten times (each through a
+// new 32 KiB buffer) and encoded the result three times over (result, response, message,
+// compacting the nested JSON at each level): about half of a stat's time in airlock mcp and
+// most of a 1 MiB read's (docs/mcp.md, "Benchmark").
 //
 // It takes only a call whose answer it can give exactly as the SDK would, and leaves every
 // other line to the SDK, unchanged and in order:
