@@ -75,7 +75,9 @@ func needInstalled(t testing.TB, path, name string) {
 // nodeScript starts the script name of testdata/clients under the lock file's Node.js, with
 // opts as JSON for its one argument. It returns the started command, the lines the script
 // writes on stdout (at most 1 MiB in all; the channel closes at the end of stdout, after an
-// {"event":"error"} line when stdout could not be read) and what it writes on stderr.
+// {"event":"error"} line when stdout could not be read) and what it writes on stderr. The
+// caller reads the lines to their end before it waits for the command, whose Wait closes
+// stdout.
 func nodeScript(t testing.TB, ctx context.Context, name string, opts any) (*exec.Cmd, <-chan string, *daemontest.SyncBuffer) {
 	t.Helper()
 	script, err := filepath.Abs(filepath.Join(clientsDir, name))
@@ -99,14 +101,25 @@ func nodeScript(t testing.TB, ctx context.Context, name string, opts any) (*exec
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
+		// A caller that stopped reading has ended ctx (a failed test, its deferred cancel).
+		send := func(line string) bool {
+			select {
+			case lines <- line:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
 		sc := bufio.NewScanner(io.LimitReader(stdout, 1<<20))
 		sc.Buffer(nil, 1<<20) // an error event carries a stack
 		for sc.Scan() {
-			lines <- sc.Text()
+			if !send(sc.Text()) {
+				return
+			}
 		}
 		if err := sc.Err(); err != nil {
 			msg, _ := json.Marshal(map[string]string{"event": "error", "message": "reading " + name + "'s stdout: " + err.Error()})
-			lines <- string(msg)
+			send(string(msg))
 		}
 		io.Copy(io.Discard, stdout)
 	}()

@@ -113,6 +113,9 @@ func TestTypeScriptClientRevisions(t *testing.T) {
 				if ev := next("changed"); !slices.Equal(ev.Names, []string{"fs_stat"}) {
 					t.Errorf("tools after the list changed: %v", ev.Names)
 				}
+				for line := range lines { // read to the end before Wait closes stdout
+					t.Errorf("revisions.mjs printed after the change: %s", line)
+				}
 				if err := cmd.Wait(); err != nil {
 					t.Errorf("revisions.mjs: %v\nstderr:\n%s", err, stderr.String())
 				}
