@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -152,6 +153,47 @@ func FuzzEdit(f *testing.F) {
 		}
 		if got != want || res.Digest != sum(want) || res.Replacements != len(edits) {
 			t.Fatalf("Edit(%q, %q): file %q digest %s, want %q", text, edits, got, res.Digest, want)
+		}
+	})
+}
+
+// FuzzSearch: fs.search of one file, read in chunks of any size, finds exactly the
+// reference's first matches (refSearch, which reads the file whole), or refuses the query.
+// Its seeds include the one-byte query across a chunk boundary that once read past the
+// scanner's buffer.
+func FuzzSearch(f *testing.F) {
+	f.Add("line 1 of the log\nline 2\n", "e", uint16(4), uint8(1))
+	f.Add("héé\nxé\n", "é", uint16(1), uint8(2))
+	f.Add("abcabcabc", "ca", uint16(2), uint8(0))
+	f.Add("é\xff", "é", uint16(3), uint8(5))
+	f.Add("x\x00needle", "needle", uint16(64), uint8(1))
+	f.Add(strings.Repeat("e", 40), "e", uint16(7), uint8(1))
+	dir := f.TempDir()
+	if shm, err := os.MkdirTemp("/dev/shm", "fsops-fuzz-"); err == nil {
+		dir = shm
+		f.Cleanup(func() { os.RemoveAll(shm) })
+	}
+	r := openRoot(f, dir)
+	target := filepath.Join(dir, "f")
+	f.Fuzz(func(t *testing.T, text, query string, chunk uint16, results uint8) {
+		if len(text) > 1<<16 {
+			t.Skip("bounded input keeps executions fast")
+		}
+		if err := os.WriteFile(target, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := int(results)%MaxSearchResults + 1
+		r.chunk = int(chunk)%4096 + 1
+		res, perr := r.Search(bg, SearchPayload{Path: "f", Query: query, MaxResults: &want})
+		if perr != nil {
+			if perr.Code != CodeInvalidArgument && perr.Code != CodeNotUTF8 {
+				t.Fatalf("query %q: %v", query, perr)
+			}
+			return // an empty query, a line break, one over the bound, one not UTF-8
+		}
+		all := refSearch(t, dir, "f", query)
+		if exp := all[:min(want, len(all))]; !slices.Equal(res.Matches, exp) {
+			t.Fatalf("text %q query %q chunk %d max %d: %+v, want %+v", text, query, r.chunk, want, res.Matches, exp)
 		}
 	})
 }

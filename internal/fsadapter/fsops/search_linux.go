@@ -403,9 +403,11 @@ func (sc *scanner) scan(fd int, size int64, want int) bool {
 		}
 		// Keep what the next round still needs: a possible match straddling the end, and
 		// bytes not yet validated; from a rune boundary, so that code points are counted whole.
+		// The end of the data is a boundary: with a one-byte query, everything searched and
+		// validated, nothing is kept (and buf[n] is past the buffer when the read filled it).
 		keep := min(searchFrom, validTo, base+int64(n-len(q)+1))
 		keep = max(keep, base)
-		for keep > base && !utf8.RuneStart(buf[keep-base]) {
+		for keep > base && keep < base+int64(n) && !utf8.RuneStart(buf[keep-base]) {
 			keep--
 		}
 		if keep > countedTo {

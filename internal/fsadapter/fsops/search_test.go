@@ -145,6 +145,43 @@ func TestSearchMatchesReference(t *testing.T) {
 	}
 }
 
+// TestSearchShortQueriesAcrossChunks: a query of one byte, or of one multi-byte character,
+// with few results wanted, in files longer than a chunk whose reads fill the buffer to its
+// end. The scanner keeps what the next read still needs from a rune boundary; with nothing to
+// keep it looked one byte past the buffer (a one-byte query on a 648 KB log crashed
+// airlock-fs). Every chunk size gives the reference's first matches.
+func TestSearchShortQueriesAcrossChunks(t *testing.T) {
+	dir := t.TempDir()
+	var ascii, mixed strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&ascii, "line %05d of the log\n", i)
+		fmt.Fprintf(&mixed, "ligne %05d é du journal\n", i)
+	}
+	makeTree(t, dir, "ascii.log="+ascii.String(), "mixed.log="+mixed.String())
+	for _, file := range []string{"ascii.log", "mixed.log"} {
+		for _, q := range []string{"e", "9", "é", "\n"} {
+			all := refSearch(t, dir, file, q)
+			for _, chunk := range []int{1, 7, 4096, searchChunk} {
+				for _, want := range []int{1, 2, 3, MaxSearchResults} {
+					r := openRoot(t, dir)
+					r.chunk = chunk
+					res, perr := r.Search(bg, SearchPayload{Path: file, Query: q, MaxResults: ptr(want)})
+					if perr != nil {
+						if q == "\n" && perr.Code == CodeInvalidArgument {
+							continue // a query of a line break alone is refused
+						}
+						t.Fatalf("%s %q chunk %d max %d: %v", file, q, chunk, want, perr)
+					}
+					exp := all[:min(want, len(all))]
+					if !slices.Equal(res.Matches, exp) {
+						t.Fatalf("%s %q chunk %d max %d: %d matches, want %d (first %+v)", file, q, chunk, want, len(res.Matches), len(exp), res.Matches[:min(1, len(res.Matches))])
+					}
+				}
+			}
+		}
+	}
+}
+
 func TestSearch(t *testing.T) {
 	dir := t.TempDir()
 	makeTree(t, dir, "a/x=needle\nno\nneedle needle\n", "a-b=needle", "a.b=needle", "sub/deep/f=ééneedle",
