@@ -156,8 +156,12 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		}
 		sessionID, generation = keeper.id, 1
 	}
+	held := 0
+	if keeper != nil {
+		held = 1 // the connection that holds the session, busy while it does
+	}
 	b, err := mcp.New(sctx, mcp.Config{Socket: a.socket, SessionID: sessionID, Generation: generation, Capabilities: capIDs,
-		PollInterval: *poll, Logger: log})
+		PollInterval: *poll, HeldConns: held, Logger: log})
 	cancel()
 	if err != nil {
 		if keeper != nil {

@@ -46,12 +46,14 @@ const refreshTimeout = 10 * time.Second
 // context because the call's own context is already done.
 const abortTimeout = 5 * time.Second
 
-// maxConns bounds the daemon connections of one Bridge, and so its daemon calls in flight:
-// each connection carries one call at a time (and its abort). The daemon closes a connection
-// whose unread answers pass its outbound bound (4 MiB by default), and one connection carrying
-// many large reads at once did (make bench-mcp, 16 reads of 1 MiB); one answer always fits.
-// 16 stays well below the daemon's default share of one process (32 connections); further
-// calls wait for a connection.
+// maxConns bounds the daemon connections of one process's bridge, and so its daemon calls in
+// flight: each connection carries one call at a time (and its abort). The daemon closes a
+// connection whose unread answers pass its outbound bound (4 MiB by default), and one
+// connection carrying many large reads at once did (make bench-mcp, 16 reads of 1 MiB); one
+// answer always fits. 16 is the daemon's default share of one process
+// (--max-connections-per-peer), less the connections the process holds besides
+// (Config.HeldConns); further calls wait for a connection. A connection past the share
+// would be admitted only to the daemon's control band, where a call is refused.
 const maxConns = 16
 
 // Config configures a Bridge.
@@ -65,6 +67,10 @@ type Config struct {
 	Capabilities []string
 	// PollInterval is DefaultPollInterval when zero.
 	PollInterval time.Duration
+	// HeldConns is how many daemon connections the process holds besides the bridge's, each
+	// busy for as long as it is held (airlock mcp --dir's, which holds its session): the
+	// bridge uses that many fewer, at least one.
+	HeldConns int
 	// Logger receives the bridge's own log lines (never arguments or results); nil discards.
 	Logger *slog.Logger
 }
@@ -115,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 		log:    log,
 		keys:   newKeyTable(),
 		prefix: "mcp-" + rand.Text()[:12] + "-",
-		slots:  make(chan struct{}, maxConns),
+		slots:  make(chan struct{}, max(1, maxConns-cfg.HeldConns)),
 		specs:  map[string]toolSpec{},
 		descs:  map[string]capadapter.Descriptor{},
 		stop:   make(chan struct{}),

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -585,5 +586,64 @@ func TestDirReopensOverHTTP(t *testing.T) {
 	}
 	if gs, ids := e2.managedGrants(t), e2.sessionIDs(t); len(gs) != 0 || len(ids) != 0 {
 		t.Fatalf("after airlock mcp stopped: grants %v, sessions %v", gs, ids)
+	}
+}
+
+// TestDirSixteenCallsAtOnce: a --dir server given 16 calls at once (writes that wait for the
+// operator under ask-writes, each holding a daemon connection while it waits) stays within the
+// daemon's share of one process, the connection that holds its session included: the calls
+// past its connections wait for one instead of failing, and every call succeeds once
+// approved. (With a connection for each of the 16 besides the session's, one went to the
+// daemon's control band and failed daemon_unreachable.)
+func TestDirSixteenCallsAtOnce(t *testing.T) {
+	e := startDirEnv(t)
+	cs, _ := connectDir(t, e, "--policy", "ask-writes")
+	const n = 16
+	results := make(chan *sdk.CallToolResult, n)
+	for i := range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_write", Arguments: map[string]any{
+				"path": fmt.Sprintf("f%02d.txt", i), "content": "x"}})
+			if err != nil {
+				r = &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}
+			}
+			results <- r
+		}()
+	}
+	decided := map[string]bool{}
+	for done, deadline := 0, time.Now().Add(45*time.Second); done < n; {
+		select {
+		case r := <-results:
+			if r.IsError {
+				t.Fatalf("a call failed: %s", text(r))
+			}
+			done++
+			continue
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d calls done", done, n)
+		}
+		var l struct {
+			Approvals []struct {
+				ID string `json:"id"`
+			} `json:"approvals"`
+		}
+		if err := call(t, e.c, client.Command{Operation: "listApprovals", Payload: map[string]any{}}).Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range l.Approvals {
+			if !decided[a.ID] {
+				decided[a.ID] = true
+				if r := call(t, e.c, client.Command{Operation: "decideApproval", Payload: map[string]any{"approvalId": a.ID, "approve": true}}); !r.OK {
+					t.Fatalf("decide %s: %v", a.ID, r.Err())
+				}
+			}
+		}
+	}
+	if strings.Contains(e.d.Stderr(), "every connection is busy") {
+		t.Fatalf("airlock mcp passed its share of connections:\n%s", e.d.Stderr())
 	}
 }
