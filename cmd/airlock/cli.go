@@ -90,10 +90,11 @@ func commandTable() []command {
 		{"policy check", "FILE [--json]", "validate a policy file as airlockd reads it (strict: unknown keys, bad globs refused with the field) and run its examples; exit 1 on any failure", (*app).policyCheck},
 		{"validate capability", "[--action A --args JSON] [--timeout 1.5s] [--pass-env VAR]… [--json] -- CMD [ARGS…]", "run the conformance probes against a capability adapter, then the runtime's fault probes; exit 1 on any FAIL", (*app).validateCapability},
 		{"validate tool-adapter", "--socket PATH --descriptor FILE|- --scratch DIR [--json]", "run the conformance probes against a listening host tool adapter; exit 1 on any FAIL", (*app).validateToolAdapter},
-		{"mcp config", "--dir DIR [--client json|claude|codex|gemini] [--name N] [--ops OP,OP…] [--caps ID,ID…]",
-			"print a client configuration that runs airlock mcp --dir DIR, with absolute paths and this socket", (*app).mcpConfig},
-		{"mcp", "(--dir DIR [--ops OP,OP…] [--reopen-for 2m] | --session S --generation N) [--caps ID,ID…] [--http 127.0.0.1:PORT [--listen]]\n" +
-			"      [--poll 2s] [--log-level warn]",
+		{"mcp config", "--dir DIR [--client json|claude|codex|gemini] [--name N] [--ops OP,OP…] [--caps ID,ID…]\n" +
+			"      [--policy NAME|FILE] [--reopen-for 2m]",
+			"print a client configuration that runs airlock mcp --dir DIR, with absolute paths and this socket; an operation or policy name airlock mcp would refuse is refused now", (*app).mcpConfig},
+		{"mcp", "(--dir DIR [--ops OP,OP…] [--policy NAME|FILE] [--reopen-for 2m] | --session S --generation N) [--caps ID,ID…]\n" +
+			"      [--http 127.0.0.1:PORT [--listen]] [--poll 2s] [--log-level warn]",
 			"serve a directory (--dir: a session of its own, closed with its grant when the client goes, opened again when airlockd restarts) or a session's granted tools, and the named capabilities, as an MCP server (stdio, or Streamable HTTP with a bearer token)", (*app).mcpServe},
 		{"fabric init", "--dir DIR --node NAME=IP … --host NAME=HOSTID … [--room ROOM=OWNER[,MEMBER…]] [--cluster NAME]\n" +
 			"      [--client-port 4222] [--route-port 6222] [--json]", "write a cluster's fabric: a private CA, per-node certificates, nkey users and a fabric file per node (no daemon needed)", (*app).fabricInit},

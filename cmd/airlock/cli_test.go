@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,6 +86,12 @@ func TestUsageErrors(t *testing.T) {
 		"mcp config --dir / --name -x":                   "airlock: usage: --name must be a letter and",
 		"mcp config --dir / --name _a":                   "airlock: usage: --name must be a letter and",
 		"mcp config --dir / --name a+b":                  "airlock: usage: --name must be a letter and",
+		// mcp config refuses what airlock mcp --dir would be refused when the client starts it.
+		"mcp config --dir / --ops fs.read,fs.bogus": "airlock: usage: --ops: \"fs.bogus\" is not an operation",
+		"mcp config --dir / --ops fs.read,fs.read":  "airlock: usage: --ops names fs.read twice",
+		"mcp config --dir / --ops ,":                "airlock: usage: --ops names no operation",
+		"mcp config --dir / --policy ask-write":     "airlock: usage: --policy: no built-in policy is named \"ask-write\"",
+		"mcp config --dir / --reopen-for -1s":       "airlock: usage: --reopen-for must not be negative",
 	} {
 		if r := cli(t, socket, "", strings.Fields(args)...); r.code != exitUsage || !strings.HasPrefix(r.stderr, says) {
 			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)
@@ -111,5 +119,72 @@ func TestPromptFileTooLarge(t *testing.T) {
 	r := cli(t, "/nonexistent.sock", "", "session", "open", "s", "--generation", "1", "--cwd", "/tmp", "--system-prompt-file", big).wantCode(t, exitUsage)
 	if !strings.Contains(r.stderr, "larger than") {
 		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+// TestMCPConfigPolicyAndReopenFor: airlock mcp config carries --policy (a FILE made absolute)
+// and --reopen-for into the mcpServers object and into the claude, codex and gemini lines,
+// each line quoted so that a shell gives the client airlock's argv exactly.
+func TestMCPConfigPolicyAndReopenFor(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "a dir's")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	polFile, err := filepath.Abs("p o'l.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := "/run/airlock test/airlockd.sock"
+	for _, tc := range []struct {
+		flags []string
+		tail  []string // argv after --socket S mcp --dir DIR
+	}{
+		{[]string{"--policy", "ask-writes", "--reopen-for", "30s"}, []string{"--policy", "ask-writes", "--reopen-for=30s"}},
+		{[]string{"--policy", "./p o'l.json", "--reopen-for", "0", "--ops", "fs.read,fs.list"},
+			[]string{"--ops=fs.read,fs.list", "--policy", polFile, "--reopen-for=0s"}},
+	} {
+		argv := append([]string{"--socket", socket, "mcp", "--dir", dir}, tc.tail...)
+		args := append([]string{"mcp", "config", "--dir", dir, "--name", "srv"}, tc.flags...)
+
+		r := cli(t, socket, "", args...).wantCode(t, exitOK)
+		var config struct {
+			MCPServers map[string]struct {
+				Command string   `json:"command"`
+				Args    []string `json:"args"`
+			} `json:"mcpServers"`
+		}
+		decode(t, []byte(r.stdout), &config)
+		if s := config.MCPServers["srv"]; s.Command != exe || !slices.Equal(s.Args, argv) {
+			t.Errorf("%q: mcpServers %q %q, want %q %q", tc.flags, s.Command, s.Args, exe, argv)
+		}
+
+		for client, before := range map[string][]string{
+			"claude": {"mcp", "add", "srv", "--", exe},
+			"codex":  {"mcp", "add", "srv", "--", exe},
+			"gemini": {"mcp", "add", "--scope", "user", "srv", exe, "--"},
+		} {
+			line := cli(t, socket, "", append(args, "--client", client)...).wantCode(t, exitOK).stdout
+			// The client is a shell function that prints the words it was given.
+			out, err := exec.Command("/bin/sh", "-c", client+`() { printf '%s\0' "$@"; }; `+line).Output()
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+			if want := append(slices.Clone(before), argv...); !slices.Equal(got, want) {
+				t.Errorf("%q --client %s: the shell reads %q as %q, want %q", tc.flags, client, line, got, want)
+			}
+		}
 	}
 }

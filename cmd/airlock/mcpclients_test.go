@@ -215,16 +215,17 @@ type configuredServer struct {
 	flags, argv  []string
 }
 
-// configuredServers are the two servers each client test adds: the --dir server of d, and
-// one on a socket with no daemon behind it, which also names a capability id that Gemini
-// CLI's argument parser (yargs) reads as a number when it is a word of its own, to show that
-// every argument is stored as airlock printed it.
+// configuredServers are the two servers each client test adds: the --dir server of d, under
+// a built-in policy, and one on a socket with no daemon behind it, which also names a
+// capability id that Gemini CLI's argument parser (yargs) reads as a number when it is a word
+// of its own, and --reopen-for 0, to show that every argument is stored as airlock printed it.
 func configuredServers(d *daemontest.Daemon, root, work string) []configuredServer {
 	none := filepath.Join(root, "none.sock")
 	return []configuredServer{
-		{name: "airlock-work", socket: d.Socket, argv: []string{"--socket", d.Socket, "mcp", "--dir", work}},
-		{name: "airlock-nodaemon", socket: none, flags: []string{"--caps", "0x10"},
-			argv: []string{"--socket", none, "mcp", "--dir", work, "--caps=0x10"}},
+		{name: "airlock-work", socket: d.Socket, flags: []string{"--policy", "ask-writes"},
+			argv: []string{"--socket", d.Socket, "mcp", "--dir", work, "--policy", "ask-writes"}},
+		{name: "airlock-nodaemon", socket: none, flags: []string{"--caps", "0x10", "--reopen-for", "0"},
+			argv: []string{"--socket", none, "mcp", "--dir", work, "--caps=0x10", "--reopen-for=0s"}},
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/mcp"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/internal/version"
@@ -237,10 +239,43 @@ var (
 	serverName       = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 )
 
+// checkDirOps refuses, at airlock mcp config, the operations that airlock mcp --dir's open
+// would be refused for when the client starts it (by the daemon, or by the airlock-fs that
+// mints the grant: tooladapter's checkOperations): none, one that is not a filesystem
+// operation, or one named twice.
+func checkDirOps(ops []string) error {
+	if len(ops) == 0 {
+		return usageErrorf("--ops names no operation")
+	}
+	for i, op := range ops {
+		if !slices.Contains(tooladapter.Operations, op) {
+			return usageErrorf("--ops: %q is not an operation; they are %s", op, strings.Join(tooladapter.Operations, ", "))
+		}
+		if slices.Contains(ops[:i], op) {
+			return usageErrorf("--ops names %s twice", op)
+		}
+	}
+	return nil
+}
+
+// checkPolicyName refuses, at airlock mcp config, a --policy NAME that no built-in policy has,
+// which the daemon would refuse (invalid_policy) when the client starts airlock mcp. A FILE
+// (a path with a /) is not read here: the daemon reads it at every open, as it is then
+// (airlock policy check FILE checks it).
+func checkPolicyName(pol string) error {
+	if strings.Contains(pol, "/") || slices.Contains(policy.Names(), pol) {
+		return nil
+	}
+	return usageErrorf("--policy: no built-in policy is named %q (they are %s); a policy FILE is a path with a /",
+		pol, strings.Join(policy.Names(), ", "))
+}
+
 // mcpConfig prints a client configuration that runs airlock mcp --dir DIR with every path
 // absolute and the daemon's socket named, so that a client's reduced environment (no
 // XDG_RUNTIME_DIR, no PATH of the shell, another working directory) cannot lose the daemon:
-// airlock mcp config --dir DIR [--client json|claude|codex|gemini] [--name N] [--ops …] [--caps …].
+// airlock mcp config --dir DIR [--client json|claude|codex|gemini] [--name N] [--ops …] [--caps …]
+// [--policy NAME|FILE] [--reopen-for D]. What airlock mcp would refuse at the client's start,
+// it refuses now.
 func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("mcp config")
 	dir := fs.String("dir", "", "the directory to give the client (required)")
@@ -248,11 +283,26 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	name := fs.String("name", "", "the server's name in the client (default airlock-DIRNAME)")
 	ops := fs.String("ops", "", "operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
+	pol := fs.String("policy", "", "the session's policy, a built-in `NAME` ("+strings.Join(policy.Names(), ", ")+") or a policy FILE (a path with a /, made absolute)")
+	reopenFor := fs.Duration("reopen-for", defaultReopenFor, "how long airlock mcp opens the session again after airlockd stops or restarts (0: give up at once)")
 	if _, code, done := a.parse(o, fs, args); done {
 		return code
 	}
 	if *dir == "" {
 		return a.failUsage(o, usageErrorf("--dir is required"))
+	}
+	if *reopenFor < 0 {
+		return a.failUsage(o, usageErrorf("--reopen-for must not be negative"))
+	}
+	if *ops != "" {
+		if err := checkDirOps(parseOps(*ops)); err != nil {
+			return a.failUsage(o, err)
+		}
+	}
+	if *pol != "" {
+		if err := checkPolicyName(*pol); err != nil {
+			return a.failUsage(o, err)
+		}
 	}
 	d, err := canonicalDir(*dir)
 	if err != nil {
@@ -288,6 +338,21 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	}
 	if *caps != "" {
 		argv = append(argv, "--caps="+*caps)
+	}
+	// A policy FILE is made absolute, as airlock mcp makes it (policyRef), but here, against
+	// this working directory rather than the client's. A NAME and an absolute path never look
+	// like a number; a duration may ("0"), so --reopen-for is one word too.
+	if *pol != "" {
+		p := *pol
+		if strings.Contains(p, "/") {
+			if p, err = filepath.Abs(p); err != nil {
+				return a.failUsage(o, usageErrorf("--policy: %v", err))
+			}
+		}
+		argv = append(argv, "--policy", p)
+	}
+	if isSet(fs, "reopen-for") {
+		argv = append(argv, "--reopen-for="+reopenFor.String())
 	}
 	// line is one shell line: prefix, the executable, then sep (unquoted words) and argv.
 	line := func(prefix string, sep ...string) string {
