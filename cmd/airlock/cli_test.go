@@ -25,6 +25,17 @@ func TestHelp(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "usage: airlock session open SESSION") || !strings.Contains(r.stdout, "-generation") {
 		t.Errorf("session open -h:\n%s", r.stdout)
 	}
+
+	// A backquoted word in a flag's usage is its placeholder: mcp config's --client once
+	// read "-client mcp add". airlock mcp needs --generation with --session only.
+	r = cli(t, "/nonexistent.sock", "", "mcp", "config", "-h").wantCode(t, exitOK)
+	if !strings.Contains(r.stdout, "\n  -client client\n") || !strings.Contains(r.stdout, "[--policy NAME|FILE] [--reopen-for 2m]") {
+		t.Errorf("mcp config -h:\n%s", r.stdout)
+	}
+	r = cli(t, "/nonexistent.sock", "", "mcp", "-h").wantCode(t, exitOK)
+	if !strings.Contains(r.stdout, "[--policy NAME|FILE]") || !strings.Contains(r.stdout, "\n    \twith --session: the session generation") {
+		t.Errorf("mcp -h:\n%s", r.stdout)
+	}
 }
 
 // TestUsageErrors runs every case against a socket that does not exist: a usage error must be

@@ -54,7 +54,8 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	dir := fs.String("dir", "", "give the client this `directory`: a session of its own whose grant airlockd mints and revokes when the client goes (this or --session)")
 	pol := fs.String("policy", "", "with --dir: the session's policy, a built-in `NAME` (allow-all, read-only, ask-writes, deny-all) or a policy FILE (a path with a /): a call it asks about waits for the operator (airlock approvals)")
 	opsFlag := fs.String("ops", "", "with --dir: the operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
-	gen := generationFlag(fs)
+	// Not generationFlag's "(required)": --dir opens generation 1 of a session of its own.
+	gen := fs.Int64("generation", 0, "with --session: the session generation (required with it)")
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
 	httpAddr := fs.String("http", "", "serve Streamable HTTP on `host:port` instead of stdio (loopback only without --listen)")
 	listen := fs.Bool("listen", false, "with --http: allow an address that is not loopback")

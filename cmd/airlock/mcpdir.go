@@ -279,7 +279,7 @@ func checkPolicyName(pol string) error {
 func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("mcp config")
 	dir := fs.String("dir", "", "the directory to give the client (required)")
-	which := fs.String("client", configJSON, "what to print: json (an mcpServers object, for Claude Desktop, Cursor, VS Code, …), or a claude, codex or gemini `mcp add` line")
+	which := fs.String("client", configJSON, "what to print, for the `client` named: json (an mcpServers object, for Claude Desktop, Cursor, VS Code, …), or claude, codex or gemini (that CLI's mcp add line)")
 	name := fs.String("name", "", "the server's name in the client (default airlock-DIRNAME)")
 	ops := fs.String("ops", "", "operations to grant (default all six: "+strings.Join(defaultDirOps, ",")+")")
 	caps := fs.String("caps", "", "comma-separated capability ids whose observe and actions become tools")
