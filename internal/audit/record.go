@@ -102,7 +102,9 @@ type Actor struct {
 
 // Target is what a record is about.
 type Target struct {
-	Op         string `json:"op"`                   // "fs.write", "capability.invoke", "approval.decided", "adapter.register" …
+	// Op is what was done: "fs.write", "capability.invoke", "adapter.register" …, or for the
+	// approval queue approval.asked, .approved, .denied, .timed_out, .remembered or .forgotten.
+	Op         string `json:"op"`
 	Capability string `json:"capability,omitempty"` // capability id
 	Action     string `json:"action,omitempty"`     // capability action
 	Path       string `json:"path,omitempty"`       // fs path, relative to the session's cwd
