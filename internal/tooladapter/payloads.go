@@ -213,7 +213,52 @@ const (
 	boolWant   = "true or false"
 )
 
+var queryWant = "a non-empty string of at most " + strconv.Itoa(MaxQueryLen) + " characters"
+
 var editsWant = "an array of 1 to " + strconv.Itoa(MaxEdits) + " edits, each {oldText, newText}"
+
+// memberWants is what each payload member must be, for the message of a member of the wrong
+// JSON type (null included), which names the member and this as a range or form failure
+// does: the same words where those name the JSON type, the type first where they do not
+// (path, expectedDigest). An array item's member is keyed without its index, as the checks
+// name it (edits.oldText), and an item itself as edits[].
+var memberWants = map[string]string{
+	"path":           "a string, " + pathWant,
+	"offset":         intWant(0, maxSafeInteger),
+	"maxBytes":       intWant(1, MaxContentBytes),
+	"maxEntries":     intWant(1, MaxListEntries),
+	"maxResults":     intWant(1, MaxSearchResults),
+	"query":          queryWant,
+	"content":        contentWant(0),
+	"create":         boolWant,
+	"overwrite":      boolWant,
+	"expectedDigest": "a string of " + digestWant,
+	"edits":          editsWant,
+	"edits[]":        "an object {oldText, newText}",
+	"edits.oldText":  contentWant(1),
+	"edits.newText":  contentWant(0),
+}
+
+// memberWant returns what the payload member at path (as ndjson names it: edits[2].oldText)
+// must be, or "".
+func memberWant(path string) string {
+	var b strings.Builder
+	for i := 0; i < len(path); i++ {
+		if path[i] != '[' {
+			b.WriteByte(path[i])
+			continue
+		}
+		j := strings.IndexByte(path[i:], ']')
+		if j < 0 {
+			return ""
+		}
+		if i+j+1 == len(path) {
+			b.WriteString("[]") // the item itself
+		}
+		i += j
+	}
+	return memberWants[b.String()]
+}
 
 func (c *shapeCheck) relPath(field string, p *string) {
 	if !c.requiredWant(field, pathWant, p != nil) {
@@ -238,12 +283,16 @@ func (c *shapeCheck) digest(field string, p *string, optional bool) {
 
 func (c *shapeCheck) content(field string, p *string, minBytes int) {
 	if p == nil || len(*p) < minBytes || len(*p) > MaxContentBytes {
-		want := "a string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
-		if minBytes > 0 {
-			want = "a non-empty string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
-		}
-		c.failWant(field, want, p == nil)
+		c.failWant(field, contentWant(minBytes), p == nil)
 	}
+}
+
+// contentWant is what content of at least minBytes (0 or 1) must be.
+func contentWant(minBytes int) string {
+	if minBytes > 0 {
+		return "a non-empty string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
+	}
+	return "a string of at most " + strconv.Itoa(MaxContentBytes) + " bytes"
 }
 
 func (c *shapeCheck) modifiedAt(field string, p *string) {
@@ -276,7 +325,8 @@ func (c *shapeCheck) err(what string) *protocol.Error {
 }
 
 // decodeShape decodes raw into v strictly. A failure names the member: one the shape does
-// not have, or one of the wrong JSON type.
+// not have, or one of the wrong JSON type, and for a payload's member what it must be (a
+// model that sent it reads the message and corrects it).
 func decodeShape(code, what string, raw json.RawMessage, v any) *protocol.Error {
 	if raw == nil {
 		return protocol.Errorf(code, "%s is required", what)
@@ -288,6 +338,9 @@ func decodeShape(code, what string, raw json.RawMessage, v any) *protocol.Error 
 			case ndjson.ReasonUnknownField, ndjson.ReasonCaseVariant:
 				return fieldError(code, de.Path, "%s member %s is not one this operation takes", what, de.Path)
 			case ndjson.ReasonType:
+				if want := memberWant(de.Path); want != "" && what == "payload" {
+					return fieldError(code, de.Path, "%s member %s must be %s", what, de.Path, want)
+				}
 				return fieldError(code, de.Path, "%s member %s is not of its type (see the operation's schema)", what, de.Path)
 			}
 			return fieldError(code, de.Path, "%s is not a closed %s object", what, what)
@@ -339,7 +392,7 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 			p = v.Path
 			c.relPath("path", v.Path)
 			if v.Query == nil || *v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen {
-				c.failWant("query", "a non-empty string of at most "+strconv.Itoa(MaxQueryLen)+" characters", v.Query == nil)
+				c.failWant("query", queryWant, v.Query == nil)
 			}
 			c.intRange("maxResults", v.MaxResults, 1, MaxSearchResults, true)
 		}

@@ -42,7 +42,7 @@ func TestPayloadErrorsNameTheMember(t *testing.T) {
 		op, payload, field, msg string
 	}{
 		{OpList, `{"path":".","maxEntries":0}`, "maxEntries", "payload member maxEntries must be an integer from 1 to 10000"},
-		{OpList, `{"path":".","maxEntries":"zzqx"}`, "maxEntries", "payload member maxEntries is not of its type"},
+		{OpList, `{"path":".","maxEntries":"zzqx"}`, "maxEntries", "payload member maxEntries must be an integer from 1 to 10000"},
 		{OpList, `{"path":".","recursive":true}`, "recursive", "payload member recursive is not one this operation takes"},
 		{OpRead, `{}`, "path", `payload member path is missing: it must be a path relative to the granted directory`},
 		{OpRead, `{"path":"a","offset":-1}`, "offset", "payload member offset must be an integer of at least 0"},
@@ -52,6 +52,23 @@ func TestPayloadErrorsNameTheMember(t *testing.T) {
 		{OpWrite, `{"path":"a"}`, "content", "payload member content is missing: it must be a string of at most 4194304 bytes"},
 		{OpEdit, `{"path":"a","edits":[]}`, "edits", "payload member edits must be an array of 1 to 256 edits"},
 		{OpEdit, `{"path":"a","edits":[{"oldText":"","newText":"b"}]}`, "edits.oldText", "payload member edits.oldText must be a non-empty string"},
+		// A member of the wrong JSON type (null included) says what it must be as a range
+		// failure does, naming the type; details.field is the member as the decoder names it.
+		{OpRead, `{"path":123}`, "path", `payload member path must be a string, a path relative to the granted directory ("." for the directory itself)`},
+		{OpRead, `{"path":"a","maxBytes":"10"}`, "maxBytes", "payload member maxBytes must be an integer from 1 to 4194304"},
+		{OpRead, `{"path":"a","offset":1.5}`, "offset", "payload member offset must be an integer of at least 0"},
+		{OpRead, `{"path":"a","offset":1e30}`, "offset", "payload member offset must be an integer of at least 0"},
+		{OpRead, `{"path":"a","maxBytes":null}`, "maxBytes", "payload member maxBytes must be an integer from 1 to 4194304"},
+		{OpSearch, `{"path":".","query":["zzqx"]}`, "query", "payload member query must be a non-empty string of at most 4096 characters"},
+		{OpSearch, `{"path":".","query":"q","maxResults":{}}`, "maxResults", "payload member maxResults must be an integer from 1 to 10000"},
+		{OpWrite, `{"path":"a","content":7}`, "content", "payload member content must be a string of at most 4194304 bytes"},
+		{OpWrite, `{"path":"a","content":"x","create":"yes"}`, "create", "payload member create must be true or false"},
+		{OpWrite, `{"path":"a","content":"x","overwrite":1}`, "overwrite", "payload member overwrite must be true or false"},
+		{OpWrite, `{"path":"a","content":"x","expectedDigest":5}`, "expectedDigest", "payload member expectedDigest must be a string of 64 lowercase hexadecimal digits"},
+		{OpEdit, `{"path":"a","edits":"hello"}`, "edits", "payload member edits must be an array of 1 to 256 edits, each {oldText, newText}"},
+		{OpEdit, `{"path":"a","edits":[1]}`, "edits[0]", "payload member edits[0] must be an object {oldText, newText}"},
+		{OpEdit, `{"path":"a","edits":[{"oldText":"a","newText":"b"},{"oldText":1,"newText":"x"}]}`, "edits[1].oldText", "payload member edits[1].oldText must be a non-empty string of at most 4194304 bytes"},
+		{OpEdit, `{"path":"a","edits":[{"oldText":"a","newText":false}]}`, "edits[0].newText", "payload member edits[0].newText must be a string of at most 4194304 bytes"},
 	}
 	for _, tc := range cases {
 		e := ValidatePayload(tc.op, json.RawMessage(tc.payload))
