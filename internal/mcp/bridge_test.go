@@ -465,6 +465,69 @@ func TestManyLargeReadsAtOnce(t *testing.T) {
 	}
 }
 
+// validates reports whether v is valid under the JSON schema s, as a client that checks a
+// call's arguments against the tool's inputSchema before it sends them would find.
+func validates(t *testing.T, s any, v any) bool {
+	t.Helper()
+	sb, _ := json.Marshal(s)
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(sb)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AddResource("in.json", doc)
+	sch, err := c.Compile("in.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb, _ := json.Marshal(v)
+	inst, _ := jsonschema.UnmarshalJSON(strings.NewReader(string(vb)))
+	return sch.Validate(inst) == nil
+}
+
+// TestReadMaxBytesIsTheDaemons: fs_read's inputSchema bounds maxBytes where the daemon does
+// (1–4194304, tool-adapters.md), not at what one answer of the grant holds: a read of more
+// than the 1 MiB response is valid under the schema and answered, cut, with eof false; one
+// past the schema's maximum is refused by a message naming that maximum. (The schema said
+// 1047552, the refusal 4194304, and the daemon accepted 2000000.)
+func TestReadMaxBytesIsTheDaemons(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	os.WriteFile(filepath.Join(e.root, "big.txt"), []byte(strings.Repeat("x", 2100000)), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	in := cn.tools(t)["fs_read"].InputSchema
+	b, _ := json.Marshal(in)
+	var s struct {
+		Properties map[string]struct {
+			Maximum int64 `json:"maximum"`
+		} `json:"properties"`
+	}
+	json.Unmarshal(b, &s)
+	top := s.Properties["maxBytes"].Maximum
+	if top != 4194304 {
+		t.Fatalf("fs_read's maxBytes maximum is %d, the daemon's 4194304", top)
+	}
+
+	args := map[string]any{"path": "big.txt", "maxBytes": 2000000}
+	if !validates(t, in, args) {
+		t.Fatalf("%v does not fit fs_read's inputSchema %s", args, b)
+	}
+	r := structured(t, cn.call(t, "fs_read", args))
+	if n := r["bytesRead"].(float64); n < 1 || n >= 1<<20 || r["eof"] != false {
+		t.Fatalf("a read of 2000000 bytes under a 1 MiB response: bytesRead %v, eof %v", n, r["eof"])
+	}
+
+	args["maxBytes"] = top + 1
+	if validates(t, in, args) {
+		t.Fatalf("maxBytes %d fits fs_read's inputSchema", top+1)
+	}
+	if we := airlockError(t, cn.call(t, "fs_read", args)); we.Code != "adapter_request_invalid" ||
+		!strings.Contains(we.Message, fmt.Sprintf("maxBytes must be an integer from 1 to %d", top)) {
+		t.Fatalf("maxBytes %d: %+v, want adapter_request_invalid naming the schema's maximum", top+1, we)
+	}
+}
+
 // TestAdapterConnectionOutlivesItsWriteDeadline writes a frame larger than the socket buffer to
 // airlock-fs (a 1 MiB fs_write, which the daemon finishes with a deadline of two request
 // timeouts), waits past that deadline, and calls again: the call is answered. (The deadline

@@ -90,8 +90,12 @@ func intProp(desc string, lo, hi int64) schema {
 // input and output schemas of the tool-adapter protocol's payload and result for it, with the
 // bounds the grant's limits put on content. Unknown operations have no tool.
 func fsTool(op string, l tooladapter.Limits) *sdk.Tool {
-	// Content sent must fit one request frame, and content asked for one response frame; a
-	// little room is left for the frame around it.
+	// Content sent must fit one request frame; a little room is left for the frame around
+	// it. Content asked for is bounded by the protocol alone (maxBytes 1–4 MiB, which the
+	// daemon checks): an adapter cuts a read's answer to fit its response frame and says so
+	// with eof false (docs/tool-adapters.md, fs.read windows), so a larger maxBytes is no
+	// error, and the schema says what the daemon accepts, not the smaller part it answers
+	// (TestReadMaxBytesIsTheDaemons).
 	maxContent := min(int64(tooladapter.MaxContentBytes), max(l.MaxRequestBytes-1024, 1))
 	maxRead := min(int64(tooladapter.MaxContentBytes), max(l.MaxResponseBytes-1024, 1))
 	readOnly := &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(false)}
@@ -122,7 +126,7 @@ func fsTool(op string, l tooladapter.Limits) *sdk.Tool {
 		in = closedObject([]string{"path"}, schema{
 			"path":     pathProp,
 			"offset":   intProp("Byte offset to start at.", 0, 1<<53-1),
-			"maxBytes": intProp("At most this many bytes.", 1, maxRead),
+			"maxBytes": intProp(fmt.Sprintf("At most this many bytes. One answer holds at most about %d: when it is cut, eof is false and fs_read from offset + bytesRead reads on.", maxRead), 1, tooladapter.MaxContentBytes),
 		})
 		out = closedObject([]string{"content", "bytesRead", "eof"}, schema{
 			"content":   schema{"type": "string"},
