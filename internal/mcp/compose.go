@@ -27,7 +27,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -217,14 +216,28 @@ func (c *composedCall) all(n int, f func(i int)) {
 }
 
 // argError is the error of an argument the bridge checks itself (a composed tool's own, such as
-// fs_head's lines): invalid_args, naming the argument and what it must be.
+// fs_head's lines), naming the argument and what it must be.
 func argError(field, must string) *protocol.Error {
-	return protocol.Errorf(capadapter.CodeInvalidArgs, "argument %s must be %s", field, must).With("field", field)
+	return argFault(field, "argument %s must be %s", field, must)
+}
+
+// argFault is the error of a composed tool's argument that the bridge refuses, details.field
+// naming it. Its code is adapter_request_invalid, the one the six operations' tools answer an
+// argument with that does not fit their schema (the daemon's payload check), with the same
+// details (indeterminate false: nothing ran), not the capability protocol's invalid_args: a
+// hint depends on the code alone (internal/hint), and invalid_args's must also cover a device
+// refusing values with no message, which is no advice for a filesystem tool; the fs tools'
+// code has a hint that says to correct the member the message names. So every fs tool's
+// argument fault, plain or composed (fs_edit_preview answers both), has one code and one
+// hint.
+func argFault(field, format string, args ...any) *protocol.Error {
+	return protocol.Errorf(tooladapter.CodeRequestInvalid, format, args...).
+		With(tooladapter.DetailField, field).With(tooladapter.DetailIndeterminate, false)
 }
 
 // decodeArgs decodes a composed tool's arguments into v (a struct of the tool's members,
 // optional ones pointers): an unknown member, a value of the wrong type and a missing required
-// member are invalid_args naming the member and saying what it must be (must[member]).
+// member are refused naming the member and saying what it must be (must[member]).
 func decodeArgs(args json.RawMessage, v any, must map[string]string, required ...string) *protocol.Error {
 	if err := ndjson.Decode(args, v, ndjson.Closed); err != nil {
 		var de *ndjson.DecodeError
@@ -236,7 +249,7 @@ func decodeArgs(args json.RawMessage, v any, must map[string]string, required ..
 			field = field[:i]
 		}
 		if de.Reason == ndjson.ReasonUnknownField || must[field] == "" {
-			return protocol.Errorf(capadapter.CodeInvalidArgs, "%s is not an argument of this tool", field).With("field", field)
+			return argFault(field, "%s is not an argument of this tool", field)
 		}
 		return argError(field, must[field])
 	}
@@ -244,7 +257,7 @@ func decodeArgs(args json.RawMessage, v any, must map[string]string, required ..
 	_ = json.Unmarshal(args, &present) // it decoded above
 	for _, f := range required {
 		if _, ok := present[f]; !ok {
-			return protocol.Errorf(capadapter.CodeInvalidArgs, "argument %s is required: %s", f, must[f]).With("field", f)
+			return argFault(f, "argument %s is required: %s", f, must[f])
 		}
 	}
 	return nil

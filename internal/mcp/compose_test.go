@@ -194,16 +194,16 @@ func TestHeadAndTail(t *testing.T) {
 	failCall(t, cn, "fs_head", map[string]any{"path": "dir", "lines": 1}, "not_a_file")
 	failCall(t, cn, "fs_head", map[string]any{"path": "../lines.txt", "lines": 1}, "invalid_tool_adapter_path")
 	failCall(t, cn, "fs_tail", map[string]any{"path": "missing.txt", "lines": 1}, "adapter_path_unavailable")
-	if d := failCall(t, cn, "fs_head", map[string]any{"path": "lines.txt", "lines": 0}, "invalid_args"); d["field"] != "lines" {
+	if d := failCall(t, cn, "fs_head", map[string]any{"path": "lines.txt", "lines": 0}, "adapter_request_invalid"); d["field"] != "lines" {
 		t.Errorf("lines 0: details %v", d)
 	}
-	if d := failCall(t, cn, "fs_head", map[string]any{"path": "lines.txt"}, "invalid_args"); d["field"] != "lines" {
+	if d := failCall(t, cn, "fs_head", map[string]any{"path": "lines.txt"}, "adapter_request_invalid"); d["field"] != "lines" {
 		t.Errorf("no lines: details %v", d)
 	}
-	if d := failCall(t, cn, "fs_tail", map[string]any{"path": "lines.txt", "lines": 1, "from": 2}, "invalid_args"); d["field"] != "from" {
+	if d := failCall(t, cn, "fs_tail", map[string]any{"path": "lines.txt", "lines": 1, "from": 2}, "adapter_request_invalid"); d["field"] != "from" {
 		t.Errorf("unknown argument: details %v", d)
 	}
-	if d := failCall(t, cn, "fs_tail", map[string]any{"path": "lines.txt", "lines": "3"}, "invalid_args"); d["field"] != "lines" {
+	if d := failCall(t, cn, "fs_tail", map[string]any{"path": "lines.txt", "lines": "3"}, "adapter_request_invalid"); d["field"] != "lines" {
 		t.Errorf("a string: details %v", d)
 	}
 }
@@ -266,10 +266,10 @@ func TestReadMany(t *testing.T) {
 	for i := range many {
 		many[i] = "a.txt"
 	}
-	if d := failCall(t, cn, "fs_read_many", map[string]any{"paths": many}, "invalid_args"); d["field"] != "paths" {
+	if d := failCall(t, cn, "fs_read_many", map[string]any{"paths": many}, "adapter_request_invalid"); d["field"] != "paths" {
 		t.Errorf("65 paths: %v", d)
 	}
-	if d := failCall(t, cn, "fs_read_many", map[string]any{"paths": []string{"a.txt"}, "maxBytes": 3073}, "invalid_args"); d["field"] != "maxBytes" {
+	if d := failCall(t, cn, "fs_read_many", map[string]any{"paths": []string{"a.txt"}, "maxBytes": 3073}, "adapter_request_invalid"); d["field"] != "maxBytes" {
 		t.Errorf("maxBytes over the grant's: %v", d)
 	}
 }
@@ -322,8 +322,8 @@ func TestTree(t *testing.T) {
 
 	failCall(t, cn, "fs_tree", map[string]any{"path": "esc"}, "adapter_path_symlink")
 	failCall(t, cn, "fs_tree", map[string]any{"path": "../outside"}, "invalid_tool_adapter_path")
-	failCall(t, cn, "fs_tree", map[string]any{"path": ".", "exclude": []string{"[x"}}, "invalid_args")
-	failCall(t, cn, "fs_tree", map[string]any{"path": ".", "pattern": "*"}, "invalid_args")
+	failCall(t, cn, "fs_tree", map[string]any{"path": ".", "exclude": []string{"[x"}}, "adapter_request_invalid")
+	failCall(t, cn, "fs_tree", map[string]any{"path": ".", "pattern": "*"}, "adapter_request_invalid")
 
 	// A walk reports its progress when asked to.
 	params := &sdk.CallToolParams{Name: "fs_tree", Arguments: map[string]any{"path": "."}}
@@ -379,15 +379,15 @@ func TestFind(t *testing.T) {
 		"dir/../../*":    "invalid_tool_adapter_path",
 		"esc/*":          "adapter_path_symlink",
 		"esc/**/secret":  "adapter_path_symlink",
-		"*/../../secret": "invalid_args",
-		"[abc":           "invalid_args",
+		"*/../../secret": "adapter_request_invalid",
+		"[abc":           "adapter_request_invalid",
 	} {
 		r := cn.call(t, "fs_find", map[string]any{"path": ".", "pattern": pattern})
 		if got := errorCode(t, r); got != code || strings.Contains(text(r), "SECRET") {
 			t.Errorf("fs_find %s: %s %q, want %s", pattern, got, text(r), code)
 		}
 	}
-	failCall(t, cn, "fs_find", map[string]any{"path": "dir/.."}, "invalid_args")
+	failCall(t, cn, "fs_find", map[string]any{"path": "dir/.."}, "adapter_request_invalid")
 }
 
 func TestListSorted(t *testing.T) {
@@ -442,7 +442,7 @@ func TestListSorted(t *testing.T) {
 			t.Errorf("fs_list_sorted %v: %v", c.args, s)
 		}
 	}
-	if d := failCall(t, cn, "fs_list_sorted", map[string]any{"path": ".", "sortBy": "date"}, "invalid_args"); d["field"] != "sortBy" {
+	if d := failCall(t, cn, "fs_list_sorted", map[string]any{"path": ".", "sortBy": "date"}, "adapter_request_invalid"); d["field"] != "sortBy" {
 		t.Errorf("sortBy date: %v", d)
 	}
 	failCall(t, cn, "fs_list_sorted", map[string]any{"path": "..", "sortBy": "name"}, "invalid_tool_adapter_path")

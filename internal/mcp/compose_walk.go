@@ -10,7 +10,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/fsadapter/fsops"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -236,7 +235,7 @@ func compileExcludes(list *[]string) ([]*glob, *protocol.Error) {
 	for _, p := range *list {
 		g, err := compileExclude(p)
 		if err != nil {
-			return nil, protocol.Errorf(capadapter.CodeInvalidArgs, "argument exclude: the pattern %q %s", p, err.Error()).With("field", "exclude")
+			return nil, argFault("exclude", "argument exclude: the pattern %q %s", p, err.Error())
 		}
 		out = append(out, g)
 	}
@@ -262,7 +261,7 @@ func runTree(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 		if a.Pattern == nil {
 			field = "maxResults"
 		}
-		return nil, protocol.Errorf(capadapter.CodeInvalidArgs, "%s is not an argument of this tool", field).With("field", field)
+		return nil, argFault(field, "%s is not an argument of this tool", field)
 	}
 	depth, perr := intArg("maxDepth", a.MaxDepth, maxWalkDepth, 1, maxWalkDepth)
 	if perr != nil {
@@ -316,7 +315,7 @@ func runFind(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 		if a.MaxDepth == nil {
 			field = "maxEntries"
 		}
-		return nil, protocol.Errorf(capadapter.CodeInvalidArgs, "%s is not an argument of this tool", field).With("field", field)
+		return nil, argFault(field, "%s is not an argument of this tool", field)
 	}
 	limit, perr := intArg("maxResults", a.MaxResults, defaultWalkLimit, 1, tooladapter.MaxListEntries)
 	if perr != nil {
@@ -329,7 +328,7 @@ func runFind(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 		prefix, rest, err = g.split()
 	}
 	if err != nil {
-		return nil, protocol.Errorf(capadapter.CodeInvalidArgs, "argument pattern %s", err.Error()).With("field", "pattern")
+		return nil, argFault("pattern", "argument pattern %s", err.Error())
 	}
 	ex, perr := compileExcludes(a.Exclude)
 	if perr != nil {

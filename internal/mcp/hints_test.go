@@ -14,7 +14,8 @@ import (
 // go-lamp example adapter, each failed call's text carries its code and, on the next line, the
 // code's hint from internal/hint, which _meta carries too: airlock-fs's refusals (which reach
 // the runtime as bare codes), the runtime's own argument checks (which name the argument and
-// what it must be), and the adapter's own invalid_args (generic hint, no adapter text).
+// what it must be: an fs or composed tool's with the fs tools' hint, a capability action's with
+// the capability one), and the adapter's own invalid_args (generic hint, no adapter text).
 func TestErrorsCarryAHint(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -30,23 +31,34 @@ func TestErrorsCarryAHint(t *testing.T) {
 		args       map[string]any
 		code       string
 		says       []string // the message names these
+		hintSays   string   // and the hint this
 	}{
-		{"file_exists", "fs_write", map[string]any{"path": "notes.txt", "content": "x", "create": true}, "file_exists", nil},
-		{"edit_not_found", "fs_edit", map[string]any{"path": "notes.txt", "edits": []any{map[string]any{"oldText": "three", "newText": "3"}}}, "edit_not_found", nil},
-		{"not_utf8", "fs_read", map[string]any{"path": "blob.bin"}, "not_utf8", nil},
-		{"not_a_file", "fs_read", map[string]any{"path": "dir"}, "not_a_file", nil},
+		{"file_exists", "fs_write", map[string]any{"path": "notes.txt", "content": "x", "create": true}, "file_exists", nil, ""},
+		{"edit_not_found", "fs_edit", map[string]any{"path": "notes.txt", "edits": []any{map[string]any{"oldText": "three", "newText": "3"}}}, "edit_not_found", nil, ""},
+		{"not_utf8", "fs_read", map[string]any{"path": "blob.bin"}, "not_utf8", nil, ""},
+		{"not_a_file", "fs_read", map[string]any{"path": "dir"}, "not_a_file", nil, ""},
 		{"runtime: fs argument out of range", "fs_list", map[string]any{"path": ".", "maxEntries": 0}, "adapter_request_invalid",
-			[]string{"maxEntries", "an integer from 1 to 10000"}},
+			[]string{"maxEntries", "an integer from 1 to 10000"}, "correct that member"},
 		{"runtime: fs argument of the wrong type", "fs_read", map[string]any{"path": "notes.txt", "maxBytes": "dazzling"}, "adapter_request_invalid",
-			[]string{"payload member maxBytes must be an integer from 1 to 4194304"}},
+			[]string{"payload member maxBytes must be an integer from 1 to 4194304"}, "correct that member"},
 		{"runtime: fs edits of the wrong type", "fs_edit", map[string]any{"path": "notes.txt", "edits": "dazzling"}, "adapter_request_invalid",
-			[]string{"payload member edits must be an array of 1 to 256 edits"}},
+			[]string{"payload member edits must be an array of 1 to 256 edits"}, "correct that member"},
+		// A composed tool's own argument has the fs tools' code and hint, which say to correct
+		// the member named (not the capability one, which speaks of a device).
+		{"runtime: composed argument out of range", "fs_head", map[string]any{"path": "notes.txt", "lines": 0}, "adapter_request_invalid",
+			[]string{"argument lines must be an integer from 1 to 100000"}, "correct that member"},
+		{"runtime: composed argument of the wrong type", "fs_tree", map[string]any{"path": ".", "maxDepth": "dazzling"}, "adapter_request_invalid",
+			[]string{"argument maxDepth must be an integer from 1 to 64"}, "correct that member"},
+		{"runtime: composed argument unknown", "fs_list_sorted", map[string]any{"path": ".", "recursive": true}, "adapter_request_invalid",
+			[]string{"recursive is not an argument of this tool"}, "correct that member"},
+		{"runtime: composed argument not a choice", "fs_list_sorted", map[string]any{"path": ".", "sortBy": "dazzling"}, "adapter_request_invalid",
+			[]string{"argument sortBy must be"}, "correct that member"},
 		{"runtime: capability argument of the wrong type", "desk_lamp_set_brightness", map[string]any{"level": "dazzling"}, "invalid_args",
-			[]string{`argument "level" must be a number`}},
+			[]string{`argument "level" must be a number`}, "device"},
 		{"runtime: undeclared capability argument", "desk_lamp_set_power", map[string]any{"on": true, "colour": "red"}, "invalid_args",
-			[]string{`which takes "on" (true or false, required)`}},
+			[]string{`which takes "on" (true or false, required)`}, "device"},
 		{"the adapter's own invalid_args", "desk_lamp_set_brightness", map[string]any{"level": 150}, "invalid_args",
-			[]string{"reported by the adapter"}},
+			[]string{"reported by the adapter"}, "device"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +77,9 @@ func TestErrorsCarryAHint(t *testing.T) {
 				if !strings.Contains(lines[0], s) {
 					t.Errorf("%s: %q does not name %q", tc.tool, lines[0], s)
 				}
+			}
+			if !strings.Contains(h, tc.hintSays) || strings.HasPrefix(tc.tool, "fs_") && strings.Contains(h, "device") {
+				t.Errorf("%s: the hint %q does not fit the tool", tc.tool, h)
 			}
 			if strings.Contains(text(r), "dazzling") || strings.Contains(text(r), "colour") {
 				t.Errorf("the error quotes what the call sent: %q", text(r))
