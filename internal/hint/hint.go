@@ -88,6 +88,11 @@ var table = []entry{
 		"airlockd is still starting: wait a few seconds and call again."},
 	{[]string{"host_draining"},
 		"airlockd is shutting down: stop, and tell the user to start it again before you go on."},
+	// An open's policy (internal/policy, internal/daemon): airlock mcp --dir --policy opens
+	// its session again after a daemon restart, and a policy file gone or broken since then
+	// refuses it, which every call is then answered with.
+	{[]string{"invalid_policy"},
+		"The session's policy cannot be used (a built-in name airlockd does not know, or a policy file that is unreadable, not the operator's, invalid or whose examples fail; details.field says which): stop and tell the user, who must fix it and open the session again."},
 
 	// Durability, the wake journal, recovery.
 	{[]string{"insecure_state_path", "corrupt_state", "catalog_update_failed", "durability_failed", "durability_completion_failed", "corrupt_journal", "invalid_journal_transition", "journal_entry_missing", "journal_record_too_large", "session_not_running", "session_failed", "session_precondition_failed", "durable_admission_unavailable", "ticket_not_found", "ticket_not_indeterminate", "turn_failed", "recovery_open_timeout", "recovery_deadline_exceeded", "restore_open_failed", "restore_wake_failed", "manifest_generation_mismatch", "conversation_identity_missing"},
@@ -195,6 +200,19 @@ var table = []entry{
 		"The grant does not include this operation: use only the tools you are offered, or ask the user to grant it."},
 	{[]string{"handle_in_result"},
 		"The answer would have shown the grant's secret handle, so airlock-fs withheld it: do not read that file or search for that text, and tell the user."},
+
+	// airlock-fs's admin socket (internal/fsadapter/server/admin.go), where airlockd mints the
+	// grant of an airlock mcp --dir session: when the session cannot be opened again after a
+	// daemon restart, the refusal answers every call (its invalid_request, line_timeout and
+	// connection_evicted share the hints of other protocols').
+	{[]string{"root_invalid"},
+		"The directory this session grants is gone or cannot be opened as a directory, so no tool can work: stop and tell the user, who must restore it or start airlock mcp with a directory that exists."},
+	{[]string{"grant_capacity"},
+		"airlock-fs serves as many grants as it allows, so this session's directory could not be granted: stop and tell the user, who must end another session first."},
+	{[]string{"server_closing"},
+		"airlock-fs, which serves this session's directory, is shutting down: stop and tell the user, who must start airlockd again."},
+	{[]string{"grant_exists", "grant_not_found"},
+		operator},
 
 	// Capability adapters (internal/capadapter): the protocol's closed set first.
 	{[]string{"invalid_request"},

@@ -39,22 +39,31 @@ var doorSources = []string{
 	"gate",                   // policy_denied, approval_required, record_failed, approval_*
 	"approval",               // the approval queue: unknown_approval, not_rememberable
 	"proposal",               // an agent's adapter proposal, refused
+	"policy",                 // invalid_policy: airlock mcp --dir --policy, reopened after a restart
 }
 
-// skipFiles hold codes that no call can end with.
+// skipFiles hold codes that no call can end with. airlock-fs's admin socket
+// (fsadapter/server/admin.go) is not one of them: airlockd mints the grant of an airlock mcp
+// --dir session there and passes a refusal on (root_invalid when DIR is gone), and when the
+// bridge cannot reopen the session it answers every call with that refusal.
 var skipFiles = map[string]string{
-	"fsadapter/server/admin.go": "airlock-fs's admin socket (grants), which neither door speaks",
-	"roomhost/fabric.go":        "starting the daemon with a fabric file",
-	"roomhost/localbus.go":      "admitting another daemon to the embedded bus (admitBusHost, removeBusHost), which neither door calls",
-	"daemon/web.go":             "the operator's login to the web page (roomUILogin), which neither door calls",
+	"roomhost/fabric.go":   "starting the daemon with a fabric file",
+	"roomhost/localbus.go": "admitting another daemon to the embedded bus (admitBusHost, removeBusHost), which neither door calls",
+	"daemon/web.go":        "the operator's login to the web page (roomUILogin), which neither door calls",
 }
 
 var codeName = regexp.MustCompile(`^Code[A-Z]`)
 
-// doorCodes reads the codes from the source of doorSources.
+// doorCodes reads the codes from the source of doorSources. A Code* constant defined as
+// another one (daemon's CodeInvalidPolicy = policy.CodeInvalidPolicy) is resolved among the
+// constants the scan read, and fails the test when it names one the scan did not read: its
+// code reaches a door, so the package that defines it belongs in doorSources.
 func doorCodes(t *testing.T) map[string]string {
 	t.Helper()
-	codes := map[string]string{} // code → where it is defined
+	codes := map[string]string{}  // code → where it is defined
+	consts := map[string]string{} // package.Name → code, for the constants defined as another
+	type alias struct{ name, of, where string }
+	var aliases []alias
 	fset := token.NewFileSet()
 	for _, dir := range doorSources {
 		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
@@ -81,21 +90,63 @@ func doorCodes(t *testing.T) map[string]string {
 						if !codeName.MatchString(n.Name) || i >= len(vs.Values) {
 							continue
 						}
-						lit, ok := vs.Values[i].(*ast.BasicLit)
-						if !ok || lit.Kind != token.STRING {
-							continue
+						name, where := af.Name.Name+"."+n.Name, rel+": "+n.Name
+						switch v := vs.Values[i].(type) {
+						case *ast.BasicLit:
+							if v.Kind != token.STRING {
+								continue
+							}
+							code, err := strconv.Unquote(v.Value)
+							if err != nil {
+								t.Fatal(err)
+							}
+							codes[code], consts[name] = where, code
+						case *ast.Ident: // another constant of the package
+							aliases = append(aliases, alias{name, af.Name.Name + "." + v.Name, where})
+						case *ast.SelectorExpr: // a constant of an imported package
+							if x, ok := v.X.(*ast.Ident); ok {
+								aliases = append(aliases, alias{name, importedName(af, x.Name) + "." + v.Sel.Name, where})
+							}
 						}
-						v, err := strconv.Unquote(lit.Value)
-						if err != nil {
-							t.Fatal(err)
-						}
-						codes[v] = rel + ": " + n.Name
 					}
 				}
 			}
 		}
 	}
+	for len(aliases) > 0 {
+		var left []alias
+		for _, a := range aliases {
+			if code, ok := consts[a.of]; ok {
+				consts[a.name] = code
+				if codes[code] == "" {
+					codes[code] = a.where
+				}
+			} else {
+				left = append(left, a)
+			}
+		}
+		if len(left) == len(aliases) {
+			for _, a := range left {
+				t.Errorf("%s is %s, which the scan does not read: add its package to doorSources", a.where, a.of)
+			}
+			break
+		}
+		aliases = left
+	}
 	return codes
+}
+
+// importedName returns the package name that local, an import's name in af, stands for: the
+// last element of its path unless the import renames it.
+func importedName(af *ast.File, local string) string {
+	for _, im := range af.Imports {
+		path, _ := strconv.Unquote(im.Path.Value)
+		base := path[strings.LastIndex(path, "/")+1:]
+		if im.Name != nil && im.Name.Name == local || im.Name == nil && base == local {
+			return base
+		}
+	}
+	return local
 }
 
 // TestEveryDoorCodeHasAHint: every code a door can answer with, as the source defines it, has
@@ -105,7 +156,7 @@ func TestEveryDoorCodeHasAHint(t *testing.T) {
 	if len(codes) < 100 {
 		t.Fatalf("found only %d codes: is doorSources right?", len(codes))
 	}
-	for _, known := range []string{"file_exists", "edit_not_found", "not_utf8", "invalid_args", "result_withheld", "approval_denied", "unknown_tool", "daemon_unreachable", "adapter_request_invalid"} {
+	for _, known := range []string{"file_exists", "edit_not_found", "not_utf8", "invalid_args", "result_withheld", "approval_denied", "unknown_tool", "daemon_unreachable", "adapter_request_invalid", "root_invalid", "invalid_policy"} {
 		if codes[known] == "" {
 			t.Errorf("the source scan missed %s", known)
 		}
