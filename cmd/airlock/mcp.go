@@ -83,13 +83,12 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			return a.failUsage(o, err)
 		}
 	}
+	// A DIR that is not a directory is answered to a client on stdio, as a refused open is
+	// (fail, below): a client configured with a directory since renamed shows why.
 	var root string
+	var dirErr error
 	if *dir != "" {
-		d, err := canonicalDir(*dir)
-		if err != nil {
-			return a.failUsage(o, err)
-		}
-		root = d
+		root, dirErr = canonicalDir(*dir)
 	}
 	if *poll < 100*time.Millisecond {
 		return a.failUsage(o, usageErrorf("--poll must be at least 100ms"))
@@ -138,6 +137,9 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			serveFailure(ctx, in, a.stdout, pe, hint)
 		}
 		return code
+	}
+	if dirErr != nil {
+		return fail(dirErr)
 	}
 	sctx, cancel := context.WithTimeout(ctx, callTimeout)
 	sessionID, generation := *session, *gen

@@ -56,6 +56,10 @@ func canonicalDir(dir string) (string, error) {
 	}
 	real, err := filepath.EvalSymlinks(abs)
 	if err != nil {
+		if strings.HasPrefix(dir, "~") {
+			// A client's configuration runs no shell: "~/work" reaches us as it is.
+			return "", usageErrorf("--dir %s: %v (a client's configuration runs no shell, so ~ is not expanded: give an absolute path, as airlock mcp config prints)", abs, errors.Unwrap(err))
+		}
 		return "", usageErrorf("--dir %s: %v", abs, errors.Unwrap(err))
 	}
 	fi, err := os.Stat(real)

@@ -647,3 +647,37 @@ func TestDirSixteenCallsAtOnce(t *testing.T) {
 		t.Fatalf("airlock mcp passed its share of connections:\n%s", e.d.Stderr())
 	}
 }
+
+// TestDirNotADirectory: a --dir that is not a directory (gone, a file, or "~/…" from a
+// client's configuration, which runs no shell) is told to a client on stdio as the error of
+// its requests, as a refused open is; stderr says the same, and the exit, when the client
+// closes stdin, is the usage error's 2.
+func TestDirNotADirectory(t *testing.T) {
+	dir := daemontest.ShortDir(t)
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, []byte("x"), 0o600)
+	bin := daemontest.Binary(t, "airlock")
+	sock := filepath.Join(dir, "none.sock") // never reached: the directory is checked first
+	for _, c := range []struct{ dir, want string }{
+		{filepath.Join(dir, "gone"), `usage: --dir \S+/gone: no such file or directory`},
+		{file, `usage: --dir \S+/file is not a directory`},
+		{"~/nowhere-" + filepath.Base(dir), `usage: --dir \S+/~/nowhere-\S+: no such file or directory \(a client's configuration runs no shell, so ~ is not expanded`},
+	} {
+		want := regexp.MustCompile(c.want)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+			&sdk.CommandTransport{Command: exec.Command(bin, "--socket", sock, "mcp", "--dir", c.dir)}, nil)
+		cancel()
+		if err == nil || !want.MatchString(err.Error()) {
+			t.Fatalf("--dir %s: connect: %v", c.dir, err)
+		}
+		cmd := exec.Command(bin, "--socket", sock, "mcp", "--dir", c.dir)
+		stderr := &daemontest.SyncBuffer{}
+		cmd.Stderr = stderr
+		cmd.Stdin = strings.NewReader("")
+		cmd.Run()
+		if cmd.ProcessState.ExitCode() != 2 || !want.MatchString(stderr.String()) {
+			t.Fatalf("--dir %s: exit %d, stderr:\n%s", c.dir, cmd.ProcessState.ExitCode(), stderr.String())
+		}
+	}
+}
