@@ -181,6 +181,10 @@ type Client struct {
 
 	redial chan struct{} // a one-slot lock held while a reconnect dials
 
+	// maxLine, when above 0, is the daemon's bound on an inbound line (its handshake's
+	// limits.maxLineBytes, SetMaxLineBytes): Call refuses a longer command without sending it.
+	maxLine atomic.Int64
+
 	mu     sync.Mutex
 	cur    *link // the connection calls go out on
 	closed bool  // Close was called: no more reconnects
@@ -322,6 +326,24 @@ func (c *Client) Close() error {
 	return err
 }
 
+// SetMaxLineBytes makes Call refuse, with a *LineTooLongError and without sending it, a command
+// whose line (without its LF) is longer than n bytes: the daemon's bound (its handshake's
+// limits.maxLineBytes), past which it would close the connection, failing every call on it.
+// 0 (the default) sends every command.
+func (c *Client) SetMaxLineBytes(n int64) { c.maxLine.Store(n) }
+
+// LineTooLongError is a command that Call did not send because its line is longer than the
+// daemon reads (SetMaxLineBytes). The connection stays open.
+type LineTooLongError struct {
+	Operation string
+	Bytes     int   // the line's length, without its LF
+	Limit     int64 // the daemon's bound
+}
+
+func (e *LineTooLongError) Error() string {
+	return fmt.Sprintf("client: %s: a command of %d bytes, over the daemon's line bound of %d bytes", e.Operation, e.Bytes, e.Limit)
+}
+
 // Call sends one command and waits for its response. A transport failure is returned as an
 // error; a daemon refusal is a Response whose Err is set. When the daemon evicted the
 // connection, the command is sent again on a new one if it was provably not run (see Client).
@@ -336,6 +358,9 @@ func (c *Client) Call(ctx context.Context, cmd Command) (*Response, error) {
 	line, err := appendCommand(make([]byte, 0, 256), c.version, rid, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("client: encode %s: %w", cmd.Operation, err)
+	}
+	if limit := c.maxLine.Load(); limit > 0 && int64(len(line)-1) > limit {
+		return nil, &LineTooLongError{Operation: cmd.Operation, Bytes: len(line) - 1, Limit: limit}
 	}
 	l := c.link()
 	r, err := l.call(ctx, rid, line)

@@ -93,6 +93,33 @@ func TestResponsesAndEvents(t *testing.T) {
 	}
 }
 
+// TestMaxLineBytes: with the daemon's line bound set, a command longer than it is refused
+// with a *LineTooLongError without being sent (the fake daemon answers every line it reads, so a
+// sent one would be answered), exactly at the bound it is sent, and the connection carries the
+// next call as before.
+func TestMaxLineBytes(t *testing.T) {
+	socket := fakeDaemon(t, func(string) []string {
+		return []string{`{"protocolVersion":"2.0","kind":"response","requestId":"{rid}","hostInstanceId":"h","ok":true,"data":{}}`}
+	})
+	c := dialT(t, socket)
+	cmd := func(n int) Command {
+		return Command{Operation: "invokeTool", RequestID: "r", Payload: json.RawMessage(`{"x":"` + strings.Repeat("a", n) + `"}`)}
+	}
+	line, _ := appendCommand(nil, c.version, "r", cmd(100))
+	limit := int64(len(line) - 1)
+	c.SetMaxLineBytes(limit)
+	_, err := c.Call(context.Background(), cmd(101))
+	var long *LineTooLongError
+	if !errors.As(err, &long) || long.Bytes != int(limit)+1 || long.Limit != limit || long.Operation != "invokeTool" {
+		t.Fatalf("a command one byte over the bound: %v", err)
+	}
+	for _, n := range []int{100, 1} {
+		if r, err := c.Call(context.Background(), cmd(n)); err != nil || !r.OK {
+			t.Fatalf("a command of %d bytes within the bound: %v %+v", n, err, r)
+		}
+	}
+}
+
 // TestRefusal checks that an error response comes back as the daemon's error.
 func TestRefusal(t *testing.T) {
 	socket := fakeDaemon(t, func(string) []string {

@@ -136,7 +136,7 @@ var table = []entry{
 	{[]string{"adapter_request_invalid"},
 		"The arguments do not fit the tool's input schema (the message and details.field name the member and what it must be): correct that member and call again; if details.reason is duplicate_idempotency_key, the same call is still running, so wait for it."},
 	{[]string{"adapter_request_too_large"},
-		"The request is larger than the grant's maxRequestBytes: send less in one call, for example change part of a file with fs_edit instead of writing all of it."},
+		"The request is larger than one call may be (the grant's maxRequestBytes, or the line airlockd reads): send less in one call, for example change part of a file with fs_edit instead of writing all of it."},
 	{[]string{"adapter_queue_capacity"},
 		"The filesystem adapter has as many requests running and waiting as it allows: wait a moment (details.retryAfterMs, when present) and call again."},
 	{[]string{"adapter_request_timeout"},

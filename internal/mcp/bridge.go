@@ -87,6 +87,10 @@ type Bridge struct {
 	// fastCalls counts the calls the stdio fast path took (tests read it).
 	fastCalls atomic.Int64
 	slots     chan struct{} // one per connection in use
+	// maxLine is the daemon's bound on a command line (its handshake's limits.maxLineBytes),
+	// read at the start and at Resume; 0 until then. A call past it is refused here,
+	// adapter_request_too_large, instead of the daemon closing its connection.
+	maxLine atomic.Int64
 	// held is what every call and refresh answers while the bridge is held (Hold) or failed
 	// (Fail), else nil.
 	held atomic.Pointer[protocol.Error]
@@ -145,6 +149,9 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 
 // startup is the first refresh, stricter than the later ones.
 func (b *Bridge) startup(ctx context.Context) error {
+	if err := b.readLimits(ctx); err != nil {
+		return fmt.Errorf("mcp: handshake: %w", err)
+	}
 	var d protocol.SessionDescription
 	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpDescribeSession, SessionID: b.cfg.SessionID}, &d); err != nil {
 		return fmt.Errorf("mcp: session %q: %w", b.cfg.SessionID, err)
@@ -171,6 +178,16 @@ func (b *Bridge) startup(ctx context.Context) error {
 		}
 	}
 	return b.refresh(ctx)
+}
+
+// readLimits reads the daemon's line bound from its handshake.
+func (b *Bridge) readLimits(ctx context.Context) error {
+	var h protocol.Handshake
+	if err := b.daemonCall(ctx, client.Command{Operation: protocol.OpHandshake}, &h); err != nil {
+		return err
+	}
+	b.maxLine.Store(int64(h.Limits.MaxLineBytes))
+	return nil
 }
 
 // Server returns the MCP server, to run on a transport (Serve) or behind HTTPHandler.
@@ -269,10 +286,19 @@ func (l *lease) send(ctx context.Context, cmd client.Command) (*client.Response,
 	if cmd.RequestID == "" {
 		cmd.RequestID = l.b.requestID()
 	}
+	l.dc.SetMaxLineBytes(l.b.maxLine.Load())
 	resp, err := l.dc.Call(ctx, cmd)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		var long *client.LineTooLongError
+		if errors.As(err, &long) {
+			// Not sent: the connection is as good as before, and the same call is as long
+			// the next time. The code and hint of a request over an adapter's bound.
+			return nil, &protocol.Error{Code: tooladapter.CodeRequestTooLarge,
+				Message: fmt.Sprintf("the call's arguments make a request of %d bytes, over the %d bytes airlockd reads in one; send less in one call", long.Bytes, long.Limit),
+				Details: map[string]any{"maxLineBytes": long.Limit}}
 		}
 		l.broken = true
 		return nil, &protocol.Error{Code: CodeDaemonUnreachable, Message: "the connection to airlockd ended before its answer", Retryable: true}
@@ -364,6 +390,9 @@ func (b *Bridge) Fail(err *protocol.Error) {
 // the hold is listed without waiting for the next poll.
 func (b *Bridge) Resume(ctx context.Context) error {
 	b.held.Store(nil)
+	if err := b.readLimits(ctx); err != nil {
+		return err // the poll's refresh comes later; the bound read before stays
+	}
 	return b.refresh(ctx)
 }
 

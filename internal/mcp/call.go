@@ -234,7 +234,10 @@ func (b *Bridge) invokeTool(ctx context.Context, op, toolCallID, clientName stri
 			b.abort(l, rid)
 			return nil, nil, false, ctx.Err()
 		}
-		return nil, protocol.AsError(err), false, nil
+		// A call too long to send is definite (it never left); one whose connection ended
+		// may have run.
+		pe := protocol.AsError(err)
+		return nil, pe, pe.Code == tooladapter.CodeRequestTooLarge, nil
 	}
 	if e := resp.Err(); e != nil {
 		pe := protocol.AsError(e)

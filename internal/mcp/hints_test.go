@@ -43,6 +43,11 @@ func TestErrorsCarryAHint(t *testing.T) {
 			[]string{"payload member maxBytes must be an integer from 1 to 4194304"}, "correct that member"},
 		{"runtime: fs edits of the wrong type", "fs_edit", map[string]any{"path": "notes.txt", "edits": "dazzling"}, "adapter_request_invalid",
 			[]string{"payload member edits must be an array of 1 to 256 edits"}, "correct that member"},
+		// A write whose arguments fit the schema (characters, not bytes) but whose request is
+		// longer than the line airlockd reads is refused before it is sent: not a closed
+		// daemon connection (daemon_unreachable, whose hint says to call again).
+		{"runtime: a write over the daemon's line bound", "fs_write", map[string]any{"path": "big.txt", "content": strings.Repeat("日", 400000)},
+			"adapter_request_too_large", []string{"over the 1048576 bytes airlockd reads in one"}, "send less"},
 		// A composed tool's own argument has the fs tools' code and hint, which say to correct
 		// the member named (not the capability one, which speaks of a device).
 		{"runtime: composed argument out of range", "fs_head", map[string]any{"path": "notes.txt", "lines": 0}, "adapter_request_invalid",
