@@ -597,3 +597,31 @@ func TestHoldKeepsToolsUntilResume(t *testing.T) {
 		t.Fatalf("fs_read after Resume: %s", text(r))
 	}
 }
+
+// TestReadTextSaysWhenCut: fs_read's text is the file's text, and when the window stops
+// before the end of the file (eof false) a line after it says so and how to read on, since
+// most clients show a model only the text; structuredContent's content stays the file's text
+// alone. A read that reaches the end, and one past it, carry no note.
+func TestReadTextSaysWhenCut(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	os.WriteFile(filepath.Join(e.root, "f.txt"), []byte("one\ntwo\nthree\n"), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	for _, c := range []struct {
+		args          map[string]any
+		content, text string
+	}{
+		{map[string]any{"path": "f.txt", "maxBytes": 4}, "one\n",
+			"one\n\n(truncated: the file goes on after these 4 bytes; call fs_read again with offset advanced by 4 to read on)\n"},
+		{map[string]any{"path": "f.txt", "offset": 4, "maxBytes": 6}, "two\nth",
+			"two\nth\n(truncated: the file goes on after these 6 bytes; call fs_read again with offset advanced by 6 to read on)\n"},
+		{map[string]any{"path": "f.txt", "offset": 4}, "two\nthree\n", "two\nthree\n"},
+		{map[string]any{"path": "f.txt", "offset": 99}, "", ""},
+	} {
+		r := cn.call(t, "fs_read", c.args)
+		if s := structured(t, r); s["content"] != c.content || text(r) != c.text {
+			t.Errorf("%v: content %q, text %q; want %q and %q", c.args, s["content"], text(r), c.content, c.text)
+		}
+	}
+}

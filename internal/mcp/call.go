@@ -158,7 +158,11 @@ func (b *Bridge) callFS(ctx context.Context, req *sdk.CallToolRequest, s toolSpe
 		if err := json.Unmarshal(data, &r); err != nil {
 			return errUnreadable(), nil
 		}
-		return &sdk.CallToolResult{StructuredContent: r, Content: []sdk.Content{&sdk.TextContent{Text: r.Content}}}, nil
+		text := r.Content
+		if !r.EOF {
+			text += readNote(r.BytesRead)
+		}
+		return &sdk.CallToolResult{StructuredContent: r, Content: []sdk.Content{&sdk.TextContent{Text: text}}}, nil
 	}
 	text, rendered := "", false
 	switch s.operation {

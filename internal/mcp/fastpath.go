@@ -420,12 +420,22 @@ func appendFastResult(dst, id []byte, op string, data, serverInfo json.RawMessag
 		// The content member is a JSON string already, checked by the daemon: it is the
 		// text as it is, escapes and all.
 		var r struct {
-			Content json.RawMessage `json:"content"`
+			Content   json.RawMessage `json:"content"`
+			BytesRead int64           `json:"bytesRead"`
+			EOF       bool            `json:"eof"`
 		}
 		if ndjson.DecodeAliased(data, &r, ndjson.Open) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
 			return nil, errUnreadable()
 		}
-		dst = append(dst, r.Content...)
+		if r.EOF {
+			dst = append(dst, r.Content...)
+			break
+		}
+		// The note goes inside the string, before its closing quote, escaped as the SDK's
+		// encoder escapes it.
+		dst = append(dst, r.Content[:len(r.Content)-1]...)
+		note := ndjson.AppendString(nil, readNote(r.BytesRead))
+		dst = append(dst, note[1:]...)
 	case tooladapter.OpList:
 		text, ok := listText(data)
 		if !ok {

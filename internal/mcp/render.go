@@ -118,3 +118,12 @@ func searchText(data []byte) (text string, matches int, truncated, ok bool) {
 }
 
 func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
+
+// readNote is what fs_read's text adds after the file's text when the window did not reach the
+// end of the file (eof false): most clients show a model only the text, which would otherwise
+// read as the whole file. It follows the text on a line of its own, as a truncated listing's
+// note does; structuredContent.content stays the file's text alone.
+func readNote(bytesRead int64) string {
+	return "\n(truncated: the file goes on after these " + strconv.FormatInt(bytesRead, 10) +
+		" bytes; call fs_read again with offset advanced by " + strconv.FormatInt(bytesRead, 10) + " to read on)\n"
+}
