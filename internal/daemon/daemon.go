@@ -229,6 +229,7 @@ func Start(cfg Config) (*Daemon, error) {
 		mfs = *cfg.ManagedFS
 	}
 	d.srv.fsys = newManagedFS(mfs, cfg.SocketPath, d.hostID, cfg.Logger)
+	d.srv.fsys.regrant = d.srv.regrant
 	d.srv.adapters = newAdapterHost(sup, st, d.sessions, d.log)
 	d.srv.adapters.checkRoom = d.srv.checkOpenRoom
 	d.srv.roomsPending = cfg.Rooms != nil

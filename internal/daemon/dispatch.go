@@ -47,7 +47,7 @@ func (s *Server) open(ctx context.Context, c *conn, cmd *protocol.Command, p *pr
 	req.ToolsBound = &bound
 	res, err := s.openBound(ctx, p, &req)
 	if minted != "" && (err != nil || !bound) {
-		s.fsys.drop(cmd.SessionID, cmd.Generation, minted)
+		s.fsys.drop(cmd.SessionID, cmd.Generation, minted, "open did not bind it")
 	}
 	s.auditOpen(c, cmd, minted != "", bound, err)
 	if err == nil && res.Created && policy.Lifetime == protocol.LifetimeConnection {

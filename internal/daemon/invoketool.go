@@ -12,7 +12,9 @@ import (
 // toolCall decodes and checks an invokeTool command and returns the adapter connection of its
 // session generation, the payload and the call at the gate (c is nil for a command that did
 // not arrive on a connection). A command that does not decode is no call; one whose session
-// generation has no tools is a call the door refused, reported to the gate's hooks.
+// generation has no tools, or whose grant airlockd's airlock-fs took with it when it exited
+// (fs_adapter_unavailable, retryable, until managedFS.restore grants it again), is a call the
+// door refused, reported to the gate's hooks.
 func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (*toolclient.Conn, *protocol.InvokeToolPayload, *gated, error) {
 	p, e := protocol.DecodeInvokeToolPayload(cmd)
 	if e != nil {
@@ -26,6 +28,13 @@ func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (
 	if err != nil {
 		x.done(protocol.AsError(err).Code)
 		return nil, nil, nil, err
+	}
+	if f := tc.Err(); f != nil && s.fsys.awaiting(cmd.SessionID, cmd.Generation, f) {
+		// Its grant went with airlockd's airlock-fs, and comes back with the next one
+		// (managedFS.restore): call again, rather than adapter_session_closed's "for good".
+		e := awaitingError()
+		x.done(e.Code)
+		return nil, nil, nil, e
 	}
 	x.rules = rules
 	return tc, p, x, nil

@@ -21,6 +21,22 @@ package daemon
 // delete, a replacing open: session.Config.GenerationEnded) revokes every grant of it and of
 // older generations. A grant of an operator-run airlock-fs is not the daemon's to revoke: it
 // holds no admin socket for it.
+//
+// A child that exits takes its grants with it, while their sessions go on. A grant's life is
+// its session's (DESIGN.md), so the daemon grants them again itself: the generations whose
+// grants the child held are remembered (lost), and once the next child answers, each is given a
+// new grant of its cwd for the operations it held, bound in place of the connection that failed
+// (restore, Server.regrant, session.Manager.Regrant), as a reopen of the same generation would
+// bind it. So every session keeps working across a crash of the child, whoever opened it and
+// whichever door calls it (airlock mcp --dir, whose session is held by a connection that never
+// closed; an operator's session behind airlock mcp --session; invokeTool; a turn's later
+// calls), and no client has to tell a restarted child from a session that ended. Until then a
+// call of such a generation answers fs_adapter_unavailable, retryable (awaiting), not
+// adapter_session_closed, which tells a model the session has ended for good. A regrant that
+// fails (the cwd is gone, the new child has another adapter version, …) revokes what it minted
+// and leaves the generation's calls answering adapter_session_closed; one cut off by the child
+// exiting again waits for the next child. Only generations the daemon minted for are restored:
+// an operator-run airlock-fs's grants are the operator's to grant again.
 
 import (
 	"bufio"
@@ -30,17 +46,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/fsadapter/server"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/protocol"
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // ManagedFSConfig configures the airlock-fs that airlockd runs itself.
@@ -92,6 +112,18 @@ type managedFS struct {
 	// grants are the daemon-minted grants of each session generation: session → generation →
 	// grant ids.
 	grants map[string]map[int64][]string
+	// lost are the session generations whose grants went with a child that exited, until the
+	// next child has granted them again (restore) or they end (sessionEnded).
+	lost map[generationKey]bool
+	// regrant grants one lost generation again from the child that is up now (Server.regrant);
+	// it reports whether it bound a new grant. Set once, before the first mint.
+	regrant func(ctx context.Context, sessionID string, generation int64) (bool, *protocol.Error)
+}
+
+// generationKey names one session generation.
+type generationKey struct {
+	session    string
+	generation int64
 }
 
 func newManagedFS(cfg ManagedFSConfig, ownerSocket, hostID string, log *slog.Logger) *managedFS {
@@ -105,7 +137,7 @@ func newManagedFS(cfg ManagedFSConfig, ownerSocket, hostID string, log *slog.Log
 		cfg: cfg, hostID: hostID, log: log.With("component", "airlock-fs"),
 		socket: filepath.Join(cfg.Dir, "fs.sock"), admin: filepath.Join(cfg.Dir, "admin.sock"),
 		up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		grants: make(map[string]map[int64][]string),
+		grants: make(map[string]map[int64][]string), lost: make(map[generationKey]bool),
 	}
 }
 
@@ -226,6 +258,7 @@ func (m *managedFS) runChild() error {
 				m.mu.Lock()
 				close(m.up)
 				m.mu.Unlock()
+				m.restore(waited)
 				return
 			}
 			select {
@@ -260,10 +293,83 @@ func (m *managedFS) runChild() error {
 		m.up = make(chan struct{})
 	default:
 	}
-	// Its grants died with it: nothing is left to revoke.
+	// Its grants died with it: nothing is left to revoke, and their generations are granted
+	// again once the next child is up.
+	for id, gens := range m.grants {
+		for g := range gens {
+			m.lost[generationKey{id, g}] = true
+		}
+	}
 	clear(m.grants)
 	m.mu.Unlock()
 	return werr
+}
+
+// managedRegrantTimeout bounds the restore of one generation: a mint (one admin request) and
+// the binding of the new grant.
+const managedRegrantTimeout = 2 * managedAdminTimeout
+
+// restore grants every lost generation again, from the child that has just come up; exited is
+// closed when that child exits. A generation whose regrant failed because the child went again
+// stays lost, for the next child; any other outcome ends its wait: bound, nothing to repair
+// (it was closed, replaced, or reopened meanwhile), or refused for good.
+func (m *managedFS) restore(exited <-chan struct{}) {
+	if m.regrant == nil {
+		return
+	}
+	m.mu.Lock()
+	keys := slices.Collect(maps.Keys(m.lost))
+	m.mu.Unlock()
+	for _, k := range keys {
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), managedRegrantTimeout)
+		bound, e := m.regrant(ctx, k.session, k.generation)
+		cancel()
+		gone := false
+		select {
+		case <-exited:
+			gone = e != nil
+		default:
+		}
+		m.mu.Lock()
+		if !gone {
+			delete(m.lost, k)
+		}
+		m.mu.Unlock()
+		switch {
+		case bound:
+			m.log.Info("grant restored after airlock-fs restarted", "sessionId", k.session, "generation", k.generation)
+		case e != nil:
+			m.log.Warn("grant not restored after airlock-fs restarted; the session's calls fail adapter_session_closed",
+				"sessionId", k.session, "generation", k.generation, "code", e.Code, "retryLater", gone)
+		}
+	}
+}
+
+// awaiting reports whether a call of generation of session id, whose adapter connection failed
+// with cause, is to be answered as waiting for the grant to be restored: the daemon minted the
+// generation's grant and the child holding it exited (lost), or the connection's transport
+// ended while the grant is still tracked (the child is exiting, and the supervisor has not
+// seen it yet).
+func (m *managedFS) awaiting(id string, generation int64, cause *protocol.Error) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lost[generationKey{id, generation}] {
+		return true
+	}
+	ended := cause.Code == tooladapter.CodeConnectionClosed || cause.Code == tooladapter.CodeConnectionFailed
+	return ended && len(m.grants[id][generation]) > 0
+}
+
+// awaitingError answers a call while its generation's grant waits to be restored.
+func awaitingError() *protocol.Error {
+	return protocol.Retryable(CodeFSAdapterUnavailable,
+		"airlockd's airlock-fs exited and took this session's grant with it; airlockd grants the session its directory again once it has restarted it").
+		With("indeterminate", false)
 }
 
 // copyLog writes the child's stderr into the daemon's log, a line at a time; a line longer
@@ -334,7 +440,7 @@ func (m *managedFS) mint(ctx context.Context, sessionID string, generation int64
 		Generation: &gen, Operations: &ops, GrantID: &id})
 	if e != nil {
 		// The grant may exist though the answer did not come: revoke it by its name.
-		m.drop(sessionID, generation, id)
+		m.drop(sessionID, generation, id, "mint failed")
 		return nil, "", mintError(e)
 	}
 	m.log.Info("grant minted", "grant", id, "sessionId", sessionID, "generation", generation, "operations", ops)
@@ -357,8 +463,8 @@ func mintError(e *protocol.Error) *protocol.Error {
 	return e
 }
 
-// drop revokes one grant minted for a generation and forgets it.
-func (m *managedFS) drop(sessionID string, generation int64, id string) {
+// drop revokes one grant minted for a generation and forgets it; why is for the log.
+func (m *managedFS) drop(sessionID string, generation int64, id, why string) {
 	m.mu.Lock()
 	if gens := m.grants[sessionID]; gens != nil {
 		ids := gens[generation]
@@ -376,7 +482,7 @@ func (m *managedFS) drop(sessionID string, generation int64, id string) {
 		}
 	}
 	m.mu.Unlock()
-	m.revoke(id, "open did not bind it")
+	m.revoke(id, why)
 }
 
 // sessionEnded revokes the grants of generation of session id and of every older one: they
@@ -393,6 +499,11 @@ func (m *managedFS) sessionEnded(id string, generation int64) {
 		}
 		if len(gens) == 0 {
 			delete(m.grants, id)
+		}
+	}
+	for k := range m.lost {
+		if k.session == id && k.generation <= generation {
+			delete(m.lost, k)
 		}
 	}
 	m.mu.Unlock()
@@ -456,4 +567,29 @@ func (m *managedFS) call(req *server.AdminRequest) (json.RawMessage, *protocol.E
 		return nil, resp.Error
 	}
 	return resp.Data, nil
+}
+
+// regrant is the managed adapter's restore of one generation (managedFS.regrant): a new grant
+// of the generation's cwd for the operations it held, minted from the child that is up now and
+// bound in place of the connection that failed (session.Manager.Regrant). A grant it minted and
+// did not bind is revoked. It is recorded as the open's grant is, as session.grant (adapter
+// airlock-fs), at door daemon.
+func (s *Server) regrant(ctx context.Context, id string, generation int64) (bool, *protocol.Error) {
+	minted := ""
+	bound, e := s.sessions.Regrant(ctx, id, generation, func(cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error) {
+		raw, gid, e := s.fsys.mint(ctx, id, generation, cwd, ops)
+		if e != nil {
+			return nil, e
+		}
+		minted = gid
+		return tooladapter.ParseDescriptor(raw, tooladapter.Binding{HostInstanceID: s.hostID, SessionID: id, Generation: generation})
+	})
+	if minted != "" && !bound {
+		s.fsys.drop(id, generation, minted, "regrant did not bind it")
+	}
+	if bound || e != nil {
+		s.auditEvent(audit.KindEvent, audit.DoorDaemon, audit.Actor{Session: id, Generation: uint64(generation)},
+			audit.Target{Op: "session.grant", Adapter: "airlock-fs"}, codeOf(e))
+	}
+	return bound, e
 }

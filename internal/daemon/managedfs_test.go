@@ -2,16 +2,19 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
@@ -253,4 +256,125 @@ func show(r *client.Response) string {
 	}
 	b, _ := json.Marshal(r.Error)
 	return string(b)
+}
+
+// killChild SIGKILLs the airlock-fs child the daemon of e runs (the last one its log says it
+// started) and waits until the daemon has seen it exit.
+func (e *managedEnv) killChild(t *testing.T) {
+	t.Helper()
+	ms := regexp.MustCompile(`airlock-fs started[^\n]*pid=(\d+)`).FindAllStringSubmatch(e.d.Stderr(), -1)
+	if len(ms) == 0 {
+		t.Fatalf("no airlock-fs start in the log:\n%s", e.d.Stderr())
+	}
+	pid, _ := strconv.Atoi(ms[len(ms)-1][1])
+	exits := strings.Count(e.d.Stderr(), "airlock-fs exited")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the daemon to see its airlock-fs exit", func() bool { return strings.Count(e.d.Stderr(), "airlock-fs exited") > exits })
+}
+
+// handleShaped is a token shaped as a capability handle is (32 bytes, base64url without
+// padding): the daemon never learns a managed grant's handle otherwise than in the descriptor
+// its airlock-fs answers, so a test can only look for its shape.
+var handleShaped = regexp.MustCompile(`(^|[^A-Za-z0-9_-])[A-Za-z0-9_-]{43}([^A-Za-z0-9_-]|$)`)
+
+// TestManagedGrantRestoredAfterFSRestart: when the airlock-fs that airlockd runs dies, airlockd
+// grants the generations it minted grants for their cwd again from the next child and binds
+// them in place, so an operator's session (the --session form) works again with nobody
+// reopening it. While no child is up (here its socket directory is made group-writable, which
+// airlock-fs refuses, so every restart fails until it is put back) a call answers
+// fs_adapter_unavailable, retryable, not adapter_session_closed. A generation whose cwd is gone
+// by then is not granted again: no grant of it is left, and its calls answer
+// adapter_session_closed (not retryable). The restore is recorded as session.grant at door
+// daemon, and no handle reaches the log.
+func TestManagedGrantRestoredAfterFSRestart(t *testing.T) {
+	e := startManaged(t, daemontest.Options{})
+	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+	doomed := filepath.Join(e.root, "doomed")
+	if err := os.Mkdir(doomed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Command{managedOpen("a", 1, e.root, "fs.read", "fs.write"), managedOpen("b", 1, doomed, "fs.list")} {
+		if r := call(t, e.c, o); !r.OK {
+			t.Fatalf("managed open %s: %s", o.SessionID, show(r))
+		}
+	}
+	read := func(session, op string) *client.Response {
+		gen := int64(1)
+		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: session, Generation: &gen,
+			Payload: map[string]any{"toolCallId": "c1", "operation": op, "arguments": map[string]any{"path": "."}}})
+	}
+	readNotes := func() *client.Response {
+		gen := int64(1)
+		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: "a", Generation: &gen,
+			Payload: map[string]any{"toolCallId": "c2", "operation": "fs.read", "arguments": map[string]any{"path": "notes.txt"}}})
+	}
+	if r := readNotes(); !r.OK {
+		t.Fatalf("fs.read before: %s", show(r))
+	}
+	before := e.grants(t)
+
+	fsDir := e.d.Socket + ".fs"
+	if err := os.Chmod(fsDir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	e.killChild(t)
+	for _, s := range []struct{ session, op string }{{"a", "fs.read"}, {"b", "fs.list"}} {
+		if r := read(s.session, s.op); r.OK || r.Error.Code != "fs_adapter_unavailable" || !r.Error.Retryable || r.Error.Details["indeterminate"] != false {
+			t.Fatalf("%s while no airlock-fs is up: %s", s.session, show(r))
+		}
+	}
+	os.Remove(doomed)
+	if err := os.Chmod(fsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "session a to read again", func() bool {
+		r := readNotes()
+		if !r.OK && (r.Error.Code != "fs_adapter_unavailable" || !r.Error.Retryable) {
+			t.Fatalf("fs.read while airlock-fs restarts: %s", show(r))
+		}
+		return r.OK
+	})
+	waitUntil(t, "session b to be given up", func() bool {
+		r := read("b", "fs.list")
+		if !r.OK && r.Error.Code == "fs_adapter_unavailable" {
+			return false
+		}
+		if r.OK || r.Error.Code != "adapter_session_closed" || r.Error.Retryable {
+			t.Fatalf("fs.list of a session whose cwd went: %s", show(r))
+		}
+		return true
+	})
+	gs := e.grants(t)
+	if len(gs) != 1 || gs[0].SessionID != "a" || !gs[0].Connected || gs[0].GrantID == before[0].GrantID {
+		t.Fatalf("grants after the restart: %+v, before %+v", gs, before)
+	}
+	if !regexp.MustCompile(`msg="grant restored after airlock-fs restarted"[^\n]*sessionId=a generation=1`).MatchString(e.d.Stderr()) ||
+		!regexp.MustCompile(`msg="grant not restored after airlock-fs restarted[^\n]*sessionId=b generation=1 code=root_invalid`).MatchString(e.d.Stderr()) {
+		t.Fatalf("the daemon's log:\n%s", e.d.Stderr())
+	}
+	if m := handleShaped.FindString(e.d.Stderr()); m != "" {
+		t.Fatalf("a handle-shaped token in the daemon's log: %q", m)
+	}
+
+	gen := int64(1)
+	if r := call(t, e.c, client.Command{Operation: "close", SessionID: "a", Generation: &gen, Payload: map[string]any{"retainSession": false}}); !r.OK {
+		t.Fatalf("close: %s", show(r))
+	}
+	if gs := e.grants(t); len(gs) != 0 {
+		t.Fatalf("grants after the close: %+v", gs)
+	}
+	restores := map[string]string{}
+	for _, r := range journalRecords(t, e.d.StateDir) {
+		if r.Kind == audit.KindEvent && r.Door == audit.DoorDaemon && r.Target != nil && r.Target.Op == "session.grant" {
+			if r.Actor == nil || r.Actor.Generation != 1 || r.Target.Adapter != "airlock-fs" {
+				t.Fatalf("a restore's record: %+v actor %+v target %+v", r, r.Actor, r.Target)
+			}
+			restores[r.Actor.Session] = r.Outcome
+		}
+	}
+	if want := map[string]string{"a": "ok", "b": "root_invalid"}; !maps.Equal(restores, want) {
+		t.Fatalf("the journal's restores: %v, want %v", restores, want)
+	}
 }

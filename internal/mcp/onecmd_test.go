@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -679,5 +680,114 @@ func TestDirNotADirectory(t *testing.T) {
 		if cmd.ProcessState.ExitCode() != 2 || !want.MatchString(stderr.String()) {
 			t.Fatalf("--dir %s: exit %d, stderr:\n%s", c.dir, cmd.ProcessState.ExitCode(), stderr.String())
 		}
+	}
+}
+
+// killManagedFS SIGKILLs the airlock-fs child that the daemon of e runs (the last one its log
+// says it started) and waits until the daemon has seen it exit.
+func (e *env) killManagedFS(t *testing.T) {
+	t.Helper()
+	ms := regexp.MustCompile(`airlock-fs started[^\n]*pid=(\d+)`).FindAllStringSubmatch(e.d.Stderr(), -1)
+	if len(ms) == 0 {
+		t.Fatalf("no airlock-fs start in the daemon's log:\n%s", e.d.Stderr())
+	}
+	pid, _ := strconv.Atoi(ms[len(ms)-1][1])
+	exits := strings.Count(e.d.Stderr(), "airlock-fs exited")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "airlockd to see its airlock-fs exit", func() bool { return strings.Count(e.d.Stderr(), "airlock-fs exited") > exits })
+}
+
+// TestDirSurvivesFSAdapterRestart: when the airlock-fs that airlockd runs dies (SIGKILL here;
+// a crash alike), airlockd restarts it and grants the sessions it had minted grants for their
+// directories again, so that the same MCP session works again without the client or airlock mcp
+// doing anything: airlock mcp --dir (its session, lifetime connection) and a bridge of an
+// operator's session (airlock mcp --session; an open with --fs-ops). Until then a call answers
+// fs_adapter_unavailable, retryable, with its hint, never adapter_session_closed ("ended for
+// good", which it answered before); afterwards airlock-fs holds one new grant of the session and
+// DIR, and when the session ends (the client goes; the operator closes it) no session and no
+// grant remain.
+func TestDirSurvivesFSAdapterRestart(t *testing.T) {
+	for _, form := range []string{"dir", "session"} {
+		t.Run(form, func(t *testing.T) {
+			e := startDirEnv(t)
+			os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+			var callRead func() *sdk.CallToolResult
+			var end func()
+			switch form {
+			case "dir":
+				cs, cmd := connectDir(t, e)
+				callRead = func() *sdk.CallToolResult {
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_read", Arguments: map[string]any{"path": "notes.txt"}})
+					if err != nil {
+						t.Fatalf("fs_read: %v", err)
+					}
+					return r
+				}
+				end = func() {
+					if err := cs.Close(); err != nil {
+						t.Fatalf("close: %v", err)
+					}
+					if cmd.ProcessState == nil || !cmd.ProcessState.Success() {
+						t.Fatalf("airlock mcp after stdin closed: %v", cmd.ProcessState)
+					}
+				}
+			case "session":
+				if r := call(t, e.c, client.Command{Operation: "open", SessionID: "op", Generation: gen(1), Payload: map[string]any{
+					"cwd": e.root, "session": map[string]any{"mode": "memory"},
+					"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none",
+						"contextFiles": "none", "tools": map[string]any{"mode": "airlock-fs", "operations": []string{"fs.read", "fs.list"}}},
+				}}); !r.OK {
+					t.Fatalf("managed open: %v", r.Err())
+				}
+				cn := e.connect(t, mcp.Config{SessionID: "op", Generation: 1})
+				callRead = func() *sdk.CallToolResult { return cn.call(t, "fs_read", map[string]any{"path": "notes.txt"}) }
+				end = func() {
+					if r := call(t, e.c, client.Command{Operation: "close", SessionID: "op", Generation: gen(1),
+						Payload: map[string]any{"retainSession": false}}); !r.OK {
+						t.Fatalf("close: %v", r.Err())
+					}
+				}
+			}
+			if r := callRead(); r.IsError || text(r) != "hello\n" {
+				t.Fatalf("fs_read before: %s", text(r))
+			}
+			before := e.managedGrants(t)
+			ids := e.sessionIDs(t)
+			if len(before) != 1 || len(ids) != 1 || before[0]["sessionId"] != ids[0] {
+				t.Fatalf("before: grants %v, sessions %v", before, ids)
+			}
+
+			e.killManagedFS(t)
+			waitFor(t, "fs_read to work again", func() bool {
+				r := callRead()
+				if !r.IsError {
+					if text(r) != "hello\n" {
+						t.Fatalf("fs_read after the restart: %q", text(r))
+					}
+					return true
+				}
+				if we := airlockError(t, r); we.Code != "fs_adapter_unavailable" || !we.Retryable || we.Hint != hint.For(we.Code) {
+					t.Fatalf("a call in the gap: %+v", we)
+				}
+				return false
+			})
+			gs := e.managedGrants(t)
+			if len(gs) != 1 || gs[0]["sessionId"] != ids[0] || gs[0]["root"] != e.root || gs[0]["connected"] != true ||
+				gs[0]["grantId"] == before[0]["grantId"] {
+				t.Fatalf("grants after the restart: %v, before %v", gs, before)
+			}
+			if got := e.sessionIDs(t); !slices.Equal(got, ids) {
+				t.Fatalf("sessions after the restart: %v, before %v", got, ids)
+			}
+
+			end()
+			waitFor(t, "the session and its grant to end", func() bool {
+				return len(e.managedGrants(t)) == 0 && len(e.sessionIDs(t)) == 0
+			})
+		})
 	}
 }

@@ -52,6 +52,50 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 	return &protocol.OpenResult{Created: false, Session: m.snapshotLocked(rt)}, nil
 }
 
+// Regrant repairs a resident generation whose adapter connection failed, for a caller that can
+// grant the generation its cwd again itself: airlockd, whose own airlock-fs restarted and took
+// the generation's grant with it. grant gets the generation's cwd and operations and returns
+// the new descriptor; it is then bound as an open of the same generation and policy would bind
+// it (rebind, created:false). grant runs under the session's operation lock, so no open, close
+// or replacement of the session runs between the check and the binding.
+//
+// Regrant returns false without calling grant when there is nothing to repair: the generation
+// is not resident (closed, replaced, evicted), has no adapter, its connection is live (an open
+// rebound it already) or was revoked (the host is draining). It returns true once the new grant
+// is bound, and an error when grant failed, when its descriptor is not the generation's policy
+// (another adapter version: session_policy_conflict), or when binding failed; the caller then
+// revokes what grant made.
+func (m *Manager) Regrant(ctx context.Context, id string, generation int64,
+	grant func(cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error)) (bool, *protocol.Error) {
+	release := m.lockSession(id)
+	defer release()
+	m.mu.Lock()
+	rt := m.sessions[id]
+	if rt == nil || rt.generation != generation || rt.tools == nil || rt.revoked || rt.tools.Err() == nil {
+		m.mu.Unlock()
+		return false, nil
+	}
+	if e := m.admitting(); e != nil {
+		m.mu.Unlock()
+		return false, e
+	}
+	pol := rt.policy
+	ops := rt.tools.Summary().Operations
+	m.mu.Unlock()
+
+	d, e := grant(pol.Cwd, ops)
+	if e != nil {
+		return false, e
+	}
+	if string(d.Summary().Canonical()) != string(pol.ToolAdapter) {
+		return false, protocol.Errorf(protocol.CodeSessionPolicyConflict, "the new grant's adapter summary is not the generation's")
+	}
+	if _, err := m.rebind(ctx, rt, OpenRequest{SessionID: id, Generation: generation, Policy: &pol, Tools: d}); err != nil {
+		return false, protocol.AsError(err)
+	}
+	return true, nil
+}
+
 // revoke ends a runtime's adapter connection, if any: pending work fails, a best-effort revoke
 // frame is sent and the socket closed. It may wait briefly, so m.mu must not be held.
 func (m *Manager) revoke(rt *runtime) {
