@@ -427,6 +427,12 @@ const (
 // the same instructions, no list_changed for the fs tools. (Resume's refresh lists --caps as
 // the new daemon has them: an adapter it has not started yet loses its tools until a poll
 // finds it ready.)
+//
+// A restart of the daemon's airlock-fs alone is not the keeper's: the connection that holds the
+// session stays open, and the daemon, which knows that the grant went with its child, grants
+// the session again from the next one and binds it in place (daemon's managedFS.restore); calls
+// answer fs_adapter_unavailable, retryable, in between. The keeper could only guess at it from a
+// failed call, which an operator's revoke gives too.
 type dirKeeper struct {
 	a         *app
 	id, root  string
