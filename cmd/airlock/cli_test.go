@@ -114,6 +114,17 @@ func TestUsageErrors(t *testing.T) {
 		t.Errorf("mcp config --name a0x10_-: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 
+	// Without --name, the name is the directory's, fit for every client: "/" has none, and a
+	// long one is cut to the 64 characters a name may have.
+	long := filepath.Join(t.TempDir(), strings.Repeat("x", 30)+"-"+strings.Repeat("y", 40))
+	os.Mkdir(long, 0o700)
+	for dir, want := range map[string]string{"/": "airlock", long: "airlock-" + strings.Repeat("x", 30) + "-" + strings.Repeat("y", 25)} {
+		if r := cli(t, socket, "", "mcp", "config", "--dir", dir, "--client", "claude"); r.code != exitOK ||
+			!strings.HasPrefix(r.stdout, "claude mcp add "+want+" -- ") {
+			t.Errorf("mcp config --dir %s: exit %d, stdout %q, stderr %q", dir, r.code, r.stdout, r.stderr)
+		}
+	}
+
 	// Under --json a usage error is an envelope too.
 	r := cli(t, socket, "", "session", "close", "s", "--json").wantCode(t, exitUsage)
 	if env := envelopeOf(t, r, "session close", false); env.Error.Code != codeUsage {

@@ -243,6 +243,17 @@ var (
 	serverName       = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,63}$`)
 )
 
+// defaultServerName is the client's name for a server of dir: "airlock-" and the directory's
+// name in the letters, digits, '_' and '-' every client takes (others become '-'), cut to the
+// name's 64 characters; "airlock" for a name with none of them ("/", "données" is "donn-es").
+func defaultServerName(dir string) string {
+	slug := strings.Trim(serverNameUnsafe.ReplaceAllString(filepath.Base(dir), "-"), "-")
+	if slug == "" {
+		return "airlock"
+	}
+	return strings.TrimRight(("airlock-" + slug)[:min(64, len("airlock-")+len(slug))], "-")
+}
+
 // checkDirOps refuses, at airlock mcp config, the operations that airlock mcp --dir's open
 // would be refused for when the client starts it (by the daemon, or by the airlock-fs that
 // mints the grant: tooladapter's checkOperations): none, one that is not a filesystem
@@ -325,7 +336,7 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 	}
 	n := *name
 	if n == "" {
-		n = "airlock-" + strings.Trim(serverNameUnsafe.ReplaceAllString(filepath.Base(d), "-"), "-")
+		n = defaultServerName(d)
 	}
 	// A letter first: the clients' parsers read a name that looks like a number (0x10, 1e3)
 	// as one, and one that starts with '-' as an option.
