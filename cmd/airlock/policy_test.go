@@ -108,6 +108,10 @@ func TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors(t *testing.T) {
 	}
 	// An open naming no such policy, or a file whose examples fail, is refused.
 	a.refused("invalid_policy", "session", "open", "other", "--generation", "1", "--cwd", cwd, "--policy", "no-such-policy")
+	if r := a.cli("", "session", "open", "other", "--generation", "1", "--cwd", cwd, "--policy", "read_only"); !strings.Contains(r.stderr,
+		`no built-in policy is named "read_only": the built-in policies are allow-all, ask-writes, deny-all, read-only`) {
+		t.Fatalf("an unknown policy name does not list the built-in ones: %q", r.stderr)
+	}
 	bad := writePolicy(t, `{"default":"allow","examples":[{"operation":"fs.write","path":"a","expect":"deny"}]}`)
 	a.refused("invalid_policy", "session", "open", "other", "--generation", "1", "--cwd", cwd, "--policy", bad)
 

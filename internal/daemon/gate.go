@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/gate"
@@ -267,7 +268,7 @@ func resolvePolicy(p *protocol.OpenPayload, pol *protocol.Policy) *protocol.Erro
 	if ref.Name != "" {
 		r, ok := policy.Named(ref.Name)
 		if !ok {
-			return protocol.Errorf(CodeInvalidPolicy, "no built-in policy is named %q", ref.Name).
+			return protocol.Errorf(CodeInvalidPolicy, "no built-in policy is named %q: the built-in policies are %s", ref.Name, strings.Join(policy.Names(), ", ")).
 				With("field", "payload.policy.name").With("names", policy.Names())
 		}
 		rules = r
