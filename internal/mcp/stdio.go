@@ -83,7 +83,10 @@ type drainer struct {
 	give     []byte
 	gbuf     []byte // give's backing array
 	chunk    []byte
-	inErr    error // stdin's error, reported once give is empty
+	// end is stdin's error (io.EOF at its end). Read reports it once the SDK has read
+	// every line before it, and those lines' requests are answered (waited).
+	end    error
+	waited bool
 
 	wmu sync.Mutex // serializes writes to out; taken before mu
 
@@ -104,6 +107,11 @@ const stdinChunk = 64 << 10
 // Read gives the SDK the lines read from stdin, noting the requests of each; the lines the
 // fast path takes are left out. At the end of stdin (or on a read error) it waits for the
 // requests read to be answered before it reports it.
+//
+// It waits only once the SDK has read every line before the end: the SDK's decoder asks for
+// more only when it has decoded (and handed its connection) every whole line it has, so each
+// request waited for is one the SDK has. A last line without its newline, given with the end,
+// was waited for before the SDK had it: it was answered only by the drain deadline.
 func (r drainReader) Read(p []byte) (int, error) {
 	d := r.d
 	for {
@@ -112,8 +120,12 @@ func (r drainReader) Read(p []byte) (int, error) {
 			d.give = d.give[n:]
 			return n, nil
 		}
-		if d.inErr != nil {
-			return 0, d.inErr
+		if d.end != nil {
+			if !d.waited {
+				d.wait()
+				d.waited = true
+			}
+			return 0, d.end
 		}
 		if d.chunk == nil {
 			d.chunk = make([]byte, stdinChunk)
@@ -127,8 +139,7 @@ func (r drainReader) Read(p []byte) (int, error) {
 				d.gbuf = append(d.gbuf, d.line...)
 			}
 			d.line = d.line[:0]
-			d.wait()
-			d.inErr = err
+			d.end = err
 		}
 		d.give = d.gbuf
 	}

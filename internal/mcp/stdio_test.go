@@ -164,7 +164,9 @@ func TestStdioLineBound(t *testing.T) {
 // before the process exits, well within StdinDrainTimeout and each with its own outcome (no
 // request is answered by the drain deadline), initialize's first (it is handled before the
 // requests after it); the notification gets none. Before, only initialize was answered: the
-// end of stdin ended the SDK's session and its queued calls with it.
+// end of stdin ended the SDK's session and its queued calls with it. The same holds when the
+// last line has no newline: it was waited for before the SDK had read it, and answered only by
+// the drain deadline.
 func TestPipedRequestsAreAllAnswered(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -180,7 +182,14 @@ func TestPipedRequestsAreAllAnswered(t *testing.T) {
 		`{"jsonrpc":"2.0","id":"four","method":"tools/call","params":{"name":"fs_write","arguments":{"path":"notes.txt","content":"x","create":true}}}`,
 		`{"jsonrpc":"2.0","id":5,"method":"ping"}`,
 		`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"fs_stat","arguments":{"path":"notes.txt"}}}`,
-	}, "\n") + "\n"
+	}, "\n")
+	for _, end := range []string{"\n", ""} {
+		t.Run(fmt.Sprintf("end %q", end), func(t *testing.T) { pipedSession(t, e, in+end) })
+	}
+}
+
+// pipedSession is TestPipedRequestsAreAllAnswered's session: in, piped to airlock mcp at once.
+func pipedSession(t *testing.T, e *env, in string) {
 	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
 	cmd.Stdin = strings.NewReader(in) // a pipe, closed once written
 	var stdout, stderr bytes.Buffer
