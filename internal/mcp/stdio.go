@@ -44,8 +44,10 @@ const methodListen = "subscriptions/listen"
 // Requests are tracked on the bytes, below the SDK's connection, so that the connection
 // stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
 // batch is allowed). A line reaches the SDK once its newline is read (or stdin ends), as MCP's
-// stdio transport delimits messages; a line over maxLine reaches it as it comes, untracked,
-// and the SDK ends the session on it.
+// stdio transport delimits messages, without the spaces around it; a line over maxLine reaches
+// it as it comes, untracked, and the SDK ends the session on it. A line the SDK's connection
+// cannot read as a message, on which it would end the session, does not reach it: it is
+// answered with a JSON-RPC error with id null, -32700 or -32600 (check), and serving goes on.
 func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
 	return newDrainer(in, out, maxLine, drain).transport()
 }
@@ -87,13 +89,17 @@ type drainer struct {
 	// every line before it, and those lines' requests are answered (waited).
 	end    error
 	waited bool
+	// noBatches is set once an initialize read names a revision whose session the SDK's
+	// connection ends on a batch (check).
+	noBatches bool
 
 	wmu sync.Mutex // serializes writes to out; taken before mu
 
 	mu      sync.Mutex     // guards the fields below
 	pending map[string]int // id key → requests of that id read and not answered
 	expired map[string]bool
-	changed chan struct{} // signalled when pending shrinks
+	batched map[string]bool // id key → a request of a batch given to the SDK, not answered
+	changed chan struct{}   // signalled when pending shrinks
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -135,8 +141,7 @@ func (r drainReader) Read(p []byte) (int, error) {
 		d.scan(d.chunk[:n])
 		if err != nil {
 			if len(d.line) > 0 && !d.overLong {
-				d.note(d.line) // a last line without its newline, which the SDK decodes too
-				d.gbuf = append(d.gbuf, d.line...)
+				d.whole(d.line) // a last line without its newline, a message too
 			}
 			d.line = d.line[:0]
 			d.end = err
@@ -186,12 +191,29 @@ func (d *drainer) scan(b []byte) {
 			d.line = append(d.line, line...)
 			line = d.line
 		}
-		if d.fast == nil || !d.fast.take(d, line) {
-			d.note(line)
-			d.gbuf = append(append(d.gbuf, line...), '\n')
-		}
+		d.whole(line)
 		d.line, b = d.line[:0], b[i+1:]
 	}
+}
+
+// whole takes one whole line read from stdin: the fast path's, if it takes it; else the SDK's
+// to read, its requests noted, when the SDK's connection reads it as a message; else answered
+// here (check), since the SDK's connection ends the session on a line it cannot read, and
+// cancels the requests it is running then. A blank line is nothing.
+func (d *drainer) whole(line []byte) {
+	if d.fast != nil && d.fast.take(d, line) {
+		return
+	}
+	line = bytes.TrimSpace(line) // the SDK's reader refuses a space after the value
+	if len(line) == 0 {
+		return
+	}
+	if code, msg := d.check(line); code != 0 {
+		d.reply(code, msg)
+		return
+	}
+	d.note(line)
+	d.gbuf = append(append(d.gbuf, line...), '\n')
 }
 
 // message is what the drainer reads of a JSON-RPC message.
@@ -255,6 +277,14 @@ func (d *drainer) note(line []byte) {
 			}
 		}
 		return
+	}
+	if method == "initialize" {
+		// Member names match exactly, as in the SDK's decoder; a revision unread is none.
+		var p map[string]json.RawMessage
+		var v string
+		if json.Unmarshal(m.Params, &p) != nil || json.Unmarshal(p["protocolVersion"], &v) != nil || !batchRevision(v) {
+			d.noBatches = true
+		}
 	}
 	if method == methodListen {
 		// A subscriptions/listen stream is answered only when it ends, and it ends with the
@@ -413,6 +443,7 @@ func (w drainWriter) Write(p []byte) (int, error) {
 		for _, k := range keys {
 			d.answered(k)
 		}
+		d.unbatch(keys)
 	}
 	return n, err
 }

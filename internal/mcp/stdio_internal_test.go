@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
@@ -43,7 +45,7 @@ func (l *lockedBuffer) lines() []string {
 func TestDrainWaitsForEveryRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in := strings.Join([]string{
-			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`,
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}`, // a revision with batches
 			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 			`{"method":"tools/call","params":{"name":"fs_read"},"id":"a\u0062","jsonrpc":"2.0"}`,
 			`{"jsonrpc":"2.0","id":3,"method":"tools/call"}`,
@@ -234,6 +236,253 @@ func FuzzResponseKeys(f *testing.F) {
 		}
 		if got := responseKeys(enc, nil); !slices.Equal(got, want) {
 			t.Fatalf("responseKeys(%s) = %q, want %q", enc, got, want)
+		}
+	})
+}
+
+// sdkSession serves an SDK server with a tool "wait", which returns once release is closed,
+// on the drainer (StdioTransport), reading script and then the end of stdin, and returns the
+// lines written to stdout once the session ended, and how it ended.
+func sdkSession(t *testing.T, script string, release chan struct{}, out *lockedBuffer) error {
+	t.Helper()
+	srv := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	srv.AddTool(&sdk.Tool{Name: "wait", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "done"}}}, nil
+		})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ss, err := srv.Connect(ctx, StdioTransport(io.NopCloser(strings.NewReader(script)), out, 1<<20, time.Minute), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss.Wait()
+}
+
+// stdioResponse is a response line as the tests of bad lines read it.
+type stdioResponse struct {
+	ID     json.RawMessage `json:"id"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// TestBadLinesAreAnsweredAndServingGoesOn: a line the SDK's connection cannot read as a
+// message (not JSON, JSON that is not a JSON-RPC message, a batch it cannot take) is answered
+// with a JSON-RPC error with id null, -32700 or -32600 (JSON-RPC 2.0 §5.1), and the session
+// goes on: the request before it and the one after it are answered, and the session ends at
+// the end of stdin. The SDK's connection ended the session on each of these lines, the requests
+// after it unread and those it was running unanswered. A line the SDK reads is left to it (a
+// space after the value is taken off, which the SDK refused; a batch of a session of
+// 2025-03-26 is answered by the SDK, as one). Both the session revisions and the stateless
+// one.
+func TestBadLinesAreAnsweredAndServingGoesOn(t *testing.T) {
+	const (
+		parse   = jsonrpc.CodeParseError
+		invalid = jsonrpc.CodeInvalidRequest
+	)
+	ping := func(id int) string { return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"ping"}` }
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	cases := []struct {
+		name, line string
+		code       int    // the error answered with id null, or 0
+		batchRev   bool   // a session of 2025-03-26, which has batches
+		answered   string // with code 0: the ids answered by the line's response, in order
+		onlyRev    string // the only revision it is sent under, when not both
+	}{
+		{"not JSON", `{oops`, parse, false, "", ""},
+		{"two values", ping(3) + ` {"x":1}`, parse, false, "", ""},
+		{"a value cut short", `{"jsonrpc":"2.0","id":3,"method":`, parse, false, "", ""},
+		{"an array of numbers", `[1,2]`, invalid, false, "", ""},
+		{"a string", `"x"`, invalid, false, "", ""},
+		{"an empty object", `{}`, invalid, false, "", ""},
+		{"null", `null`, invalid, false, "", ""},
+		{"a number", `7`, invalid, false, "", ""},
+		{"version 1.0", `{"jsonrpc":"1.0","id":3,"method":"ping"}`, invalid, false, "", ""},
+		{"an object id", `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, invalid, false, "", ""},
+		{"a method that is a number", `{"jsonrpc":"2.0","id":3,"method":7}`, invalid, false, "", ""},
+		{"no method and no id", `{"jsonrpc":"2.0"}`, invalid, false, "", ""},
+		{"nested past the SDK's depth", `{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":` + deep(1000) + `}}`, invalid, false, "", ""},
+		{"spaces after the value", ping(3) + "  \t", 0, false, "3", ""},
+		{"a batch under 2025-11-25", `[` + ping(3) + `]`, invalid, false, "", "2025-11-25"},
+		{"an empty batch", `[]`, invalid, true, "", ""},
+		{"a batch of 2025-03-26", `[` + ping(3) + `,` + ping(4) + `]`, 0, true, "3,4", ""},
+		{"a batch with a repeated id", `[` + ping(3) + `,` + ping(3) + `]`, invalid, true, "", ""},
+		{"a batch with a notification", `[` + ping(3) + `,{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]`, invalid, true, "", ""},
+		{"a batch with a message nested to the SDK's depth", `[{"jsonrpc":"2.0","id":3,"method":"ping","params":{"x":` + deep(998) + `}}]`, invalid, true, "", ""},
+	}
+	stateless := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}`
+	for _, rev := range []string{"2025-11-25", "2026-07-28"} {
+		for _, c := range cases {
+			if (c.batchRev || c.onlyRev != "") && rev != "2025-11-25" {
+				continue
+			}
+			t.Run(rev+"/"+c.name, func(t *testing.T) {
+				var lines []string
+				call := func(id int) string { return ping(id) }
+				switch {
+				case rev == "2026-07-28":
+					call = func(id int) string {
+						return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/list","params":{` + stateless + `}}`
+					}
+				case c.batchRev:
+					lines = append(lines, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+				default:
+					lines = append(lines, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+				}
+				if rev != "2026-07-28" {
+					lines = append(lines, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+				}
+				lines = append(lines, call(1), c.line, call(2))
+				out := &lockedBuffer{}
+				if err := sdkSession(t, strings.Join(lines, "\n")+"\n", nil, out); err != nil {
+					t.Fatalf("the session ended with %v\nstdout:\n%s", err, strings.Join(out.lines(), "\n"))
+				}
+				var answered []string
+				var bad []stdioResponse
+				for _, l := range out.lines() {
+					if strings.HasPrefix(l, "[") {
+						var batch []stdioResponse
+						if err := json.Unmarshal([]byte(l), &batch); err != nil {
+							t.Fatalf("stdout line %s", l)
+						}
+						var ids []string
+						for _, r := range batch {
+							ids = append(ids, string(r.ID))
+						}
+						answered = append(answered, "["+strings.Join(ids, ",")+"]")
+						continue
+					}
+					var r stdioResponse
+					if err := json.Unmarshal([]byte(l), &r); err != nil {
+						t.Fatalf("stdout line %s", l)
+					}
+					if string(r.ID) == "null" {
+						bad = append(bad, r)
+						continue
+					}
+					if r.Error != nil || len(r.Result) == 0 {
+						t.Errorf("request %s: %s", r.ID, l)
+					}
+					answered = append(answered, string(r.ID))
+				}
+				slices.Sort(answered)
+				want := []string{"1", "2"}
+				if rev != "2026-07-28" {
+					want = append(want, "0")
+				}
+				switch {
+				case c.code != 0:
+					if len(bad) != 1 || bad[0].Error == nil || bad[0].Error.Code != c.code {
+						t.Errorf("the line's answers %+v, want one error %d with id null", bad, c.code)
+					} else {
+						t.Logf("%d %s", bad[0].Error.Code, bad[0].Error.Message)
+					}
+				case strings.HasPrefix(c.answered, "3,"):
+					want = append(want, "["+c.answered+"]")
+				default:
+					want = append(want, c.answered)
+				}
+				slices.Sort(want)
+				if !slices.Equal(answered, want) || (c.code == 0 && len(bad) > 0) {
+					t.Fatalf("answered %v and %d with id null, want %v\nstdout:\n%s", answered, len(bad), want, strings.Join(out.lines(), "\n"))
+				}
+			})
+		}
+	}
+}
+
+// TestBatchIDOfAnEarlierBatch: a batch with the id of a request of an earlier batch still
+// running is refused (-32600, id null), and both batches' neighbours and the running request
+// are answered: the SDK's connection ended the session on it.
+func TestBatchIDOfAnEarlierBatch(t *testing.T) {
+	release := make(chan struct{})
+	out := &lockedBuffer{}
+	script := strings.Join([]string{
+		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"wait","arguments":{}}}]`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"}]`,
+		`{"jsonrpc":"2.0","id":4,"method":"ping"}`,
+	}, "\n") + "\n"
+	ended := make(chan error, 1)
+	go func() { ended <- sdkSession(t, script, release, out) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(strings.Join(out.lines(), "\n"), `"id":4`) {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("request 4 not answered; stdout:\n%s\nended: %v", strings.Join(out.lines(), "\n"), <-ended)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	if err := <-ended; err != nil {
+		t.Fatalf("the session ended with %v", err)
+	}
+	got := strings.Join(out.lines(), "\n")
+	if !strings.Contains(got, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600`) || !strings.Contains(got, `[{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"done"}]}}]`) {
+		t.Fatalf("stdout:\n%s", got)
+	}
+}
+
+type discardCloser struct{}
+
+func (discardCloser) Write(p []byte) (int, error) { return len(p), nil }
+func (discardCloser) Close() error                { return nil }
+
+// FuzzCheckLine holds check to the SDK's stdio connection, whose reader ends the session on
+// the first line it cannot read: a line check leaves to the SDK is one the connection reads
+// as a message, and one the connection reads is left to the SDK, but for a batch with a
+// notification, which check refuses on purpose. Both are fresh: no initialize read, no batch
+// waiting.
+func FuzzCheckLine(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":null,"method":"ping"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","ID":2}`,
+		`{"jsonrpc":"2.0","Method":"ping","id":1}`,
+		`{oops`, `[1,2]`, `"x"`, `{}`, `null`, `[]`, `7`,
+		`{"jsonrpc":"1.0","id":3,"method":"ping"}`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"ping"}]`,
+		`[{"jsonrpc":"2.0","id":3,"method":"ping"},{"jsonrpc":"2.0","id":"3","method":"ping"}]`,
+		`[{"jsonrpc":"2.0","id":3,"result":{}},{"jsonrpc":"2.0","id":3,"result":{}}]`,
+		`[{"jsonrpc":"2.0","method":"x"}]`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"\"]}}"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"ping","params":` + strings.Repeat("[", 999) + strings.Repeat("]", 999) + `}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"ping","params":` + strings.Repeat("[", 998) + strings.Repeat("]", 998) + `}]`,
+		`[{"jsonrpc":"2.0","id":1,"method":"ping","params":` + strings.Repeat("[", 997) + strings.Repeat("]", 997) + `}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || bytes.ContainsAny(line, "\n\r") {
+			return // the drainer splits lines at \n, and \r is the SDK's line end too
+		}
+		d := newDrainer(nil, io.Discard, 0, time.Second)
+		code, msg := d.check(line)
+		ctx := context.Background()
+		conn, err := (&sdk.IOTransport{Reader: io.NopCloser(bytes.NewReader(append(slices.Clip(line), '\n'))), Writer: discardCloser{}}).Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = conn.Read(ctx)
+		conn.Close()
+		switch {
+		case code == 0 && err != nil:
+			t.Fatalf("check leaves %s to the SDK, whose connection ends on it: %v", line, err)
+		case code != 0 && err == nil && msg != "Invalid Request: a notification in a batch":
+			t.Fatalf("check refuses %s (%d %s), which the SDK's connection reads", line, code, msg)
 		}
 	})
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -235,5 +237,74 @@ func pipedSession(t *testing.T, e *env, in string) {
 	if !strings.Contains(string(byID["3"].Result), `hello\n`) || !strings.Contains(string(byID["four"].Result), "file_exists") ||
 		!strings.Contains(string(byID["2"].Result), "fs_stat") {
 		t.Fatalf("results:\n%s", stdout.String())
+	}
+}
+
+// TestBadLineIsAnswered: a line on stdin that is not JSON ({oops), or JSON that is not a
+// JSON-RPC message ([1,2], "x", {}), is answered with a JSON-RPC error with id null (-32700,
+// -32600), and airlock mcp serves on: the call read before it and the one after it are
+// answered, and the end of stdin ends the session with exit 0. Before, the first such line
+// ended the session at once: exit 69 (the daemon out of reach, in this CLI), nothing on
+// stdout, the call before it unanswered. Under both the session revision and the stateless one.
+func TestBadLineIsAnswered(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	if err := os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
+	for _, rev := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(rev, func(t *testing.T) {
+			read := func(id int) string {
+				return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{"name":"fs_read","arguments":{"path":"notes.txt"}}}`
+			}
+			var lines []string
+			if rev == "2025-11-25" {
+				lines = append(lines,
+					`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"printf","version":"1"}}}`,
+					`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			} else {
+				read = func(id int) string {
+					return `{"jsonrpc":"2.0","id":` + strconv.Itoa(id) + `,"method":"tools/call","params":{` + metaEnvelope + `,"name":"fs_read","arguments":{"path":"notes.txt"}}}`
+				}
+			}
+			lines = append(lines, read(1), `{oops`, `[1,2]`, `"x"`, `{}`, read(2))
+			cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
+			cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("airlock mcp: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+			}
+			var nulls []int
+			read1, read2 := false, false
+			for line := range strings.SplitSeq(strings.TrimSpace(stdout.String()), "\n") {
+				var r struct {
+					ID     json.RawMessage `json:"id"`
+					Result json.RawMessage `json:"result"`
+					Error  *struct {
+						Code int `json:"code"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatalf("stdout line %q", line)
+				}
+				switch string(r.ID) {
+				case "null":
+					if r.Error == nil {
+						t.Fatalf("stdout line %q", line)
+					}
+					nulls = append(nulls, r.Error.Code)
+				case "1", "2":
+					if !strings.Contains(string(r.Result), `hello\n`) {
+						t.Fatalf("request %s: %s", r.ID, line)
+					}
+					read1, read2 = read1 || string(r.ID) == "1", read2 || string(r.ID) == "2"
+				}
+			}
+			if !read1 || !read2 || !slices.Equal(nulls, []int{-32700, -32600, -32600, -32600}) {
+				t.Fatalf("reads answered %v %v, errors with id null %v, want -32700 and -32600 three times\nstdout:\n%s", read1, read2, nulls, stdout.String())
+			}
+		})
 	}
 }
