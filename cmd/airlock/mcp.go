@@ -226,10 +226,16 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 			runtime.GOMAXPROCS(1)
 		}
 		// A line over the bound ends the session: the stream cannot be read in step again.
-		// Every request read is answered before the end of stdin ends the session, within
-		// mcp.StdinDrainTimeout. The fs calls an agent makes most skip the SDK (the fast
-		// path of mcp.Bridge.ServeStdio).
-		if err := b.ServeStdio(ctx, in, a.stdout, mcp.MaxMessageBytes, 0); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, io.EOF) {
+		// Every request read is answered before the end of stdin (or that line) ends the
+		// session, within mcp.StdinDrainTimeout. The fs calls an agent makes most skip the
+		// SDK (the fast path of mcp.Bridge.ServeStdio).
+		err := b.ServeStdio(ctx, in, a.stdout, mcp.MaxMessageBytes, 0)
+		switch {
+		case err == nil, errors.Is(err, context.Canceled), errors.Is(err, io.EOF):
+		case errors.Is(err, mcp.ErrLineTooLarge):
+			// The client's input, not the daemon out of reach (69).
+			return o.fail(protocolErrorf("%v", err))
+		default:
 			return o.fail(err)
 		}
 		return a.dirEnd(o, stopped())

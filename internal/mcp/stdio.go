@@ -3,11 +3,14 @@ package mcp
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
@@ -44,17 +47,27 @@ const methodListen = "subscriptions/listen"
 // Requests are tracked on the bytes, below the SDK's connection, so that the connection
 // stays the SDK's own (it learns the negotiated protocol revision, which decides whether a
 // batch is allowed). A line reaches the SDK once its newline is read (or stdin ends), as MCP's
-// stdio transport delimits messages, without the spaces around it; a line over maxLine reaches
-// it as it comes, untracked, and the SDK ends the session on it. A line the SDK's connection
-// cannot read as a message, on which it would end the session, does not reach it: it is
-// answered with a JSON-RPC error with id null, -32700 or -32600 (check), and serving goes on.
+// stdio transport delimits messages, without the spaces around it. A line the SDK's
+// connection cannot read as a message, on which it would end the session, does not reach it:
+// it is answered with a JSON-RPC error with id null, -32700 or -32600 (check), and serving
+// goes on. A line over maxLine (the SDK's DefaultMaxLineLength when not positive) ends the
+// session, as the end of stdin does, with ErrLineTooLarge: the rest of it, which may never
+// end, is not read, so the stream cannot be read in step again. It is answered -32600 with
+// id null, and the requests read before it are answered first, within the drain.
 func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) sdk.Transport {
 	return newDrainer(in, out, maxLine, drain).transport()
 }
 
+// ErrLineTooLarge ends a stdio session (StdioTransport, ServeStdio) whose client sent a line
+// over the bound.
+var ErrLineTooLarge = errors.New("a line on stdin exceeds the message bound")
+
 func newDrainer(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) *drainer {
 	if drain <= 0 {
 		drain = StdinDrainTimeout
+	}
+	if maxLine <= 0 {
+		maxLine = sdk.DefaultMaxLineLength
 	}
 	return &drainer{in: in, out: out, maxLine: maxLine, drain: drain, pending: map[string]int{}, expired: map[string]bool{},
 		changed: make(chan struct{}, 1), closed: make(chan struct{})}
@@ -62,7 +75,9 @@ func newDrainer(in io.ReadCloser, out io.Writer, maxLine int, drain time.Duratio
 
 // transport is the SDK's transport on the drainer's reader and writer.
 func (d *drainer) transport() sdk.Transport {
-	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: d.maxLine}
+	// The SDK's bound is the drainer's and the newline before a line, which its reader may
+	// count with it: the drainer gives it no longer line.
+	return &sdk.IOTransport{Reader: drainReader{d}, Writer: drainWriter{d}, MaxLineLength: d.maxLine + 1}
 }
 
 // drainer tracks the requests read from in until their responses are written to out.
@@ -76,17 +91,15 @@ type drainer struct {
 	fast *fastPath
 
 	// Only Read touches these. line is the unfinished line read so far, held back from the
-	// SDK until it ends (so that the fast path sees every line whole), unless it grew past
-	// maxLine (overLong), when it goes to the SDK as it comes, which ends the session on it.
-	// give is what the SDK is to read next: whole lines, in order, less those the fast path
-	// took; chunk is stdin's read buffer.
-	line     []byte
-	overLong bool
-	give     []byte
-	gbuf     []byte // give's backing array
-	chunk    []byte
-	// end is stdin's error (io.EOF at its end). Read reports it once the SDK has read
-	// every line before it, and those lines' requests are answered (waited).
+	// SDK until it ends (so that the fast path sees every line whole), and at most maxLine
+	// long. give is what the SDK is to read next: whole lines, in order, less those the fast
+	// path took; chunk is stdin's read buffer.
+	line  []byte
+	give  []byte
+	gbuf  []byte // give's backing array
+	chunk []byte
+	// end is stdin's error (io.EOF at its end), or ErrLineTooLarge. Read reports it once the
+	// SDK has read every line before it, and those lines' requests are answered (waited).
 	end    error
 	waited bool
 	// noBatches is set once an initialize read names a revision whose session the SDK's
@@ -139,8 +152,8 @@ func (r drainReader) Read(p []byte) (int, error) {
 		d.gbuf = d.gbuf[:0]
 		n, err := d.in.Read(d.chunk)
 		d.scan(d.chunk[:n])
-		if err != nil {
-			if len(d.line) > 0 && !d.overLong {
+		if err != nil && d.end == nil {
+			if len(d.line) > 0 {
 				d.whole(d.line) // a last line without its newline, a message too
 			}
 			d.line = d.line[:0]
@@ -156,35 +169,25 @@ func (r drainReader) Close() error {
 	return r.d.in.Close()
 }
 
-// scan splits b into lines, continuing the unfinished one, and appends to gbuf what the SDK
-// is to read of them: each whole line the fast path does not take, and the part read so far
-// of a line over maxLine.
+// scan splits b into lines, continuing the unfinished one, and takes each whole one (whole).
+// A line over maxLine ends the reading there: it is answered -32600 (id null) and end is set
+// to ErrLineTooLarge, without reading it to its end, which may be never.
 func (d *drainer) scan(b []byte) {
-	for len(b) > 0 {
+	for len(b) > 0 && d.end == nil {
 		i := bytes.IndexByte(b, '\n')
-		if d.overLong {
-			if i < 0 {
-				d.gbuf = append(d.gbuf, b...)
-				return
-			}
-			d.gbuf = append(d.gbuf, b[:i+1]...)
-			d.overLong, b = false, b[i+1:]
-			continue
+		n := len(b)
+		if i >= 0 {
+			n = i
 		}
-		if i < 0 {
-			if d.maxLine > 0 && len(d.line)+len(b) > d.maxLine {
-				d.gbuf = append(append(d.gbuf, d.line...), b...)
-				d.overLong, d.line = true, d.line[:0]
-				return
-			}
-			d.line = append(d.line, b...)
+		if d.maxLine > 0 && len(d.line)+n > d.maxLine {
+			d.reply(jsonrpc.CodeInvalidRequest, "Invalid Request: a line over "+strconv.Itoa(d.maxLine)+" bytes; the session ends")
+			d.end = fmt.Errorf("%w of %d bytes", ErrLineTooLarge, d.maxLine)
+			d.line = d.line[:0]
 			return
 		}
-		if d.maxLine > 0 && len(d.line)+i > d.maxLine {
-			// Not tracked, nor held: the SDK ends the session on it.
-			d.gbuf = append(append(d.gbuf, d.line...), b[:i+1]...)
-			d.line, b = d.line[:0], b[i+1:]
-			continue
+		if i < 0 {
+			d.line = append(d.line, b...)
+			return
 		}
 		line := b[:i] // the whole line is in b: no copy
 		if len(d.line) > 0 {

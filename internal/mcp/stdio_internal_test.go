@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strconv"
@@ -155,15 +156,29 @@ func TestDrainEndsOnClose(t *testing.T) {
 	})
 }
 
-// TestDrainSkipsAnOverlongLine: a line over the bound is not tracked (the SDK ends the
-// session on it) and does not grow the drainer's buffer past the bound.
-func TestDrainSkipsAnOverlongLine(t *testing.T) {
-	d := &drainer{maxLine: 64, pending: map[string]int{}, expired: map[string]bool{}, changed: make(chan struct{}, 1)}
+// TestDrainEndsAtAnOverlongLine: a line over the bound ends the reading, with
+// ErrLineTooLarge, once it is past the bound, without waiting for its end: it is answered
+// -32600 with id null, the lines before it are the SDK's and their requests tracked, the
+// lines after it are not read, and the drainer's buffer does not grow past the bound. Before,
+// the line went to the SDK as it came, which ended the session on it and cancelled the
+// requests it was running.
+func TestDrainEndsAtAnOverlongLine(t *testing.T) {
+	out := &lockedBuffer{}
+	d := newDrainer(nil, out, 64, time.Minute)
+	ping := `{"jsonrpc":"2.0","id":6,"method":"ping"}`
 	long := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"x":"` + strings.Repeat("a", 100) + `"}}`
-	d.scan([]byte(long[:40]))
-	d.scan([]byte(long[40:] + "\n" + `{"jsonrpc":"2.0","id":8,"method":"ping"}` + "\n"))
-	if len(d.pending) != 1 || d.pending["n8"] != 1 || cap(d.line) > 128 {
-		t.Fatalf("pending %v, line buffer %d", d.pending, cap(d.line))
+	d.scan([]byte(ping + "\n" + long[:40]))
+	d.scan([]byte(long[40:80]))
+	if !errors.Is(d.end, ErrLineTooLarge) {
+		t.Fatalf("end %v, want ErrLineTooLarge", d.end)
+	}
+	if len(d.pending) != 1 || d.pending["n6"] != 1 || string(d.gbuf) != ping+"\n" || cap(d.line) > 128 {
+		t.Fatalf("pending %v, given %q, line buffer %d", d.pending, d.gbuf, cap(d.line))
+	}
+	var r stdioResponse
+	if lines := out.lines(); len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &r) != nil || string(r.ID) != "null" ||
+		r.Error == nil || r.Error.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(r.Error.Message, "64 bytes") {
+		t.Fatalf("stdout:\n%s", strings.Join(lines, "\n"))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,49 +116,79 @@ func (h writeHalf) Close() error { return h.c.CloseWrite() }
 
 // TestStdioLineBound: on stdio, as over HTTP, one message of the client is bounded by
 // MaxMessageBytes (below the SDK's own default of 16 MiB). A line that runs past it ends the
-// session (the stream cannot be read in step again) and airlock mcp exits with a failure.
+// session (the stream cannot be read in step again): it is answered -32600 with id null as
+// soon as it passes the bound, though it never ends, and the call read before it, still
+// running, is answered too; then airlock mcp exits 76 (the client's input, not the daemon)
+// saying why. Before, the SDK ended the session on the line, the call was cancelled
+// unanswered, and the exit was 69, the daemon out of reach. Under both revisions.
 func TestStdioLineBound(t *testing.T) {
 	e := startEnv(t)
-	fsp := startFS(t)
-	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read"))
-	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer cmd.Process.Kill()
-
-	// A request whose string runs 1 MiB past the bound and then waits, unfinished, with
-	// stdin open: only the bound can end the session.
-	go func() {
-		in.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"`))
-		chunk := bytes.Repeat([]byte("a"), 64<<10)
-		for sent := 0; sent < mcp.MaxMessageBytes+1<<20; sent += len(chunk) {
-			if _, err := in.Write(chunk); err != nil {
-				return
+	bin := daemontest.Binary(t, "airlock")
+	for i, rev := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(rev, func(t *testing.T) {
+			a := startScripted(t) // holds the call until unblocked
+			session := "agent" + strconv.Itoa(i)
+			e.open(t, session, e.root, scriptedDescriptor(a.socket, e.host, session, "fs.read"))
+			cmd := exec.Command(bin, "--socket", e.d.Socket, "mcp", "--session", session, "--generation", "1")
+			stdout, stderr := &daemontest.SyncBuffer{}, &daemontest.SyncBuffer{}
+			cmd.Stdout, cmd.Stderr = stdout, stderr
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}()
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() == 0 {
-			t.Fatalf("airlock mcp after an oversized line: %v, want a failure exit", err)
-		}
-		if !strings.Contains(stderr.String(), "maximum line length") {
-			t.Fatalf("stderr does not say why: %q", stderr.String())
-		}
-		t.Logf("exit %d: %s", ee.ExitCode(), strings.TrimSpace(stderr.String()))
-	case <-time.After(30 * time.Second):
-		t.Fatal("airlock mcp still reads a line past MaxMessageBytes")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			defer cmd.Process.Kill()
+
+			read := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs_read","arguments":{"path":"notes.txt"}}}`
+			if rev == "2025-11-25" {
+				io.WriteString(in, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
+					`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+			} else {
+				read = strings.Replace(read, `"params":{`, `"params":{`+metaEnvelope+`,`, 1)
+			}
+			io.WriteString(in, read+"\n")
+			waitFor(t, "the call at the adapter", func() bool { return len(a.framesOf("invoke")) == 1 })
+			// A request whose string runs 1 MiB past the bound and then waits, unfinished,
+			// with stdin open: only the bound can end the session.
+			go func() {
+				in.Write([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping","params":{"x":"`))
+				chunk := bytes.Repeat([]byte("a"), 64<<10)
+				for sent := 0; sent < mcp.MaxMessageBytes+1<<20; sent += len(chunk) {
+					if _, err := in.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			stdout.Wait(t, "the line's answer", regexp.MustCompile(`\{"jsonrpc":"2.0","id":null,"error":\{"code":-32600,"message":"Invalid Request: a line over 9437184 bytes; the session ends"\}\}`))
+			select {
+			case err := <-exited:
+				t.Fatalf("airlock mcp exited (%v) with the call before the line unanswered\nstdout:\n%s", err, stdout.String())
+			default:
+			}
+			a.unblock()
+			select {
+			case err := <-exited:
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 76 {
+					t.Fatalf("airlock mcp after an oversized line: %v, want exit 76\nstderr:\n%s", err, stderr.String())
+				}
+				if !strings.Contains(stderr.String(), "airlock: protocol: a line on stdin exceeds the message bound of 9437184 bytes") {
+					t.Fatalf("stderr does not say why: %q", stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("airlock mcp still reads a line past MaxMessageBytes")
+			}
+			if !regexp.MustCompile(`"id":1,"result":\{.*"text":"x"`).MatchString(stdout.String()) {
+				t.Fatalf("the call read before the line is not answered:\n%s", stdout.String())
+			}
+		})
 	}
 }
 
