@@ -46,8 +46,8 @@ const (
 // exit (69, or 1 after a refusal) comes then.
 //
 // When it cannot start (no daemon on the socket, an unknown session, a refused open), an MCP
-// client on stdio gets the reason, and how to fix it, as the error of its first request
-// (serveFailure), as well as stderr.
+// client on stdio gets the reason, and how to fix it, as the error of each of its requests
+// until it closes stdin (serveFailure), as well as stderr.
 func (a *app) mcpServe(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("mcp")
 	session := fs.String("session", "", "session id (this or --dir)")

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/client"
@@ -29,7 +28,6 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
-	"github.com/airlockhq/airlock/internal/version"
 )
 
 // defaultDirOps are the operations airlock mcp --dir grants without --ops: all six, as the
@@ -200,24 +198,16 @@ const failureErrorCode = jsonrpc.CodeInternalError
 
 // serveFailure answers an MCP client on stdio when airlock mcp cannot serve: every request,
 // initialize first, gets a JSON-RPC error whose message is the failure and what to do about
-// it, and whose data carries airlock's code; notifications are dropped. Clients show that
-// message where a server that just exits shows only "connection closed". It returns when
-// the client closes stdin or ctx ends.
+// it, and whose data carries airlock's code; notifications are dropped (mcp.ServeFailure).
+// Clients show that message where a server that just exits shows only "connection closed".
+// It returns when the client closes stdin or ctx ends.
 func serveFailure(ctx context.Context, in io.ReadCloser, out io.Writer, pe *protocol.Error, hint string) {
 	msg := "airlock mcp: " + pe.Code + ": " + pe.Message
 	if hint != "" {
 		msg += "; " + hint
 	}
 	data, _ := json.Marshal(map[string]any{"code": pe.Code, "retryable": pe.Retryable})
-	srv := sdk.NewServer(&sdk.Implementation{Name: "airlock", Title: "airlock", Version: version.Version}, nil)
-	srv.AddReceivingMiddleware(func(sdk.MethodHandler) sdk.MethodHandler {
-		return func(context.Context, string, sdk.Request) (sdk.Result, error) {
-			return nil, &jsonrpc.Error{Code: failureErrorCode, Message: msg, Data: data}
-		}
-	})
-	// The failure server answers at once, so every request read is answered before stdin's end
-	// ends it (see mcp.StdioTransport).
-	_ = srv.Run(ctx, mcp.StdioTransport(in, out, mcp.MaxMessageBytes, 0))
+	_ = mcp.ServeFailure(ctx, in, out, mcp.MaxMessageBytes, &jsonrpc.Error{Code: failureErrorCode, Message: msg, Data: data})
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.

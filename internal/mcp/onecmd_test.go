@@ -791,3 +791,84 @@ func TestDirSurvivesFSAdapterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestFailureAnswersEveryRequest: when airlock mcp cannot start (no daemon on the socket; a
+// --dir open the daemon refuses, here an operation that is none), every request on stdio
+// gets airlock's error, -32603 with the reason (and, for a daemon out of reach, the command
+// that starts one), until the client closes stdin; then the exit is 69 or 1. Under 2025-11-25
+// only initialize got it: the go-sdk answered each later request "method … is invalid during
+// session initialization" (code 0), ahead of the failure server's middleware. Under
+// 2026-07-28 too; a line that is not JSON is answered -32700 and the rest still are.
+func TestFailureAnswersEveryRequest(t *testing.T) {
+	e := startDirEnv(t)
+	bin := daemontest.Binary(t, "airlock")
+	none := filepath.Join(daemontest.ShortDir(t), "none.sock")
+	starts := []struct {
+		name string
+		args []string
+		exit int
+		want *regexp.Regexp
+	}{
+		{"no daemon", []string{"--socket", none, "mcp", "--session", "s", "--generation", "1"}, 69,
+			regexp.MustCompile(`^airlock mcp: daemon_unreachable: .*` + regexp.QuoteMeta(none) + `.*start it with `)},
+		{"a refused open", []string{"--socket", e.d.Socket, "mcp", "--dir", e.root, "--ops", "fs.bogus"}, 1,
+			regexp.MustCompile(`^airlock mcp: unsupported_tool_operation: operations must be`)},
+	}
+	revisions := map[string][]string{
+		"2025-11-25": {
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+			`{oops`,
+			`{"jsonrpc":"2.0","id":"three","method":"tools/call","params":{"name":"fs_read","arguments":{"path":"a"}}}`,
+			`{"jsonrpc":"2.0","id":4,"method":"ping"}`,
+		},
+		"2026-07-28": {
+			`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{` + metaEnvelope + `}}`,
+			`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{` + metaEnvelope + `}}`,
+			`{oops`,
+			`{"jsonrpc":"2.0","id":"three","method":"tools/call","params":{` + metaEnvelope + `,"name":"fs_read","arguments":{"path":"a"}}}`,
+			`{"jsonrpc":"2.0","id":4,"method":"tools/list"}`,
+		},
+	}
+	for _, s := range starts {
+		for rev, lines := range revisions {
+			t.Run(s.name+"/"+rev, func(t *testing.T) {
+				cmd := exec.Command(bin, s.args...)
+				cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+				var stdout, stderr strings.Builder
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				cmd.Run()
+				if code := cmd.ProcessState.ExitCode(); code != s.exit {
+					t.Fatalf("exit %d, want %d\nstderr:\n%s", code, s.exit, stderr.String())
+				}
+				var answered []string
+				parseErrors := 0
+				for line := range strings.SplitSeq(strings.TrimSpace(stdout.String()), "\n") {
+					var r struct {
+						ID    json.RawMessage `json:"id"`
+						Error *struct {
+							Code    int             `json:"code"`
+							Message string          `json:"message"`
+							Data    json.RawMessage `json:"data"`
+						} `json:"error"`
+					}
+					if json.Unmarshal([]byte(line), &r) != nil || r.Error == nil {
+						t.Fatalf("stdout line %s", line)
+					}
+					if string(r.ID) == "null" && r.Error.Code == -32700 {
+						parseErrors++
+						continue
+					}
+					if r.Error.Code != -32603 || !s.want.MatchString(r.Error.Message) || !strings.Contains(string(r.Error.Data), `"retryable":`) {
+						t.Fatalf("request %s: %s", r.ID, line)
+					}
+					answered = append(answered, string(r.ID))
+				}
+				if !slices.Equal(answered, []string{"1", "2", `"three"`, "4"}) || parseErrors != 1 {
+					t.Fatalf("answered %v and %d parse errors, want each request once, in order, and one\nstdout:\n%s", answered, parseErrors, stdout.String())
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +59,32 @@ func StdioTransport(in io.ReadCloser, out io.Writer, maxLine int, drain time.Dur
 	return newDrainer(in, out, maxLine, drain).transport()
 }
 
+// ServeFailure answers an MCP client on stdio for a server that cannot serve: every request
+// read from in, initialize first, gets the JSON-RPC error failure, until in ends or ctx ends
+// (which closes in, ending a read of a pipe or a socket read through the runtime's poller).
+// Notifications and responses get nothing; a line that is not JSON, or not a JSON-RPC
+// message, or over maxLine, is answered as StdioTransport answers it. No SDK session runs:
+// under 2025-11-25 and before, the go-sdk server answers a request other than initialize,
+// until an initialize has succeeded, with its own error ("method … is invalid during session
+// initialization"), ahead of any middleware, so only initialize got the failure.
+func ServeFailure(ctx context.Context, in io.ReadCloser, out io.Writer, maxLine int, failure *jsonrpc.Error) error {
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false) // as the SDK writes
+	if err := enc.Encode(failure); err != nil {
+		return err
+	}
+	d := newDrainer(in, out, maxLine, 0)
+	d.refuse = append(append([]byte(`,"error":`), bytes.TrimSpace(body.Bytes())...), '}')
+	stop := context.AfterFunc(ctx, func() { drainReader{d}.Close() })
+	defer stop()
+	_, err := io.Copy(io.Discard, drainReader{d})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
 // ErrLineTooLarge ends a stdio session (StdioTransport, ServeStdio) whose client sent a line
 // over the bound.
 var ErrLineTooLarge = errors.New("a line on stdin exceeds the message bound")
@@ -89,6 +116,9 @@ type drainer struct {
 	// fast, when set, takes the tools/call lines it answers itself out of what the SDK
 	// reads (ServeStdio).
 	fast *fastPath
+	// refuse, when set, is what follows the id in the answer to every request: the error
+	// member and the end of the response (ServeFailure). Nothing reaches the SDK then.
+	refuse []byte
 
 	// Only Read touches these. line is the unfinished line read so far, held back from the
 	// SDK until it ends (so that the fast path sees every line whole), and at most maxLine
@@ -209,6 +239,10 @@ func (d *drainer) whole(line []byte) {
 	}
 	line = bytes.TrimSpace(line) // the SDK's reader refuses a space after the value
 	if len(line) == 0 {
+		return
+	}
+	if d.refuse != nil {
+		d.refuseLine(line)
 		return
 	}
 	if code, msg := d.check(line); code != 0 {
@@ -395,11 +429,7 @@ func (d *drainer) expire() {
 	clear(d.pending)
 	d.mu.Unlock()
 	for _, k := range keys {
-		id := []byte(k[1:])
-		if k[0] == 's' {
-			id = ndjson.AppendString(nil, k[1:])
-		}
-		line := append([]byte(responsePrefix), id...)
+		line := appendID([]byte(responsePrefix), k)
 		line = append(line, `,"error":{"code":`+strconv.Itoa(CodeDrainTimeout)+
 			`,"message":"airlock mcp: stdin closed and the call did not finish within `+d.drain.String()+
 			`; it may still take effect"}}`+"\n"...)

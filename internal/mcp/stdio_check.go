@@ -16,7 +16,8 @@ import (
 // requests it is running are cancelled unanswered), so such a line never reaches it. It gets a
 // JSON-RPC error with id null, as JSON-RPC 2.0 says (§5.1: -32700 for a line that is not JSON,
 // -32600 for JSON that is not a request object), and serving goes on, as the reference MCP
-// servers go on past a bad line.
+// servers go on past a bad line. It also holds the failure server's answers (ServeFailure),
+// where no line reaches the SDK.
 
 // sdkMaxDepth is the nesting of objects and arrays that the SDK's decoder accepts (its
 // internal/json's defaultMaxDepth): a batch nested deeper is refused whole.
@@ -156,11 +157,81 @@ func idKeyOf(id jsonrpc.ID) string {
 
 // reply writes an error response with id null (a line's whose id could not be read).
 func (d *drainer) reply(code int, msg string) {
-	line := append([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":`), strconv.Itoa(code)...)
-	line = append(line, `,"message":`...)
-	line = ndjson.AppendString(line, msg)
-	line = append(line, "}}\n"...)
+	line := append(appendErrorResponse(nil, code, msg), '\n')
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
 	_, _ = d.out.Write(line) // a stdout gone fails the SDK's next write too
+}
+
+// appendErrorResponse appends an error response with id null.
+func appendErrorResponse(dst []byte, code int, msg string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":null,"error":{"code":`...)
+	dst = strconv.AppendInt(dst, int64(code), 10)
+	dst = append(dst, `,"message":`...)
+	dst = ndjson.AppendString(dst, msg)
+	return append(dst, "}}"...)
+}
+
+// refuseLine answers line (trimmed, not empty) in a failure server (ServeFailure): each
+// request in it, alone or in a batch, gets the failure; a line that is not JSON, or a message
+// that is not a JSON-RPC message, is answered as check answers it; a notification or a
+// response gets nothing.
+func (d *drainer) refuseLine(line []byte) {
+	var out []byte
+	switch {
+	case !json.Valid(line):
+		code, msg := d.check(line)
+		out = appendErrorResponse(out, code, msg)
+	case line[0] == '[':
+		var batch []json.RawMessage
+		if json.Unmarshal(line, &batch) != nil || len(batch) == 0 {
+			out = appendErrorResponse(out, jsonrpc.CodeInvalidRequest, "Invalid Request: an empty batch")
+			break
+		}
+		out = append(out, '[')
+		for _, raw := range batch {
+			n := len(out)
+			if n > 1 {
+				out = append(out, ',')
+			}
+			m := len(out)
+			if out = d.refusal(out, raw); len(out) == m {
+				out = out[:n] // nothing to answer: no comma either
+			}
+		}
+		if len(out) == 1 {
+			return // notifications and responses only
+		}
+		out = append(out, ']')
+	default:
+		if out = d.refusal(out, line); len(out) == 0 {
+			return
+		}
+	}
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	_, _ = d.out.Write(append(out, '\n'))
+}
+
+// refusal appends the failure server's answer to one message, if it gets one.
+func (d *drainer) refusal(dst, raw []byte) []byte {
+	msg, err := jsonrpc.DecodeMessage(raw)
+	if err != nil {
+		return appendErrorResponse(dst, jsonrpc.CodeInvalidRequest, "Invalid Request: "+err.Error())
+	}
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return dst
+	}
+	dst = append(dst, responsePrefix...)
+	dst = appendID(dst, idKeyOf(req.ID))
+	return append(dst, d.refuse...)
+}
+
+// appendID appends the request id of id key k as the SDK writes it.
+func appendID(dst []byte, k string) []byte {
+	if k[0] == 's' {
+		return ndjson.AppendString(dst, k[1:])
+	}
+	return append(dst, k[1:]...)
 }
