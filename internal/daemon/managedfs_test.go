@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -258,22 +257,6 @@ func show(r *client.Response) string {
 	return string(b)
 }
 
-// killChild SIGKILLs the airlock-fs child the daemon of e runs (the last one its log says it
-// started) and waits until the daemon has seen it exit.
-func (e *managedEnv) killChild(t *testing.T) {
-	t.Helper()
-	ms := regexp.MustCompile(`airlock-fs started[^\n]*pid=(\d+)`).FindAllStringSubmatch(e.d.Stderr(), -1)
-	if len(ms) == 0 {
-		t.Fatalf("no airlock-fs start in the log:\n%s", e.d.Stderr())
-	}
-	pid, _ := strconv.Atoi(ms[len(ms)-1][1])
-	exits := strings.Count(e.d.Stderr(), "airlock-fs exited")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the daemon to see its airlock-fs exit", func() bool { return strings.Count(e.d.Stderr(), "airlock-fs exited") > exits })
-}
-
 // handleShaped is a token shaped as a capability handle is (32 bytes, base64url without
 // padding): the daemon never learns a managed grant's handle otherwise than in the descriptor
 // its airlock-fs answers, so a test can only look for its shape.
@@ -319,7 +302,7 @@ func TestManagedGrantRestoredAfterFSRestart(t *testing.T) {
 	if err := os.Chmod(fsDir, 0o770); err != nil {
 		t.Fatal(err)
 	}
-	e.killChild(t)
+	e.d.KillManagedFS(t)
 	for _, s := range []struct{ session, op string }{{"a", "fs.read"}, {"b", "fs.list"}} {
 		if r := read(s.session, s.op); r.OK || r.Error.Code != "fs_adapter_unavailable" || !r.Error.Retryable || r.Error.Details["indeterminate"] != false {
 			t.Fatalf("%s while no airlock-fs is up: %s", s.session, show(r))

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -297,6 +299,24 @@ func (d *Daemon) Kill9() {
 	d.t.Helper()
 	d.Cmd.Process.Signal(syscall.SIGKILL)
 	<-d.exited
+}
+
+// KillManagedFS SIGKILLs the airlock-fs child the daemon runs (the last one its log says it
+// started), as a crash of it would, and waits until the daemon's log says it saw it exit.
+func (d *Daemon) KillManagedFS(t testing.TB) {
+	t.Helper()
+	ms := regexp.MustCompile(`airlock-fs started[^\n]*pid=(\d+)`).FindAllStringSubmatch(d.Stderr(), -1)
+	if len(ms) == 0 {
+		t.Fatalf("no airlock-fs start in the daemon's log:\n%s", d.Stderr())
+	}
+	pid, _ := strconv.Atoi(ms[len(ms)-1][1])
+	exits := strings.Count(d.Stderr(), "airlock-fs exited")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !WaitFor(30*time.Second, func() bool { return strings.Count(d.Stderr(), "airlock-fs exited") > exits }) {
+		t.Fatalf("the daemon did not see its airlock-fs exit:\n%s", d.Stderr())
+	}
 }
 
 // Stop sends SIGTERM and waits; after 30 s it kills the process.

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -683,22 +682,6 @@ func TestDirNotADirectory(t *testing.T) {
 	}
 }
 
-// killManagedFS SIGKILLs the airlock-fs child that the daemon of e runs (the last one its log
-// says it started) and waits until the daemon has seen it exit.
-func (e *env) killManagedFS(t *testing.T) {
-	t.Helper()
-	ms := regexp.MustCompile(`airlock-fs started[^\n]*pid=(\d+)`).FindAllStringSubmatch(e.d.Stderr(), -1)
-	if len(ms) == 0 {
-		t.Fatalf("no airlock-fs start in the daemon's log:\n%s", e.d.Stderr())
-	}
-	pid, _ := strconv.Atoi(ms[len(ms)-1][1])
-	exits := strings.Count(e.d.Stderr(), "airlock-fs exited")
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "airlockd to see its airlock-fs exit", func() bool { return strings.Count(e.d.Stderr(), "airlock-fs exited") > exits })
-}
-
 // TestDirSurvivesFSAdapterRestart: when the airlock-fs that airlockd runs dies (SIGKILL here;
 // a crash alike), airlockd restarts it and grants the sessions it had minted grants for their
 // directories again, so that the same MCP session works again without the client or airlock mcp
@@ -761,7 +744,7 @@ func TestDirSurvivesFSAdapterRestart(t *testing.T) {
 				t.Fatalf("before: grants %v, sessions %v", before, ids)
 			}
 
-			e.killManagedFS(t)
+			e.d.KillManagedFS(t)
 			waitFor(t, "fs_read to work again", func() bool {
 				r := callRead()
 				if !r.IsError {
