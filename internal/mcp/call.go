@@ -40,10 +40,9 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		if err != nil {
 			return nil, err
 		}
-		sessionID, clientName := "", ""
+		sessionID, clientName := "", clientNameOf(req.ClientInfo())
 		if req.Session != nil {
 			sessionID = req.Session.ID()
-			clientName = clientNameOf(req.Session)
 		}
 		switch s.kind {
 		case kindFS:
@@ -86,16 +85,24 @@ func (b *Bridge) gated(cmd client.Command, clientName string) client.Command {
 	return cmd
 }
 
-// clientNameOf is the name the MCP client gave at initialize, bounded to what the envelope's
-// client member takes ("" when it gave none, or one the daemon would refuse).
-func clientNameOf(ss *sdk.ServerSession) string {
-	p := ss.InitializeParams()
-	if p == nil || p.ClientInfo == nil {
-		return ""
+// unnamedClient is the envelope's client member for an MCP client that gave no name the
+// member takes (none at all, which the 2026-07-28 revision allows; an empty one; one too long
+// or with control characters). The member is what marks a call as the bridge's (door mcp, as
+// the policy and the audit journal see it): without it, such a client's calls counted as the
+// operator's own (door socket).
+const unnamedClient = "(unnamed)"
+
+// clientNameOf is the name an MCP client gave for itself, bounded to what the envelope's
+// client member takes (unnamedClient otherwise): info is the request's own clientInfo
+// (each request of the stateless revision may name its client in _meta), else the one given
+// at initialize, as sdk.ServerRequest.ClientInfo returns it.
+func clientNameOf(info *sdk.Implementation) string {
+	if info == nil {
+		return unnamedClient
 	}
-	name := p.ClientInfo.Name
+	name := info.Name
 	if name == "" || utf8.RuneCountInString(name) > protocol.MaxClientNameLen || strings.ContainsFunc(name, unicode.IsControl) {
-		return ""
+		return unnamedClient
 	}
 	return name
 }

@@ -115,6 +115,7 @@ type fastParams struct {
 type fastMeta struct {
 	ProtocolVersion json.RawMessage `json:"io.modelcontextprotocol/protocolVersion"`
 	IdempotencyKey  json.RawMessage `json:"io.airlock/idempotencyKey"`
+	ClientInfo      json.RawMessage `json:"io.modelcontextprotocol/clientInfo"`
 }
 
 // fastCall is a tools/call line as the fast path reads it.
@@ -125,6 +126,9 @@ type fastCall struct {
 	args      json.RawMessage // compact, {} when absent
 	meta      json.RawMessage // as it came, or nil
 	stateless bool            // _meta names the 2026-07-28 revision or a later one
+	// client is the clientInfo of _meta, nil when it has none (the one given at
+	// initialize is the session's).
+	client *sdk.Implementation
 }
 
 // parseFast reads line as a call the fast path may take, or reports false. It checks the
@@ -160,6 +164,13 @@ func parseFast(line []byte) (fastCall, bool) {
 				return fastCall{}, false
 			}
 			c.stateless = v >= "2026-07-28" // as the SDK tells the revisions apart
+		}
+		if len(m.ClientInfo) > 0 && string(m.ClientInfo) != "null" {
+			// The SDK refuses a clientInfo that is not an Implementation: its to answer.
+			c.client = new(sdk.Implementation)
+			if json.Unmarshal(m.ClientInfo, c.client) != nil {
+				return fastCall{}, false
+			}
 		}
 	}
 	if len(p.Arguments) > 0 && p.Arguments[0] != '{' {
@@ -210,7 +221,11 @@ func (f *fastPath) take(d *drainer, line []byte) bool {
 	f.b.fastCalls.Add(1)
 	// The SDK marks a tool result complete (resultType) by the revision the session began
 	// with, and names the server in its _meta when the request is of the stateless revision.
-	j := fastJob{ctx: ctx, key: c.key, id: bytes.Clone(c.id), spec: s, clientName: clientNameOf(f.ss),
+	client := c.client
+	if client == nil {
+		client = ip.ClientInfo
+	}
+	j := fastJob{ctx: ctx, key: c.key, id: bytes.Clone(c.id), spec: s, clientName: clientNameOf(client),
 		args: c.args, complete: ip.ProtocolVersion >= "2026-07-28"}
 	if c.stateless {
 		j.serverInfo = f.serverInfo
