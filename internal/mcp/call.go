@@ -23,7 +23,8 @@ import (
 
 // MetaIdempotencyKey is the _meta member of a tools/call by which a client names the call
 // itself: calls of the same tool with the same key are one call, across MCP sessions and
-// bridge processes, whatever their arguments (see keyTable).
+// bridge processes, and the same key with other arguments is idempotency_conflict (airlock-fs's
+// for fs tools, the bridge's for capability actions; see keyTable).
 const MetaIdempotencyKey = "io.airlock/idempotencyKey"
 
 // maxExplicitKeyLen bounds MetaIdempotencyKey's value, in bytes.
@@ -66,11 +67,11 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		case kindRoomAction:
 			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID, Action: s.action, Args: args}},
-				callFingerprint(sessionID, s.tool.Name, args, explicit))
+				callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		default:
 			return b.callAction(ctx, b.gated(client.Command{Operation: protocol.OpInvokeCapability,
 				Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}}, clientName),
-				callFingerprint(sessionID, s.tool.Name, args, explicit))
+				callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		}
 	}
 }
@@ -335,13 +336,19 @@ func capabilityResult(resp *client.Response) *sdk.CallToolResult {
 	return &sdk.CallToolResult{StructuredContent: res.Result, Content: []sdk.Content{&sdk.TextContent{Text: string(res.Result)}}}
 }
 
-// callAction runs one capability action, cmd: invokeCapability, or invokeRoomCapability for
-// an action published into the room. Neither has an idempotency key, so the bridge itself
-// makes a retry safe: the action runs on a detached context owned by the Bridge, at most once
-// per key fp, and a retry with an open key (a call whose client gave up, or one still
-// running) gets that run's outcome instead of running it again.
-func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string) (*sdk.CallToolResult, error) {
-	e := b.keys.acquire(fp)
+// callAction runs one capability action, cmd, with arguments args: invokeCapability, or
+// invokeRoomCapability for an action published into the room. Neither has an idempotency key,
+// so the bridge itself makes a retry safe: the action runs on a detached context owned by the
+// Bridge, at most once per key fp, and a retry with an open key (a call whose client gave up,
+// one still running, or a client-named call whose outcome is remembered) gets that run's
+// outcome instead of running it again. A client-named key already used with other arguments
+// is idempotency_conflict, and nothing runs.
+func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
+	e, conflict := b.keys.acquireAction(fp, string(canonicalJSON(args)))
+	if conflict {
+		return errorResult(&protocol.Error{Code: protocol.CodeIdempotencyConflict,
+			Message: "idempotency key was used with other arguments of this tool"}), nil
+	}
 	first := b.keys.startRun(e)
 	if first {
 		b.mu.Lock()
@@ -351,7 +358,7 @@ func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string) 
 		}
 		b.mu.Unlock()
 		if closed {
-			b.keys.finishRun(e, errorResult(&protocol.Error{Code: CodeDaemonUnreachable, Message: errClosed.Error(), Retryable: true}))
+			b.keys.finishRun(fp, e, errorResult(&protocol.Error{Code: CodeDaemonUnreachable, Message: errClosed.Error(), Retryable: true}))
 		} else {
 			go func() {
 				defer b.wg.Done()
@@ -369,7 +376,7 @@ func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string) 
 				} else {
 					res = capabilityResult(resp)
 				}
-				b.keys.finishRun(e, res)
+				b.keys.finishRun(fp, e, res)
 			}()
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,13 +40,23 @@ import (
 // then the key derives from the session generation, the tool and that name alone, and holds
 // across MCP sessions and bridge processes (for capability actions, within one bridge process).
 //
+// Capability actions have no idempotency in the daemon or the adapter, so for them the table
+// is also the memory airlock-fs is for fs tools: an action runs once per key (callAction), and
+// a client-named action's outcome stays in its entry for keyTTL after it, so that the same
+// call is answered from it and the same name with other arguments is idempotency_conflict,
+// as airlock-fs answers a named write. Like airlock-fs, it forgets a retryable failure at
+// once: the same call then runs again, as a retryable failure invites. The memory is this
+// process's: a bridge that restarts has forgotten it.
+//
 // Keys are toolCallIds of invokeTool: "mcp-" and 43 characters of base64url SHA-256.
 const (
-	// keyTTL bounds how long an open key waits for a retry: the default idempotency memory
-	// of airlock-fs (idempotencyTtlMs) is one hour.
+	// keyTTL bounds how long an open key waits for a retry, and how long a client-named
+	// capability action's outcome is remembered after it: the default idempotency memory of
+	// airlock-fs (idempotencyTtlMs) is one hour.
 	keyTTL = time.Hour
-	// maxKeys bounds the table. Past it, the open keys closest to expiry are forgotten first
-	// (a later retry of one of them then runs as a new call); keys in use are never dropped.
+	// maxKeys bounds the table. Past it, the open keys and remembered outcomes closest to
+	// expiry are forgotten first (a later retry of one of them then runs as a new call); keys
+	// in use are never dropped.
 	maxKeys = 4096
 	// actionTimeout bounds one capability action on the bridge's detached context.
 	actionTimeout = 2 * time.Minute
@@ -58,6 +69,13 @@ type keyEntry struct {
 	users   int
 	open    bool
 	expires time.Time
+
+	// For a capability action (acquireAction): args, the canonical arguments of the call
+	// that made the entry; named, when the client named the call, which makes the entry keep
+	// its run's outcome (see finishRun); kept, once it does, until expires.
+	args  string
+	named bool
+	kept  bool
 
 	running bool
 	done    chan struct{} // closed when the run's res is set
@@ -114,38 +132,59 @@ func (t *keyTable) fresh() string {
 	return "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
+// isExplicit reports whether fp is a client-named call's (callFingerprint).
+func isExplicit(fp string) bool { return strings.HasPrefix(fp, "explicit\x00") }
+
 // acquire returns the key of fp: the open or in-use one, or a new one.
 func (t *keyTable) acquire(fp string) *keyEntry {
+	e, _ := t.get(fp, "", false)
+	return e
+}
+
+// acquireAction is acquire for a capability action whose canonical arguments are args. It
+// reports conflict, and acquires nothing, when the live entry of fp, a client-named call's,
+// was made by a call with other arguments.
+func (t *keyTable) acquireAction(fp, args string) (e *keyEntry, conflict bool) {
+	return t.get(fp, args, true)
+}
+
+func (t *keyTable) get(fp, args string, action bool) (e *keyEntry, conflict bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	if e := t.byFP[fp]; e != nil && (e.users > 0 || (e.open && now.Before(e.expires))) {
+		if e.args != args {
+			return nil, true
+		}
 		e.users++
-		return e
+		return e, false
 	}
 	if len(t.byFP) >= maxKeys {
 		t.evictLocked(now)
 	}
 	t.seq++
 	sum := sha256.Sum256([]byte(t.nonce + "\x00" + strconv.FormatUint(t.seq, 10) + "\x00" + fp))
-	if len(fp) > 9 && fp[:9] == "explicit\x00" {
+	if isExplicit(fp) {
 		// An explicit key is the same in every process.
 		sum = sha256.Sum256([]byte(fp))
 	}
-	e := &keyEntry{key: "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:]), users: 1}
+	e = &keyEntry{key: "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:]), users: 1, args: args, named: action && isExplicit(fp)}
 	t.byFP[fp] = e
-	return e
+	return e, false
 }
 
-// release ends one call's use of e. definite retires the key once nobody uses it; otherwise
-// it stays open for a retry until keyTTL.
+// release ends one call's use of e. definite retires the key once nobody uses it, unless it
+// keeps an outcome (finishRun); otherwise it stays open for a retry until keyTTL.
 func (t *keyTable) release(fp string, e *keyEntry, definite bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e.users--
-	if definite {
+	switch {
+	case e.kept:
+		// Open until its outcome's expiry, whatever this call's fate.
+	case definite:
 		e.open = false
-	} else {
+	default:
 		e.open, e.expires = true, t.now().Add(keyTTL)
 	}
 	if e.users == 0 && !e.open && t.byFP[fp] == e {
@@ -165,12 +204,29 @@ func (t *keyTable) startRun(e *keyEntry) bool {
 	return true
 }
 
-// finishRun records e's action outcome and wakes its waiters.
-func (t *keyTable) finishRun(e *keyEntry, res *sdk.CallToolResult) {
+// finishRun records the outcome of fp's action run e and wakes its waiters. A client-named
+// call's entry keeps the outcome open for keyTTL from now, unless it is a retryable failure,
+// which is forgotten at once: the calls waiting for it get it, and the next call runs again.
+func (t *keyTable) finishRun(fp string, e *keyEntry, res *sdk.CallToolResult) {
 	t.mu.Lock()
 	e.res, e.running = res, false
+	if e.named {
+		if retryableResult(res) {
+			if t.byFP[fp] == e {
+				delete(t.byFP, fp)
+			}
+		} else {
+			e.kept, e.open, e.expires = true, true, t.now().Add(keyTTL)
+		}
+	}
 	t.mu.Unlock()
 	close(e.done)
+}
+
+// retryableResult reports whether res is an error result whose airlock error is retryable.
+func retryableResult(res *sdk.CallToolResult) bool {
+	me, ok := res.Meta[MetaError].(*metaError)
+	return res.IsError && ok && me.Retryable
 }
 
 // evictLocked forgets the unused entries closest to expiry: all expired ones, and at least one.

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // TestKeyTable pins what a retry is: an identical call after an indefinite outcome reuses the
@@ -132,4 +136,57 @@ func FuzzArguments(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestActionKeys pins the key table as the memory of capability actions: a client-named
+// action's outcome is kept for keyTTL after it and answers the same call without a new run,
+// the same name with other arguments is a conflict, a retryable failure is forgotten at once,
+// and an unnamed action's definite outcome retires its key.
+func TestActionKeys(t *testing.T) {
+	kt := newKeyTable()
+	now := time.Unix(1000, 0)
+	kt.now = func() time.Time { return now }
+	ok := &sdk.CallToolResult{}
+	retryable := errorResult(&protocol.Error{Code: "unavailable", Message: "m", Retryable: true})
+	refused := errorResult(&protocol.Error{Code: "invalid_args", Message: "m"})
+	run := func(fp, args string, res *sdk.CallToolResult) *keyEntry {
+		t.Helper()
+		e, conflict := kt.acquireAction(fp, args)
+		if conflict {
+			t.Fatalf("%q %s: conflict", fp, args)
+		}
+		if kt.startRun(e) {
+			kt.finishRun(fp, e, res)
+		}
+		<-e.done
+		kt.release(fp, e, true)
+		return e
+	}
+
+	named := callFingerprint("s1", "lamp_set", nil, "k")
+	a := run(named, `{"level":10}`, ok)
+	now = now.Add(keyTTL - time.Nanosecond)
+	if b := run(named, `{"level":10}`, refused); b != a || b.res != ok {
+		t.Fatal("a named action's outcome was not kept for keyTTL")
+	}
+	if _, conflict := kt.acquireAction(named, `{"level":20}`); !conflict {
+		t.Fatal("a named key with other arguments is no conflict")
+	}
+	now = now.Add(time.Nanosecond)
+	if c := run(named, `{"level":20}`, ok); c == a {
+		t.Fatal("a named action's outcome outlived keyTTL")
+	}
+
+	other := callFingerprint("s1", "lamp_set", nil, "k2")
+	if d := run(other, `{}`, retryable); d.res != retryable || run(other, `{}`, ok).res != ok {
+		t.Fatal("a retryable failure of a named action was kept")
+	}
+	if e := run(other, `{}`, refused); e.res != ok {
+		t.Fatal("a named action's result was not kept")
+	}
+
+	unnamed := callFingerprint("s1", "lamp_set", json.RawMessage(`{}`), "")
+	if f := run(unnamed, `{}`, ok); run(unnamed, `{}`, refused) == f {
+		t.Fatal("an unnamed action's definite outcome did not retire its key")
+	}
 }
