@@ -254,7 +254,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 		MaxHeaderBytes:    mcpMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s/mcp\n", clean(sessionID), generation, ln.Addr())
+	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s%s\n", clean(sessionID), generation, ln.Addr(), mcp.HTTPPath)
 	fmt.Fprintf(a.stderr, "airlock mcp: bearer token (shown once): %s\n", token)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -46,14 +46,23 @@ const statelessRevision = "2026-07-28"
 // metaRevisionKey is the _meta member in which a request of a stateless revision names it.
 var metaRevisionKey = []byte(`"` + sdk.MetaKeyProtocolVersion + `"`)
 
-// HTTPHandler returns the bridge's Streamable HTTP handler, behind three checks, in this order:
+// HTTPPath is the one path at which HTTPHandler serves MCP; every other path is 404.
+const HTTPPath = "/mcp"
+
+// HTTPHandler returns the bridge's Streamable HTTP handler, behind four checks, in this order:
 //
-//   - Host must be an IP literal or "localhost", with the listening port. DNS rebinding needs
-//     a DNS name that resolves to this host, so such a name is refused (403).
+//   - Host must be an IP literal or "localhost" (in any case: host names are), with the
+//     listening port; on a connection to a loopback address, a loopback one. DNS rebinding
+//     needs a DNS name that resolves to this host, so such a name is refused (403).
 //   - Origin, when a browser sends one, must be http:// with such a host (403 otherwise), so a
 //     web page elsewhere cannot drive the server even with a rebinding name.
-//   - Authorization must be "Bearer " and the token, compared in constant time (401).
+//   - Authorization must be the Bearer scheme (in any case, as RFC 9110 makes schemes) and
+//     the token, compared in constant time (401).
+//   - The path must be HTTPPath, the one airlock mcp prints (404).
 //
+// The SDK's own Host check is off: it compares "localhost" case-sensitively (Host:
+// LOCALHOST was 403 where Origin: http://LOCALHOST was not), and allowedHost makes its
+// decision (a loopback Host on a loopback connection) in the same place as the others.
 // Bodies are bounded by MaxMessageBytes (413).
 //
 // Behind them are two of the SDK's handlers, one per kind of revision, because one SDK
@@ -72,31 +81,41 @@ var metaRevisionKey = []byte(`"` + sdk.MetaKeyProtocolVersion + `"`)
 func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 	getServer := func(*http.Request) *sdk.Server { return b.srv }
 	sessions := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
-		MaxRequestBodyBytes: MaxMessageBytes,
-		SessionTimeout:      httpSessionIdle,
-		Logger:              b.log,
+		MaxRequestBodyBytes:        MaxMessageBytes,
+		SessionTimeout:             httpSessionIdle,
+		Logger:                     b.log,
+		DisableLocalhostProtection: true, // allowedHost's, below
 	})
 	stateless := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
-		Stateless:           true,
-		MaxRequestBodyBytes: MaxMessageBytes,
-		Logger:              b.log,
+		Stateless:                  true,
+		MaxRequestBodyBytes:        MaxMessageBytes,
+		Logger:                     b.log,
+		DisableLocalhostProtection: true,
 		// A call of this revision is its POST: a client that goes away cancels it, and
 		// the bridge aborts the adapter's work as it does for notifications/cancelled.
 		PropagateRequestCancellation: true,
 	})
-	want := []byte("Bearer " + cfg.Token)
+	want := []byte(cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowedHost(r.Host, cfg.Port) {
+		loopbackOnly := false
+		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && a != nil {
+			loopbackOnly = isLoopback(a.String())
+		}
+		if !allowedHost(r.Host, cfg.Port, loopbackOnly) {
 			http.Error(w, "airlock: forbidden Host", http.StatusForbidden)
 			return
 		}
-		if o := r.Header.Get("Origin"); o != "" && !allowedOrigin(o, cfg.Port) {
+		if o := r.Header.Get("Origin"); o != "" && !allowedOrigin(o, cfg.Port, loopbackOnly) {
 			http.Error(w, "airlock: forbidden Origin", http.StatusForbidden)
 			return
 		}
-		if got := []byte(r.Header.Get("Authorization")); cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		if got, ok := bearerToken(r.Header.Get("Authorization")); !ok || cfg.Token == "" || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock mcp"`)
 			http.Error(w, "airlock: missing or wrong bearer token", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path != HTTPPath {
+			http.Error(w, "airlock: MCP is served at "+HTTPPath, http.StatusNotFound)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
@@ -153,8 +172,19 @@ func namesStatelessRevision(body []byte) bool {
 	return v >= statelessRevision
 }
 
-// allowedHost reports whether hostport is an IP literal or localhost with port.
-func allowedHost(hostport, port string) bool {
+// bearerToken returns the token of an Authorization header of the Bearer scheme: the scheme
+// in any case (RFC 9110 §11.1), then one or more spaces (§11.4), then the token.
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
+}
+
+// allowedHost reports whether hostport is localhost (in any case) or an IP literal, with
+// port; with loopbackOnly (a connection to a loopback address), localhost or a loopback IP.
+func allowedHost(hostport, port string, loopbackOnly bool) bool {
 	host, p, err := net.SplitHostPort(hostport)
 	if err != nil || p != port {
 		return false
@@ -162,15 +192,21 @@ func allowedHost(hostport, port string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	_, err = netip.ParseAddr(host)
-	return err == nil
+	ip, err := netip.ParseAddr(host)
+	return err == nil && (!loopbackOnly || ip.IsLoopback())
+}
+
+// isLoopback reports whether hostport (a listener's address) is a loopback IP.
+func isLoopback(hostport string) bool {
+	ap, err := netip.ParseAddrPort(hostport)
+	return err == nil && ap.Addr().IsLoopback()
 }
 
 // allowedOrigin reports whether origin is http://HOST:PORT with an allowed host.
-func allowedOrigin(origin, port string) bool {
+func allowedOrigin(origin, port string, loopbackOnly bool) bool {
 	u, err := url.Parse(origin)
 	if err != nil || u.Scheme != "http" || u.Path != "" || u.User != nil {
 		return false
 	}
-	return allowedHost(u.Host, port)
+	return allowedHost(u.Host, port, loopbackOnly)
 }

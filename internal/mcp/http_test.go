@@ -26,8 +26,10 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // TestHTTP serves the bridge over Streamable HTTP: a go-sdk client with the token lists and
-// calls the tools; a request without the token, with a DNS name as Host, with a foreign
-// Origin, or with an oversized body is refused before the MCP handler sees it.
+// calls the tools; a request without the token (the Bearer scheme in any case), with a DNS
+// name or, on a loopback connection, an address that is not loopback as Host or in Origin,
+// at a path other than /mcp, or with an oversized body is refused before the MCP handler sees
+// it. localhost is a host name in any case, in Host as in Origin.
 func TestHTTP(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -78,6 +80,24 @@ func TestHTTP(t *testing.T) {
 		{"null origin", func(r *http.Request) { r.Header.Set("Origin", "null") }, body, http.StatusForbidden},
 		{"oversized body", func(*http.Request) {}, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"` + strings.Repeat("a", mcp.MaxMessageBytes) + `"}}`, http.StatusRequestEntityTooLarge},
 		{"good", func(r *http.Request) { r.Header.Set("Origin", "http://localhost:"+port) }, body, http.StatusOK},
+		{"bearer in lower case", func(r *http.Request) { r.Header.Set("Authorization", "bearer "+token) }, body, http.StatusOK},
+		{"BEARER and two spaces", func(r *http.Request) { r.Header.Set("Authorization", "BEARER  "+token) }, body, http.StatusOK},
+		{"another scheme", func(r *http.Request) { r.Header.Set("Authorization", "Basic "+token) }, body, http.StatusUnauthorized},
+		{"the token alone", func(r *http.Request) { r.Header.Set("Authorization", token) }, body, http.StatusUnauthorized},
+		{"Bearer and no token", func(r *http.Request) { r.Header.Set("Authorization", "Bearer ") }, body, http.StatusUnauthorized},
+		{"LOCALHOST as Host", func(r *http.Request) { r.Host = "LOCALHOST:" + port }, body, http.StatusOK},
+		{"LOCALHOST in Origin", func(r *http.Request) { r.Header.Set("Origin", "http://LOCALHOST:"+port) }, body, http.StatusOK},
+		{"LOCALHOST as Host, another port", func(r *http.Request) { r.Host = "LOCALHOST:1" }, body, http.StatusForbidden},
+		{"rebinding host in upper case", func(r *http.Request) { r.Host = "EVIL.EXAMPLE:" + port }, body, http.StatusForbidden},
+		{"loopback IPv6 host", func(r *http.Request) { r.Host = "[::1]:" + port }, body, http.StatusOK},
+		{"no loopback host on a loopback connection", func(r *http.Request) { r.Host = "192.0.2.1:" + port }, body, http.StatusForbidden},
+		{"no loopback origin on a loopback connection", func(r *http.Request) { r.Header.Set("Origin", "http://192.0.2.1:"+port) }, body, http.StatusForbidden},
+		{"path /", func(r *http.Request) { r.URL.Path = "/" }, body, http.StatusNotFound},
+		{"path /anything", func(r *http.Request) { r.URL.Path = "/anything" }, body, http.StatusNotFound},
+		{"path /mcp/", func(r *http.Request) { r.URL.Path = "/mcp/" }, body, http.StatusNotFound},
+		{"path /MCP", func(r *http.Request) { r.URL.Path = "/MCP" }, body, http.StatusNotFound},
+		{"path / without the token", func(r *http.Request) { r.URL.Path = "/"; r.Header.Del("Authorization") }, body, http.StatusUnauthorized},
+		{"a query", func(r *http.Request) { r.URL.RawQuery = "x=1" }, body, http.StatusOK},
 	} {
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(c.body))
 		req.Header.Set("Content-Type", "application/json")
