@@ -49,8 +49,9 @@ func httpServer(t *testing.T, e *env, cfg mcp.Config) (url, token, port string) 
 	return srv.URL + "/mcp", token, port
 }
 
-// rawPost posts one JSON-RPC message with the token and the headers given, and returns the
-// status, the response's headers and its JSON-RPC message (read from an SSE data line or a
+// rawPost posts one JSON-RPC message with the token and the headers given (an empty value
+// sends none; with MCP-Protocol-Version, Mcp-Method is the body's method unless given), and
+// returns the status, the response's headers and its JSON-RPC message (read from an SSE data line or a
 // JSON body).
 func rawPost(t *testing.T, url, token, body string, headers map[string]string) (int, http.Header, map[string]any) {
 	t.Helper()
@@ -61,9 +62,11 @@ func rawPost(t *testing.T, url, token, body string, headers map[string]string) (
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range headers {
-		req.Header.Set(k, v)
+		if v != "" {
+			req.Header.Set(k, v)
+		}
 	}
-	if headers["Mcp-Protocol-Version"] != "" && len(body) < 1<<10 {
+	if _, given := headers["Mcp-Method"]; !given && headers["Mcp-Protocol-Version"] != "" && len(body) < 1<<10 {
 		var m struct{ Method string }
 		json.Unmarshal([]byte(body), &m)
 		req.Header.Set("Mcp-Method", m.Method) // as SEP-2575 requires beside the revision
@@ -158,6 +161,56 @@ func TestHTTPDiscoverOffersBothRevisions(t *testing.T) {
 	}
 	if status, _, _ := rawPost(t, url, token, big, modern); status != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body of the stateless revision: status %d", status)
+	}
+}
+
+// TestHTTPStatelessHeaders pins the headers a request of the stateless revision needs over
+// Streamable HTTP, as docs/mcp.md lists them (the go-sdk's standard-header check, SEP-2243):
+// every request and notification an Mcp-Method naming its method; tools/call besides an
+// Mcp-Name naming the tool; each refused 400, -32020, when missing or different from the
+// body. The session revisions need neither.
+func TestHTTPStatelessHeaders(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.stat,fs.list"))
+	url, token, _ := httpServer(t, e, mcp.Config{SessionID: "agent", Generation: 1, PollInterval: time.Hour})
+	defer http.DefaultClient.CloseIdleConnections()
+	list := `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{` + metaEnvelope + `}}`
+	discover := `{"jsonrpc":"2.0","id":2,"method":"server/discover","params":{` + metaEnvelope + `}}`
+	call := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{` + metaEnvelope + `,"name":"fs_stat","arguments":{"path":"."}}}`
+	cancelled := `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{` + metaEnvelope + `,"requestId":99}}`
+	for _, c := range []struct {
+		name    string
+		body    string
+		headers map[string]string
+		status  int
+	}{
+		{"tools/list with Mcp-Method", list, nil, http.StatusOK},
+		{"tools/list without Mcp-Method", list, map[string]string{"Mcp-Method": ""}, http.StatusBadRequest},
+		{"tools/list with another Mcp-Method", list, map[string]string{"Mcp-Method": "tools/call"}, http.StatusBadRequest},
+		{"server/discover without Mcp-Method", discover, map[string]string{"Mcp-Method": ""}, http.StatusBadRequest},
+		{"tools/call with Mcp-Method and Mcp-Name", call, map[string]string{"Mcp-Name": "fs_stat"}, http.StatusOK},
+		{"tools/call without Mcp-Name", call, nil, http.StatusBadRequest},
+		{"tools/call with another Mcp-Name", call, map[string]string{"Mcp-Name": "fs_list"}, http.StatusBadRequest},
+		{"tools/call with Mcp-Name but no Mcp-Method", call, map[string]string{"Mcp-Name": "fs_stat", "Mcp-Method": ""}, http.StatusBadRequest},
+		{"a notification without Mcp-Method", cancelled, map[string]string{"Mcp-Method": ""}, http.StatusBadRequest},
+		{"a notification with Mcp-Method", cancelled, nil, http.StatusAccepted},
+	} {
+		headers := map[string]string{"Mcp-Protocol-Version": revStateless}
+		for k, v := range c.headers {
+			headers[k] = v
+		}
+		status, _, msg := rawPost(t, url, token, c.body, headers)
+		if status != c.status {
+			t.Errorf("%s: status %d, want %d: %v", c.name, status, c.status, msg)
+			continue
+		}
+		switch {
+		case status == http.StatusBadRequest && path(msg, "error", "code") != float64(sdk.CodeHeaderMismatch):
+			t.Errorf("%s: %v, want error %d", c.name, msg, sdk.CodeHeaderMismatch)
+		case status == http.StatusOK && path(msg, "result") == nil:
+			t.Errorf("%s: %v, want a result", c.name, msg)
+		}
 	}
 }
 
