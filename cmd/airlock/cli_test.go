@@ -98,11 +98,16 @@ func TestUsageErrors(t *testing.T) {
 		"mcp config --dir / --name _a":                   "airlock: usage: --name must be a letter and",
 		"mcp config --dir / --name a+b":                  "airlock: usage: --name must be a letter and",
 		// mcp config refuses what airlock mcp --dir would be refused when the client starts it.
-		"mcp config --dir / --ops fs.read,fs.bogus": "airlock: usage: --ops: \"fs.bogus\" is not an operation",
-		"mcp config --dir / --ops fs.read,fs.read":  "airlock: usage: --ops names fs.read twice",
-		"mcp config --dir / --ops ,":                "airlock: usage: --ops names no operation",
-		"mcp config --dir / --policy ask-write":     "airlock: usage: --policy: no built-in policy is named \"ask-write\"",
-		"mcp config --dir / --reopen-for -1s":       "airlock: usage: --reopen-for must not be negative",
+		"mcp config --dir / --ops fs.read,fs.bogus":     "airlock: usage: --ops: \"fs.bogus\" is not an operation",
+		"mcp config --dir / --ops fs.read,fs.read":      "airlock: usage: --ops names fs.read twice",
+		"mcp config --dir / --ops ,":                    "airlock: usage: --ops names no operation",
+		"mcp config --dir / --policy ask-write":         "airlock: usage: --policy: no built-in policy is named \"ask-write\"",
+		"mcp config --dir / --reopen-for -1s":           "airlock: usage: --reopen-for must not be negative",
+		"mcp config --dir / --caps desk_lamp,desk_lamp": "airlock: usage: --caps names desk_lamp twice",
+		"mcp config --dir / --caps desk_lamp,Desk":      "airlock: usage: --caps: \"Desk\" is not a capability id",
+		// A repeated id would be listed as two that clash, under hashed names.
+		"mcp --session s --generation 1 --caps desk_lamp,desk_lamp": "airlock: usage: --caps names desk_lamp twice",
+		"mcp --dir / --caps desk_lamp,desk_lamp,":                   "airlock: usage: --caps names desk_lamp twice",
 	} {
 		if r := cli(t, socket, "", strings.Fields(args)...); r.code != exitUsage || !strings.HasPrefix(r.stderr, says) {
 			t.Errorf("%s: exit %d, stderr %q", args, r.code, r.stderr)

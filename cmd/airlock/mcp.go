@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,14 +98,9 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return a.failUsage(o, usageErrorf("--log-level: %v", err))
 	}
-	var capIDs []string
-	for c := range strings.SplitSeq(*caps, ",") {
-		if c = strings.TrimSpace(c); c != "" {
-			if (&protocol.CapabilityPayload{CapabilityID: c}).Validate() != nil {
-				return a.failUsage(o, usageErrorf("--caps: %q is not a capability id", c))
-			}
-			capIDs = append(capIDs, c)
-		}
+	capIDs, err := parseCaps(*caps)
+	if err != nil {
+		return a.failUsage(o, err)
 	}
 	if *listen && *httpAddr == "" {
 		return a.failUsage(o, usageErrorf("--listen needs --http"))
@@ -270,6 +266,27 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	}
 	<-served
 	return a.dirEnd(o, stopped())
+}
+
+// parseCaps reads --caps: comma-separated capability ids, blanks ignored. A word that is no
+// capability id, or an id named twice, is a usage error: a repeated id would list its tools
+// under the hashed names meant for two ids that clash (capabilityBases), as if it were two
+// (airlock mcp config --ops refuses a repeated operation likewise).
+func parseCaps(s string) ([]string, error) {
+	var ids []string
+	for c := range strings.SplitSeq(s, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if (&protocol.CapabilityPayload{CapabilityID: c}).Validate() != nil {
+			return nil, usageErrorf("--caps: %q is not a capability id", c)
+		}
+		if slices.Contains(ids, c) {
+			return nil, usageErrorf("--caps names %s twice", c)
+		}
+		ids = append(ids, c)
+	}
+	return ids, nil
 }
 
 // dirEnd is the exit of a server that stopped serving: success when its client went (or it

@@ -304,6 +304,9 @@ func (a *app) mcpConfig(ctx context.Context, args []string) int {
 			return a.failUsage(o, err)
 		}
 	}
+	if _, err := parseCaps(*caps); err != nil {
+		return a.failUsage(o, err)
+	}
 	if *pol != "" {
 		if err := checkPolicyName(*pol); err != nil {
 			return a.failUsage(o, err)

@@ -173,7 +173,10 @@ func (b *Bridge) startup(ctx context.Context) error {
 		}
 		for _, id := range b.cfg.Capabilities {
 			if !slices.ContainsFunc(list.Capabilities, func(c capclient.CapabilitySummary) bool { return c.CapabilityID == id }) {
-				return fmt.Errorf("mcp: capability %q: %w", id, &protocol.Error{Code: capadapter.CodeUnknownCapability, Message: "no registered adapter serves it"})
+				// The message names the id: the CLI and a client on stdio show the
+				// protocol error alone, not the wrapping around it.
+				return fmt.Errorf("mcp: --caps: %w", protocol.Errorf(capadapter.CodeUnknownCapability,
+					"no registered adapter serves capability %q", id).With("capabilityId", id))
 			}
 		}
 	}

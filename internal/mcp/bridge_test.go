@@ -330,7 +330,7 @@ func TestRemovedAdapterToolsDisappear(t *testing.T) {
 }
 
 // TestStartupRefusals: a bridge does not start for a session that does not exist, another
-// generation, or a capability no adapter serves.
+// generation, or a capability no adapter serves (its error naming the id).
 func TestStartupRefusals(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -358,6 +358,11 @@ func TestStartupRefusals(t *testing.T) {
 		var pe *protocol.Error
 		if !errors.As(err, &pe) || pe.Code != c.code {
 			t.Errorf("%+v: %v, want %s", c.cfg, err, c.code)
+			continue
+		}
+		// The error a client and the CLI show is the protocol error alone: it names the id.
+		if c.code == "unknown_capability" && (!strings.Contains(pe.Message, `"no_such"`) || pe.Details["capabilityId"] != "no_such") {
+			t.Errorf("%+v: %q %v does not name the capability", c.cfg, pe.Message, pe.Details)
 		}
 	}
 }
