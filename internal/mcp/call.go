@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/ndjson"
@@ -59,9 +60,15 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 		case kindPropose, kindProposals:
 			return b.callProposal(ctx, s, clientName, args)
 		case kindObserve:
+			if e := noArguments(args); e != nil {
+				return errorResult(e), nil
+			}
 			return b.callCapability(ctx, b.gated(client.Command{Operation: protocol.OpObserveCapability,
 				Payload: protocol.CapabilityPayload{CapabilityID: s.capabilityID}}, clientName))
 		case kindRoomObserve:
+			if e := noArguments(args); e != nil {
+				return errorResult(e), nil
+			}
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID}})
 		case kindRoomAction:
@@ -74,6 +81,17 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 				callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		}
 	}
+}
+
+// noArguments refuses the arguments of an observe tool, whose input schema is the empty
+// closed object, as the daemon refuses an action's undeclared argument: invalid_args, naming
+// what the tool takes and not quoting what the call sent (capadapter.ValidateArgs). An
+// observe's command has no arguments to send, so without this the call ran with them unread.
+func noArguments(args json.RawMessage) *protocol.Error {
+	if string(args) == "{}" {
+		return nil
+	}
+	return protocol.Errorf(capadapter.CodeInvalidArgs, "an argument is not declared by observe, which takes no arguments")
 }
 
 // gated fills a local capability call's actor members: the bridge's session, so that the

@@ -15,7 +15,8 @@ import (
 // code's hint from internal/hint, which _meta carries too: airlock-fs's refusals (which reach
 // the runtime as bare codes), the runtime's own argument checks (which name the argument and
 // what it must be: an fs or composed tool's with the fs tools' hint, a capability action's with
-// the capability one), and the adapter's own invalid_args (generic hint, no adapter text).
+// the capability one; an argument to an observe, which takes none), and the adapter's own
+// invalid_args (generic hint, no adapter text).
 func TestErrorsCarryAHint(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -62,6 +63,10 @@ func TestErrorsCarryAHint(t *testing.T) {
 			[]string{`argument "level" must be a number`}, "device"},
 		{"runtime: undeclared capability argument", "desk_lamp_set_power", map[string]any{"on": true, "colour": "red"}, "invalid_args",
 			[]string{`which takes "on" (true or false, required)`}, "device"},
+		// observe takes no arguments, as its input schema says: one is refused as an
+		// action's undeclared one is, not run with it unread.
+		{"runtime: an argument to observe", "desk_lamp_observe", map[string]any{"colour": "red"}, "invalid_args",
+			[]string{"an argument is not declared by observe, which takes no arguments"}, "device"},
 		{"the adapter's own invalid_args", "desk_lamp_set_brightness", map[string]any{"level": 150}, "invalid_args",
 			[]string{"reported by the adapter"}, "device"},
 	}

@@ -100,6 +100,9 @@ func TestRoomPublicationsAreTools(t *testing.T) {
 	if s := structured(t, cn.call(t, "room_desk_lamp_observe", nil)); s["on"] != true {
 		t.Fatalf("observe through the room: %v", s)
 	}
+	if c := errorCode(t, cn.call(t, "room_desk_lamp_observe", map[string]any{"bogus": 1})); c != "invalid_args" {
+		t.Fatalf("observe through the room with an argument: %s", c)
+	}
 	// What A did not publish is no tool, and not callable by name.
 	if _, err := cn.cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "room_desk_lamp_set_brightness",
 		Arguments: map[string]any{"level": 5}}); err == nil {
