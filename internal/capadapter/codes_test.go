@@ -1,6 +1,8 @@
 package capadapter
 
 import (
+	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -80,5 +82,29 @@ func TestErrorCodesAreDocumented(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// TestWireMessage: the message a wire error carries beside its code does not repeat the code
+// (as Error's "capadapter: CODE: " did: "airlock: invalid_args: capadapter: invalid_args: …");
+// it keeps a finer code the wire code projects away, and says when the adapter reported it.
+func TestWireMessage(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"the runtime's invalid_args", &Error{Code: CodeInvalidArgs, Detail: `argument "on" must be true or false`}, `argument "on" must be true or false`},
+		{"wrapped", fmt.Errorf("invoke: %w", &Error{Code: CodeInvalidArgs, Detail: "args exceed 1024 bytes"}), "args exceed 1024 bytes"},
+		{"the adapter's own", &Error{Code: CodeInvalidArgs, FromAdapter: true, Detail: "invoke failed"}, "invoke failed (reported by the adapter)"},
+		{"the adapter's own, no detail", &Error{Code: CodeInternal, FromAdapter: true}, "reported by the adapter"},
+		{"projected", &Error{Code: CodeTimeout, Detail: "the adapter did not answer before the deadline"}, "timeout: the adapter did not answer before the deadline"},
+		{"projected, no detail", &Error{Code: CodeMalformedResponse}, CodeMalformedResponse},
+		{"no detail", &Error{Code: CodeUnavailable}, CodeUnavailable},
+		{"not an *Error", errors.New("boom"), "boom"},
+	} {
+		if got := WireMessage(c.err, WireCode(c.err)); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
 	}
 }

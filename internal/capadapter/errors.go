@@ -100,6 +100,32 @@ func (e *Error) Error() string {
 	return s
 }
 
+// WireMessage is err as the message of a wire error whose code is code (CodeOf or WireCode of
+// err). An *Error gives its detail, after its own code only when code is another one (a
+// timeout projected to unavailable), and says when the adapter reported it; Error's
+// "capadapter: CODE: " would repeat the code the message travels with
+// ("airlock: invalid_args: capadapter: invalid_args: …"). Any other error gives Error().
+func WireMessage(err error, code string) string {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err.Error()
+	}
+	msg := e.Detail
+	switch {
+	case e.Code != code && msg != "":
+		msg = e.Code + ": " + msg
+	case e.Code != code, msg == "" && !e.FromAdapter:
+		msg = e.Code
+	}
+	switch {
+	case e.FromAdapter && msg != "":
+		msg += " (reported by the adapter)"
+	case e.FromAdapter:
+		msg = "reported by the adapter"
+	}
+	return msg
+}
+
 // Is reports whether target is an *Error with the same code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)

@@ -408,7 +408,7 @@ func adapterError(err error, project bool) *protocol.Error {
 	if project {
 		code = capadapter.WireCode(err)
 	}
-	e := &protocol.Error{Code: code, Message: err.Error()}
+	e := &protocol.Error{Code: code, Message: capadapter.WireMessage(err, code)}
 	switch code {
 	case capadapter.CodeUnavailable, capadapter.CodeTimeout:
 		e.Retryable = true

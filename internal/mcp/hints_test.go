@@ -60,7 +60,7 @@ func TestErrorsCarryAHint(t *testing.T) {
 		{"runtime: composed argument not a choice", "fs_list_sorted", map[string]any{"path": ".", "sortBy": "dazzling"}, "adapter_request_invalid",
 			[]string{"argument sortBy must be"}, "correct that member"},
 		{"runtime: capability argument of the wrong type", "desk_lamp_set_brightness", map[string]any{"level": "dazzling"}, "invalid_args",
-			[]string{`argument "level" must be a number`}, "device"},
+			[]string{`airlock: invalid_args: argument "level" must be a number`}, "device"},
 		{"runtime: undeclared capability argument", "desk_lamp_set_power", map[string]any{"on": true, "colour": "red"}, "invalid_args",
 			[]string{`which takes "on" (true or false, required)`}, "device"},
 		// observe takes no arguments, as its input schema says: one is refused as an
@@ -82,6 +82,10 @@ func TestErrorsCarryAHint(t *testing.T) {
 			if we.Code != tc.code || we.Hint != h || h == hint.Fallback || len(lines) != 2 ||
 				!strings.HasPrefix(lines[0], "airlock: "+tc.code+": ") || lines[1] != h {
 				t.Fatalf("%s: %+v, text %q; want %s with its hint %q", tc.tool, we, text(r), tc.code, h)
+			}
+			// The code once, at the start: the message does not repeat it.
+			if strings.Count(lines[0], tc.code) != 1 || strings.Contains(lines[0], "capadapter") {
+				t.Errorf("%s: %q repeats the code", tc.tool, lines[0])
 			}
 			for _, s := range tc.says {
 				if !strings.Contains(lines[0], s) {

@@ -538,7 +538,8 @@ func asError(err error) error {
 	}
 	var ce *capadapter.Error
 	if errors.As(err, &ce) {
-		return &Error{code: capadapter.WireCode(err), msg: ce.Error(), cause: err}
+		code := capadapter.WireCode(err)
+		return &Error{code: code, msg: capadapter.WireMessage(err, code), cause: err}
 	}
 	return &Error{code: room.CodeInternal, msg: "internal error", cause: err}
 }
