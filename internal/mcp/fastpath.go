@@ -304,14 +304,16 @@ func (f *fastPath) finish(key string) {
 	}
 }
 
-// cancel cancels the call of id key k, if the fast path runs it (notifications/cancelled).
-func (f *fastPath) cancel(k string) {
+// cancel cancels the call of id key k, if the fast path runs it (notifications/cancelled),
+// and reports whether it does.
+func (f *fastPath) cancel(k string) bool {
 	f.mu.Lock()
 	c := f.inflight[k]
 	f.mu.Unlock()
 	if c != nil {
 		c()
 	}
+	return c != nil
 }
 
 // sdkCall notes the _meta of a call the SDK handles, to learn whether the SDK accepts it.

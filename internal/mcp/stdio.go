@@ -141,8 +141,11 @@ type drainer struct {
 	mu      sync.Mutex     // guards the fields below
 	pending map[string]int // id key → requests of that id read and not answered
 	expired map[string]bool
-	batched map[string]bool // id key → a request of a batch given to the SDK, not answered
-	changed chan struct{}   // signalled when pending shrinks
+	// dropping counts, by id key, the requests cancelled by notifications/cancelled whose
+	// SDK response is still to come and is not to be written.
+	dropping map[string]int
+	batched  map[string]bool // id key → a request of a batch given to the SDK, not answered
+	changed  chan struct{}   // signalled when pending shrinks
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -301,16 +304,15 @@ func (d *drainer) note(line []byte) {
 		return
 	}
 	if method == "notifications/cancelled" {
-		// The MCP server sends no response to a cancelled request.
+		// The MCP server sends no response to a cancelled request: the request is settled
+		// here, and the SDK's response to it, which its connection writes whatever the
+		// handler returns, is dropped (drainWriter). The fast path writes none itself.
 		var p struct {
 			RequestID json.RawMessage `json:"requestId"`
 		}
 		if json.Unmarshal(m.Params, &p) == nil {
 			if k, ok := idKey(p.RequestID); ok {
-				d.answered(k)
-				if d.fast != nil {
-					d.fast.cancel(k)
-				}
+				d.cancelled(k, d.fast != nil && d.fast.cancel(k))
 			}
 		}
 		return
@@ -391,6 +393,28 @@ func (d *drainer) answered(k string) {
 	}
 }
 
+// cancelled settles a request of id key k that notifications/cancelled cancelled, if one is
+// unanswered: it is no longer waited for, and unless the fast path runs it (fast), the next
+// response to k the SDK writes is dropped. A request already answered is left alone: its
+// response is out. It holds the write lock, so that a response being written either goes
+// first (and the request is no longer unanswered) or is dropped.
+func (d *drainer) cancelled(k string, fast bool) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	d.mu.Lock()
+	unanswered := d.pending[k] > 0
+	if unanswered && !fast {
+		if d.dropping == nil {
+			d.dropping = map[string]int{}
+		}
+		d.dropping[k]++
+	}
+	d.mu.Unlock()
+	if unanswered {
+		d.answered(k)
+	}
+}
+
 // wait returns once no request read is unanswered, after answering those left when the drain
 // deadline passes, or once the reader is closed.
 func (d *drainer) wait() {
@@ -442,7 +466,8 @@ func (d *drainer) expire() {
 type drainWriter struct{ d *drainer }
 
 // Write writes one or more messages of the SDK to stdout, and notes the responses among them
-// once written. A response to a request the drain deadline answered already is dropped.
+// once written. A response to a request the drain deadline answered already, or to one
+// cancelled by notifications/cancelled, is dropped.
 func (w drainWriter) Write(p []byte) (int, error) {
 	d := w.d
 	var keys []string
@@ -458,9 +483,13 @@ func (w drainWriter) Write(p []byte) (int, error) {
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
 	d.mu.Lock()
-	drop := len(keys) == 1 && d.expired[keys[0]]
+	drop := len(keys) == 1 && (d.expired[keys[0]] || d.dropping[keys[0]] > 0)
 	if drop {
-		delete(d.expired, keys[0])
+		if d.expired[keys[0]] {
+			delete(d.expired, keys[0])
+		} else if d.dropping[keys[0]]--; d.dropping[keys[0]] == 0 {
+			delete(d.dropping, keys[0])
+		}
 	}
 	d.mu.Unlock()
 	if drop {
