@@ -41,7 +41,8 @@ import (
 //     _meta without the 2026-07-28 protocol version; or a request of the stateless revision
 //     whose _meta is byte for byte one the SDK has already accepted on this connection (it
 //     answered a call carrying it with a result), so that the SDK alone decides what a
-//     _meta of that revision may hold. As the SDK does, a result names the server in its
+//     _meta of that revision may hold, once a call of that revision has begun the session (a
+//     server/discover begins none: see discoverSession). As the SDK does, a result names the server in its
 //     _meta when the request is of the stateless revision, and is marked resultType
 //     "complete" when the session began with it (TestFastPathAnswersAsTheSDK found the
 //     difference).
@@ -500,8 +501,8 @@ func appendFastError(dst, id []byte, res *sdk.CallToolResult, serverInfo json.Ra
 }
 
 // ServeStdio runs one MCP session on stdin and stdout, as StdioTransport does, with the fast
-// path answering the fs calls it can (see fastPath), until the client disconnects or ctx
-// ends. A call the fast path runs when the session ends is cancelled, and ServeStdio returns
+// path answering the fs calls it can (see fastPath) and server/discover answered in a session
+// of its own (see discoverSession), until the client disconnects or ctx ends. A call the fast path runs when the session ends is cancelled, and ServeStdio returns
 // once it has ended.
 func (b *Bridge) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer, maxLine int, drain time.Duration) error {
 	impl, err := json.Marshal(b.impl)
@@ -515,10 +516,12 @@ func (b *Bridge) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Writer
 	d := newDrainer(in, out, maxLine, drain)
 	d.fast = f
 	f.w = drainWriter{d}
+	d.discover = &discoverSession{srv: b.srv, ctx: ctx, w: drainWriter{d}}
 	ss, err := b.srv.Connect(ctx, d.transport(), nil)
 	if err != nil {
 		return err
 	}
+	defer d.discover.close()
 	f.mu.Lock()
 	f.ss, f.ready = ss, true
 	f.mu.Unlock()

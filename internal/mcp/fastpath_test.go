@@ -191,6 +191,9 @@ func TestFastPathAnswersAsTheSDK(t *testing.T) {
 		)},
 		{"2026-07-28", append(append([]fastCase{
 			{"server/discover", fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":%s}}`, meta), false},
+			// A discover is a probe that begins no session (the client may initialize
+			// next): the first call is the SDK's, which begins it.
+			{"the first call", withMeta("9", "fs_stat", `{"path":"t.txt"}`, meta), false},
 		}, calls(meta)...),
 			fastCase{"a _meta of another client, first", withMeta("50", "fs_stat", `{"path":"t.txt"}`, meta2), false},
 			fastCase{"that _meta again", withMeta("51", "fs_stat", `{"path":"t.txt"}`, meta2), true},

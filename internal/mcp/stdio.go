@@ -116,6 +116,9 @@ type drainer struct {
 	// fast, when set, takes the tools/call lines it answers itself out of what the SDK
 	// reads (ServeStdio).
 	fast *fastPath
+	// discover, when set, takes the server/discover requests out of what the SDK reads and
+	// answers them in a session of their own (ServeStdio).
+	discover *discoverSession
 	// refuse, when set, is what follows the id in the answer to every request: the error
 	// member and the end of the response (ServeFailure). Nothing reaches the SDK then.
 	refuse []byte
@@ -253,6 +256,9 @@ func (d *drainer) whole(line []byte) {
 		return
 	}
 	d.note(line)
+	if d.discover != nil && d.discover.take(line) {
+		return
+	}
 	d.gbuf = append(append(d.gbuf, line...), '\n')
 }
 
