@@ -1,24 +1,23 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/airlockhq/airlock/internal/audit"
-	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/mcp"
 )
 
 // TestEveryClientIsTheMCPDoor: every call airlock mcp makes is the mcp door's in the audit
-// journal (and so to the policy), named by the client that made it: a client that gives no name
-// (the 2026-07-28 revision lets a request omit clientInfo; an initialize may give "") counted
-// as the operator's own (door socket) before. Under 2026-07-28 each request names its own
-// client, on the fast path (fs_stat) and through the SDK (fs_search) alike; under 2025-11-25
-// the one initialize gave.
+// journal (and so to the metrics and the approval queue), named by the client that made it: a
+// client that gives no name (the 2026-07-28 revision lets a request omit clientInfo; an
+// initialize may give "") counted as the operator's own (door socket) before. Under 2026-07-28
+// each request names its own client, on the fast path (a _meta the SDK has accepted once) as
+// through the SDK; under 2025-11-25 the one initialize gave. Each answer is awaited before the
+// next line, so that the fast path counts are exact.
 func TestEveryClientIsTheMCPDoor(t *testing.T) {
 	e := startEnv(t)
 	fsp := startFS(t)
@@ -26,41 +25,50 @@ func TestEveryClientIsTheMCPDoor(t *testing.T) {
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.stat,fs.search"))
 	meta := func(client string) string {
 		m := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}`
-		if client != "" {
+		switch client {
+		case "":
+		case "Name":
+			m += `,"io.modelcontextprotocol/clientInfo":{"Name":"cased","version":"1"}` // not the member "name"
+		default:
 			m += `,"io.modelcontextprotocol/clientInfo":{"name":"` + client + `","version":"1"}`
 		}
-		return m + "}"
+		return m + "},"
 	}
-	call := func(id, tool, path, meta string) string {
-		if meta != "" {
-			meta += ","
+	call := func(id, tool, meta string) string {
+		args := `{"path":"notes.txt"}`
+		if tool == "fs_search" {
+			args = `{"path":".","query":"hello"}`
 		}
-		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{` + meta + `"name":"` + tool + `","arguments":{"path":"` + path + `"` +
-			map[bool]string{true: `,"query":"hello"`, false: ``}[tool == "fs_search"] + `}}}`
+		return `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/call","params":{` + meta + `"name":"` + tool + `","arguments":` + args + `}}`
 	}
-	serve := func(lines ...string) {
+	exchange := func(s *rawServer, line string) {
 		t.Helper()
-		cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--session", "agent", "--generation", "1")
-		cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil || strings.Count(stdout.String(), `"result"`) != len(lines)-strings.Count(strings.Join(lines, "\n"), "notifications/") {
-			t.Fatalf("airlock mcp: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+		if r, _ := s.exchange(t, line).(map[string]any); r == nil || r["result"] == nil {
+			t.Fatalf("%s: %v", line, r)
 		}
 	}
-	serve(
-		call("1", "fs_stat", "notes.txt", meta("")),
-		call("2", "fs_search", ".", meta("")),
-		call("3", "fs_stat", "notes.txt", meta("first-client")),
-		call("4", "fs_stat", "notes.txt", meta("second-client")),
-		call("5", "fs_search", ".", meta("second-client")),
-	)
-	serve(
-		`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"","version":"1"}}}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
-		call("6", "fs_stat", "notes.txt", ""),
-		call("7", "fs_search", ".", ""),
-	)
+
+	stateless := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
+	for _, c := range []struct{ id, tool, client string }{
+		{"1", "fs_stat", ""}, {"2", "fs_stat", ""}, {"3", "fs_search", ""}, // the SDK, the fast path, the SDK
+		{"4", "fs_stat", "first-client"}, {"5", "fs_stat", "first-client"},
+		{"6", "fs_stat", "second-client"}, {"7", "fs_stat", "second-client"}, {"8", "fs_search", "second-client"},
+		// A clientInfo whose "Name" is not the member "name" is the SDK's to read (as no
+		// name) both times: the fast path reads it as strictly as the SDK does.
+		{"9", "fs_stat", "Name"}, {"10", "fs_stat", "Name"},
+	} {
+		exchange(stateless, call(c.id, c.tool, meta(c.client)))
+	}
+	if n := mcp.FastCalls(stateless.b); n != 3 {
+		t.Fatalf("the fast path took %d of the 2026-07-28 calls, want 3", n)
+	}
+	legacy := startRaw(t, e, mcp.Config{SessionID: "agent", Generation: 1}, true)
+	legacy.exchange(t, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"","version":"1"}}}`)
+	exchange(legacy, call("11", "fs_stat", ""))
+	exchange(legacy, call("12", "fs_search", ""))
+	if n := mcp.FastCalls(legacy.b); n != 1 {
+		t.Fatalf("the fast path took %d of the 2025-11-25 calls, want 1", n)
+	}
 
 	var got []string
 	err := audit.Read(context.Background(), audit.DirIn(e.d.StateDir), audit.Query{}, false, func(_ []byte, r *audit.Record) error {
@@ -73,7 +81,10 @@ func TestEveryClientIsTheMCPDoor(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"mcp fs.stat (unnamed)", "mcp fs.search (unnamed)", "mcp fs.stat first-client", "mcp fs.stat second-client", "mcp fs.search second-client",
+		"mcp fs.stat (unnamed)", "mcp fs.stat (unnamed)", "mcp fs.search (unnamed)",
+		"mcp fs.stat first-client", "mcp fs.stat first-client",
+		"mcp fs.stat second-client", "mcp fs.stat second-client", "mcp fs.search second-client",
+		"mcp fs.stat (unnamed)", "mcp fs.stat (unnamed)",
 		"mcp fs.stat (unnamed)", "mcp fs.search (unnamed)",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

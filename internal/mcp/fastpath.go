@@ -167,11 +167,17 @@ func parseFast(line []byte) (fastCall, bool) {
 			c.stateless = v >= "2026-07-28" // as the SDK tells the revisions apart
 		}
 		if len(m.ClientInfo) > 0 && string(m.ClientInfo) != "null" {
-			// The SDK refuses a clientInfo that is not an Implementation: its to answer.
-			c.client = new(sdk.Implementation)
-			if json.Unmarshal(m.ClientInfo, c.client) != nil {
+			// Read strictly, as the SDK's decoder reads it (case-sensitive keys: encoding/json
+			// would take "Name" for "name", which the SDK does not); anything else is the
+			// SDK's to answer, or to take as no name.
+			var info struct {
+				Name json.RawMessage `json:"name"`
+			}
+			var name string
+			if ndjson.DecodeAliased(m.ClientInfo, &info, ndjson.Open) != nil || json.Unmarshal(info.Name, &name) != nil {
 				return fastCall{}, false
 			}
+			c.client = &sdk.Implementation{Name: name}
 		}
 	}
 	if len(p.Arguments) > 0 && p.Arguments[0] != '{' {

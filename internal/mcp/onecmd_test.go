@@ -602,7 +602,7 @@ func TestDirSixteenCallsAtOnce(t *testing.T) {
 	results := make(chan *sdk.CallToolResult, n)
 	for i := range n {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // ends with the test, failed or not
 			defer cancel()
 			r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "fs_write", Arguments: map[string]any{
 				"path": fmt.Sprintf("f%02d.txt", i), "content": "x"}})
