@@ -362,7 +362,7 @@ func capabilityResult(resp *client.Response) *sdk.CallToolResult {
 // outcome instead of running it again. A client-named key already used with other arguments
 // is idempotency_conflict, and nothing runs.
 func (b *Bridge) callAction(ctx context.Context, cmd client.Command, fp string, args json.RawMessage) (*sdk.CallToolResult, error) {
-	e, conflict := b.keys.acquireAction(fp, string(canonicalJSON(args)))
+	e, conflict := b.keys.acquireAction(fp, canonicalJSON(args))
 	if conflict {
 		return errorResult(&protocol.Error{Code: protocol.CodeIdempotencyConflict,
 			Message: "idempotency key was used with other arguments of this tool"}), nil

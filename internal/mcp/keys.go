@@ -20,7 +20,8 @@ import (
 // is a new request: the same tool with the same arguments, sent again by a client (or the agent
 // behind it) that never learnt the first one's outcome, because it cancelled it, timed it out,
 // lost the connection, or was told the outcome is indeterminate. The bridge therefore keys a
-// call by its fingerprint: the MCP session, the tool and the canonical form of its arguments.
+// call by its fingerprint: the MCP session, the tool and the canonical form of its arguments,
+// kept as their SHA-256 only (a call's arguments may be megabytes, and a key lives an hour).
 //
 //   - A call whose outcome is definite (a result, or an error the daemon marks as not
 //     indeterminate) retires its key: the next identical call is a new call with a new key,
@@ -70,12 +71,13 @@ type keyEntry struct {
 	open    bool
 	expires time.Time
 
-	// For a capability action (acquireAction): args, the canonical arguments of the call
-	// that made the entry; named, when the client named the call, which makes the entry keep
-	// its run's outcome (see finishRun); kept, once it does, until expires.
-	args  string
-	named bool
-	kept  bool
+	// For a capability action (acquireAction): argsSum, the SHA-256 of the canonical
+	// arguments of the call that made the entry (a digest, since the arguments may be
+	// megabytes); named, when the client named the call, which makes the entry keep its run's
+	// outcome (see finishRun); kept, once it does, until expires.
+	argsSum [sha256.Size]byte
+	named   bool
+	kept    bool
 
 	running bool
 	done    chan struct{} // closed when the run's res is set
@@ -97,12 +99,17 @@ func newKeyTable() *keyTable {
 }
 
 // callFingerprint is the identity of a call. explicit, when set, replaces the session and the
-// arguments: the client named the call.
+// arguments: the client named the call. An unnamed call's fingerprint is a digest, since it
+// stays in the table while its key is open and the arguments may be megabytes; a named one's
+// is bounded by the name (maxExplicitKeyLen) and its key derives from it as it is.
 func callFingerprint(sessionID, tool string, args json.RawMessage, explicit string) string {
 	if explicit != "" {
 		return "explicit\x00" + tool + "\x00" + explicit
 	}
-	return "call\x00" + sessionID + "\x00" + tool + "\x00" + string(canonicalJSON(args))
+	h := sha256.New()
+	h.Write([]byte(sessionID + "\x00" + tool + "\x00"))
+	h.Write(canonicalJSON(args))
+	return "call\x00" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
 // canonicalJSON re-encodes a JSON value with object members sorted and numbers as written, so
@@ -137,23 +144,23 @@ func isExplicit(fp string) bool { return strings.HasPrefix(fp, "explicit\x00") }
 
 // acquire returns the key of fp: the open or in-use one, or a new one.
 func (t *keyTable) acquire(fp string) *keyEntry {
-	e, _ := t.get(fp, "", false)
+	e, _ := t.get(fp, [sha256.Size]byte{}, false)
 	return e
 }
 
 // acquireAction is acquire for a capability action whose canonical arguments are args. It
 // reports conflict, and acquires nothing, when the live entry of fp, a client-named call's,
 // was made by a call with other arguments.
-func (t *keyTable) acquireAction(fp, args string) (e *keyEntry, conflict bool) {
-	return t.get(fp, args, true)
+func (t *keyTable) acquireAction(fp string, args []byte) (e *keyEntry, conflict bool) {
+	return t.get(fp, sha256.Sum256(args), true)
 }
 
-func (t *keyTable) get(fp, args string, action bool) (e *keyEntry, conflict bool) {
+func (t *keyTable) get(fp string, argsSum [sha256.Size]byte, action bool) (e *keyEntry, conflict bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	if e := t.byFP[fp]; e != nil && (e.users > 0 || (e.open && now.Before(e.expires))) {
-		if e.args != args {
+		if e.argsSum != argsSum {
 			return nil, true
 		}
 		e.users++
@@ -168,7 +175,7 @@ func (t *keyTable) get(fp, args string, action bool) (e *keyEntry, conflict bool
 		// An explicit key is the same in every process.
 		sum = sha256.Sum256([]byte(fp))
 	}
-	e = &keyEntry{key: "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:]), users: 1, args: args, named: action && isExplicit(fp)}
+	e = &keyEntry{key: "mcp-" + base64.RawURLEncoding.EncodeToString(sum[:]), users: 1, argsSum: argsSum, named: action && isExplicit(fp)}
 	t.byFP[fp] = e
 	return e, false
 }

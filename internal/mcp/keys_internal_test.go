@@ -2,6 +2,8 @@ package mcp
 
 import (
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +58,28 @@ func TestKeyTable(t *testing.T) {
 	}
 	if newKeyTable().acquire(x).key != kt.acquire(x).key {
 		t.Fatal("an explicit key differs between processes")
+	}
+}
+
+// TestKeyTableHoldsNoArguments pins that a key holds a digest of its call's arguments, not
+// the arguments: the table keeps up to maxKeys entries for keyTTL, and a call's arguments may
+// be up to MaxMessageBytes, so a client sending a distinct call each time with large
+// arguments pinned gigabytes for an hour, in the unnamed fingerprint and in an action's
+// arguments kept for the conflict check.
+func TestKeyTableHoldsNoArguments(t *testing.T) {
+	big := json.RawMessage(`{"content":"` + strings.Repeat("x", 1<<20) + `"}`)
+	fp := callFingerprint("s1", "fs_write", big, "")
+	if len(fp) > 64 {
+		t.Fatalf("a fingerprint of %d bytes of arguments is %d bytes", len(big), len(fp))
+	}
+	if fp == callFingerprint("s1", "fs_write", json.RawMessage(`{"content":"x"}`), "") {
+		t.Fatal("other arguments, one fingerprint")
+	}
+	e := reflect.TypeFor[keyEntry]()
+	for i := range e.NumField() {
+		if k := e.Field(i).Type.Kind(); (k == reflect.String && e.Field(i).Name != "key") || k == reflect.Slice {
+			t.Errorf("keyEntry.%s is a %s: what does it hold?", e.Field(i).Name, k)
+		}
 	}
 }
 
@@ -151,7 +175,7 @@ func TestActionKeys(t *testing.T) {
 	refused := errorResult(&protocol.Error{Code: "invalid_args", Message: "m"})
 	run := func(fp, args string, res *sdk.CallToolResult) *keyEntry {
 		t.Helper()
-		e, conflict := kt.acquireAction(fp, args)
+		e, conflict := kt.acquireAction(fp, []byte(args))
 		if conflict {
 			t.Fatalf("%q %s: conflict", fp, args)
 		}
@@ -169,7 +193,7 @@ func TestActionKeys(t *testing.T) {
 	if b := run(named, `{"level":10}`, refused); b != a || b.res != ok {
 		t.Fatal("a named action's outcome was not kept for keyTTL")
 	}
-	if _, conflict := kt.acquireAction(named, `{"level":20}`); !conflict {
+	if _, conflict := kt.acquireAction(named, []byte(`{"level":20}`)); !conflict {
 		t.Fatal("a named key with other arguments is no conflict")
 	}
 	now = now.Add(time.Nanosecond)
