@@ -47,7 +47,9 @@ import (
 // call is answered from it and the same name with other arguments is idempotency_conflict,
 // as airlock-fs answers a named write. Like airlock-fs, it forgets a retryable failure at
 // once: the same call then runs again, as a retryable failure invites. The memory is this
-// process's: a bridge that restarts has forgotten it.
+// process's: a bridge that restarts has forgotten it. It is bounded in entries (maxKeys) and
+// in the bytes of the outcomes it holds for a retry (maxResultBytes); an outcome forgotten
+// at either bound leaves its retry to run the action again.
 //
 // Keys are toolCallIds of invokeTool: "mcp-" and 43 characters of base64url SHA-256.
 const (
@@ -59,6 +61,13 @@ const (
 	// expiry are forgotten first (a later retry of one of them then runs as a new call); keys
 	// in use are never dropped.
 	maxKeys = 4096
+	// maxResultBytes bounds the bytes of the outcomes the table holds for a retry (a named
+	// action's kept outcome, or an unnamed one's whose client gave up), which maxKeys does not:
+	// an outcome may be megabytes. Past it, the held outcomes expired or finished first are
+	// forgotten, as entries past maxKeys are; an outcome larger than the whole bound is not
+	// held at all. It is larger than any one result a message carries (MaxMessageBytes), so
+	// the latest outcome is always held.
+	maxResultBytes = 16 << 20
 	// actionTimeout bounds one capability action on the bridge's detached context.
 	actionTimeout = 2 * time.Minute
 )
@@ -82,6 +91,12 @@ type keyEntry struct {
 	running bool
 	done    chan struct{} // closed when the run's res is set
 	res     *sdk.CallToolResult
+	// size is res's bytes (resultBytes) and finished orders the ends of runs; held reports
+	// that size counts in keyTable.heldBytes: res is set, the entry is in the table, and no
+	// call uses it (holdLocked).
+	size     int64
+	finished uint64
+	held     bool
 }
 
 // keyTable maps call fingerprints to keys. Safe for concurrent use.
@@ -89,13 +104,18 @@ type keyTable struct {
 	nonce string // per process: two bridges never mint the same key for different calls
 	now   func() time.Time
 
-	mu   sync.Mutex
-	seq  uint64
-	byFP map[string]*keyEntry
+	maxHeld int64 // maxResultBytes; a test lowers it
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	seq       uint64
+	runs      uint64
+	heldBytes int64 // sum of the held entries' size, at most maxHeld
+	byFP      map[string]*keyEntry
 }
 
 func newKeyTable() *keyTable {
-	return &keyTable{nonce: rand.Text(), now: time.Now, byFP: map[string]*keyEntry{}}
+	return &keyTable{nonce: rand.Text(), now: time.Now, maxHeld: maxResultBytes, byFP: map[string]*keyEntry{}}
 }
 
 // callFingerprint is the identity of a call. explicit, when set, replaces the session and the
@@ -163,8 +183,12 @@ func (t *keyTable) get(fp string, argsSum [sha256.Size]byte, action bool) (e *ke
 		if e.argsSum != argsSum {
 			return nil, true
 		}
+		t.unholdLocked(e)
 		e.users++
 		return e, false
+	}
+	if old := t.byFP[fp]; old != nil {
+		t.forgetLocked(fp, old)
 	}
 	if len(t.byFP) >= maxKeys {
 		t.evictLocked(now)
@@ -194,8 +218,10 @@ func (t *keyTable) release(fp string, e *keyEntry, definite bool) {
 	default:
 		e.open, e.expires = true, t.now().Add(keyTTL)
 	}
-	if e.users == 0 && !e.open && t.byFP[fp] == e {
-		delete(t.byFP, fp)
+	if e.users == 0 && !e.open {
+		t.forgetLocked(fp, e)
+	} else {
+		t.holdLocked(fp, e)
 	}
 }
 
@@ -215,19 +241,95 @@ func (t *keyTable) startRun(e *keyEntry) bool {
 // call's entry keeps the outcome open for keyTTL from now, unless it is a retryable failure,
 // which is forgotten at once: the calls waiting for it get it, and the next call runs again.
 func (t *keyTable) finishRun(fp string, e *keyEntry, res *sdk.CallToolResult) {
+	size := resultBytes(res)
 	t.mu.Lock()
-	e.res, e.running = res, false
+	t.runs++
+	e.res, e.running, e.size, e.finished = res, false, size, t.runs
 	if e.named {
 		if retryableResult(res) {
-			if t.byFP[fp] == e {
-				delete(t.byFP, fp)
-			}
+			t.forgetLocked(fp, e)
 		} else {
 			e.kept, e.open, e.expires = true, true, t.now().Add(keyTTL)
 		}
 	}
+	t.holdLocked(fp, e)
 	t.mu.Unlock()
 	close(e.done)
+}
+
+// holdLocked counts the outcome of e, fp's entry, once e holds it for a retry with no call
+// using it, against maxHeld: over it, the held outcomes expired or finished first are
+// forgotten, and an outcome larger than maxHeld is not held at all.
+func (t *keyTable) holdLocked(fp string, e *keyEntry) {
+	if e.held || e.res == nil || e.users > 0 || t.byFP[fp] != e {
+		return
+	}
+	if e.size > t.maxHeld {
+		t.forgetLocked(fp, e)
+		return
+	}
+	e.held, t.heldBytes = true, t.heldBytes+e.size
+	now := t.now()
+	for t.heldBytes > t.maxHeld {
+		// e is held and fits, so another is held.
+		var vfp string
+		var v *keyEntry
+		for fp, o := range t.byFP {
+			if !o.held {
+				continue
+			}
+			if !now.Before(o.expires) {
+				vfp, v = fp, o
+				break
+			}
+			if v == nil || o.finished < v.finished {
+				vfp, v = fp, o
+			}
+		}
+		t.forgetLocked(vfp, v)
+	}
+}
+
+// unholdLocked stops counting e's outcome: a call uses e, or e leaves the table.
+func (t *keyTable) unholdLocked(e *keyEntry) {
+	if e.held {
+		e.held, t.heldBytes = false, t.heldBytes-e.size
+	}
+}
+
+// forgetLocked removes e, fp's entry, from the table.
+func (t *keyTable) forgetLocked(fp string, e *keyEntry) {
+	t.unholdLocked(e)
+	if t.byFP[fp] == e {
+		delete(t.byFP, fp)
+	}
+}
+
+// resultBytes is about what res holds in memory: its texts, its structured content (a
+// capability result's is the raw JSON) and its _meta (an error's).
+func resultBytes(res *sdk.CallToolResult) int64 {
+	n := 0
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			n += len(tc.Text)
+		} else {
+			b, _ := json.Marshal(c)
+			n += len(b)
+		}
+	}
+	switch sc := res.StructuredContent.(type) {
+	case nil:
+	case json.RawMessage:
+		n += len(sc)
+	default:
+		b, _ := json.Marshal(sc)
+		n += len(b)
+	}
+	if res.Meta != nil {
+		b, _ := json.Marshal(res.Meta)
+		n += len(b)
+	}
+	return int64(n)
 }
 
 // retryableResult reports whether res is an error result whose airlock error is retryable.
@@ -245,7 +347,7 @@ func (t *keyTable) evictLocked(now time.Time) {
 			continue
 		}
 		if !now.Before(e.expires) {
-			delete(t.byFP, fp)
+			t.forgetLocked(fp, e)
 			continue
 		}
 		if oldest == "" || e.expires.Before(oldestAt) {
@@ -253,6 +355,6 @@ func (t *keyTable) evictLocked(now time.Time) {
 		}
 	}
 	if len(t.byFP) >= maxKeys && oldest != "" {
-		delete(t.byFP, oldest)
+		t.forgetLocked(oldest, t.byFP[oldest])
 	}
 }

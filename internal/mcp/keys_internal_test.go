@@ -214,3 +214,88 @@ func TestActionKeys(t *testing.T) {
 		t.Fatal("an unnamed action's definite outcome did not retire its key")
 	}
 }
+
+// TestKeyTableResultBound pins maxResultBytes: maxKeys counts entries, and a client sending a
+// distinct key per call with large results pinned up to gigabytes for keyTTL. The outcomes the
+// table holds for a retry now stay within the bound: past it, the one finished first is
+// forgotten (its retry runs again), an outcome larger than the bound is not held, and an
+// outcome a call is using is never dropped.
+func TestKeyTableResultBound(t *testing.T) {
+	kt := newKeyTable()
+	now := time.Unix(1000, 0)
+	kt.now = func() time.Time { return now }
+	result := func(n int) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.Repeat("x", n)}}}
+	}
+	kt.maxHeld = 3 * resultBytes(result(100))
+	// run calls the action of fp, answering it res if it runs, and reports whether it ran.
+	// It checks the bound after each call.
+	run := func(fp string, res *sdk.CallToolResult) (ran bool) {
+		t.Helper()
+		e, conflict := kt.acquireAction(fp, []byte(`{}`))
+		if conflict {
+			t.Fatalf("%q: conflict", fp)
+		}
+		if ran = kt.startRun(e); ran {
+			if res == nil { // the caller expects no run
+				res = result(0)
+			}
+			kt.finishRun(fp, e, res)
+		}
+		<-e.done
+		kt.release(fp, e, true)
+		if kt.heldBytes > kt.maxHeld {
+			t.Fatalf("%d bytes held, bound %d", kt.heldBytes, kt.maxHeld)
+		}
+		return ran
+	}
+	named := func(k string) string { return callFingerprint("s1", "lamp_set", nil, k) }
+
+	for _, k := range []string{"k1", "k2", "k3"} {
+		run(named(k), result(100))
+	}
+	if run(named("k1"), result(100)) || run(named("k2"), result(100)) {
+		t.Fatal("an outcome within the bound was not remembered")
+	}
+	now = now.Add(time.Second)
+	run(named("k4"), result(100)) // k1 finished first, though retried since
+	if run(named("k4"), nil) || run(named("k3"), nil) || run(named("k2"), nil) {
+		t.Fatal("an outcome finished after the forgotten one was forgotten")
+	}
+	if !run(named("k1"), result(100)) {
+		t.Fatal("past the bound, the outcome finished first was remembered")
+	}
+
+	// An unnamed action whose client gave up holds its outcome for the retry, within the bound.
+	unnamed := callFingerprint("s1", "lamp_set", json.RawMessage(`{}`), "")
+	e, _ := kt.acquireAction(unnamed, []byte(`{}`))
+	kt.startRun(e)
+	kt.release(unnamed, e, false)
+	kt.finishRun(unnamed, e, result(100))
+	if kt.heldBytes > kt.maxHeld || !e.held {
+		t.Fatalf("%d bytes held, bound %d; the cancelled call's outcome held: %v", kt.heldBytes, kt.maxHeld, e.held)
+	}
+
+	if !run(named("big"), result(1000)) || !run(named("big"), result(1000)) {
+		t.Fatal("an outcome larger than the bound was held")
+	}
+	if run(unnamed, nil) || run(named("k1"), nil) {
+		t.Fatal("an outcome larger than the bound made room for itself")
+	}
+
+	// An outcome in use counts only once no call uses it.
+	in := named("in-use")
+	e, _ = kt.acquireAction(in, []byte(`{}`))
+	kt.startRun(e)
+	kt.finishRun(in, e, result(1000))
+	for _, k := range []string{"k5", "k6", "k7"} {
+		run(named(k), result(100))
+	}
+	if kt.byFP[in] != e {
+		t.Fatal("an outcome in use was dropped")
+	}
+	kt.release(in, e, true)
+	if kt.byFP[in] != nil || kt.heldBytes > kt.maxHeld {
+		t.Fatalf("%d bytes held, bound %d", kt.heldBytes, kt.maxHeld)
+	}
+}
