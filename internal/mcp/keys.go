@@ -239,18 +239,20 @@ func (t *keyTable) startRun(e *keyEntry) bool {
 
 // finishRun records the outcome of fp's action run e and wakes its waiters. A client-named
 // call's entry keeps the outcome open for keyTTL from now, unless it is a retryable failure,
-// which is forgotten at once: the calls waiting for it get it, and the next call runs again.
+// which any entry forgets at once: the calls waiting for it get it, and the next call runs
+// again.
 func (t *keyTable) finishRun(fp string, e *keyEntry, res *sdk.CallToolResult) {
 	size := resultBytes(res)
 	t.mu.Lock()
 	t.runs++
 	e.res, e.running, e.size, e.finished = res, false, size, t.runs
-	if e.named {
-		if retryableResult(res) {
-			t.forgetLocked(fp, e)
-		} else {
-			e.kept, e.open, e.expires = true, true, t.now().Add(keyTTL)
-		}
+	switch {
+	case retryableResult(res):
+		// Named or not: an unnamed call whose client gave up left its entry open, and its
+		// retry would get this failure instead of the run it invites.
+		t.forgetLocked(fp, e)
+	case e.named:
+		e.kept, e.open, e.expires = true, true, t.now().Add(keyTTL)
 	}
 	t.holdLocked(fp, e)
 	t.mu.Unlock()

@@ -213,6 +213,22 @@ func TestActionKeys(t *testing.T) {
 	if f := run(unnamed, `{}`, ok); run(unnamed, `{}`, refused) == f {
 		t.Fatal("an unnamed action's definite outcome did not retire its key")
 	}
+
+	// An unnamed action whose client gave up keeps its outcome for the retry, but not a
+	// retryable failure: the retry was handed that stale failure instead of running again.
+	for _, c := range []struct {
+		name  string
+		res   *sdk.CallToolResult
+		rerun bool
+	}{{"result", ok, false}, {"refused", refused, false}, {"retryable", retryable, true}} {
+		e, _ := kt.acquireAction(unnamed, []byte(`{}`))
+		kt.startRun(e)
+		kt.release(unnamed, e, false) // cancelled
+		kt.finishRun(unnamed, e, c.res)
+		if got := run(unnamed, `{}`, ok); (got != e) != c.rerun {
+			t.Errorf("%s: the retry after a cancelled call ran again: %v, want %v", c.name, got != e, c.rerun)
+		}
+	}
 }
 
 // TestKeyTableResultBound pins maxResultBytes: maxKeys counts entries, and a client sending a
