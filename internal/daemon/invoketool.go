@@ -32,6 +32,8 @@ func (s *Server) toolCall(ctx context.Context, c *conn, cmd *protocol.Command) (
 	if f := tc.Err(); f != nil && s.fsys.awaiting(cmd.SessionID, cmd.Generation, f) {
 		// Its grant went with airlockd's airlock-fs, and comes back with the next one
 		// (managedFS.restore): call again, rather than adapter_session_closed's "for good".
+		// awaiting may hold this (reader) goroutine up to managedExitWait, once per failed
+		// connection, to see whether the child exits.
 		e := awaitingError()
 		x.done(e.Code)
 		return nil, nil, nil, e

@@ -115,6 +115,12 @@ type managedFS struct {
 	// lost are the session generations whose grants went with a child that exited, until the
 	// next child has granted them again (restore) or they end (sessionEnded).
 	lost map[generationKey]bool
+	// exited is closed when the current (or last) child exits; nil before the first one.
+	exited <-chan struct{}
+	// settled are the failed adapter connections (by their failure) of generations whose
+	// child outlived awaiting's wait: the failure was not the child's exit, so later calls are
+	// answered without waiting again. Cleared when a child exits.
+	settled map[generationKey]*protocol.Error
 	// regrant grants one lost generation again from the child that is up now (Server.regrant);
 	// it reports whether it bound a new grant. Set once, before the first mint.
 	regrant func(ctx context.Context, sessionID string, generation int64) (bool, *protocol.Error)
@@ -138,6 +144,7 @@ func newManagedFS(cfg ManagedFSConfig, ownerSocket, hostID string, log *slog.Log
 		socket: filepath.Join(cfg.Dir, "fs.sock"), admin: filepath.Join(cfg.Dir, "admin.sock"),
 		up: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		grants: make(map[string]map[int64][]string), lost: make(map[generationKey]bool),
+		settled: make(map[generationKey]*protocol.Error),
 	}
 }
 
@@ -246,6 +253,9 @@ func (m *managedFS) runChild() error {
 		werr = cmd.Wait()
 		close(waited)
 	}()
+	m.mu.Lock()
+	m.exited = waited
+	m.mu.Unlock()
 
 	// Up once the admin socket answers; the child exiting, or close, ends the wait.
 	probed := make(chan struct{})
@@ -301,6 +311,7 @@ func (m *managedFS) runChild() error {
 		}
 	}
 	clear(m.grants)
+	clear(m.settled)
 	m.mu.Unlock()
 	return werr
 }
@@ -350,19 +361,52 @@ func (m *managedFS) restore(exited <-chan struct{}) {
 	}
 }
 
+// managedExitWait bounds how long awaiting waits for the child to exit after a connection of
+// one of its grants ended: the connection sees the child's death before the supervisor does.
+// A child still up after it did not cause the failure.
+const managedExitWait = 1500 * time.Millisecond
+
 // awaiting reports whether a call of generation of session id, whose adapter connection failed
 // with cause, is to be answered as waiting for the grant to be restored: the daemon minted the
 // generation's grant and the child holding it exited (lost), or the connection's transport
-// ended while the grant is still tracked (the child is exiting, and the supervisor has not
-// seen it yet).
+// ended while the grant is tracked and the child exits within managedExitWait (the supervisor
+// has not seen it yet). A connection that ended while its child stayed up (the child closed it
+// on a protocol violation or a revoke, or a write to a slow child timed out) is not repaired
+// by a restart, so its calls keep the connection's own answer (adapter_session_closed); the
+// wait is paid once per failure (settled). It may block for managedExitWait.
 func (m *managedFS) awaiting(id string, generation int64, cause *protocol.Error) bool {
+	k := generationKey{id, generation}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lost[generationKey{id, generation}] {
+	lost, tracked, settled, exited := m.lost[k], len(m.grants[id][generation]) > 0, m.settled[k] == cause, m.exited
+	m.mu.Unlock()
+	if lost {
 		return true
 	}
 	ended := cause.Code == tooladapter.CodeConnectionClosed || cause.Code == tooladapter.CodeConnectionFailed
-	return ended && len(m.grants[id][generation]) > 0
+	if !ended || !tracked || exited == nil {
+		return false
+	}
+	if settled {
+		select {
+		case <-exited:
+			return true
+		default:
+			return false
+		}
+	}
+	t := time.NewTimer(managedExitWait)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return true
+	case <-t.C:
+	}
+	m.mu.Lock()
+	if m.exited == exited {
+		m.settled[k] = cause
+	}
+	m.mu.Unlock()
+	return false
 }
 
 // awaitingError answers a call while its generation's grant waits to be restored.
@@ -504,6 +548,11 @@ func (m *managedFS) sessionEnded(id string, generation int64) {
 	for k := range m.lost {
 		if k.session == id && k.generation <= generation {
 			delete(m.lost, k)
+		}
+	}
+	for k := range m.settled {
+		if k.session == id && k.generation <= generation {
+			delete(m.settled, k)
 		}
 	}
 	m.mu.Unlock()

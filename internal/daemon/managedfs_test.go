@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -360,4 +361,50 @@ func TestManagedGrantRestoredAfterFSRestart(t *testing.T) {
 	if want := map[string]string{"a": "ok", "b": "root_invalid"}; !maps.Equal(restores, want) {
 		t.Fatalf("the journal's restores: %v, want %v", restores, want)
 	}
+}
+
+// TestManagedConnectionEndedWithTheChildUp: a managed grant's connection that ends while the
+// daemon's airlock-fs stays up (here the child revokes the grant on its admin socket, which
+// closes the connection) is not a restart to wait for: the generation's calls answer
+// adapter_session_closed (not retryable), as any failed connection does, not
+// fs_adapter_unavailable "retry" for ever. Once that child does exit, the generation is
+// granted again as any other and reads again.
+func TestManagedConnectionEndedWithTheChildUp(t *testing.T) {
+	e := startManaged(t, daemontest.Options{})
+	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+	if r := call(t, e.c, managedOpen("a", 1, e.root, "fs.read")); !r.OK {
+		t.Fatalf("managed open: %s", show(r))
+	}
+	read := func() *client.Response {
+		gen := int64(1)
+		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: "a", Generation: &gen,
+			Payload: map[string]any{"toolCallId": "c1", "operation": "fs.read", "arguments": map[string]any{"path": "notes.txt"}}})
+	}
+	if r := read(); !r.OK {
+		t.Fatalf("fs.read before: %s", show(r))
+	}
+	gs := e.grants(t)
+	if len(gs) != 1 {
+		t.Fatalf("grants: %+v", gs)
+	}
+	if out, err := exec.Command(e.fs, "revoke-grant", "--admin-socket", e.d.Socket+".fs/admin.sock", gs[0].GrantID).CombinedOutput(); err != nil {
+		t.Fatalf("airlock-fs revoke-grant: %v\n%s", err, out)
+	}
+	for i := range 3 {
+		if r := read(); r.OK || r.Error.Code != "adapter_session_closed" || r.Error.Retryable {
+			t.Fatalf("call %d after the child closed the connection: %s", i, show(r))
+		}
+	}
+	if strings.Contains(e.d.Stderr(), "airlock-fs exited") {
+		t.Fatalf("the child exited:\n%s", e.d.Stderr())
+	}
+
+	e.d.KillManagedFS(t)
+	waitUntil(t, "session a to read again", func() bool {
+		r := read()
+		if !r.OK && (r.Error.Code != "fs_adapter_unavailable" || !r.Error.Retryable) {
+			t.Fatalf("fs.read while airlock-fs restarts: %s", show(r))
+		}
+		return r.OK
+	})
 }
