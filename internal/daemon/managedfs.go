@@ -35,7 +35,8 @@ package daemon
 // adapter_session_closed, which tells a model the session has ended for good. A regrant that
 // fails (the cwd is gone, the new child has another adapter version, …) revokes what it minted
 // and leaves the generation's calls answering adapter_session_closed; one cut off by the child
-// exiting again waits for the next child. Only generations the daemon minted for are restored:
+// exiting again waits for the next child, and one that failed retryably is tried again after a
+// backoff while this child is up. Only generations the daemon minted for are restored:
 // an operator-run airlock-fs's grants are the operator's to grant again.
 
 import (
@@ -124,6 +125,8 @@ type managedFS struct {
 	// regrant grants one lost generation again from the child that is up now (Server.regrant);
 	// it reports whether it bound a new grant. Set once, before the first mint.
 	regrant func(ctx context.Context, sessionID string, generation int64) (bool, *protocol.Error)
+	// regrantBackoff is restore's first backoff (default managedBackoffMin); tests shorten it.
+	regrantBackoff time.Duration
 }
 
 // generationKey names one session generation.
@@ -316,48 +319,84 @@ func (m *managedFS) runChild() error {
 	return werr
 }
 
-// managedRegrantTimeout bounds the restore of one generation: a mint (one admin request) and
-// the binding of the new grant.
-const managedRegrantTimeout = 2 * managedAdminTimeout
+// Bounds of the restore of one generation. managedRegrantTimeout bounds one attempt, a mint
+// (one admin request) and the binding of the new grant, from when the session's lock is taken
+// (session.Manager.Regrant), so that an open holding it does not use up the attempt. An attempt
+// that failed retryably (an admin request timed out on a loaded child, the host not ready, …)
+// is tried again after a backoff doubling from managedBackoffMin to managedRegrantBackoffMax.
+const (
+	managedRegrantTimeout    = 2 * managedAdminTimeout
+	managedRegrantBackoffMax = 10 * time.Second
+)
 
 // restore grants every lost generation again, from the child that has just come up; exited is
-// closed when that child exits. A generation whose regrant failed because the child went again
-// stays lost, for the next child; any other outcome ends its wait: bound, nothing to repair
-// (it was closed, replaced, or reopened meanwhile), or refused for good.
+// closed when that child exits. It returns when no generation is left to try, the child
+// exited (what is left stays lost, for the next child) or close stopped the daemon. A
+// generation whose regrant failed because the child went, or retryably while it stays up,
+// stays lost and is tried again: the first by the next child, the second after a backoff
+// while this one is up. Any other outcome ends its wait: bound, nothing to repair (it was
+// closed, replaced, or reopened meanwhile), or refused for good (the cwd is gone, another
+// adapter version). It runs on the goroutine runChild owns and waits for.
 func (m *managedFS) restore(exited <-chan struct{}) {
 	if m.regrant == nil {
 		return
 	}
-	m.mu.Lock()
-	keys := slices.Collect(maps.Keys(m.lost))
-	m.mu.Unlock()
-	for _, k := range keys {
+	backoff := m.regrantBackoff
+	if backoff <= 0 {
+		backoff = managedBackoffMin
+	}
+	for {
+		m.mu.Lock()
+		keys := slices.Collect(maps.Keys(m.lost))
+		m.mu.Unlock()
+		again := false
+		for _, k := range keys {
+			select {
+			case <-m.stop:
+				return
+			case <-exited:
+				return
+			default:
+			}
+			bound, e := m.regrant(context.Background(), k.session, k.generation)
+			gone := false
+			select {
+			case <-exited:
+				gone = e != nil
+			default:
+			}
+			retry := e != nil && !gone && e.Retryable
+			m.mu.Lock()
+			if !gone && !retry {
+				delete(m.lost, k)
+			}
+			m.mu.Unlock()
+			switch {
+			case bound:
+				m.log.Info("grant restored after airlock-fs restarted", "sessionId", k.session, "generation", k.generation)
+			case retry:
+				m.log.Warn("grant not restored yet after airlock-fs restarted; retrying",
+					"sessionId", k.session, "generation", k.generation, "code", e.Code, "in", backoff)
+			case e != nil:
+				m.log.Warn("grant not restored after airlock-fs restarted; the session's calls fail adapter_session_closed",
+					"sessionId", k.session, "generation", k.generation, "code", e.Code, "retryLater", gone)
+			}
+			again = again || retry
+		}
+		if !again {
+			return
+		}
+		t := time.NewTimer(backoff)
 		select {
 		case <-m.stop:
+			t.Stop()
 			return
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), managedRegrantTimeout)
-		bound, e := m.regrant(ctx, k.session, k.generation)
-		cancel()
-		gone := false
-		select {
 		case <-exited:
-			gone = e != nil
-		default:
+			t.Stop()
+			return
+		case <-t.C:
 		}
-		m.mu.Lock()
-		if !gone {
-			delete(m.lost, k)
-		}
-		m.mu.Unlock()
-		switch {
-		case bound:
-			m.log.Info("grant restored after airlock-fs restarted", "sessionId", k.session, "generation", k.generation)
-		case e != nil:
-			m.log.Warn("grant not restored after airlock-fs restarted; the session's calls fail adapter_session_closed",
-				"sessionId", k.session, "generation", k.generation, "code", e.Code, "retryLater", gone)
-		}
+		backoff = min(2*backoff, managedRegrantBackoffMax)
 	}
 }
 
@@ -625,7 +664,7 @@ func (m *managedFS) call(req *server.AdminRequest) (json.RawMessage, *protocol.E
 // airlock-fs), at door daemon.
 func (s *Server) regrant(ctx context.Context, id string, generation int64) (bool, *protocol.Error) {
 	minted := ""
-	bound, e := s.sessions.Regrant(ctx, id, generation, func(cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error) {
+	bound, e := s.sessions.Regrant(ctx, id, generation, managedRegrantTimeout, func(ctx context.Context, cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error) {
 		raw, gid, e := s.fsys.mint(ctx, id, generation, cwd, ops)
 		if e != nil {
 			return nil, e

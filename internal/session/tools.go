@@ -6,6 +6,7 @@ package session
 import (
 	"context"
 	"github.com/airlockhq/airlock/internal/policy"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
@@ -65,10 +66,16 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 // is bound, and an error when grant failed, when its descriptor is not the generation's policy
 // (another adapter version: session_policy_conflict), or when binding failed; the caller then
 // revokes what grant made.
-func (m *Manager) Regrant(ctx context.Context, id string, generation int64,
-	grant func(cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error)) (bool, *protocol.Error) {
+//
+// timeout bounds grant and the binding, from when the session's lock is taken: the wait for
+// an open or close of the session holding it does not count against it. grant gets ctx so
+// bounded.
+func (m *Manager) Regrant(ctx context.Context, id string, generation int64, timeout time.Duration,
+	grant func(ctx context.Context, cwd string, ops []string) (*tooladapter.Descriptor, *protocol.Error)) (bool, *protocol.Error) {
 	release := m.lockSession(id)
 	defer release()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	m.mu.Lock()
 	rt := m.sessions[id]
 	if rt == nil || rt.generation != generation || rt.tools == nil || rt.revoked || rt.tools.Err() == nil {
@@ -83,7 +90,7 @@ func (m *Manager) Regrant(ctx context.Context, id string, generation int64,
 	ops := rt.tools.Summary().Operations
 	m.mu.Unlock()
 
-	d, e := grant(pol.Cwd, ops)
+	d, e := grant(ctx, pol.Cwd, ops)
 	if e != nil {
 		return false, e
 	}
