@@ -29,10 +29,12 @@ package daemon
 // (restore, Server.regrant, session.Manager.Regrant), as a reopen of the same generation would
 // bind it. So every session keeps working across a crash of the child, whoever opened it and
 // whichever door calls it (airlock mcp --dir, whose session is held by a connection that never
-// closed; an operator's session behind airlock mcp --session; invokeTool; a turn's later
-// calls), and no client has to tell a restarted child from a session that ended. Until then a
-// call of such a generation answers fs_adapter_unavailable, retryable (awaiting), not
-// adapter_session_closed, which tells a model the session has ended for good. A regrant that
+// closed; an operator's session behind airlock mcp --session; invokeTool; a turn started after
+// the rebind), and no client has to tell a restarted child from a session that ended. Until
+// then an invokeTool of such a generation answers fs_adapter_unavailable, retryable (awaiting),
+// not adapter_session_closed, which tells a model the session has ended for good. A turn
+// already running keeps the tools it took at its start, so its later calls still fail on the
+// old connection; the next turn has the new grant. A regrant that
 // fails (the cwd is gone, the new child has another adapter version, …) revokes what it minted
 // and leaves the generation's calls answering adapter_session_closed; one cut off by the child
 // exiting again waits for the next child, and one that failed retryably is tried again after a
