@@ -29,6 +29,18 @@ type scriptedAdapter struct {
 	raw    []string
 	// block, when set before a call, holds every invoke's answer until it is closed.
 	block chan struct{}
+	// holdBind, when set, holds every bind's answer until it is closed.
+	holdBind chan struct{}
+	conns    []net.Conn
+}
+
+// drop closes every connection the adapter accepted, as an adapter that went away would.
+func (a *scriptedAdapter) drop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.conns {
+		c.Close()
+	}
 }
 
 func startScriptedAdapter(t *testing.T) *scriptedAdapter {
@@ -49,6 +61,9 @@ func startScriptedAdapter(t *testing.T) *scriptedAdapter {
 			if err != nil {
 				return
 			}
+			a.mu.Lock()
+			a.conns = append(a.conns, c)
+			a.mu.Unlock()
 			a.wg.Add(1)
 			go func() {
 				defer a.wg.Done()
@@ -79,6 +94,12 @@ func (a *scriptedAdapter) serve(c net.Conn) {
 		}
 		switch f["kind"] {
 		case "bind":
+			a.mu.Lock()
+			hold := a.holdBind
+			a.mu.Unlock()
+			if hold != nil {
+				<-hold
+			}
 			reply["kind"], reply["operations"], reply["limits"] = "bound", f["operations"], f["limits"]
 		case "invoke":
 			a.mu.Lock()
@@ -320,5 +341,49 @@ func TestBinaryToolAdapterReplacementAndRefusals(t *testing.T) {
 		Payload: map[string]any{"toolCallId": "c", "operation": "fs.stat", "arguments": map[string]any{"path": "."}}})
 	if code(r) != "adapter_session_closed" {
 		t.Fatalf("invokeTool after drain: %s", code(r))
+	}
+}
+
+// TestRebindRefusedOnceDraining: a reopen that binds a failed generation's adapter again is
+// refused host_draining when the host began draining while it connected, rather than binding
+// a live connection that the drain, which revoked the failed one, never sees.
+func TestRebindRefusedOnceDraining(t *testing.T) {
+	adapter := startScriptedAdapter(t)
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+	host := hostID(t, c)
+	cwd := t.TempDir()
+	open := func() *client.Response {
+		p := openPayload(cwd)
+		p["resources"].(map[string]any)["tools"] = map[string]any{"mode": "host-adapter",
+			"descriptor": descriptor(adapter.socket, host, "tooled", 1, newHandle(t), "fs.stat")}
+		return call(t, d.Dial(), client.Command{Operation: "open", SessionID: "tooled", Generation: gen(1), Payload: p})
+	}
+	stat := func() *client.Response {
+		return call(t, c, client.Command{Operation: "invokeTool", SessionID: "tooled", Generation: gen(1),
+			Payload: map[string]any{"toolCallId": "c1", "operation": "fs.stat", "arguments": map[string]any{"path": "a.txt"}}})
+	}
+	if r := open(); !r.OK {
+		t.Fatalf("open: %v", r.Err())
+	}
+	hold := make(chan struct{})
+	adapter.mu.Lock()
+	adapter.holdBind = hold
+	adapter.mu.Unlock()
+	adapter.drop()
+	waitUntil(t, "the adapter connection to fail", func() bool { return !stat().OK })
+
+	reopened := make(chan *client.Response, 1)
+	go func() { reopened <- open() }()
+	waitUntil(t, "the reopen's bind", func() bool { return strings.Count(strings.Join(adapter.kinds(), " "), "bind") == 2 })
+	if r := call(t, c, client.Command{Operation: "drain", Payload: map[string]any{"timeoutMs": 0}}); !r.OK {
+		t.Fatalf("drain: %v", r.Err())
+	}
+	close(hold)
+	if r := <-reopened; code(r) != "host_draining" {
+		t.Fatalf("reopen across a drain: %s", show(r))
+	}
+	if r := stat(); r.OK {
+		t.Fatalf("a call on a draining host: %s", show(r))
 	}
 }

@@ -40,6 +40,13 @@ func (m *Manager) rebind(ctx context.Context, rt *runtime, req OpenRequest) (*pr
 		m.cfg.Tools.Revoke(req.Tools.Incarnation())
 		return nil, notFound(rt.id)
 	}
+	if e := m.admitting(); e != nil {
+		// The callers checked before binding, but Drain does not take the session's lock:
+		// one that began meanwhile revoked the connection this replaces and would never
+		// revoke this one (TestRebindRefusedOnceDraining).
+		m.cfg.Tools.Revoke(req.Tools.Incarnation())
+		return nil, e
+	}
 	rt.tools, rt.revoked = conn, false
 	if rt.spec != nil {
 		spec := *rt.spec
