@@ -27,6 +27,14 @@ type managedEnv struct {
 	root string
 }
 
+// invoke sends invokeTool of op on path to generation 1 of session, with idempotency key key.
+func (e *managedEnv) invoke(t *testing.T, session, key, op, path string) *client.Response {
+	t.Helper()
+	gen := int64(1)
+	return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: session, Generation: &gen,
+		Payload: map[string]any{"toolCallId": key, "operation": op, "arguments": map[string]any{"path": path}}})
+}
+
 func startManaged(t *testing.T, opts daemontest.Options) *managedEnv {
 	t.Helper()
 	// Built first, so that it is beside airlockd, where the daemon looks for it.
@@ -284,16 +292,8 @@ func TestManagedGrantRestoredAfterFSRestart(t *testing.T) {
 			t.Fatalf("managed open %s: %s", o.SessionID, show(r))
 		}
 	}
-	read := func(session, op string) *client.Response {
-		gen := int64(1)
-		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: session, Generation: &gen,
-			Payload: map[string]any{"toolCallId": "c1", "operation": op, "arguments": map[string]any{"path": "."}}})
-	}
-	readNotes := func() *client.Response {
-		gen := int64(1)
-		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: "a", Generation: &gen,
-			Payload: map[string]any{"toolCallId": "c2", "operation": "fs.read", "arguments": map[string]any{"path": "notes.txt"}}})
-	}
+	read := func(session, op string) *client.Response { return e.invoke(t, session, "c1", op, ".") }
+	readNotes := func() *client.Response { return e.invoke(t, "a", "c2", "fs.read", "notes.txt") }
 	if r := readNotes(); !r.OK {
 		t.Fatalf("fs.read before: %s", show(r))
 	}
@@ -375,11 +375,7 @@ func TestManagedConnectionEndedWithTheChildUp(t *testing.T) {
 	if r := call(t, e.c, managedOpen("a", 1, e.root, "fs.read")); !r.OK {
 		t.Fatalf("managed open: %s", show(r))
 	}
-	read := func() *client.Response {
-		gen := int64(1)
-		return call(t, e.c, client.Command{Operation: "invokeTool", SessionID: "a", Generation: &gen,
-			Payload: map[string]any{"toolCallId": "c1", "operation": "fs.read", "arguments": map[string]any{"path": "notes.txt"}}})
-	}
+	read := func() *client.Response { return e.invoke(t, "a", "c1", "fs.read", "notes.txt") }
 	if r := read(); !r.OK {
 		t.Fatalf("fs.read before: %s", show(r))
 	}
