@@ -232,8 +232,8 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 			p.send(t, `{"jsonrpc":"2.0","id":"a1","method":"tools/call","params":{"name":"desk_lamp_set_power","arguments":{"on":true},`+meta+`}}`)
 			waitFor(t, "the action in the approval queue", func() bool { return len(pendingApprovals(t, e)) == 1 })
 			cancel("a1")
-			denyAll(t, e) // the action runs on without its client until decided
-
+			// The request after the cancel is answered once the cancel has been read: only
+			// then is the action decided, or its answer could cross the cancel (as MCP allows).
 			ping := `{"jsonrpc":"2.0","id":"p1","method":"ping"}`
 			if rev == revStateless {
 				ping = `{"jsonrpc":"2.0","id":"p1","method":"tools/list","params":{` + metaEnvelope + `}}`
@@ -242,6 +242,7 @@ func TestCancelledCallIsNotAnswered(t *testing.T) {
 			if m := p.responseTo(t, `"p1"`); m.Error != nil || len(m.Result) == 0 {
 				t.Fatalf("the request after the cancelled ones: %+v", m)
 			}
+			denyAll(t, e) // the action runs on without its client until decided
 
 			search("s2")
 			cancel("s2")
