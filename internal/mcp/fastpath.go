@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -443,22 +444,28 @@ func appendFastResult(dst, id []byte, op string, data, serverInfo json.RawMessag
 	case tooladapter.OpRead:
 		// The content member is a JSON string already, checked by the daemon: it is the
 		// text as it is, escapes and all.
+		// Members of json.RawMessage only: DecodeAliased walks the result once and slices it,
+		// where a typed member would make it decode (and copy) the whole text again.
 		var r struct {
 			Content   json.RawMessage `json:"content"`
-			BytesRead int64           `json:"bytesRead"`
-			EOF       bool            `json:"eof"`
+			BytesRead json.RawMessage `json:"bytesRead"`
+			EOF       json.RawMessage `json:"eof"`
 		}
 		if ndjson.DecodeAliased(data, &r, ndjson.Open) != nil || len(r.Content) < 2 || r.Content[0] != '"' {
 			return nil, errUnreadable()
 		}
-		if r.EOF {
+		if string(r.EOF) == "true" {
 			dst = append(dst, r.Content...)
 			break
+		}
+		n, err := strconv.ParseInt(string(r.BytesRead), 10, 64)
+		if err != nil {
+			return nil, errUnreadable()
 		}
 		// The note goes inside the string, before its closing quote, escaped as the SDK's
 		// encoder escapes it.
 		dst = append(dst, r.Content[:len(r.Content)-1]...)
-		note := ndjson.AppendString(nil, readNote(r.BytesRead))
+		note := ndjson.AppendString(nil, readNote(n))
 		dst = append(dst, note[1:]...)
 	case tooladapter.OpList:
 		text, ok := listText(data)
