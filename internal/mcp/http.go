@@ -16,6 +16,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/loopback"
 )
 
 // MaxMessageBytes bounds one message of a client: an HTTP request body, or a line on stdio.
@@ -99,7 +101,7 @@ func (b *Bridge) HTTPHandler(cfg HTTPConfig) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		loopbackOnly := false
 		if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && a != nil {
-			loopbackOnly = isLoopback(a.String())
+			loopbackOnly = loopback.Addr(a.String())
 		}
 		if !allowedHost(r.Host, cfg.Port, loopbackOnly) {
 			http.Error(w, "airlock: forbidden Host", http.StatusForbidden)
@@ -189,17 +191,14 @@ func allowedHost(hostport, port string, loopbackOnly bool) bool {
 	if err != nil || p != port {
 		return false
 	}
+	if loopbackOnly {
+		return loopback.Host(host)
+	}
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && (!loopbackOnly || ip.IsLoopback())
-}
-
-// isLoopback reports whether hostport (a listener's address) is a loopback IP.
-func isLoopback(hostport string) bool {
-	ap, err := netip.ParseAddrPort(hostport)
-	return err == nil && ap.Addr().IsLoopback()
+	_, err = netip.ParseAddr(host)
+	return err == nil
 }
 
 // allowedOrigin reports whether origin is http://HOST:PORT with an allowed host.
