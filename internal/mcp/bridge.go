@@ -139,7 +139,7 @@ func New(ctx context.Context, cfg Config) (*Bridge, error) {
 		SetCacheable: uncachedPrivate,
 		Logger:       log,
 	})
-	b.srv.AddReceivingMiddleware(answerCancelled, codedInitialize)
+	b.srv.AddReceivingMiddleware(codedErrors)
 	if err := b.startup(ctx); err != nil {
 		b.closeDaemon()
 		return nil, err

@@ -20,33 +20,37 @@ import (
 // request cancelled because its session or its connection ended.
 const CodeRequestCancelled = -32800
 
-// answerCancelled is the server's receiving middleware for cancelled requests. The go-sdk's
-// connection answers every request with what its handler returns, a cancelled one too, and
-// the tool handlers return the context's error for a cancelled call (after the daemon's
-// abortTool): that was written as {"code":0,"message":"context canceled"}. Here a request
-// whose context is done when its handler returns:
+// codedErrors is the server's receiving middleware that gives every error the go-sdk would
+// write without a JSON-RPC code one. The SDK's connection answers a request with what its
+// handler returns, and writes an error that is not a *jsonrpc.Error with code 0, which is no
+// JSON-RPC code. Two kinds of request end so:
 //
-//   - over Streamable HTTP in a session (2025-11-25 and before), has its POST's SSE stream
-//     closed first, so the response the SDK writes next reaches no stream and the client
-//     gets none (RequestExtra.CloseSSEStream; without an event store nothing is kept for a
-//     resumption). Under 2026-07-28 that does nothing: the client closed the POST itself,
-//     which is how that revision cancels.
-//   - gets CodeRequestCancelled instead of a context error, so that whatever is written is a
-//     JSON-RPC error.
-//
-// On stdio the drainer drops the response to a request cancelled by notifications/cancelled
-// (drainer.note, drainWriter).
-func answerCancelled(next sdk.MethodHandler) sdk.MethodHandler {
+//   - A request whose context is done when its handler returns (the tool handlers return the
+//     context's error for a cancelled call, after the daemon's abortTool). Over Streamable
+//     HTTP in a session (2025-11-25 and before) its POST's SSE stream is closed first, so the
+//     response the SDK writes next reaches no stream and the client gets none
+//     (RequestExtra.CloseSSEStream; without an event store nothing is kept for a resumption);
+//     under 2026-07-28 that does nothing: the client closed the POST itself, which is how that
+//     revision cancels. Whatever is written is CodeRequestCancelled. On stdio the drainer
+//     drops the response to a request cancelled by notifications/cancelled (drainer.note,
+//     drainWriter).
+//   - An initialize the SDK refuses (a second one on a connection, or one after a call of the
+//     stateless revision began the session): the client's request is wrong, -32600 Invalid
+//     Request, with the SDK's message.
+func codedErrors(next sdk.MethodHandler) sdk.MethodHandler {
 	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
 		res, err := next(ctx, method, req)
-		if ctx.Err() == nil || !isCall(method) {
+		if ctx.Err() != nil && isCall(method) {
+			if extra := req.GetExtra(); extra != nil && extra.CloseSSEStream != nil {
+				extra.CloseSSEStream(sdk.CloseSSEStreamArgs{})
+			}
+			if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || wireCode(err) == 0) {
+				return nil, &jsonrpc.Error{Code: CodeRequestCancelled, Message: "request cancelled"}
+			}
 			return res, err
 		}
-		if extra := req.GetExtra(); extra != nil && extra.CloseSSEStream != nil {
-			extra.CloseSSEStream(sdk.CloseSSEStreamArgs{})
-		}
-		if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || wireCode(err) == 0) {
-			return nil, &jsonrpc.Error{Code: CodeRequestCancelled, Message: "request cancelled"}
+		if method == "initialize" && err != nil && wireCode(err) == 0 {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
 		}
 		return res, err
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"sync"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -99,19 +98,4 @@ func isDiscover(line []byte) bool {
 	}
 	_, ok := idKey(m.ID)
 	return ok
-}
-
-// codedInitialize is the server's receiving middleware that gives a refused initialize a
-// JSON-RPC code: the go-sdk refuses a second one on a connection, or one after a call of the
-// stateless revision began the session, with a plain error, which its connection writes with
-// code 0. It is the client's request that is wrong: -32600, Invalid Request, with the SDK's
-// message.
-func codedInitialize(next sdk.MethodHandler) sdk.MethodHandler {
-	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
-		res, err := next(ctx, method, req)
-		if method == "initialize" && err != nil && wireCode(err) == 0 && ctx.Err() == nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: err.Error()}
-		}
-		return res, err
-	}
 }
