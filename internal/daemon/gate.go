@@ -18,7 +18,6 @@ import (
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
-	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"
 	"github.com/airlockhq/airlock/internal/turn"
 )
 
@@ -97,21 +96,34 @@ type turnTools struct {
 	id         string
 	generation int64
 	rules      *policy.Policy
-	conn       *toolclient.Conn
 }
 
 var _ turn.Invoker = (*turnTools)(nil)
 
-func (s *Server) gateTurnTools(id string, generation int64, rules *policy.Policy, conn *toolclient.Conn) turn.Invoker {
-	return &turnTools{srv: s, id: id, generation: generation, rules: rules, conn: conn}
+func (s *Server) gateTurnTools(id string, generation int64, rules *policy.Policy) turn.Invoker {
+	return &turnTools{srv: s, id: id, generation: generation, rules: rules}
 }
 
-// Invoke runs one tool call of the model through the gate.
+// Invoke runs one tool call of the model through the gate, on the generation's connection of
+// the moment: a turn that outlives airlockd's airlock-fs goes on with the grant restored from
+// the next one (managedFS.restore), and meanwhile is told fs_adapter_unavailable, retryable,
+// as the socket door is (toolCall).
 func (t *turnTools) Invoke(ctx context.Context, op, key string, args json.RawMessage) (json.RawMessage, *protocol.Error) {
 	x := &gated{g: t.srv.gate, ctx: ctx, rules: t.rules, call: gate.Call{
 		Actor: gate.Actor{Door: gate.DoorTurn, UID: t.srv.ownerUID, Session: t.id, Generation: t.generation},
 		Kind:  gate.KindTool, Operation: op, Args: args, Key: key}}
-	data, e := t.conn.InvokeChecked(ctx, op, key, args, x.check)
+	tc, _, err := t.srv.sessions.GatedTool(t.id, t.generation)
+	if err != nil {
+		e := protocol.AsError(err)
+		x.done(e.Code)
+		return nil, e
+	}
+	if f := tc.Err(); f != nil && t.srv.fsys.awaiting(t.id, t.generation, f) {
+		e := awaitingError()
+		x.done(e.Code)
+		return nil, e
+	}
+	data, e := tc.InvokeChecked(ctx, op, key, args, x.check)
 	x.done(codeOf(e))
 	return data, e
 }

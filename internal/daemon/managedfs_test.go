@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -17,6 +18,9 @@ import (
 	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/model/modeltest"
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // managedEnv is a real airlockd with the real airlock-fs beside it, which it runs itself.
@@ -403,4 +407,65 @@ func TestManagedConnectionEndedWithTheChildUp(t *testing.T) {
 		}
 		return r.OK
 	})
+}
+
+// TestTurnGoesOnAfterFSRestart: a turn running when airlockd's airlock-fs restarts goes on
+// with the grant restored from the next child: its later tool calls reach that child, not
+// the connection that ended with the old one (which would answer adapter_session_closed,
+// "for good", to the rest of the turn).
+func TestTurnGoesOnAfterFSRestart(t *testing.T) {
+	llm := startModel(t)
+	e := startManaged(t, daemontest.Options{Args: []string{"--provider", "local=" + llm.URL()}})
+	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("hello\n"), 0o600)
+	open := managedOpen("agent", 1, e.root, "fs.read")
+	open.Payload.(map[string]any)["model"] = map[string]any{"provider": "local", "id": "test-model"}
+	if r := call(t, e.c, open); !r.OK {
+		t.Fatalf("managed open: %s", show(r))
+	}
+	read := func(id string) model.ToolCall {
+		return model.ToolCall{ID: id, Name: "fs_read", Arguments: `{"path":"notes.txt"}`}
+	}
+	hold := make(chan struct{})
+	llm.Push(
+		modeltest.Reply{ToolCalls: []model.ToolCall{read("call_0")}},
+		modeltest.Reply{ToolCalls: []model.ToolCall{read("call_1")}, Hold: hold},
+		modeltest.Reply{Text: "It says hello, twice."},
+	)
+	// A memory session issues no ticket: the turn is waited for on a connection of its own.
+	waiter := e.d.Dial()
+	woken := make(chan *client.Response, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := waiter.Call(ctx, client.Command{Operation: "wake", SessionID: "agent", Generation: gen(1),
+			IdempotencyKey: "k1", Payload: map[string]any{"prompt": "Read notes.txt twice.", "waitForTerminal": true}})
+		if err != nil {
+			r = &client.Response{Error: &protocol.Error{Code: "client_error", Message: err.Error()}}
+		}
+		woken <- r
+	}()
+	select {
+	case <-llm.Arrived(2):
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn's second model call never came")
+	}
+	e.d.KillManagedFS(t)
+	waitUntil(t, "the grant to be restored", func() bool { return e.invoke(t, "agent", "probe", "fs.read", "notes.txt").OK })
+	close(hold)
+	var res turnResult
+	if r := <-woken; !r.OK || r.Decode(&res) != nil || res.Result.Text != "It says hello, twice." || res.Result.ToolCalls != 2 {
+		t.Fatalf("the turn: %s", show(r))
+	}
+
+	reqs := llm.Requests()
+	if len(reqs) != 3 {
+		t.Fatalf("the model saw %d requests", len(reqs))
+	}
+	for i, id := range []string{"call_0", "call_1"} {
+		msgs := reqs[i+1].Request.Messages
+		last := msgs[len(msgs)-1]
+		if last.Role != model.RoleTool || last.ToolCallID != id || !strings.Contains(last.Content, "hello") {
+			t.Fatalf("the output of %s shown to the model: %+v", id, last)
+		}
+	}
 }

@@ -281,7 +281,7 @@ func (m *Manager) Rules(id string, generation int64) (*policy.Policy, error) {
 // daemon installed one.
 func (m *Manager) toolInvoker(rt *runtime, conn *toolclient.Conn) turn.Invoker {
 	if m.cfg.GateTools != nil {
-		return m.cfg.GateTools(rt.id, rt.generation, rt.rules, conn)
+		return m.cfg.GateTools(rt.id, rt.generation, rt.rules)
 	}
 	return conn
 }

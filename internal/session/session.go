@@ -75,7 +75,10 @@ type Config struct {
 	// GateTools, when set, wraps the host tool adapter a turn of generation of session id
 	// calls, so that the model's tool calls pass the daemon's gate (internal/gate) with the
 	// session's rules; without it a turn calls the connection directly (tests of this package).
-	GateTools func(id string, generation int64, rules *policy.Policy, conn *toolclient.Conn) turn.Invoker
+	// What it returns finds the generation's connection at each call (Manager.GatedTool),
+	// so that a turn goes on with the connection a Regrant binds in place of the one it began
+	// with.
+	GateTools func(id string, generation int64, rules *policy.Policy) turn.Invoker
 
 	// HostTools, when set, gives the turns of generation of session id the tools the daemon
 	// serves itself (the adapter proposal tools when rules allow proposals); it returns nil
