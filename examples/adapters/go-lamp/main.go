@@ -5,7 +5,7 @@
 // It projects one capability, "desk_lamp": a lamp whose state lives in this process (a real
 // adapter would talk to the device here, with credentials only it knows). Observe returns
 // {"on", "brightness"}; the actions are set_power {on: boolean} and set_brightness
-// {level: number from 0 to 100}.
+// {level: number from 0 to 100, rounded to a whole percent}.
 //
 // Register it with: airlock adapter register lamp -- /path/to/go-lamp
 package main
@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 )
 
@@ -121,7 +122,7 @@ func handle(state *lamp, req *request) (any, string) {
 		if !decodeArgs(req.Args, &a) || a.Level == nil || *a.Level < 0 || *a.Level > 100 {
 			return nil, "invalid_args"
 		}
-		state.Brightness = int(*a.Level)
+		state.Brightness = int(math.Round(*a.Level)) // 50.7 is 51, not 50
 	default:
 		return nil, "unsupported_action"
 	}
