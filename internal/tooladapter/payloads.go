@@ -222,21 +222,38 @@ var editsWant = "an array of 1 to " + strconv.Itoa(MaxEdits) + " edits, each {ol
 // does: the same words where those name the JSON type, the type first where they do not
 // (path, expectedDigest). An array item's member is keyed without its index, as the checks
 // name it (edits.oldText), and an item itself as edits[].
-var memberWants = map[string]string{
-	"path":           "a string, " + pathWant,
-	"offset":         intWant(0, maxSafeInteger),
-	"maxBytes":       intWant(1, MaxContentBytes),
-	"maxEntries":     intWant(1, MaxListEntries),
-	"maxResults":     intWant(1, MaxSearchResults),
-	"query":          queryWant,
-	"content":        contentWant(0),
-	"create":         boolWant,
-	"overwrite":      boolWant,
-	"expectedDigest": "a string of " + digestWant,
-	"edits":          editsWant,
-	"edits[]":        "an object {oldText, newText}",
-	"edits.oldText":  contentWant(1),
-	"edits.newText":  contentWant(0),
+var memberWants = func() map[string]string {
+	m := map[string]string{
+		"path":           "a string, " + pathWant,
+		"query":          queryWant,
+		"content":        contentWant(0),
+		"create":         boolWant,
+		"overwrite":      boolWant,
+		"expectedDigest": "a string of " + digestWant,
+		"edits":          editsWant,
+		"edits[]":        "an object {oldText, newText}",
+		"edits.oldText":  contentWant(1),
+		"edits.newText":  contentWant(0),
+	}
+	for field, b := range payloadInts {
+		m[field] = intWant(b.lo, b.hi)
+	}
+	return m
+}()
+
+// payloadInts are the bounds of a payload's integer members (all optional), for their checks
+// (payloadInt) and for the message of one of the wrong type (memberWants).
+var payloadInts = map[string]struct{ lo, hi int64 }{
+	"offset":     {0, maxSafeInteger},
+	"maxBytes":   {1, MaxContentBytes},
+	"maxEntries": {1, MaxListEntries},
+	"maxResults": {1, MaxSearchResults},
+}
+
+// payloadInt checks the optional integer payload member field against its payloadInts bounds.
+func (c *shapeCheck) payloadInt(field string, v *int64) {
+	b := payloadInts[field]
+	c.intRange(field, v, b.lo, b.hi, true)
 }
 
 // memberWant returns what the payload member at path (as ndjson names it: edits[2].oldText)
@@ -370,7 +387,7 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
-			c.intRange("maxEntries", v.MaxEntries, 1, MaxListEntries, true)
+			c.payloadInt("maxEntries", v.MaxEntries)
 		}
 	case OpStat:
 		var v statPayload
@@ -383,8 +400,8 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 		if e = decodeFlat(c.code, "payload", raw, &v); e == nil {
 			p = v.Path
 			c.relPath("path", v.Path)
-			c.intRange("offset", v.Offset, 0, maxSafeInteger, true)
-			c.intRange("maxBytes", v.MaxBytes, 1, MaxContentBytes, true)
+			c.payloadInt("offset", v.Offset)
+			c.payloadInt("maxBytes", v.MaxBytes)
 		}
 	case OpSearch:
 		var v searchPayload
@@ -394,7 +411,7 @@ func PayloadPath(op string, raw json.RawMessage) (string, *protocol.Error) {
 			if v.Query == nil || *v.Query == "" || utf8.RuneCountInString(*v.Query) > MaxQueryLen {
 				c.failWant("query", queryWant, v.Query == nil)
 			}
-			c.intRange("maxResults", v.MaxResults, 1, MaxSearchResults, true)
+			c.payloadInt("maxResults", v.MaxResults)
 		}
 	case OpWrite:
 		var v writePayload
