@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/audit"
@@ -93,9 +95,23 @@ func (a *app) auditRead(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		o.json = false // the records went out as NDJSON; the error goes to stderr only
-		return o.fail(err)
+		return o.fail(journalError(err, "cannot read %s", d))
 	}
 	return exitOK
+}
+
+// journalError is what stopped an audit command, for the operator reading their own files.
+// The audit package pairs its coded error with the cause the daemon logs (protocol.Wrap), and
+// the CLI prints a coded error's message alone: here the cause goes into the message, since it
+// is what the operator acts on (permission denied, a segment's mode). An error with a code
+// keeps it (insecure_state_path, audit_corrupt); one without is audit_corrupt, what.
+func journalError(err error, what string, args ...any) error {
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		return protocol.Errorf(audit.CodeCorrupt, "%s: %v", fmt.Sprintf(what, args...), err)
+	}
+	// err.Error() is the coded error's, then its cause's: "code: message: cause".
+	return &protocol.Error{Code: pe.Code, Message: strings.TrimPrefix(err.Error(), pe.Code+": "), Retryable: pe.Retryable, Details: pe.Details}
 }
 
 // writeAuditRow prints one record as a table row. Column widths are fixed so that rows print
@@ -175,7 +191,7 @@ func (a *app) auditVerify(ctx context.Context, args []string) int {
 	}
 	rep, err := audit.Verify(d, anchor)
 	if err != nil {
-		return o.fail(protocol.Wrap(protocol.Errorf(audit.CodeCorrupt, "cannot verify %s", d), err))
+		return o.fail(journalError(err, "cannot verify %s", d))
 	}
 	data := auditVerifyData{Report: rep, OK: rep.OK()}
 	if !rep.OK() {
@@ -239,7 +255,7 @@ func (a *app) auditHead(ctx context.Context, args []string) int {
 	}
 	rep, err := audit.VerifyTail(d)
 	if err != nil {
-		return o.fail(protocol.Wrap(protocol.Errorf(audit.CodeCorrupt, "cannot read %s", d), err))
+		return o.fail(journalError(err, "cannot read %s", d))
 	}
 	if rep.Break != nil {
 		return o.fail(protocol.Errorf(audit.CodeChainBroken, "%s: the first broken link: %s", d, rep.Break))

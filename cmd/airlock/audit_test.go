@@ -183,6 +183,32 @@ func TestAuditUsageErrors(t *testing.T) {
 	}
 }
 
+// TestAuditSaysWhyItCannotRead: what stops an audit command is printed with its cause and
+// code. The commands printed "audit_corrupt: cannot verify DIR" for a segment another user
+// could read (which a chmod fixes) and for a directory that does not exist alike.
+func TestAuditSaysWhyItCannotRead(t *testing.T) {
+	t.Parallel()
+	dir, j := auditJournal(t, audit.Options{}, 1)
+	j.Close()
+	seg := filepath.Join(dir, "seg-0000000000000001.ndjson")
+	if err := os.Chmod(seg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "head"}} {
+		r := cli(t, "/nonexistent.sock", "", append(args, "--dir", dir)...).wantCode(t, exitFailure)
+		if !strings.HasPrefix(r.stderr, "airlock: insecure_state_path: "+seg+" has mode 0644") {
+			t.Errorf("%v: stderr %s", args, r.stderr)
+		}
+	}
+	missing := filepath.Join(t.TempDir(), "nothing")
+	for _, args := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "head"}} {
+		r := cli(t, "/nonexistent.sock", "", append(args, "--dir", missing)...).wantCode(t, exitFailure)
+		if !strings.HasPrefix(r.stderr, "airlock: audit_corrupt: ") || !strings.Contains(r.stderr, "no such file or directory") {
+			t.Errorf("%v: stderr %s", args, r.stderr)
+		}
+	}
+}
+
 func TestAuditFollowAcrossRotation(t *testing.T) {
 	t.Parallel()
 	dir, j := auditJournal(t, audit.Options{MaxSegmentBytes: 1024}, 0)

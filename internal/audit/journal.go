@@ -332,7 +332,7 @@ func (j *Journal) open(rep *OpenReport) error {
 		path := segPath(j.dir, last)
 		f, err := openSegment(path)
 		if err != nil {
-			return protocol.Wrap(protocol.Errorf(CodeCorrupt, "cannot open %s", path), err)
+			return segmentError(path, err)
 		}
 		info, err := readSegment(f, last, prevSeq, prevDig, nil)
 		f.Close()
@@ -385,12 +385,27 @@ func (j *Journal) open(rep *OpenReport) error {
 	return j.startSegment(1)
 }
 
+// segmentError is the error of a segment that cannot be opened: openSegment's own when it
+// refused the file (insecure_state_path, naming the file and what is wrong with it, which a
+// chmod fixes), else CodeCorrupt.
+func segmentError(path string, err error) error {
+	if errors.Is(err, &protocol.Error{Code: CodeInsecureDir}) {
+		return err
+	}
+	return protocol.Wrap(protocol.Errorf(CodeCorrupt, "cannot open %s", path), err)
+}
+
 // closedTail returns the seq and digest of the last record of closed segment n, which must be
 // its footer.
 func closedTail(dir string, n uint64) (uint64, string, error) {
 	line, err := lastLine(segPath(dir, n))
-	if err != nil {
+	var nc *notClosedError
+	switch {
+	case errors.As(err, &nc):
 		return 0, "", protocol.Wrap(protocol.Errorf(CodeChainBroken, "the audit journal is broken: segment %s is not closed", segmentName(n)), err)
+	case err != nil:
+		// The file could not be read: nothing is known about its links.
+		return 0, "", segmentError(segPath(dir, n), err)
 	}
 	rec, err := DecodeRecord(line)
 	if err != nil || rec.Kind != KindFooter {

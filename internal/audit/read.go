@@ -105,7 +105,7 @@ func readOne(ctx context.Context, dir string, n uint64, q Query, follow bool, fn
 		return true, nil // retention removed it: go on with the next
 	}
 	if err != nil {
-		return false, protocol.Wrap(protocol.Errorf(CodeCorrupt, "cannot open %s", path), err)
+		return false, segmentError(path, err)
 	}
 	defer f.Close()
 	sc := newScanner(f, 0)

@@ -296,17 +296,23 @@ func lastLine(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) == 0 || b[len(b)-1] != '\n' {
-		return nil, fmt.Errorf("%s does not end with a whole line", path)
+		return nil, &notClosedError{fmt.Sprintf("%s does not end with a whole line", path)}
 	}
 	b = b[:len(b)-1]
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
 		return b[i+1:], nil
 	}
 	if start > 0 {
-		return nil, fmt.Errorf("%s ends with a line longer than %d bytes", path, maxRecord)
+		return nil, &notClosedError{fmt.Sprintf("%s ends with a line longer than %d bytes", path, maxRecord)}
 	}
 	return b, nil
 }
+
+// notClosedError is lastLine's error for a segment that was read and does not end with a
+// whole record, as opposed to one that could not be read.
+type notClosedError struct{ msg string }
+
+func (e *notClosedError) Error() string { return e.msg }
 
 // segPath joins dir and segment n's name.
 func segPath(dir string, n uint64) string { return filepath.Join(dir, segmentName(n)) }

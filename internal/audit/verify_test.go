@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/protocol"
 )
 
 // journalOf writes n fs.writes into a journal with small segments and returns its directory
@@ -199,6 +201,36 @@ func TestOpenRefusesAnUnclosedOlderSegment(t *testing.T) {
 	writeLines(t, dir, n, ls[:len(ls)-2]) // drop its footer
 	_, _, err := Open(dir, Options{})
 	wantCode(t, err, CodeChainBroken)
+}
+
+// TestLooseSegmentIsInsecureNotBroken: a segment with group or other permission is refused
+// insecure_state_path, naming it (a chmod fixes it), by Open and Read alike. Open called the
+// segment before the newest "not closed", audit_chain_broken, which tells the operator to move
+// an intact journal aside.
+func TestLooseSegmentIsInsecureNotBroken(t *testing.T) {
+	dir, _ := journalOf(t, 40, "f")
+	nums := mustList(t, dir)
+	for _, n := range nums[len(nums)-2:] {
+		path := segPath(dir, n)
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The code a caller reports is the first in the chain (protocol.AsError), not any
+		// cause errors.Is would find.
+		_, _, err := Open(dir, Options{})
+		if pe := protocol.AsError(err); pe.Code != CodeInsecureDir || !strings.Contains(pe.Message, segmentName(n)) || !strings.Contains(pe.Message, "0644") {
+			t.Errorf("Open with %s loose: %v", segmentName(n), err)
+		}
+		err = Read(t.Context(), dir, Query{}, false, func([]byte, *Record) error { return nil })
+		if pe := protocol.AsError(err); pe.Code != CodeInsecureDir {
+			t.Errorf("Read with %s loose: %v", segmentName(n), err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j := openJ(t, dir, Options{})
+	write(t, j, "s", "after")
 }
 
 func TestParseAnchor(t *testing.T) {
