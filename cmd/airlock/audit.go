@@ -193,6 +193,9 @@ func (a *app) auditVerify(ctx context.Context, args []string) int {
 	if err != nil {
 		return o.fail(journalError(err, "cannot verify %s", d))
 	}
+	if rep.Segments == 0 {
+		return o.fail(audit.NoJournal(d)) // not an intact chain of no records
+	}
 	data := auditVerifyData{Report: rep, OK: rep.OK()}
 	if !rep.OK() {
 		var msg string
@@ -260,8 +263,11 @@ func (a *app) auditHead(ctx context.Context, args []string) int {
 	if rep.Break != nil {
 		return o.fail(protocol.Errorf(audit.CodeChainBroken, "%s: the first broken link: %s", d, rep.Break))
 	}
+	if rep.Segments == 0 {
+		return o.fail(audit.NoJournal(d))
+	}
 	if rep.Records == 0 {
-		return o.fail(protocol.Errorf(audit.CodeCorrupt, "%s holds no journal", d))
+		return o.fail(protocol.Errorf(audit.CodeCorrupt, "%s holds no whole record", d))
 	}
 	return o.succeed(rep.Head, func(w io.Writer) { fmt.Fprintln(w, rep.Head) })
 }

@@ -209,6 +209,36 @@ func TestAuditSaysWhyItCannotRead(t *testing.T) {
 	}
 }
 
+// TestAuditRefusesADirectoryWithoutJournal: a directory with no segment is no journal (the
+// daemon writes one at its first start). audit verify called it an intact chain of 0 records,
+// exit 0, and audit printed nothing: an operator who named the state directory rather than its
+// audit/, or whose segments were all deleted, was told all was well.
+func TestAuditRefusesADirectoryWithoutJournal(t *testing.T) {
+	t.Parallel()
+	dir, j := auditJournal(t, audit.Options{}, 1)
+	head := j.Head().String()
+	j.Close()
+	state := filepath.Dir(dir)
+	for _, args := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "verify", "--head", head}, {"audit", "head"}} {
+		r := cli(t, "/nonexistent.sock", "", append(args, "--dir", state)...).wantCode(t, exitFailure)
+		if !strings.HasPrefix(r.stderr, "airlock: audit_corrupt: "+state+" holds no audit journal") || !strings.Contains(r.stderr, "its journal is "+dir) {
+			t.Errorf("%v of the state directory: stderr %s", args, r.stderr)
+		}
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "seg-*"))
+	for _, s := range segs {
+		if err := os.Remove(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "head"}} {
+		r := cli(t, "/nonexistent.sock", "", append(args, "--dir", dir, "--json")...).wantCode(t, exitFailure)
+		if !strings.HasPrefix(r.stderr, "airlock: audit_corrupt: "+dir+" holds no audit journal") {
+			t.Errorf("%v of a journal without segments: stderr %s", args, r.stderr)
+		}
+	}
+}
+
 func TestAuditFollowAcrossRotation(t *testing.T) {
 	t.Parallel()
 	dir, j := auditJournal(t, audit.Options{MaxSegmentBytes: 1024}, 0)

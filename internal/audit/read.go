@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -58,6 +59,9 @@ func Read(ctx context.Context, dir string, q Query, follow bool, fn func(line []
 			}
 			start++
 		}
+	}
+	if len(nums) == 0 && !follow {
+		return NoJournal(dir)
 	}
 	var n uint64
 	if start < len(nums) {
@@ -149,6 +153,18 @@ func readOne(ctx context.Context, dir string, n uint64, q Query, follow bool, fn
 		}
 		sc = newScanner(f, sc.off)
 	}
+}
+
+// NoJournal is the error of reading or verifying a directory that holds no segment: a
+// journal always holds one from its Open on, so this is the wrong directory (a state
+// directory, whose journal is in its audit/, is named with a hint) or one whose segments were
+// all deleted.
+func NoJournal(dir string) error {
+	hint := ""
+	if fi, err := os.Stat(DirIn(dir)); err == nil && fi.IsDir() {
+		hint = fmt.Sprintf(" (a state directory? its journal is %s)", DirIn(dir))
+	}
+	return protocol.Errorf(CodeCorrupt, "%s holds no audit journal: no segment file%s", dir, hint)
 }
 
 // nextSegment returns the first segment after n in dir, or 0.
