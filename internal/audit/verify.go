@@ -86,6 +86,7 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 	var prevSeq uint64
 	var prevDig string
 	var lastTime time.Time
+	var end int64 // the offset after the newest whole record, in rep.Head.Segment
 	// awaiting holds the started records checked so far that have no outcome yet: an outcome
 	// must end one of them, unless it refers to a record before the checked range. Started
 	// records a crash cut short stay in it; it holds no more than the effects in flight.
@@ -130,6 +131,7 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 			rep.Records += info.records
 			rep.LastSeq = info.end
 			rep.Head = Head{Seq: info.end, Digest: info.last, Segment: n, Time: lastTime}
+			end = info.size
 		}
 		if err != nil {
 			var le *linkError
@@ -156,7 +158,7 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 	}
 	if rep.Anchor != nil && !rep.Anchor.Checked && rep.Anchor.Seq > rep.LastSeq {
 		rep.Anchor.Checked = true // it should be here and is not: the end was cut
-		rep.Break = &Break{Segment: segmentName(rep.Head.Segment), Seq: rep.LastSeq + 1,
+		rep.Break = &Break{Segment: segmentName(rep.Head.Segment), Offset: end, Seq: rep.LastSeq + 1,
 			Reason: fmt.Sprintf("the journal ends at seq %d, before the exported head at seq %d: its newest records were removed", rep.LastSeq, rep.Anchor.Seq)}
 	}
 	return rep, nil

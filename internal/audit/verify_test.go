@@ -203,6 +203,25 @@ func TestOpenRefusesAnUnclosedOlderSegment(t *testing.T) {
 	wantCode(t, err, CodeChainBroken)
 }
 
+// TestVerifyNamesWhereACutJournalEnds: a journal cut before an exported head breaks where
+// its newest whole record ends, the offset at which the missing records were. The break
+// named offset 0, the start of the segment's header.
+func TestVerifyNamesWhereACutJournalEnds(t *testing.T) {
+	dir, head := journalOf(t, 40, "f")
+	nums := mustList(t, dir)
+	n := nums[len(nums)-1]
+	ls := lines(t, dir, n)
+	keep := ls[:len(ls)-3] // the last element is the empty rest after the final newline
+	writeLines(t, dir, n, keep)
+	rep, err := Verify(dir, &Anchor{Seq: head.Seq, Digest: head.Digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := rep.Break; b == nil || b.Segment != segmentName(n) || b.Offset != int64(len(bytes.Join(keep, nil))) {
+		t.Fatalf("break %+v, want %s at offset %d", b, segmentName(n), len(bytes.Join(keep, nil)))
+	}
+}
+
 // TestLooseSegmentIsInsecureNotBroken: a segment with group or other permission is refused
 // insecure_state_path, naming it (a chmod fixes it), by Open and Read alike. Open called the
 // segment before the newest "not closed", audit_chain_broken, which tells the operator to move
