@@ -165,6 +165,40 @@ func TestAuditKeepsAPathItCannotNameAsItsDigest(t *testing.T) {
 	}
 }
 
+// TestAuditKeepsACallFromAnExecutableItCannotName: a peer whose executable's path is not
+// UTF-8, or holds an invisible character, is recorded without it. Its started record was
+// refused, so every call it made was refused record_failed, and its events (a session it
+// opened) were not recorded at all.
+func TestAuditKeepsACallFromAnExecutableItCannotName(t *testing.T) {
+	a, dir := openTestAudit(t)
+	s := &Server{audit: a}
+	for _, exe := range []string{"/tmp/bin\xe9/airlock", "/tmp/bin\u200b/airlock"} {
+		actor := audit.Actor{PID: 42, Exe: exe, Session: "s", Generation: 1}
+		if _, err := a.write(audit.Entry{Kind: audit.KindStarted, Door: audit.DoorOwner, Actor: actor,
+			Target: audit.Target{Op: "fs.read", Path: "a.txt"}, Args: json.RawMessage(`{"path":"a.txt"}`)}); err != nil {
+			t.Fatalf("exe %q: the started record was refused: %v", exe, err)
+		}
+		s.auditEvent(audit.KindEvent, audit.DoorOwner, actor, audit.Target{Op: "session.open"}, "")
+	}
+	recs := readJournal(t, dir)
+	if len(recs) != 4 {
+		t.Fatalf("%d records, want 4: %+v", len(recs), recs)
+	}
+	for _, r := range recs {
+		if r.Actor == nil || r.Actor.Exe != "" || r.Actor.PID != 42 || r.Actor.Session != "s" {
+			t.Errorf("record %d: actor %+v", r.Seq, r.Actor)
+		}
+	}
+	if recs[0].Target.Path != "a.txt" {
+		t.Errorf("started: path %q, want a.txt", recs[0].Target.Path)
+	}
+	// Both refused: both left out.
+	if _, err := a.write(audit.Entry{Kind: audit.KindStarted, Door: audit.DoorOwner, Actor: audit.Actor{Exe: "/tmp/\xe9"},
+		Target: audit.Target{Op: "fs.read", Path: "a\nb"}}); err != nil {
+		t.Fatalf("exe and path refused: %v", err)
+	}
+}
+
 // TestAuditFeedsTheMetrics: with --metrics, the journal's group commits are counted: the
 // records and bytes it made durable and its fsync latency (metrics.ObserveAuditAppend).
 func TestAuditFeedsTheMetrics(t *testing.T) {
