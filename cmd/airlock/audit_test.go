@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,6 +237,53 @@ func TestAuditRefusesADirectoryWithoutJournal(t *testing.T) {
 		if !strings.HasPrefix(r.stderr, "airlock: audit_corrupt: "+dir+" holds no audit journal") {
 			t.Errorf("%v of a journal without segments: stderr %s", args, r.stderr)
 		}
+	}
+}
+
+// TestAuditJSONKeys pins the members of audit head --json and audit verify --json that
+// docs/operations.md lists ("--json"): scripts read them.
+func TestAuditJSONKeys(t *testing.T) {
+	t.Parallel()
+	keys := func(raw json.RawMessage) string {
+		var m map[string]json.RawMessage
+		decode(t, raw, &m)
+		ks := make([]string, 0, len(m))
+		for k := range m {
+			ks = append(ks, k)
+		}
+		slices.Sort(ks)
+		return strings.Join(ks, " ")
+	}
+	dir, j := auditJournal(t, audit.Options{}, 3)
+	head := j.Head().String()
+	j.Close()
+	r := cli(t, "/nonexistent.sock", "", "audit", "head", "--dir", dir, "--json").wantCode(t, exitOK)
+	if got := keys(envelopeOf(t, r, "audit head", true).Data); got != "digest segment seq time" {
+		t.Errorf("audit head data: %s", got)
+	}
+	r = cli(t, "/nonexistent.sock", "", "audit", "verify", "--dir", dir, "--json").wantCode(t, exitOK)
+	if got := keys(envelopeOf(t, r, "audit verify", true).Data); got != "dir firstSeq head lastSeq ok records segments unanchored" {
+		t.Errorf("audit verify data: %s", got)
+	}
+	seg := filepath.Join(dir, "seg-0000000000000001.ndjson")
+	b, _ := os.ReadFile(seg)
+	ls := bytes.SplitAfter(b, []byte("\n"))
+	ls[2], ls[3] = ls[3], ls[2]
+	if err := os.WriteFile(seg, append(bytes.Join(ls, nil), "{torn"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = cli(t, "/nonexistent.sock", "", "audit", "verify", "--dir", dir, "--head", head, "--json").wantCode(t, exitFailure)
+	var data struct{ Anchor, Break json.RawMessage }
+	env := envelopeOf(t, r, "audit verify", false)
+	decode(t, env.Data, &data)
+	if got := keys(env.Data); got != "anchor break dir firstSeq head lastSeq ok records segments unanchored" {
+		t.Errorf("audit verify data of a broken journal: %s", got)
+	}
+	if got := keys(data.Anchor); got != "checked digest holds seq" {
+		t.Errorf("anchor: %s", got)
+	}
+	if got := keys(data.Break); got != "offset reason segment seq" {
+		t.Errorf("break: %s", got)
 	}
 }
 
