@@ -103,7 +103,7 @@ func run(args []string, stderr io.Writer) error {
 	auditArgs := fs.Bool("audit-args", false, "also keep each call's arguments in the audit journal (canonical JSON, up to 4 KiB; longer ones keep only their SHA-256, which is always kept)")
 	auditSync := audit.SyncInterval
 	fs.TextVar(&auditSync, "audit-sync", audit.SyncInterval, "when the audit journal reaches the disk: `interval` (each record written before the call goes on or its answer leaves, fdatasynced within 100ms: a crash of airlockd loses nothing, a power loss or kernel crash at most the last 100ms) or answer (every call's records also fdatasynced before its answer leaves, shared by the calls that end together: a power loss loses no answered call, at the cost of a disk sync per call)")
-	auditHeadFile := fs.String("audit-head-file", "", "also write the audit chain's head to this `FILE` (atomically) whenever it is exported: every 5 minutes while it moves, and at shutdown; point it somewhere collected off this user's reach")
+	auditHeadFile := fs.String("audit-head-file", "", "also write the audit chain's head to this `FILE` (atomically) at start and whenever it is exported: every 5 minutes while it moves, and at shutdown; one that cannot be written refuses the start; point it somewhere collected off this user's reach")
 	var providers providerFlags
 	fs.Func("provider", "a model provider, `NAME=BASE_URL` (an OpenAI-compatible base URL ending in /v1); repeatable", providers.add)
 	fs.Func("provider-key-env", "the environment variable holding a provider's API key, `NAME=ENV_VAR`; repeatable", providers.addKeyEnv)

@@ -117,6 +117,14 @@ func (d *Daemon) openAudit() error {
 	if err != nil {
 		return err
 	}
+	// The head file is written now, not first in 5 minutes: a path it cannot be written to
+	// refuses the start, where it would have failed unseen but for a warning at each export.
+	if ac.HeadFile != "" {
+		if err := audit.WriteHeadFile(ac.HeadFile, rep.Head); err != nil {
+			j.Close()
+			return err
+		}
+	}
 	if rep.TornBytes > 0 {
 		d.log.Warn("audit journal: cut a torn tail (a record being written when the daemon stopped)",
 			"segment", rep.TornSegment, "bytes", rep.TornBytes)

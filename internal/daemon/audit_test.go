@@ -149,6 +149,31 @@ func auditKill9(t *testing.T, mode string) {
 // log and to --audit-head-file; a record of the journal edited while airlockd was down (one
 // byte) fails the next start with audit_chain_broken, naming the journal and
 // what to run; airlockd --audit=false starts on the same state without reading it.
+// TestBinaryAuditHeadFileWrittenAtStart: --audit-head-file receives the head when the
+// journal opens, and a file that cannot be written refuses the start. It was first written 5
+// minutes later or at shutdown, so a wrong path went unseen but for a warning in the log.
+func TestBinaryAuditHeadFileWrittenAtStart(t *testing.T) {
+	headFile := filepath.Join(t.TempDir(), "head.json")
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--audit-head-file", headFile}})
+	var head audit.Head
+	if b, err := os.ReadFile(headFile); err != nil || json.Unmarshal(b, &head) != nil || head.Seq == 0 {
+		t.Fatalf("head file after start: %+v (%v)", head, err)
+	}
+	if !strings.Contains(d.Stderr(), "head="+head.String()) {
+		t.Fatalf("the head file holds %s, not the head the log names", head)
+	}
+	d.Stop()
+
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "head.json")
+	d2 := daemontest.Start(t, daemontest.Options{Args: []string{"--audit-head-file", missing}, NoWait: true})
+	if code, err := d2.ExitCode(20 * time.Second); err != nil || code == 0 {
+		t.Fatalf("start with an unwritable head file: exit %d, %v", code, err)
+	}
+	if s := d2.Stderr(); !strings.Contains(s, audit.CodeWriteFailed) || !strings.Contains(s, missing) {
+		t.Fatalf("stderr does not name the head file:\n%s", s)
+	}
+}
+
 func TestBinaryAuditBrokenChainFailsStart(t *testing.T) {
 	headFile := filepath.Join(t.TempDir(), "head.json")
 	d := daemontest.Start(t, daemontest.Options{Args: []string{"--audit-head-file", headFile}})
