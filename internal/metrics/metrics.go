@@ -116,7 +116,8 @@ type Status struct {
 	QueuedTurns     int
 	Connections     int // open owner-socket connections
 	Adapters        []Adapter
-	// ApprovalsWaiting counts the calls waiting for the operator's decision.
+	// ApprovalsWaiting counts the requests waiting in the approval queue: calls under ask,
+	// room calls of approve-each publications, agents' adapter proposals.
 	ApprovalsWaiting int
 	// Rooms is the room service's state; nil when it does not run.
 	Rooms *Rooms

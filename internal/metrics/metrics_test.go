@@ -143,6 +143,8 @@ func TestStatusCollector(t *testing.T) {
 		`airlock_turns{state="queued"} 0`,
 		`airlock_connections 5`,
 		`airlock_approvals_waiting 1`,
+		// The queue holds proposals too, not only calls (docs/operations.md).
+		`# HELP airlock_approvals_waiting Requests waiting in the approval queue for the operator's decision: calls under ask, room calls of approve-each publications, agents' adapter proposals.`,
 		`airlock_adapter_state{adapter="lamp",state="backoff"} 1`,
 		`airlock_adapter_state{adapter="lamp",state="ready"} 0`,
 		`airlock_adapter_state{adapter="printer",state="ready"} 1`,

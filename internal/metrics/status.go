@@ -10,7 +10,7 @@ var (
 	descConnections = prometheus.NewDesc("airlock_connections",
 		"Open owner-socket connections.", nil, nil)
 	descApprovals = prometheus.NewDesc("airlock_approvals_waiting",
-		"Calls waiting for the operator's decision.", nil, nil)
+		"Requests waiting in the approval queue for the operator's decision: calls under ask, room calls of approve-each publications, agents' adapter proposals.", nil, nil)
 	descAdapterState = prometheus.NewDesc("airlock_adapter_state",
 		"Capability adapter state: 1 for the adapter's current state, 0 for the others.", []string{"adapter", "state"}, nil)
 	descAdapterRestarts = prometheus.NewDesc("airlock_adapter_restarts_total",
