@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 )
 
@@ -70,11 +71,41 @@ func VerifyTail(dir string) (Report, error) {
 	return verify(dir, nil, 2)
 }
 
+// verifyAttempts bounds how often verify starts again because retention removed a segment it
+// had listed: a daemon appending at its fastest fills a 16 MiB segment in far longer than
+// verify takes to read one.
+const verifyAttempts = 3
+
 func verify(dir string, anchor *Anchor, tail int) (Report, error) {
+	for attempt := 1; ; attempt++ {
+		rep, err := verifyOnce(dir, anchor, tail)
+		var r *removedError
+		if !errors.As(err, &r) || attempt == verifyAttempts {
+			return rep, err
+		}
+	}
+}
+
+// removedError is verifyOnce's error when a segment it listed is gone and no older one is
+// left: retention removed it while the daemon rotated. The check starts again from the
+// segments left.
+type removedError struct{ segment uint64 }
+
+func (e *removedError) Error() string {
+	return fmt.Sprintf("segment %s was removed by retention while it was being checked", segmentName(e.segment))
+}
+
+// verifyListed, set by tests only, runs after verifyOnce listed the segments.
+var verifyListed func()
+
+func verifyOnce(dir string, anchor *Anchor, tail int) (Report, error) {
 	rep := Report{Dir: dir}
 	nums, err := listSegments(dir)
 	if err != nil {
 		return rep, err
+	}
+	if verifyListed != nil {
+		verifyListed()
 	}
 	if tail > 0 && len(nums) > tail {
 		nums = nums[len(nums)-tail:]
@@ -99,6 +130,19 @@ func verify(dir string, anchor *Anchor, tail int) (Report, error) {
 			return rep, nil
 		}
 		f, err := openSegment(segPath(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			// Gone since the listing. Retention deletes the oldest segments only: with none
+			// older left, this is retention; with one left, it was deleted from the middle.
+			now, lerr := listSegments(dir)
+			if lerr != nil {
+				return rep, lerr
+			}
+			if len(now) == 0 || now[0] > n {
+				return rep, &removedError{n}
+			}
+			rep.Break = &Break{Segment: name, Seq: prevSeq + 1, Reason: fmt.Sprintf("segment %s was deleted while it was being checked", name)}
+			return rep, nil
+		}
 		if err != nil {
 			return rep, err
 		}

@@ -222,6 +222,41 @@ func TestVerifyNamesWhereACutJournalEnds(t *testing.T) {
 	}
 }
 
+// TestVerifyWhileRetentionRemovesTheOldest: a segment removed by retention after Verify listed
+// the journal (the daemon rotated meanwhile) is not a failure: Verify checks what is left. It
+// failed with the segment's "no such file or directory", so airlock audit verify of a live
+// journal failed now and then. A segment deleted from the middle is still a break.
+func TestVerifyWhileRetentionRemovesTheOldest(t *testing.T) {
+	t.Cleanup(func() { verifyListed = nil })
+	dir, _ := journalOf(t, 40, "f")
+	nums := mustList(t, dir)
+	removed := 0
+	verifyListed = func() {
+		if removed < 2 { // retention twice, the second during the check that starts again
+			if err := os.Remove(segPath(dir, nums[removed])); err != nil {
+				t.Fatal(err)
+			}
+			removed++
+		}
+	}
+	rep, err := Verify(dir, nil)
+	if err != nil || !rep.OK() || !rep.Unanchored || rep.Segments != len(nums)-2 {
+		t.Fatalf("verify while retention removes the oldest: %v, %+v break %+v", err, rep, rep.Break)
+	}
+
+	middle := nums[len(nums)/2]
+	verifyListed = func() {
+		verifyListed = nil
+		if err := os.Remove(segPath(dir, middle)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err = Verify(dir, nil)
+	if err != nil || rep.OK() || rep.Break.Segment != segmentName(middle) {
+		t.Fatalf("verify while a middle segment is deleted: %v, break %+v", err, rep.Break)
+	}
+}
+
 // TestLooseSegmentIsInsecureNotBroken: a segment with group or other permission is refused
 // insecure_state_path, naming it (a chmod fixes it), by Open and Read alike. Open called the
 // segment before the newest "not closed", audit_chain_broken, which tells the operator to move
