@@ -400,6 +400,90 @@ func TestFollowAcrossRotation(t *testing.T) {
 	}
 }
 
+// followed starts Read following dir's session s records and returns what it sees, one
+// "kind path" at a time.
+func followed(t *testing.T, dir string) func() string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- Read(ctx, dir, Query{Session: "s"}, true, func(_ []byte, r *Record) error {
+			got <- string(r.Kind) + " " + r.Target.Path
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return func() string {
+		select {
+		case s := <-got:
+			return s
+		case <-time.After(waitTimeout):
+			t.Fatal("follow saw nothing")
+			return ""
+		}
+	}
+}
+
+// TestFollowAJournalMovedAside: a journal moved aside (what the operator does with a broken
+// one) and started again at its path is followed from the new one's start. The follower kept
+// reading the moved file and printed nothing more.
+func TestFollowAJournalMovedAside(t *testing.T) {
+	dir := newDir(t)
+	j := openJ(t, dir, Options{})
+	write(t, j, "s", "old")
+	next := followed(t, dir)
+	if a, b := next(), next(); a != "started old" || b != "outcome old" {
+		t.Fatalf("followed %q, %q", a, b)
+	}
+	j.Close()
+	if err := os.Rename(dir, dir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	j2 := openJ(t, dir, Options{})
+	write(t, j2, "s", "new")
+	if a, b := next(), next(); a != "started new" || b != "outcome new" {
+		t.Fatalf("followed %q, %q, want the new journal's", a, b)
+	}
+}
+
+// TestFollowASegmentStartedAgain: a follower that waits in a newest segment with no whole
+// record (a crash interrupted its start) reads it anew once Open removed it and started it
+// again. It kept waiting in the removed file.
+func TestFollowASegmentStartedAgain(t *testing.T) {
+	dir := newDir(t)
+	j := openJ(t, dir, Options{})
+	write(t, j, "s", "a")
+	j.Close()
+	// A closed segment 1 and a segment 2 whose header was cut: the state a crash leaves
+	// between a rotation's footer and the next header (TestInterruptedSegmentStartIsRemoved).
+	now := time.Now().Add(48 * time.Hour)
+	j2 := openJ(t, dir, Options{Now: func() time.Time { return now }})
+	write(t, j2, "s", "rotated")
+	j2.Close()
+	if nums := mustList(t, dir); len(nums) != 2 {
+		t.Fatalf("segments %v", nums)
+	}
+	ls := lines(t, dir, 2)
+	writeLines(t, dir, 2, [][]byte{ls[0][:20]})
+	next := followed(t, dir)
+	for _, want := range []string{"started a", "outcome a"} {
+		if got := next(); got != want {
+			t.Fatalf("followed %q, want %q", got, want)
+		}
+	}
+	j3 := openJ(t, dir, Options{})
+	write(t, j3, "s", "after")
+	if a, b := next(), next(); a != "started after" || b != "outcome after" {
+		t.Fatalf("followed %q, %q", a, b)
+	}
+}
+
 func TestTornTailIsCutAndReported(t *testing.T) {
 	dir := newDir(t)
 	j := openJ(t, dir, Options{})

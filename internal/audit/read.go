@@ -67,6 +67,7 @@ func Read(ctx context.Context, dir string, q Query, follow bool, fn func(line []
 	if start < len(nums) {
 		n = nums[start]
 	}
+	dirInfo, _ := os.Stat(dir) // nil when it went meanwhile: readOne then fails
 	for {
 		if n == 0 {
 			if !follow {
@@ -77,6 +78,20 @@ func Read(ctx context.Context, dir string, q Query, follow bool, fn func(line []
 			}
 		}
 		closed, err := readOne(ctx, dir, n, q, follow, fn)
+		if errors.Is(err, errReplaced) {
+			if fi, serr := os.Stat(dir); serr == nil && dirInfo != nil && !os.SameFile(fi, dirInfo) {
+				// The journal was moved aside and a new one started at its path: follow
+				// the new one from its start.
+				dirInfo, n = fi, 0
+				continue
+			}
+			// Opening the journal removed a newest segment that held no whole record
+			// (its creation was interrupted) and started it again: read it anew.
+			if n, err = waitSegment(ctx, dir, n-1); n == 0 || err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil || ctx.Err() != nil {
 			return err
 		}
@@ -145,6 +160,8 @@ func readOne(ctx context.Context, dir string, n uint64, q Query, follow bool, fn
 				return true, nil
 			}
 			sawNext = true
+		} else if !sameFile(f, path) {
+			return false, errReplaced
 		} else if !sleep(ctx, FollowPoll) {
 			return false, nil
 		}
@@ -165,6 +182,20 @@ func NoJournal(dir string) error {
 		hint = fmt.Sprintf(" (a state directory? its journal is %s)", DirIn(dir))
 	}
 	return protocol.Errorf(CodeCorrupt, "%s holds no audit journal: no segment file%s", dir, hint)
+}
+
+// errReplaced is readOne's error, following, when the newest segment's path no longer names
+// the file it reads: the segment was removed, or the directory moved aside.
+var errReplaced = errors.New("audit: the segment followed was replaced")
+
+// sameFile reports whether path still names the file f reads.
+func sameFile(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Lstat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 // nextSegment returns the first segment after n in dir, or 0.
