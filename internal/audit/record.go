@@ -196,6 +196,15 @@ func checkText(field, s string, limit int) error {
 	return nil
 }
 
+// NameKept and PathKept report whether an Entry may hold s as a name (an actor's session, room,
+// host or MCP client, a target's capability or adapter) or as a path (a target's path, an
+// actor's exe): bounded, UTF-8, and without a control or invisible character. A caller that
+// must record an entry whatever a peer chose leaves out the fields that fail.
+func NameKept(s string) bool { return checkText("name", s, maxName) == nil }
+
+// PathKept: see NameKept.
+func PathKept(s string) bool { return checkText("path", s, maxPath) == nil }
+
 // printableASCII reports whether s holds only the bytes 0x20 to 0x7e. No such byte is
 // visible.Hidden (in ASCII it hides only the controls, 0x00 to 0x1f and 0x7f).
 func printableASCII(s string) bool {

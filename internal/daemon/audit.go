@@ -258,31 +258,28 @@ func (a *auditLog) After(c *gate.Call, o gate.Outcome) {
 // append appends e, returning once it is as durable as the journal's sync mode says
 // (audit.Journal.Append). An entry the journal refuses for its shape (a path or client name
 // with a character the journal does not keep, a peer's executable whose path is not UTF-8)
-// is appended again without what the peer chose (auditStrips), rather than refusing the call:
-// the arguments' digest still pins a path, and a record without an executable beats none.
+// is appended again without those fields, and only those, rather than refusing the call: the
+// arguments' digest still pins a path, and a record without an executable beats none.
 func (a *auditLog) append(e audit.Entry) (audit.Ref, error) { return a.add(a.j.Append, e) }
 
 // write is append of a started record: it returns once e is written, and e becomes durable
 // with the outcome's record (audit.Journal.AppendNoWait).
 func (a *auditLog) write(e audit.Entry) (audit.Ref, error) { return a.add(a.j.AppendNoWait, e) }
 
-// auditStrips are what add leaves out of an entry the journal refused for its shape, in turn,
-// until one is accepted: the names a peer chose in its call, its executable's path, both.
-var auditStrips = []func(e *audit.Entry){
-	func(e *audit.Entry) { e.Target.Path, e.Actor.MCPClient = "", "" },
-	func(e *audit.Entry) { e.Actor.Exe = "" },
-	func(e *audit.Entry) { e.Target.Path, e.Actor.MCPClient, e.Actor.Exe = "", "", "" },
-}
-
 func (a *auditLog) add(appendFn func(audit.Entry) (audit.Ref, error), e audit.Entry) (audit.Ref, error) {
 	ref, err := appendFn(e)
-	for _, strip := range auditStrips {
-		if !errors.Is(err, &protocol.Error{Code: audit.CodeInvalidEntry}) {
-			break
+	if errors.Is(err, &protocol.Error{Code: audit.CodeInvalidEntry}) {
+		// Leave out what the peer chose that the journal does not keep, and only that.
+		if !audit.PathKept(e.Target.Path) {
+			e.Target.Path = ""
 		}
-		s := e
-		strip(&s)
-		ref, err = appendFn(s)
+		if !audit.NameKept(e.Actor.MCPClient) {
+			e.Actor.MCPClient = ""
+		}
+		if !audit.PathKept(e.Actor.Exe) {
+			e.Actor.Exe = ""
+		}
+		ref, err = appendFn(e)
 	}
 	if err != nil {
 		a.log.Error("audit journal: record not written", "kind", e.Kind, "op", e.Target.Op, "err", err)

@@ -199,6 +199,25 @@ func TestAuditKeepsACallFromAnExecutableItCannotName(t *testing.T) {
 	}
 }
 
+// TestAuditLeavesOutOnlyWhatItCannotKeep: an MCP client name the journal does not keep (an
+// invisible character) is left out of the record, and the call's path is kept. Both were
+// left out whichever of them was refused.
+func TestAuditLeavesOutOnlyWhatItCannotKeep(t *testing.T) {
+	a, dir := openTestAudit(t)
+	if _, err := a.write(audit.Entry{Kind: audit.KindStarted, Door: audit.DoorMCP, Actor: audit.Actor{Session: "s", Generation: 1, MCPClient: "zw\u200bsp"},
+		Target: audit.Target{Op: "fs.read", Path: "a.txt"}, Args: json.RawMessage(`{"path":"a.txt"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.write(audit.Entry{Kind: audit.KindStarted, Door: audit.DoorMCP, Actor: audit.Actor{Session: "s", Generation: 1, MCPClient: "claude"},
+		Target: audit.Target{Op: "fs.read", Path: "a\u200b.txt"}, Args: json.RawMessage(`{"path":"a\u200b.txt"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	recs := readJournal(t, dir)
+	if len(recs) != 2 || recs[0].Target.Path != "a.txt" || recs[0].Actor.MCPClient != "" || recs[1].Target.Path != "" || recs[1].Actor.MCPClient != "claude" {
+		t.Fatalf("records: %+v %+v / %+v %+v", recs[0].Target, recs[0].Actor, recs[1].Target, recs[1].Actor)
+	}
+}
+
 // TestAuditFeedsTheMetrics: with --metrics, the journal's group commits are counted: the
 // records and bytes it made durable and its fsync latency (metrics.ObserveAuditAppend).
 func TestAuditFeedsTheMetrics(t *testing.T) {
