@@ -46,13 +46,21 @@ func TestBinaryWebLogin(t *testing.T) {
 	jar, _ := cookiejar.New(nil)
 	hc := &http.Client{Jar: jar, Timeout: 10 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var csrf string // the login's, from its redirect's fragment
 	get := func(path string) (int, map[string]any) {
 		t.Helper()
-		resp, err := hc.Get(origin + path)
+		req, _ := http.NewRequest(http.MethodGet, origin+path, nil)
+		if csrf != "" {
+			req.Header.Set(web.CSRFHeader, csrf)
+		}
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
+		if tok, ok := strings.CutPrefix(resp.Header.Get("Location"), "/#csrf="); ok {
+			csrf = tok
+		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		var v any
 		_ = json.Unmarshal(body, &v)

@@ -90,9 +90,10 @@ func (a *auth) pruneTokens(now time.Time) {
 	a.tokens = kept
 }
 
-// exchange consumes a login token and returns a new session id and its expiry; ok is false
-// for an unknown, used or expired token. Every live token is compared, in constant time.
-func (a *auth) exchange(tok string) (id string, expires time.Time, ok bool) {
+// exchange consumes a login token and returns a new session id, its CSRF token and its
+// expiry; ok is false for an unknown, used or expired token. Every live token is compared, in
+// constant time.
+func (a *auth) exchange(tok string) (id, csrf string, expires time.Time, ok bool) {
 	d := digestOf(tok)
 	now := time.Now()
 	a.mu.Lock()
@@ -105,7 +106,7 @@ func (a *auth) exchange(tok string) (id string, expires time.Time, ok bool) {
 		}
 	}
 	if found < 0 {
-		return "", time.Time{}, false
+		return "", "", time.Time{}, false
 	}
 	a.tokens = append(a.tokens[:found], a.tokens[found+1:]...)
 	a.pruneSessions(now)
@@ -116,9 +117,10 @@ func (a *auth) exchange(tok string) (id string, expires time.Time, ok bool) {
 	id = newSecret()
 	expires = now.Add(SessionTTL)
 	sd := digestOf(id)
-	a.sessions[sd] = session{csrf: newSecret(), expires: expires}
+	csrf = newSecret()
+	a.sessions[sd] = session{csrf: csrf, expires: expires}
 	a.order = append(a.order, sd)
-	return id, expires, true
+	return id, csrf, expires, true
 }
 
 func (a *auth) pruneSessions(now time.Time) {

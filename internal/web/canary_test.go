@@ -38,6 +38,8 @@ func TestCanary(t *testing.T) {
 		req.Header.Set("Origin", base)
 		if withCSRF {
 			req.Header.Set(CSRFHeader, csrf(t, hc, base))
+		} else {
+			req.Header.Set(CSRFHeader, "") // not the client's own
 		}
 		resp, err := hc.Do(req)
 		if err != nil {
@@ -48,7 +50,7 @@ func TestCanary(t *testing.T) {
 		fmt.Fprintf(&seen, "%s %s → %d %v %s\n", method, path, resp.StatusCode, resp.Header, data)
 	}
 	for _, p := range []string{"/", "/app.js", "/app.css", "/api/session", "/api/rooms", "/api/rooms/kitchen", "/api/rooms/nope", "/api/approvals", "/api/remembered", "/missing"} {
-		get("GET", p, "", false)
+		get("GET", p, "", true)
 	}
 	light := `"room":"kitchen","provider":"` + hostB + `","capability":"living_room_light"`
 	for _, c := range []struct{ path, body string }{

@@ -37,7 +37,8 @@ func startServerWith(t *testing.T, b Backend, h History, logf ...func(string, ..
 	}
 	t.Cleanup(func() { s.Shutdown(context.Background()) })
 	jar, _ := cookiejar.New(nil)
-	hc := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	tr := &csrfTransport{base: http.DefaultTransport}
+	hc := &http.Client{Jar: jar, Transport: tr, Timeout: 30 * time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
 	u, err := s.LoginURL()
 	if err != nil {
@@ -48,10 +49,28 @@ func startServerWith(t *testing.T, b Backend, h History, logf ...func(string, ..
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Request.URL.RawQuery != "" {
+	tok, ok := strings.CutPrefix(resp.Request.URL.Fragment, "csrf=")
+	if resp.StatusCode != http.StatusOK || resp.Request.URL.RawQuery != "" || !ok || tok == "" {
 		t.Fatalf("login: %d at %s", resp.StatusCode, resp.Request.URL)
 	}
+	tr.csrf = tok
 	return s, hc, "http://" + s.Addr()
+}
+
+// csrfTransport sends the session's CSRF token, which the login's redirect gave, on every
+// request that does not set the header itself, as the page's script does.
+type csrfTransport struct {
+	base http.RoundTripper
+	csrf string // set once, after the login
+}
+
+func (c *csrfTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if _, set := req.Header[http.CanonicalHeaderKey(CSRFHeader)]; set || c.csrf == "" {
+		return c.base.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set(CSRFHeader, c.csrf)
+	return c.base.RoundTrip(req)
 }
 
 // stream opens /api/events and reads up to the opening comment.

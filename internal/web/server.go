@@ -10,9 +10,15 @@
 // configuration explicitly allows otherwise. A login is a one-time token (MintLoginToken,
 // LoginURL: single use, LoginTokenTTL) exchanged at /login?token=… for a session cookie
 // (random 256-bit id, HttpOnly, SameSite=Strict, Path=/, SessionTTL); the exchange redirects
-// to / so the token leaves the address bar. Every request must name this server in its Host
+// to /#csrf=… so the token leaves the address bar and the page's script learns the session's
+// CSRF token, which it keeps in the origin's localStorage. Every API request needs both the
+// cookie and that token (the X-Airlock-CSRF header; the event stream, which an EventSource
+// opens without headers, its csrf query parameter): a browser sends a cookie for 127.0.0.1 to
+// every port of 127.0.0.1, so a server another local user runs on another port receives the
+// cookie whenever the browser visits it; it never receives the token (localStorage and the
+// fragment are the origin's, port included). Every request must name this server in its Host
 // header (a DNS-rebinding page cannot); every state-changing request must also carry an
-// Origin equal to the server's own and the session's CSRF token in the X-Airlock-CSRF header.
+// Origin equal to the server's own.
 // Responses carry a strict Content-Security-Policy (no inline script or style, nothing from
 // elsewhere), X-Content-Type-Options: nosniff, Referrer-Policy: no-referrer and
 // X-Frame-Options: DENY. The page's script renders everything the Backend returns as text,
@@ -24,8 +30,9 @@
 // # HTTP API
 //
 // The page's script uses these; every answer is JSON, an error is {"error":{"code","message"}}.
+// Each needs the session cookie and its CSRF token.
 //
-//	GET  /api/session           {"csrf": token}
+//	GET  /api/session           {"csrf": token}: whether the login is live
 //	GET  /api/rooms             [Room]
 //	GET  /api/rooms/{id}        RoomDetail, each action with its generated "form" (see FormOf)
 //	POST /api/observe           {"room","provider","capability"} → {"result"}
@@ -248,7 +255,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // request, then the routes.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.authed(s.serveIndex))
+	mux.HandleFunc("GET /{$}", s.serveIndex)
 	mux.HandleFunc("GET /app.js", s.serveAsset("assets/app.js", "text/javascript; charset=utf-8"))
 	mux.HandleFunc("GET /app.css", s.serveAsset("assets/app.css", "text/css; charset=utf-8"))
 	mux.HandleFunc("GET /login", s.serveLogin)
@@ -298,26 +305,26 @@ func (s *Server) hostAllowed(host string) bool {
 	return false
 }
 
-// authed wraps a handler that needs a live session, and for a state-changing request the
-// session's CSRF token.
+// session returns the live session whose id the request's cookie holds.
+func (s *Server) session(r *http.Request) (session, bool) {
+	var id string
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		id = c.Value
+	}
+	return s.auth.lookup(id)
+}
+
+// authed wraps an API handler: it needs a live session and the session's CSRF token, on
+// every request, reads included. The cookie alone is not a login: the browser also sends it
+// to every other port of this host (TestCookieAloneIsNoLogin).
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var id string
-		if c, err := r.Cookie(SessionCookie); err == nil {
-			id = c.Value
-		}
-		sess, ok := s.auth.lookup(id)
+		sess, ok := s.session(r)
 		if !ok {
-			if r.URL.Path == "/" {
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				w.WriteHeader(http.StatusUnauthorized)
-				fmt.Fprintln(w, "Not logged in. Open the login link printed by `airlock room open-ui`; each link works once.")
-				return
-			}
 			writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "not logged in")
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && !checkCSRF(sess, r.Header.Get(CSRFHeader)) {
+		if !checkCSRF(sess, csrfOf(r)) {
 			writeError(w, http.StatusForbidden, CodeForbidden, "missing or wrong CSRF token")
 			return
 		}
@@ -325,7 +332,27 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, session)) htt
 	}
 }
 
-func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request, _ session) {
+// csrfOf returns the CSRF token a request carries: its X-Airlock-CSRF header, or, on the
+// event stream, which an EventSource opens without headers, its csrf query parameter.
+func csrfOf(r *http.Request) string {
+	if tok := r.Header.Get(CSRFHeader); tok != "" {
+		return tok
+	}
+	if r.Method == http.MethodGet && r.URL.Path == "/api/events" {
+		return r.URL.Query().Get("csrf")
+	}
+	return ""
+}
+
+// serveIndex serves the page itself, which holds nothing of the host (its script asks the
+// API), to a browser with a live session cookie; without one it says how to log in.
+func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.session(r); !ok {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintln(w, "Not logged in. Open the login link printed by `airlock room open-ui`; each link works once.")
+		return
+	}
 	s.serveAsset("assets/index.html", "text/html; charset=utf-8")(w, r)
 }
 
@@ -342,9 +369,11 @@ func (s *Server) serveAsset(name, contentType string) http.HandlerFunc {
 }
 
 // serveLogin exchanges a login token for a session cookie and redirects to the page, dropping
-// the token from the address bar (and, with Referrer-Policy, from any referrer).
+// the token from the address bar (and, with Referrer-Policy, from any referrer). The
+// redirect's fragment gives the page's script the session's CSRF token: a fragment is never
+// sent to a server, and the script keeps the token in the origin's own storage.
 func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
-	id, expires, ok := s.auth.exchange(r.URL.Query().Get("token"))
+	id, csrf, expires, ok := s.auth.exchange(r.URL.Query().Get("token"))
 	if !ok {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusUnauthorized)
@@ -360,7 +389,7 @@ func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
 	})
-	http.Redirect(w, r, "/", http.StatusSeeOther)
+	http.Redirect(w, r, "/#csrf="+csrf, http.StatusSeeOther)
 }
 
 // errorStatus maps an error code the page shows to the HTTP status it answers with.

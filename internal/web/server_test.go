@@ -39,6 +39,7 @@ type client struct {
 	h      http.Handler
 	cookie *http.Cookie
 	csrf   string
+	ctx    context.Context // the requests' context, if set
 }
 
 func (c *client) do(method, path, body string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -48,11 +49,14 @@ func (c *client) do(method, path, body string, hdr map[string]string) *httptest.
 		r = strings.NewReader(body)
 	}
 	req := httptest.NewRequest(method, "http://"+testAddr+path, r)
+	if c.ctx != nil {
+		req = req.WithContext(c.ctx)
+	}
 	if method != http.MethodGet {
 		req.Header.Set("Origin", testOrigin)
-		if c.csrf != "" {
-			req.Header.Set(CSRFHeader, c.csrf)
-		}
+	}
+	if c.csrf != "" {
+		req.Header.Set(CSRFHeader, c.csrf)
 	}
 	if c.cookie != nil {
 		req.AddCookie(c.cookie)
@@ -69,7 +73,8 @@ func (c *client) do(method, path, body string, hdr map[string]string) *httptest.
 	return w
 }
 
-// login exchanges a fresh token and fetches the CSRF token.
+// login exchanges a fresh token, keeping the cookie and the CSRF token of the redirect's
+// fragment, as the page's script does.
 func login(t *testing.T, s *Server, h http.Handler) *client {
 	t.Helper()
 	c := &client{t: t, h: h}
@@ -82,13 +87,55 @@ func login(t *testing.T, s *Server, h http.Handler) *client {
 		t.Fatalf("login set %d cookies", len(cookies))
 	}
 	c.cookie = cookies[0]
+	tok, ok := strings.CutPrefix(w.Header().Get("Location"), "/#csrf=")
+	if !ok || tok == "" {
+		t.Fatalf("login redirects to %q, want /#csrf=TOKEN", w.Header().Get("Location"))
+	}
+	c.csrf = tok
 	w = c.do(http.MethodGet, "/api/session", "", nil)
 	var sess struct{ CSRF string }
-	if err := json.Unmarshal(w.Body.Bytes(), &sess); err != nil || sess.CSRF == "" {
+	if err := json.Unmarshal(w.Body.Bytes(), &sess); err != nil || sess.CSRF != tok {
 		t.Fatalf("session: %d %s", w.Code, w.Body)
 	}
-	c.csrf = sess.CSRF
 	return c
+}
+
+// TestCookieAloneIsNoLogin: a browser sends the session cookie of 127.0.0.1 to every port of
+// 127.0.0.1, SameSite=Strict included, so another local user's server on another port gets it
+// when the operator's browser visits that port. The cookie alone must then open nothing:
+// every API route, reads and the event stream included, also needs the CSRF token, which the
+// login hands to the page's origin only (in the redirect's fragment), never in a cookie or an
+// answer to the cookie alone. Before, GET /api/session gave the token to the cookie, and the
+// stolen cookie approved and invoked.
+func TestCookieAloneIsNoLogin(t *testing.T) {
+	s, h := newTestServer(t, newTestBackend())
+	owner := login(t, s, h)
+	// Done at once, so that a route that lets the thief in answers rather than streams.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	thief := &client{t: t, h: h, cookie: owner.cookie, ctx: done}
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/api/session", ""}, {"GET", "/api/rooms", ""}, {"GET", "/api/rooms/kitchen", ""},
+		{"GET", "/api/approvals", ""}, {"GET", "/api/remembered", ""}, {"GET", "/api/events", ""},
+		{"GET", "/api/history", ""}, {"HEAD", "/api/session", ""}, {"GET", "/api/events?csrf=", ""},
+		{"GET", "/api/rooms?csrf=" + owner.csrf, ""}, // the query is the event stream's alone
+		{"POST", "/api/invoke", invokeBody}, {"POST", "/api/decide", `{"id":"ap-1","approve":true}`},
+	} {
+		w := thief.do(r.method, r.path, r.body, nil)
+		if w.Code != http.StatusForbidden {
+			t.Errorf("%s %s with the cookie alone: %d %s, want 403", r.method, r.path, w.Code, w.Body)
+		}
+		if strings.Contains(w.Body.String(), owner.csrf) {
+			t.Errorf("%s %s gave the cookie alone the CSRF token", r.method, r.path)
+		}
+	}
+	if w := owner.do("GET", "/api/rooms", "", nil); w.Code != http.StatusOK {
+		t.Errorf("rooms with the cookie and the token: %d %s", w.Code, w.Body)
+	}
+	// The page itself holds nothing of the host; the cookie shows it.
+	if w := thief.do("GET", "/", "", nil); w.Code != http.StatusOK {
+		t.Errorf("the page with the cookie: %d", w.Code)
+	}
 }
 
 func errorCode(t *testing.T, w *httptest.ResponseRecorder) string {
@@ -125,7 +172,7 @@ func TestLoginCookie(t *testing.T) {
 	s, h := newTestServer(t, newTestBackend())
 	c := &client{t: t, h: h}
 	w := c.do(http.MethodGet, "/login?token="+s.MintLoginToken(), "", nil)
-	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/" {
+	if w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/#csrf=") {
 		t.Fatalf("login: %d, Location %q", w.Code, w.Header().Get("Location"))
 	}
 	ck := w.Result().Cookies()[0]

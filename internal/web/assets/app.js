@@ -4,7 +4,16 @@
 
 (function () {
   const MAX_LOG = 200; // entries kept in the call log list
-  const state = { csrf: '', roomId: '', room: null, logCount: 0 };
+  const state = { roomId: '', room: null, logCount: 0 };
+  const CSRF_KEY = 'airlock-csrf';
+
+  // csrf is the session's CSRF token, which every API request carries. The login's redirect
+  // hands it over in the fragment; it is kept in localStorage, which is this origin's alone
+  // (port included), unlike the session cookie, which the browser sends to every port of
+  // this host. Read on every request, so that a login in another tab is followed.
+  function csrf() {
+    return localStorage.getItem(CSRF_KEY) || '';
+  }
 
   // el builds an element; string children become text nodes.
   function el(tag, props, ...children) {
@@ -42,7 +51,7 @@
 
   async function api(method, path, body) {
     const opts = { method, headers: {}, credentials: 'same-origin', cache: 'no-store' };
-    if (method !== 'GET') opts.headers['X-Airlock-CSRF'] = state.csrf;
+    opts.headers['X-Airlock-CSRF'] = csrf();
     if (body !== undefined) {
       opts.headers['Content-Type'] = 'application/json';
       opts.body = JSON.stringify(body);
@@ -423,7 +432,8 @@
 
   function connectEvents() {
     const status = document.getElementById('status');
-    const es = new EventSource('/api/events');
+    // An EventSource sends no headers: the token goes in the query.
+    const es = new EventSource('/api/events?csrf=' + encodeURIComponent(csrf()));
     es.addEventListener('open', () => {
       status.textContent = 'live';
       status.className = 'status live';
@@ -500,9 +510,13 @@
   }
 
   async function start() {
+    const m = /^#csrf=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (m) {
+      localStorage.setItem(CSRF_KEY, m[1]);
+      history.replaceState(null, '', '/');
+    }
     try {
-      const s = await api('GET', '/api/session');
-      state.csrf = s.csrf;
+      await api('GET', '/api/session');
     } catch (err) {
       banner(errText(err) + ' — open a new login link from `airlock room open-ui`.');
       return;
