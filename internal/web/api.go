@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/visible"
 )
 
@@ -102,9 +103,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil || dec.More() {
+	// Strictly, as every airlock decoder: encoding/json matches keys case-insensitively, so
+	// {"room":"a","Room":"b"} decoded as room b (TestBodyCaseVariantKeys).
+	if err := ndjson.Decode(b, v, ndjson.Closed); err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "malformed request body")
 		return false
 	}

@@ -362,6 +362,33 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
+// TestBodyCaseVariantKeys: a body is decoded as strictly as every other airlock input. With
+// encoding/json, which matches keys case-insensitively and keeps the last of duplicates, a
+// decide that reads "approve": false approved, and a case variant overrode the room.
+func TestBodyCaseVariantKeys(t *testing.T) {
+	b := newTestBackend()
+	s, h := newTestServer(t, b)
+	c := login(t, s, h)
+	for _, r := range []struct{ path, body string }{
+		{"/api/decide", `{"id":"ap-1","approve":false,"Approve":true}`},
+		{"/api/decide", `{"id":"ap-1","approve":false,"approve":true}`},
+		{"/api/decide", `{"ID":"ap-1","approve":true}`},
+		{"/api/invoke", `{"room":"kitchen","Room":"kitchen","provider":"` + hostB + `","capability":"living_room_light","action":"set_color","args":{"color":"red"}}`},
+		{"/api/invoke", `{"room":"kitchen","provider":"` + hostB + `","capability":"living_room_light","action":"set_color","args":{"color":"red","color":"blue"}}`},
+		{"/api/forget", `{"Id":"nope"}`},
+	} {
+		w := c.do("POST", r.path, r.body, nil)
+		if w.Code != http.StatusBadRequest || errorCode(t, w) != CodeBadRequest {
+			t.Errorf("%s %s: %d %s, want 400 %s", r.path, r.body, w.Code, w.Body, CodeBadRequest)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.decided) != 0 || b.invokes != 0 {
+		t.Errorf("refused bodies reached the backend: decided %v, %d invokes", b.decided, b.invokes)
+	}
+}
+
 func TestSecurityHeaders(t *testing.T) {
 	s, h := newTestServer(t, newTestBackend())
 	c := login(t, s, h)
