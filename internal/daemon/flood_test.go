@@ -2,11 +2,17 @@ package daemon_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
@@ -200,5 +206,53 @@ func TestBinaryLineDeadlines(t *testing.T) {
 	}
 	if h.Metrics["connectionsTimedOut"] != 3 {
 		t.Errorf("status metrics %v, want connectionsTimedOut 3", h.Metrics)
+	}
+}
+
+// TestOwnerSocketSurvivesDescriptorExhaustion: when the daemon runs out of descriptors (a
+// flood of connections to any of its listeners: the web page's TCP port is open to every
+// local user), accept fails with EMFILE. The accept loop used to end at the first failure,
+// so that once the flood was over the daemon ran on with its owner socket dead: connections
+// queued and were never answered. It must retry and serve again once descriptors are back.
+func TestOwnerSocketSurvivesDescriptorExhaustion(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--rooms=false"}})
+	pid := d.Cmd.Process.Pid
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A few descriptors above what the daemon holds now; the idle connections below take
+	// them, and the next accept fails.
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(len(fds) + 4), Max: old.Max}, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	var conns []net.Conn
+	for range 16 {
+		c, err := net.Dial("unix", d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	d.WaitStderr("an accept failing for want of descriptors", regexp.MustCompile(`accept failed.*too many open files`))
+	for _, c := range conns {
+		c.Close()
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, d.Socket)
+	if err != nil {
+		t.Fatalf("the owner socket after the shortage: %v", err)
+	}
+	defer c.Close()
+	if r, err := c.Call(ctx, client.Command{Operation: "status"}); err != nil || !r.OK {
+		t.Fatalf("status after the shortage: %v %+v", err, r)
 	}
 }

@@ -269,6 +269,13 @@ func (d *Daemon) Dial() *client.Client {
 // Stderr returns what the daemon logged so far.
 func (d *Daemon) Stderr() string { return d.stderr.String() }
 
+// WaitStderr waits until what the daemon logged matches re, as SyncBuffer.Wait does, and
+// returns the match.
+func (d *Daemon) WaitStderr(what string, re *regexp.Regexp) string {
+	d.t.Helper()
+	return d.stderr.Wait(d.t, what, re)
+}
+
 // Exited is closed when the process has exited.
 func (d *Daemon) Exited() <-chan struct{} { return d.exited }
 
