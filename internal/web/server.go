@@ -178,7 +178,8 @@ func (s *Server) Start() error {
 		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 	srv := s.srv
-	s.wg.Go(func() { _ = srv.Serve(ln) })
+	limited := newLimitListener(ln, MaxConns)
+	s.wg.Go(func() { _ = srv.Serve(limited) })
 	return nil
 }
 
