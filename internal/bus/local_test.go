@@ -1,8 +1,11 @@
 package bus_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,4 +224,65 @@ func FuzzLoadSeed(f *testing.F) {
 			t.Fatalf("loaded a key that is no nkey user: %v", err)
 		}
 	})
+}
+
+// TestLocalServerBoundsConnections: the client port takes connections from anyone who can
+// reach it, and holds one that never authenticates for the auth timeout; past MaxConns the
+// server refuses the next at once, so that a stranger's flood cannot hold the daemon's
+// descriptors, and an admitted host connects again once the flood is gone.
+func TestLocalServerBoundsConnections(t *testing.T) {
+	const bound = 8
+	ka, _ := room.GenerateHostKey()
+	kp, _, err := bus.LoadOrCreateSeed(filepath.Join(t.TempDir(), "bus.nk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := bus.StartServer(bus.ServerConfig{StateDir: t.TempDir(), MaxConns: bound, Host: &bus.LocalHost{ID: string(ka.ID()), Key: kp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := strings.TrimPrefix(s.ClientURL(), "nats://")
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for range bound {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, c)
+		// The server's INFO: the connection is registered, unauthenticated.
+		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
+			t.Fatalf("connection %d: %q %v", len(flood), line, err)
+		}
+	}
+	over, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer over.Close()
+	over.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _ := io.ReadAll(over)
+	if !strings.Contains(string(got), "maximum connections exceeded") {
+		t.Fatalf("connection %d got %q, want it refused at once", bound+1, got)
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	flood = nil
+	// The host connects again once the server saw the flood's connections close.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := bus.Dial(s.HostDialConfig())
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the host cannot connect after the flood: %v", err)
+		}
+	}
 }

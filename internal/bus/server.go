@@ -38,6 +38,15 @@ import (
 // buffer megabytes per message.
 const DefaultMaxPayload = 64 << 10
 
+// DefaultMaxConns bounds the client connections of the embedded server, authenticated or not.
+// A local server's users are the daemons of one operator, a fabric node's the hosts of its
+// machine or site: far fewer. Its client port takes a connection from anyone who can reach
+// it (on loopback: every local user), and one that never authenticates is held for the
+// server's auth timeout; without a bound, a stranger opening them as fast as they closed held
+// most of the daemon's descriptors. Past it the server answers "maximum connections
+// exceeded" and closes the connection at once.
+const DefaultMaxConns = 1024
+
 // readyTimeout bounds the wait for a started server to accept connections. Start-up is local
 // work (open the JetStream store, bind one loopback port); a server that needs longer is stuck.
 const readyTimeout = 10 * time.Second
@@ -65,6 +74,8 @@ type ServerConfig struct {
 	Name string
 	// MaxPayload bounds one message; zero means DefaultMaxPayload.
 	MaxPayload int
+	// MaxConns bounds the client connections; zero means DefaultMaxConns.
+	MaxConns int
 	// Fabric, when set, makes the server a node of a room fabric (see LoadFabric): its
 	// name, client listener, cluster or leaf connections, TLS and users come from it, and
 	// Name, Listen and AllowRemote are ignored.
@@ -102,8 +113,13 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if maxPayload < 1024 || maxPayload > 8<<20 {
 		return nil, fmt.Errorf("%w: max payload %d outside [1 KiB, 8 MiB]", ErrConfig, maxPayload)
 	}
+	maxConns := cfg.MaxConns
+	if maxConns == 0 {
+		maxConns = DefaultMaxConns
+	}
 	opts := &server.Options{
 		ServerName:         cfg.Name,
+		MaxConn:            maxConns,
 		JetStream:          true,
 		JetStreamMaxStore:  jetStreamMaxStore,
 		JetStreamMaxMemory: jetStreamMaxMemory,
