@@ -248,6 +248,16 @@ func (l *localBus) admit(ctx context.Context, req AdmitRequest) error {
 	if host == l.self || req.Nkey == l.selfPub {
 		return errorf(room.CodeInvalidRequest, "that is this host")
 	}
+	l.mu.Lock()
+	taken := false
+	for h, rec := range l.hosts {
+		taken = taken || (h != host && rec.Nkey == req.Nkey)
+	}
+	l.mu.Unlock()
+	if taken {
+		// The store would refuse it too, but as a failed write (internal_error).
+		return errorf(room.CodeInvalidRequest, "another admitted host has that nkey")
+	}
 	claims := make(map[string]bool, len(req.Rooms))
 	for _, m := range req.Rooms {
 		if !room.ValidRoomID(m.Room) {

@@ -52,6 +52,12 @@ func TestEmbeddedBusAdmitsItsHostsOnly(t *testing.T) {
 	codeIs(t, err, room.CodeInvalidRequest)
 	_, err = a.svc.AdmitBusHost(bg, AdmitRequest{Host: b.svc.HostID(), Nkey: "not a key"})
 	codeIs(t, err, room.CodeInvalidRequest)
+	// Another host with B's nkey: a request of the caller's making, not a failed write.
+	_, err = a.svc.AdmitBusHost(bg, AdmitRequest{Host: room.HostID(strings.Repeat("1", 64)), Nkey: hosts[0].Nkey})
+	codeIs(t, err, room.CodeInvalidRequest)
+	if again, err := a.svc.BusHosts(); err != nil || len(again) != 1 || again[0].HostID != b.svc.HostID() {
+		t.Fatalf("BusHosts after a refused admission = %+v, %v", again, err)
+	}
 
 	// B cannot delete the rooms stream, nor serve A's provider subject.
 	before := b.svc.conn.Refusals()
