@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/fsadapter/server"
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/paths"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/version"
@@ -209,6 +210,10 @@ func call(adminSocket string, req *server.AdminRequest) (json.RawMessage, error)
 		return nil, &cliError{"admin_unreachable", fmt.Sprintf("cannot connect to the admin socket %s (is airlock-fs serve running?)", adminSocket)}
 	}
 	defer nc.Close()
+	// A descriptor from a server of another user could name its socket as the endpoint.
+	if err := ownersock.CheckPeer(nc.(*net.UnixConn), os.Geteuid()); err != nil {
+		return nil, &cliError{"admin_unreachable", fmt.Sprintf("the admin socket %s is served by another user (%v)", adminSocket, err)}
+	}
 	deadline, _ := ctx.Deadline()
 	_ = nc.SetDeadline(deadline)
 	b, err := ndjson.Marshal(req)

@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
@@ -236,12 +238,21 @@ func dial(ctx context.Context, socket string, raw bool) (*Client, error) {
 	return c, nil
 }
 
+// euid is this process's effective uid, the only owner a daemon may have. Tests replace it
+// to play a server of another user.
+var euid = os.Geteuid
+
 // open connects a new link and starts its reader.
 func (c *Client) open(ctx context.Context) (*link, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", c.socket)
 	if err != nil {
 		return nil, err
+	}
+	// Nothing is sent to a server of another user, whatever the socket's path.
+	if err := ownersock.CheckPeer(nc.(*net.UnixConn), euid()); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("client: %s is not this user's daemon: %w", c.socket, err)
 	}
 	l := &link{
 		nc:      nc,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/ownersock"
 )
 
 // fakeDaemon accepts one connection on a socket of its own and answers every line it reads
@@ -243,5 +246,47 @@ func TestAppendCommandMatchesEncodingJSON(t *testing.T) {
 		if line, err := appendCommand(nil, "2.0", "r-1", Command{Operation: "x", Payload: bad}); err == nil {
 			t.Errorf("payload %v: sent %s, want an error", bad, line)
 		}
+	}
+}
+
+// TestClientRefusesAForeignServer: the client sends nothing to a socket served by another
+// user. The default socket's directory without a runtime directory, /tmp/airlock-$UID, is a
+// path another user can create first; a server of theirs there received every command, a
+// descriptor's capability handle included (shown as nobody, with airlock session open
+// --descriptor -).
+func TestClientRefusesAForeignServer(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(nc)
+		nc.Close()
+		got <- b
+	}()
+	defer ln.Close()
+	// This process serves the socket; as far as the client knows, it is another user.
+	defer func(f func() int) { euid = f }(euid)
+	euid = func() int { return os.Geteuid() + 1 }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, socket)
+	if err == nil {
+		c.Call(ctx, Command{Operation: "status"})
+		c.Close()
+		t.Fatal("the client dialled a server of another user")
+	}
+	if !errors.Is(err, ownersock.ErrForeignPeer) || !strings.Contains(err.Error(), socket) {
+		t.Errorf("Dial: %v, want ErrForeignPeer naming the socket", err)
+	}
+	if b := <-got; len(b) != 0 {
+		t.Errorf("the client sent %q to a server of another user", b)
 	}
 }

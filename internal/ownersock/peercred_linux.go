@@ -1,6 +1,7 @@
 package ownersock
 
 import (
+	"errors"
 	"fmt"
 	"net"
 
@@ -39,4 +40,24 @@ func PeerCred(c *net.UnixConn) (Cred, error) {
 		return none, fmt.Errorf("SO_PEERCRED: %w", serr)
 	}
 	return Cred{PID: int(cred.Pid), UID: int(cred.Uid)}, nil
+}
+
+// ErrForeignPeer is wrapped by CheckPeer's error for a peer of another user.
+var ErrForeignPeer = errors.New("the peer runs as another user")
+
+// CheckPeer returns nil when the process at the other end of c runs as uid, else an error
+// wrapping ErrForeignPeer (or SO_PEERCRED's error). A client calls it before it sends
+// anything: the path of an owner-only socket says nothing of who listens there when another
+// user could create it first (/tmp/airlock-$UID, the default without a runtime directory),
+// and what a client sends (a descriptor with its capability handle, a join code) must reach
+// its own user's server or no one (TestClientRefusesAForeignServer).
+func CheckPeer(c *net.UnixConn, uid int) error {
+	cred, err := PeerCred(c)
+	if err != nil {
+		return err
+	}
+	if cred.UID != uid {
+		return fmt.Errorf("%w: uid %d, not %d", ErrForeignPeer, cred.UID, uid)
+	}
+	return nil
 }
