@@ -9,6 +9,14 @@ import (
 
 var errEOF = io.EOF
 
+// openNonblock opens name for reading without waiting on it: open(2) of a FIFO blocks until
+// a writer comes, so a session open naming one (or airlock policy check) hung, and airlockd's
+// shutdown with it (TestReadFileRefusesAFIFO). ownedByOperator then refuses what is not a
+// regular file; a regular file's reads ignore O_NONBLOCK.
+func openNonblock(name string) (*os.File, error) {
+	return os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
 // ownedByOperator refuses a policy file that is not a regular file of this process's uid, or
 // that its group or others may write: a policy another user could edit is not the operator's.
 func ownedByOperator(f *os.File) error {

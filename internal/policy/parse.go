@@ -166,9 +166,10 @@ func FromDocument(doc Document) (*Policy, error) {
 }
 
 // ReadFile reads and parses a policy file the operator owns: a regular file of this
-// process's uid that no other user may write, at most MaxBytes.
+// process's uid that no other user may write, at most MaxBytes. It does not block on a name
+// that is no regular file (a FIFO is refused, not waited on).
 func ReadFile(name string) (*Policy, error) {
-	f, err := os.Open(name)
+	f, err := openNonblock(name)
 	if err != nil {
 		return nil, &Error{Reason: fmt.Sprintf("cannot open the policy file: %v", err)}
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestExampleFilePasses(t *testing.T) {
@@ -183,5 +185,31 @@ func TestProposalsSwitch(t *testing.T) {
 	var none *Policy
 	if none.AllowsProposals() || AllowAll().AllowsProposals() {
 		t.Fatal("no policy, or allow-all, allows proposals")
+	}
+}
+
+// A FIFO named as the policy is refused at once: opening it used to wait for a writer,
+// forever, on the goroutine of the session open that named it.
+func TestReadFileRefusesAFIFO(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "policy.fifo")
+	if err := syscall.Mkfifo(name, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ReadFile(name)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("ReadFile = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		// Let the blocked open return, so that the goroutine ends.
+		if w, err := os.OpenFile(name, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("ReadFile blocked on a FIFO")
 	}
 }
