@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Digest roles: which file of a registration a FileDigest names.
@@ -105,8 +106,12 @@ func fileDigests(reg Registration) ([]FileDigest, error) {
 	return out, errors.Join(errs...)
 }
 
+// hashFile hashes the regular file at path. It opens it without blocking: open(2) of a FIFO
+// put where an adapter's script was waits for a writer, and would hold the supervisor's lock
+// (a registration) or an adapter's restart, and Close after them, forever
+// (TestFileDigestsRefusesAFIFO); the FIFO is refused unreadable instead.
 func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", errUnreadable
 	}
