@@ -38,8 +38,12 @@ func (s RoomScheme) buckets() []string {
 func InboxPrefix(host string) string { return "_INBOX." + host }
 
 // responseTTL bounds how long a provider may answer a request it received: the room layer's
-// call deadline (10 s) with a margin.
-const responseTTL = 15 * time.Second
+// longest call deadline (room.MaxCallTimeout, 70 s: a call to an approve-each publication
+// waits up to a minute for the provider's operator) with a margin. It was 15 s, after the 10 s
+// of a plain call, and the broker dropped the reply to a call the operator approved after
+// 15 s: the action ran, and the caller was told timeout (retryable) at its deadline
+// (TestResponseTTLCoversTheLongestCall).
+const responseTTL = 75 * time.Second
 
 // Membership is one room a host is a member of; Owner marks the room's owner, the only host
 // that writes its roster.

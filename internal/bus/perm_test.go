@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/room"
 )
 
 // TestHostPermissions pins the permission set of a member, an owner and a host with no room,
@@ -66,5 +68,14 @@ func TestHostPermissions(t *testing.T) {
 		if !slices.Contains(d.Publish.Allow, want) {
 			t.Errorf("with a domain, publish lacks %s", want)
 		}
+	}
+}
+
+// A provider may answer within the longest deadline a caller may declare: a call that waited
+// for the provider's operator is answered up to room.MaxCallTimeout after it was sent.
+func TestResponseTTLCoversTheLongestCall(t *testing.T) {
+	p := HostPermissions(DefaultRoomScheme, hostA, []Membership{{Room: "living"}})
+	if p.Response == nil || p.Response.Expires < room.MaxCallTimeout {
+		t.Fatalf("replies are allowed for %v after a request; a call may wait %v", p.Response.Expires, room.MaxCallTimeout)
 	}
 }
