@@ -416,6 +416,10 @@ func compareStrings(a, b string) int {
 	return 0
 }
 
+// Timeout returns how long a request without its own timeout waits (Config.Timeout, else
+// DefaultTimeout).
+func (q *Queue) Timeout() time.Duration { return q.timeout }
+
 // Len returns the number of waiting requests (a gauge).
 func (q *Queue) Len() int {
 	q.mu.Lock()

@@ -131,7 +131,9 @@ var _ room.Approver = roomApprover{}
 const ReasonRoomApproveEach = "room approve-each: the publication asks the operator before each call by another host"
 
 func (r roomApprover) WaitApproval(ctx context.Context, p room.PendingApproval) error {
-	wait := time.Until(p.Deadline)
+	// The operator's --approval-timeout bounds it, as every call's; the caller's deadline
+	// too (TestRoomApprovalWaitsTheApprovalTimeout: it waited the caller's minute).
+	wait := min(time.Until(p.Deadline), r.q.Timeout())
 	if wait <= 0 {
 		return &room.Error{Code: room.CodeApprovalTimeout, Detail: "no time left to wait for approval"}
 	}

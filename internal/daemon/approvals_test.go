@@ -15,6 +15,7 @@ import (
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/room"
 )
 
 // approvalEnv is an in-process daemon whose host policy asks before an fs.stat under ask/,
@@ -335,5 +336,28 @@ func TestCapabilityCallWaitsOffTheReader(t *testing.T) {
 	r, _ = caller.Call(ctx, client.Command{Operation: "observeCapability", Payload: map[string]any{"capabilityId": "desk_lamp"}})
 	if r.Decode(&obs) != nil || !obs.Result.On {
 		t.Fatalf("the lamp after the approved set_power: %+v", r)
+	}
+}
+
+// TestRoomApprovalWaitsTheApprovalTimeout: a room call to an approve-each publication waits
+// the daemon's approval timeout when it is shorter than the caller's deadline, as every
+// request does, and is refused approval_timeout then.
+func TestRoomApprovalWaitsTheApprovalTimeout(t *testing.T) {
+	q := approval.NewQueue(approval.Config{Timeout: 50 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() {
+		done <- roomApprover{q}.WaitApproval(context.Background(), room.PendingApproval{Room: "home",
+			Caller: room.HostID("b"), Capability: "desk_lamp", Action: "set_power", Deadline: time.Now().Add(time.Minute)})
+	}()
+	select {
+	case err := <-done:
+		if room.CodeOf(err) != room.CodeApprovalTimeout {
+			t.Fatalf("WaitApproval = %v, want %s", err, room.CodeApprovalTimeout)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the room call waited the caller's minute, not the approval timeout")
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d requests still wait", n)
 	}
 }
