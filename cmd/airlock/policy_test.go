@@ -109,7 +109,7 @@ func TestPolicyDeniedAtTheSocketCapabilityAndRoomDoors(t *testing.T) {
 	// An open naming no such policy, or a file whose examples fail, is refused.
 	a.refused("invalid_policy", "session", "open", "other", "--generation", "1", "--cwd", cwd, "--policy", "no-such-policy")
 	if r := a.cli("", "session", "open", "other", "--generation", "1", "--cwd", cwd, "--policy", "read_only"); !strings.Contains(r.stderr,
-		`no built-in policy is named "read_only": the built-in policies are allow-all, ask-writes, deny-all, read-only`) {
+		`no built-in policy is named "read_only": the built-in policies are allow-all, ask-writes, deny-all, read-only; a policy file is named by a path with a / (./read_only)`) {
 		t.Fatalf("an unknown policy name does not list the built-in ones: %q", r.stderr)
 	}
 	bad := writePolicy(t, `{"default":"allow","examples":[{"operation":"fs.write","path":"a","expect":"deny"}]}`)

@@ -280,7 +280,8 @@ func resolvePolicy(p *protocol.OpenPayload, pol *protocol.Policy) *protocol.Erro
 	if ref.Name != "" {
 		r, ok := policy.Named(ref.Name)
 		if !ok {
-			return protocol.Errorf(CodeInvalidPolicy, "no built-in policy is named %q: the built-in policies are %s", ref.Name, strings.Join(policy.Names(), ", ")).
+			return protocol.Errorf(CodeInvalidPolicy, "no built-in policy is named %q: the built-in policies are %s; a policy file is named by a path with a / (./%s)",
+				ref.Name, strings.Join(policy.Names(), ", "), ref.Name).
 				With("field", "payload.policy.name").With("names", policy.Names())
 		}
 		rules = r
