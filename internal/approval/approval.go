@@ -498,8 +498,13 @@ func (q *Queue) decide(id, by string, ok bool, rem *Remember) error {
 }
 
 func newMemory(e *Entry, r Remember, by string) (*Memory, *protocol.Error) {
+	if e.Kind != KindCall {
+		// Said apart: a proposal has a session, and the message below made the operator
+		// look for one.
+		return nil, protocol.Errorf(CodeNotRememberable, "an adapter proposal is never remembered: approve it without remembering")
+	}
 	scope := ScopeOf(e.Actor)
-	if !e.Rememberable || e.Kind != KindCall || scope.IsZero() {
+	if !e.Rememberable || scope.IsZero() {
 		return nil, protocol.Errorf(CodeNotRememberable, "this request cannot be remembered (only a call with a session or a room can)")
 	}
 	m := &Memory{ID: newID(), Scope: scope, Target: e.Target, From: e.ID, By: by, Since: time.Now().UTC()}

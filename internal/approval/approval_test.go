@@ -371,12 +371,15 @@ func TestNotRememberable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := NewQueue(Config{})
 		ctx := context.Background()
-		for name, r := range map[string]Request{
-			"proposal":   {Kind: KindRun, Actor: session, Target: "adapter lamp", Detail: json.RawMessage(`{"command":"./lamp"}`), Reason: "agent proposal"},
-			"no session": {Kind: KindCall, Actor: gate.Actor{Door: gate.DoorSocket}, Target: "lamp.on", Reason: "host policy", Rememberable: true},
+		for name, tc := range map[string]struct {
+			r   Request
+			why string // what the refusal says
+		}{
+			"proposal":   {Request{Kind: KindRun, Actor: session, Target: "adapter lamp", Detail: json.RawMessage(`{"command":"./lamp"}`), Reason: "agent proposal"}, "an adapter proposal is never remembered"},
+			"no session": {Request{Kind: KindCall, Actor: gate.Actor{Door: gate.DoorSocket}, Target: "lamp.on", Reason: "host policy", Rememberable: true}, "only a call with a session or a room"},
 		} {
-			id, done := asked(t, q, ctx, r)
-			if err := q.Approve(id, ByCLI, true); code(err) != CodeNotRememberable {
+			id, done := asked(t, q, ctx, tc.r)
+			if err := q.Approve(id, ByCLI, true); code(err) != CodeNotRememberable || !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("%s: %v", name, err)
 			}
 			if len(q.Pending()) != 1 {
