@@ -30,6 +30,7 @@ type approvalView struct {
 	Args          json.RawMessage `json:"args"`
 	ArgsTruncated bool            `json:"argsTruncated"`
 	ArgsBytes     int             `json:"argsBytes"`
+	ArgsDigest    string          `json:"argsDigest"`
 	Reason        string          `json:"reason"`
 	Detail        json.RawMessage `json:"detail"`
 	Rememberable  bool            `json:"rememberable"`
@@ -64,7 +65,8 @@ func (a *app) approvalsList(ctx context.Context, name string, args []string) int
 				if p.ArgsTruncated {
 					var s string
 					_ = json.Unmarshal(p.Args, &s)
-					fmt.Fprintf(w, "  args  (first bytes of %d) %s\n", p.ArgsBytes, strconv.QuoteToASCII(s))
+					// What runs is the whole: its SHA-256 is what the operator can check it by.
+					fmt.Fprintf(w, "  args  (first bytes of %d, SHA-256 of all %s) %s\n", p.ArgsBytes, text(p.ArgsDigest), strconv.QuoteToASCII(s))
 				} else {
 					fmt.Fprintf(w, "  args  %s\n", terminalJSON(p.Args))
 				}

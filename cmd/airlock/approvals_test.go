@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/airlockhq/airlock/internal/audit"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -314,5 +315,28 @@ func TestMCPWriteWaitsForTheOperator(t *testing.T) {
 	decided("approval.timed_out", "daemon", "approval_timeout", "e.txt")
 	if !hasEvent(recs, audit.KindDecision, "approval.forgotten", "ok") {
 		t.Errorf("no approval.forgotten decision in the journal")
+	}
+}
+
+// TestApprovalsShowsTheDigestOfLongArgs: a request whose arguments are longer than the
+// entry holds shows their first bytes and the SHA-256 of the whole, as operations.md says.
+func TestApprovalsShowsTheDigestOfLongArgs(t *testing.T) {
+	t.Parallel()
+	digest := strings.Repeat("ab", 32)
+	socket := fakeServer(t, func(nc net.Conn) {
+		eachCommand(nc, func(c fakeCommand) string {
+			if c.Operation != "listApprovals" {
+				return response(c, readyBody)
+			}
+			return response(c, `"ok":true,"data":{"approvals":[{"id":"3f9c0a000000000000000000","kind":"call",`+
+				`"actor":{"door":"socket","session":"s","generation":1},"target":"fs.write","path":"big.txt",`+
+				`"args":"{\"path\":\"big.txt\",\"content\":\"xxxx","argsTruncated":true,"argsBytes":300044,`+
+				`"argsDigest":"`+digest+`","reason":"session policy rule 1: ask fs.write","rememberable":true,`+
+				`"since":"2026-12-06T20:00:00Z","expiresAt":"2026-12-06T20:01:00Z"}]}`)
+		})
+	})
+	r := cli(t, socket, "", "approvals").wantCode(t, exitOK)
+	if !strings.Contains(r.stdout, "args  (first bytes of 300044, SHA-256 of all "+digest+") ") {
+		t.Fatalf("airlock approvals:\n%s", r.stdout)
 	}
 }
