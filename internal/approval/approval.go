@@ -23,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -346,6 +347,10 @@ func (q *Queue) ask(ctx context.Context, r Request) (Decision, *protocol.Error) 
 	why := "nobody decided within " + timeout.String()
 	if ctx.Err() != nil && timer.Stop() {
 		why = "the caller stopped waiting"
+		// A cause the caller's context names says it better ("the daemon is stopping").
+		if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) && !errors.Is(c, context.DeadlineExceeded) {
+			why = c.Error()
+		}
 	}
 	return Decision{}, protocol.Errorf(CodeApprovalTimeout, "the request was not approved: %s", why).With("approvalId", w.entry.ID)
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -359,5 +360,27 @@ func TestRoomApprovalWaitsTheApprovalTimeout(t *testing.T) {
 	}
 	if n := q.Len(); n != 0 {
 		t.Fatalf("%d requests still wait", n)
+	}
+}
+
+// TestApprovalWaitEndsWithTheDaemon: a call waiting for the operator when the daemon stops is
+// refused approval_timeout saying that the daemon is stopping, not that its caller stopped
+// waiting (which it did not).
+func TestApprovalWaitEndsWithTheDaemon(t *testing.T) {
+	e := startApprovalEnv(t, time.Minute)
+	asked := stat(e.dial(t), "c1", "ask/k")
+	e.event(t, approval.EventAsked)
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), lineTimeout)
+		defer cancel()
+		stopped <- e.d.Shutdown(ctx)
+	}()
+	r := <-asked
+	if r.OK || r.Error == nil || r.Error.Code != approval.CodeApprovalTimeout || !strings.Contains(r.Error.Message, "the daemon is stopping") {
+		t.Fatalf("the waiting call when the daemon stopped: %+v", r.Error)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -28,8 +28,8 @@ type conn struct {
 	nc     *net.UnixConn
 	direct trywrite.Writer // not Ready when the connection has no descriptor (closed)
 	log    *slog.Logger
-	ctx    context.Context // cancelled when the connection is failing or the server stops
-	cancel context.CancelFunc
+	ctx    context.Context         // cancelled when the connection is failing or the server stops
+	cancel context.CancelCauseFunc // errDaemonStopping when the server stops
 	// slot is the connection's place in the server's pool: held (never evicted) while a
 	// command is in flight or a session is attached. Set before serve starts.
 	slot *ownersock.Slot
@@ -59,7 +59,7 @@ type conn struct {
 }
 
 func newConn(srv *Server, nc *net.UnixConn, log *slog.Logger) *conn {
-	ctx, cancel := context.WithCancel(srv.ctx)
+	ctx, cancel := context.WithCancelCause(srv.ctx)
 	c := &conn{srv: srv, nc: nc, log: log, ctx: ctx, cancel: cancel, inflight: make(map[string]struct{}),
 		attached: make(map[string]struct{})}
 	c.lines = ownersock.NewLineDeadline(nc, srv.limits.FirstLineTimeout, srv.limits.LineTimeout)
@@ -434,7 +434,7 @@ func (c *conn) failLocked() {
 	c.broken = true
 	c.queue = nil
 	c.pooled = nil // left to the garbage collector: a failed connection is rare
-	c.cancel()
+	c.cancel(nil)
 	c.nc.Close()
 	c.cond.Broadcast()
 }
@@ -491,8 +491,13 @@ func (c *conn) writeLoop() {
 }
 
 // stop makes serve return: the reader is unblocked and handlers see a cancelled context.
+// errDaemonStopping is why a connection's work is cancelled when the daemon stops: a call
+// waiting for the operator is refused saying so, not that its caller stopped waiting
+// (TestApprovalWaitEndsWithTheDaemon).
+var errDaemonStopping = errors.New("the daemon is stopping")
+
 func (c *conn) stop() {
-	c.cancel()
+	c.cancel(errDaemonStopping)
 	c.lines.Stop()
 }
 
@@ -507,7 +512,7 @@ func (c *conn) close() {
 	c.cond.Broadcast()
 	c.mu.Unlock()
 	c.writer.Wait()
-	c.cancel()
+	c.cancel(nil)
 	c.nc.Close()
 }
 

@@ -234,7 +234,7 @@ func (s *Server) admit(nc *net.UnixConn) {
 	c := newConn(s, nc, s.log)
 	slot, evicted, err := s.pool.Admit(cred.PID, c.evict)
 	if err != nil {
-		c.cancel()
+		c.cancel(nil)
 		s.count("connectionsRefusedCapacity")
 		s.pool.Warn("refused", cred.PID, "connection refused: every connection is busy")
 		s.refuseCapacity(nc, err.(*ownersock.CapacityError))
