@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -382,5 +383,63 @@ func TestApprovalWaitEndsWithTheDaemon(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestApprovalsOnTheControlBand: when every regular connection is busy with a call waiting
+// for the operator, the operator still lists the queue and decides it on a connection of the
+// control band; before, both were refused connection_control_only until the calls timed out.
+func TestApprovalsOnTheControlBand(t *testing.T) {
+	e := &approvalEnv{events: make(chan approval.Event, 64)}
+	sock := filepath.Join(daemontest.ShortDir(t), "fs.sock")
+	startScriptedAdapter(t, sock, func(c net.Conn, w *sync.Mutex, f map[string]any, _ []byte) {
+		if f["kind"] == "invoke" {
+			delete(f, "payload")
+			f["kind"], f["ok"], f["data"] = "result", true, map[string]any{"type": "file", "size": 1}
+			reply(c, w, f)
+		}
+	})
+	host, err := policy.Parse([]byte(`{"default":"allow","rules":[{"operations":["fs.stat"],"paths":["ask/**"],"decision":"ask"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := DefaultLimits
+	lim.MaxConnections, lim.MaxConnectionsPerPeer, lim.MaxAttachments = 2, 2, 1
+	lim.ControlConnections, lim.ControlConnectionsPerPeer = 1, 1
+	e.d = startInProcess(t, Config{Policy: host, Limits: lim, OnApproval: func(ev approval.Event) { e.events <- ev }})
+	waitReady(t, e.d)
+	cwd := t.TempDir()
+	os.Mkdir(filepath.Join(cwd, "ask"), 0o700)
+	os.WriteFile(filepath.Join(cwd, "ask", "k"), []byte("k"), 0o600)
+	openToolSessionWith(t, e.d, sock, cwd, "fs.stat")
+
+	first := stat(e.dial(t), "c1", "ask/k")
+	e.event(t, approval.EventAsked)
+	second := stat(e.dial(t), "c2", "ask/k")
+	e.event(t, approval.EventAsked)
+	// Every regular connection is busy: the operator's commands, another process's, are
+	// admitted to the control band.
+	operator := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(daemontest.Binary(t, "airlock"), append([]string{"--socket", e.d.cfg.SocketPath}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("airlock %v on the control band: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var env struct {
+		Data ApprovalList `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(operator("approvals", "--json")), &env); err != nil || len(env.Data.Approvals) != 2 {
+		t.Fatalf("airlock approvals: %+v %v", env, err)
+	}
+	for _, a := range env.Data.Approvals {
+		operator("approve", a.ID)
+	}
+	for _, done := range []<-chan *client.Response{first, second} {
+		if r := <-done; !r.OK {
+			t.Fatalf("an approved call: %v", r.Err())
+		}
 	}
 }

@@ -133,12 +133,14 @@ func Operations(major int) []string {
 // ControlOperation reports whether op is served on a connection of the reserved control band:
 // the short operations an operator needs to see and take back a host that every regular
 // connection is busy on. handshake and status (what airlock probe and airlock status send),
-// drain, close (which ends a session and revokes its tool grant) and abort (which ends a
-// running turn). None of them attaches or waits for an adapter; drain waits at most its
-// timeoutMs for running turns.
+// drain, close (which ends a session and revokes its tool grant), abort (which ends a
+// running turn), and listApprovals and decideApproval (airlock approvals, approve, deny):
+// the regular connections may all be busy with calls that wait for the operator, who must
+// then still be able to decide them (TestApprovalsOnTheControlBand). None of them attaches
+// or waits for an adapter; drain waits at most its timeoutMs for running turns.
 func ControlOperation(op string) bool {
 	switch op {
-	case OpHandshake, OpStatus, OpDrain, OpClose, OpAbort:
+	case OpHandshake, OpStatus, OpDrain, OpClose, OpAbort, OpListApprovals, OpDecideApproval:
 		return true
 	}
 	return false
