@@ -136,7 +136,8 @@ type ProposalStatus struct {
 }
 
 // PublicationStatus is the publication a proposal asked for: pending (not asked yet, or
-// waiting for the operator), published, refused or failed (error says why).
+// waiting for the operator), published, refused or failed (error says why), or withdrawn
+// (the proposal ended while it was pending or published).
 type PublicationStatus struct {
 	Room  string          `json:"room"`
 	State string          `json:"state"`
@@ -578,10 +579,19 @@ func (m *proposals) sessionEnded(id string, generation int64) {
 		if pr.session != id || pr.generation > generation || over(pr.state) {
 			continue
 		}
-		pr.state, pr.updated = ProposalEnded, time.Now().UTC()
-		pr.err = protocol.Errorf(capclient.ReasonSessionEnded, "the session generation ended")
-		pr.cancel()
+		m.endLocked(pr, protocol.Errorf(capclient.ReasonSessionEnded, "the session generation ended"))
 	}
+}
+
+// endLocked ends a proposal that is not over with e: its flow stops, and a publication it
+// made or still asked for is withdrawn with its adapter (it said published after the room
+// had lost it). m.mu is held.
+func (m *proposals) endLocked(pr *prop, e *protocol.Error) {
+	pr.state, pr.err, pr.updated = ProposalEnded, e, time.Now().UTC()
+	if pr.pub != nil && (pr.pub.State == "pending" || pr.pub.State == "published") {
+		pr.pub.State = "withdrawn"
+	}
+	pr.cancel()
 }
 
 // adapterRemoved is an OnAdapterRemoved hook: a proposal whose adapter was removed is over.
@@ -596,9 +606,7 @@ func (m *proposals) adapterRemoved(r capclient.Removal) {
 			pr.generation != r.Registration.Generation {
 			continue
 		}
-		pr.state, pr.updated = ProposalEnded, time.Now().UTC()
-		pr.err = protocol.Errorf(r.Reason, "its adapter was removed: %s", r.Reason)
-		pr.cancel()
+		m.endLocked(pr, protocol.Errorf(r.Reason, "its adapter was removed: %s", r.Reason))
 	}
 }
 

@@ -218,7 +218,7 @@ func TestBinaryAgentProposesAdapterIntoRoom(t *testing.T) {
 	if !processGone(ad.PID) {
 		t.Fatal("the proposed adapter's child outlived its session")
 	}
-	if l := listProposals(t, ca, "", 0); len(l) != 1 || l[0].State != "ended" {
+	if l := listProposals(t, ca, "", 0); len(l) != 1 || l[0].State != "ended" || l[0].Publication == nil || l[0].Publication.State != "withdrawn" {
 		t.Fatalf("the proposal after the session ended: %+v", l)
 	}
 	if !daemontest.WaitFor(20*time.Second, func() bool {
