@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -441,5 +442,54 @@ func TestApprovalsOnTheControlBand(t *testing.T) {
 		if r := <-done; !r.OK {
 			t.Fatalf("an approved call: %v", r.Err())
 		}
+	}
+}
+
+// TestApprovalWaitEndsWithItsConnection: a call waiting for the operator ends, refused
+// approval_timeout, as soon as its caller's connection is gone (airlock tool interrupted, a
+// harness killed), instead of waiting out its timeout in the queue where the operator could
+// still approve it and run it for nobody. A caller that only shut down its writing, and still
+// reads, keeps waiting and gets the answer.
+func TestApprovalWaitEndsWithItsConnection(t *testing.T) {
+	e := startApprovalEnv(t, time.Minute)
+	send := func(id string) *net.UnixConn {
+		t.Helper()
+		nc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: e.d.cfg.SocketPath, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		line := `{"protocolVersion":"2.0","requestId":"` + id + `","operation":"invokeTool","sessionId":"bench","generation":1,` +
+			`"payload":{"toolCallId":"` + id + `","operation":"fs.stat","arguments":{"path":"ask/k"}}}` + "\n"
+		if _, err := nc.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+
+	gone := send("gone")
+	e.event(t, approval.EventAsked)
+	gone.Close()
+	e.event(t, approval.EventTimedOut)
+	if n := e.d.Approvals().Len(); n != 0 {
+		t.Fatalf("%d requests still wait after their caller went", n)
+	}
+
+	reading := send("reading")
+	ev := e.event(t, approval.EventAsked)
+	if err := reading.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Approvals().Approve(ev.Entry.ID, approval.ByCLI, false); err != nil {
+		t.Fatalf("the half-closed caller's request: %v", err)
+	}
+	e.event(t, approval.EventApproved)
+	reading.SetReadDeadline(time.Now().Add(lineTimeout))
+	answer, err := io.ReadAll(reading)
+	if err != nil || !strings.Contains(string(answer), `"requestId":"reading"`) || !strings.Contains(string(answer), `"ok":true`) {
+		t.Fatalf("the half-closed caller's answer: %s %v", answer, err)
+	}
+	if n := e.stats.Load(); n != 1 {
+		t.Fatalf("the adapter got %d stats, want 1 (the approved one)", n)
 	}
 }

@@ -502,9 +502,14 @@ func (c *conn) stop() {
 }
 
 // close runs when the reader is done: it waits for the commands in flight, lets the writer
-// flush their answers, and closes the socket.
+// flush their answers, and closes the socket. Once the peer is gone entirely, which nothing
+// else tells while the commands in flight only wait (for the operator's decision above all:
+// it waited its whole timeout, and could still be approved and run for a caller long gone,
+// TestApprovalWaitEndsWithItsConnection), their context is cancelled.
 func (c *conn) close() {
+	stopWatching := c.watchPeer()
 	c.handlers.Wait()
+	stopWatching()
 	c.srv.sessions.DetachAll(c)
 	c.srv.endOwned(c)
 	c.mu.Lock()
@@ -514,6 +519,40 @@ func (c *conn) close() {
 	c.writer.Wait()
 	c.cancel(nil)
 	c.nc.Close()
+}
+
+// peerPoll is how often a connection whose reader has ended checks, while commands are in
+// flight, whether its peer has gone entirely: the read ends as soon when the peer only shut
+// down its writing and still reads the answers.
+const peerPoll = 250 * time.Millisecond
+
+// watchPeer cancels the connection's context once its peer is gone entirely (at once, in the
+// usual case of a process that closed its socket or died), until the returned stop is called;
+// stop waits for the watch to end.
+func (c *conn) watchPeer() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(peerPoll)
+		defer t.Stop()
+		for {
+			if ownersock.PeerGone(c.nc) {
+				c.cancel(nil)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // deadlineSoon bounds the one write made to a connection that is refused at once.
