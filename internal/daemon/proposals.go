@@ -236,6 +236,11 @@ func (m *proposals) propose(actor gate.Actor, raw json.RawMessage) (*ProposalSta
 	if !rules.AllowsProposals() {
 		return nil, protocol.Errorf(proposal.CodeNotAllowed, "the session's policy does not allow adapter proposals")
 	}
+	if m.srv.gate.Host().DeniesProposals() {
+		// The stricter policy wins, as for calls: the host's "proposals": "deny" was read
+		// and then ignored (TestHostPolicyDeniesProposals).
+		return nil, protocol.Errorf(proposal.CodeNotAllowed, "the host's policy does not allow adapter proposals")
+	}
 	p, err := proposal.Parse(raw)
 	if err != nil {
 		return nil, proposalError(err)
@@ -671,7 +676,7 @@ var _ turn.HostTools = (*proposalTools)(nil)
 
 // proposalTools returns the turn's proposal tools, nil when rules do not allow proposals.
 func (s *Server) proposalTools(id string, generation int64, rules *policy.Policy) turn.HostTools {
-	if !rules.AllowsProposals() {
+	if !rules.AllowsProposals() || s.gate.Host().DeniesProposals() {
 		return nil
 	}
 	return &proposalTools{srv: s, id: id, generation: generation}

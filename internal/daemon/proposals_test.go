@@ -247,3 +247,18 @@ func TestBinaryProposalRefusals(t *testing.T) {
 		t.Fatalf("adapters after the generation ended: %+v", m)
 	}
 }
+
+// TestHostPolicyDeniesProposals: the host's policy saying "proposals": "deny" refuses every
+// session's proposal, a session whose own policy allows them included (the stricter wins).
+func TestHostPolicyDeniesProposals(t *testing.T) {
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--policy", writeOwnedFile(t, "host.json", `{"default":"allow","proposals":"deny"}`)}})
+	c := d.Dial()
+	openProposing(t, c, "agent", 1, t.TempDir(), proposalsPolicy)
+	r, _ := propose(t, c, "agent", 1, counterProposal())
+	if code(r) != "proposals_not_allowed" || !strings.Contains(r.Error.Message, "host's policy") {
+		t.Fatalf("a proposal under a host policy that denies them: %+v", r.Error)
+	}
+	if l := listProposals(t, c, "", 0); len(l) != 0 {
+		t.Fatalf("proposals kept: %+v", l)
+	}
+}

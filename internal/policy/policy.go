@@ -184,6 +184,10 @@ func (p *Policy) UsesPaths(op string) bool {
 // AllowsProposals reports whether the session's agent may propose adapters.
 func (p *Policy) AllowsProposals() bool { return p != nil && p.doc.Proposals == Allow }
 
+// DeniesProposals reports whether the policy says "proposals": "deny": as the host's
+// policy, no session may propose adapters, whatever its own policy allows.
+func (p *Policy) DeniesProposals() bool { return p != nil && p.doc.Proposals == Deny }
+
 // Trivial reports whether the policy allows every call: no rules, and allow by default.
 func (p *Policy) Trivial() bool { return len(p.rules) == 0 && p.doc.Default == Allow }
 
