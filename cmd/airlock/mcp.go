@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/loopback"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/connlimit"
+	"github.com/airlockhq/airlock/internal/loopback"
 	"github.com/airlockhq/airlock/internal/mcp"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
@@ -29,7 +30,10 @@ const (
 	mcpReadHeaderTimeout = 10 * time.Second
 	mcpIdleTimeout       = time.Minute
 	mcpMaxHeaderBytes    = 64 << 10
-	mcpShutdownTimeout   = 5 * time.Second
+	// mcpMaxConns bounds the open connections of --http, whose port any local user can
+	// reach (internal/connlimit): a client's requests and its streams fit many times over.
+	mcpMaxConns        = 64
+	mcpShutdownTimeout = 5 * time.Second
 )
 
 // mcpServe runs the MCP bridge of one session generation:
@@ -253,7 +257,7 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	fmt.Fprintf(a.stderr, "airlock mcp: serving session %s generation %d on http://%s%s\n", clean(sessionID), generation, ln.Addr(), mcp.HTTPPath)
 	fmt.Fprintf(a.stderr, "airlock mcp: bearer token (shown once): %s\n", token)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(connlimit.New(ln, mcpMaxConns)) }()
 	select {
 	case err := <-served:
 		return o.fail(transportErrorf(exitUnavailable, "http server: %v", err))

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +231,51 @@ func BenchmarkObserveCall(b *testing.B) {
 			m.ObserveCall(c, time.Millisecond)
 		}
 	})
+}
+
+// TestServerBoundsConnections: the endpoint, which any local user can connect to, keeps at
+// most MaxConns connections open; one past that is closed at once, and the endpoint answers
+// again once a place is free.
+func TestServerBoundsConnections(t *testing.T) {
+	base := serve(t, New(nil))
+	addr := strings.TrimPrefix(base, "http://")
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range MaxConns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// Accepted in the order they were queued: this one is the bound's first past.
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(ReadHeaderTimeout / 2))
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a connection past %d: read %v, want it closed", MaxConns, err)
+	}
+	held[0].Close()
+	// The place comes back once the endpoint sees the close: until then a scrape is closed
+	// at once, as extra was.
+	for deadline := time.Now().Add(ReadHeaderTimeout / 2); ; {
+		resp, err := http.Get(base + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /metrics with a place free: %d", resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /metrics with a place free: %v", err)
+		}
+	}
 }

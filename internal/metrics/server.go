@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/loopback"
 	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/airlockhq/airlock/internal/connlimit"
+	"github.com/airlockhq/airlock/internal/loopback"
 )
 
 // CodeInvalidConfig is the code of a refused endpoint configuration (ServerConfig).
@@ -24,6 +26,9 @@ const (
 	MaxHeaderBytes    = 8 << 10
 	// MaxScrapes bounds the scrapes served at once; one more is answered 503 at once.
 	MaxScrapes = 4
+	// MaxConns bounds the endpoint's open connections (internal/connlimit), which any local
+	// user can open: a few scrapers' keep-alive connections fit.
+	MaxConns = 16
 	// ScrapeTimeout bounds the gathering of one scrape.
 	ScrapeTimeout = 10 * time.Second
 )
@@ -126,7 +131,8 @@ func (s *Server) Start() error {
 		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 	srv := s.srv
-	s.wg.Go(func() { _ = srv.Serve(ln) })
+	limited := connlimit.New(ln, MaxConns)
+	s.wg.Go(func() { _ = srv.Serve(limited) })
 	return nil
 }
 

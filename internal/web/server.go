@@ -49,13 +49,15 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/loopback"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/connlimit"
+	"github.com/airlockhq/airlock/internal/loopback"
 )
 
 // Server bounds and timeouts.
@@ -70,6 +72,10 @@ const (
 	IdleTimeout = 60 * time.Second
 	// MaxHeaderBytes bounds a request's headers.
 	MaxHeaderBytes = 16 << 10
+	// MaxConns bounds the page's open connections (internal/connlimit): a few tabs of one
+	// operator, each with its event stream and the browser's handful of parallel requests,
+	// fit many times over.
+	MaxConns = 64
 	// RequestTimeout bounds a backend call of any request but invoke.
 	RequestTimeout = 15 * time.Second
 	// InvokeRequestTimeout bounds an invoke: a room call's deadline plus a per-call approval's
@@ -178,7 +184,7 @@ func (s *Server) Start() error {
 		MaxHeaderBytes:    MaxHeaderBytes,
 	}
 	srv := s.srv
-	limited := newLimitListener(ln, MaxConns)
+	limited := connlimit.New(ln, MaxConns)
 	s.wg.Go(func() { _ = srv.Serve(limited) })
 	return nil
 }

@@ -1,4 +1,4 @@
-package web
+package connlimit
 
 import (
 	"errors"
@@ -35,14 +35,15 @@ func (p *pipeListener) dial() net.Conn {
 	return client
 }
 
-// TestConnectionsBounded: the page keeps at most MaxConns connections open; one beyond is
-// closed as soon as it is accepted, and a place comes back when an open one closes (once,
-// however often it is closed). Unbounded, another local user's idle connections to the
+// TestConnectionsBounded: a Listener keeps at most its bound of connections open; one beyond
+// is closed as soon as it is accepted, and a place comes back when an open one closes (once,
+// however often it is closed). Unbounded, another local user's idle connections to the web
 // page's port took every descriptor of the daemon.
 func TestConnectionsBounded(t *testing.T) {
+	const MaxConns = 64
 	synctest.Test(t, func(t *testing.T) {
 		p := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-		ln := newLimitListener(p, MaxConns)
+		ln := New(p, MaxConns)
 		accepted := make(chan net.Conn, 2*MaxConns)
 		go func() {
 			defer close(accepted)
