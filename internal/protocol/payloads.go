@@ -4,11 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/airlockhq/airlock/internal/ndjson"
 	"path/filepath"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/airlockhq/airlock/internal/ndjson"
 )
 
 // Payload bounds, in Unicode code points unless a name says bytes.

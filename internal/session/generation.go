@@ -6,10 +6,10 @@ package session
 import (
 	"context"
 	"errors"
-	"github.com/airlockhq/airlock/internal/policy"
 	"os"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tooladapter"

@@ -13,7 +13,6 @@ package session
 import (
 	"context"
 	"errors"
-	"github.com/airlockhq/airlock/internal/policy"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
 	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"

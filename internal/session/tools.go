@@ -5,9 +5,9 @@ package session
 
 import (
 	"context"
-	"github.com/airlockhq/airlock/internal/policy"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 	"github.com/airlockhq/airlock/internal/tooladapter/toolclient"

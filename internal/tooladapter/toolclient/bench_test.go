@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/airlockhq/airlock/internal/tooladapter"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // echoServer is a bare Unix-socket line echo: the floor any framed round trip is measured

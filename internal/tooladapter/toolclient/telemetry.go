@@ -1,9 +1,10 @@
 package toolclient
 
 import (
-	"github.com/airlockhq/airlock/internal/tooladapter"
 	"math"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // QueueSnapshot is the content-free queue telemetry of one connection: counts and timings, never

@@ -2,10 +2,11 @@ package toolclient
 
 import (
 	"encoding/json"
-	"github.com/airlockhq/airlock/internal/tooladapter"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
 // TestAbortMemory runs on the synctest clock: the retention is exact, with no sleeps on real time.
