@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -60,8 +61,20 @@ func (a *app) policyCheck(_ context.Context, args []string) int {
 			Message: fmt.Sprintf("%d of %d examples fail", len(res.Failures), res.Examples)}, exit: exitFailure}, res)
 	}
 	return o.succeed(res, func(w io.Writer) {
-		fmt.Fprintf(w, "%s: valid, %d rules, %d examples pass\n", rest[0], res.Rules, res.Examples)
+		pass := "pass"
+		if res.Examples == 1 {
+			pass = "passes"
+		}
+		fmt.Fprintf(w, "%s: valid, %s, %s %s\n", rest[0], count(res.Rules, "rule"), count(res.Examples, "example"), pass)
 	})
+}
+
+// count is n with its noun, plural unless n is 1: "1 rule", "0 examples".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 func exampleTarget(e policy.Example) string {

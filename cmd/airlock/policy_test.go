@@ -167,6 +167,10 @@ func TestPolicyCheckCommand(t *testing.T) {
 	if !strings.Contains(r.stdout, "valid, 3 rules, 3 examples pass") {
 		t.Fatalf("policy check: %q", r.stdout)
 	}
+	one := writePolicy(t, `{"default":"deny","rules":[{"operations":["fs.read"],"decision":"allow"}],"examples":[{"operation":"fs.read","path":"a","expect":"allow"}]}`)
+	if r := cli(t, "/nonexistent.sock", "", "policy", "check", one).wantCode(t, exitOK); !strings.Contains(r.stdout, "valid, 1 rule, 1 example passes") {
+		t.Fatalf("policy check of one rule and one example: %q", r.stdout)
+	}
 	r = cli(t, "/nonexistent.sock", "", "policy", "check", "--json", writePolicy(t, `{"default":"allow","rules":[{"operations":["fs.wirte"],"decision":"deny"}]}`))
 	if env := envelopeOf(t, r, "policy check", false); env.Error.Code != "invalid_policy" || !strings.Contains(r.stdout, `"field": "rules[0].operations[0]"`) {
 		t.Fatalf("a bad operation: %s\n%s", env.Error.Code, r.stdout)

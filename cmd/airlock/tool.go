@@ -25,14 +25,15 @@ func (f *argFlags) Set(v string) error { *f = append(*f, v); return nil }
 // tool calls a granted host tool operation through the daemon:
 // airlock tool SESSION OPERATION --generation N [--call-id ID] [--arg key=value …].
 // Without --arg the arguments are a JSON object read from stdin. A value that parses as JSON
-// (a number, true, false, an object) is sent as such; anything else is a string.
+// (a number, true, false, null, an object, an array) is sent as such; anything else is a
+// string, sent as written.
 func (a *app) tool(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("tool")
 	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {toolCallId, operation, data}")
 	gen := generationFlag(fs)
 	callID := fs.String("call-id", "", "tool call id; a retry with the same id reuses the idempotency key (default: a fresh one)")
 	var kv argFlags
-	fs.Var(&kv, "arg", "an argument as `key=value` (repeatable); without any, a JSON object is read from stdin")
+	fs.Var(&kv, "arg", "an argument as `key=value` (repeatable): a value that is JSON other than a string (1, true, null, {…}, […]) is sent as that JSON, anything else as a string (for a string such as 1 or true, give the arguments as a JSON object on stdin); without any --arg, a JSON object is read from stdin")
 	pos, code, done := a.parse(o, fs, args, "SESSION", "OPERATION")
 	if done {
 		return code
