@@ -30,6 +30,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockhq/airlock/internal/audit"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -179,7 +180,8 @@ type Remember struct {
 	// calls' paths must match; it must match this call's path. Empty: this exact path.
 	Pattern string
 	// AnyArgs, for a call without a Path (a capability action), matches any arguments;
-	// otherwise the next call's arguments must equal these (compacted JSON).
+	// otherwise the next call's arguments must equal these as canonical JSON (audit.Canonical:
+	// members in any order, spaced any way).
 	AnyArgs bool
 }
 
@@ -193,8 +195,8 @@ type Memory struct {
 	// capability action.
 	Path    string `json:"path,omitempty"`
 	Pattern string `json:"pattern,omitempty"`
-	// Args are the exact arguments (compacted) a capability action must have; AnyArgs
-	// matches any.
+	// Args are the exact arguments (canonical JSON, audit.Canonical) a capability action must
+	// have; AnyArgs matches any.
 	Args    json.RawMessage `json:"args,omitempty"`
 	AnyArgs bool            `json:"anyArgs,omitempty"`
 	// From is the id of the request whose approval it remembers; By who approved it.
@@ -534,8 +536,14 @@ func newMemory(e *Entry, r Remember, by string) (*Memory, *protocol.Error) {
 		m.AnyArgs = true
 	case e.ArgsTruncated:
 		return nil, protocol.Errorf(CodeNotRememberable, "the arguments are too long to remember exactly: remember any arguments instead")
+	case len(e.Args) == 0:
+		// No arguments: it matches the calls that have none.
 	default:
-		m.Args = bytes.Clone(e.Args)
+		c, err := audit.Canonical(e.Args)
+		if err != nil {
+			return nil, protocol.Errorf(CodeNotRememberable, "arguments with a duplicate key have no one meaning to remember: remember any arguments instead")
+		}
+		m.Args = c
 	}
 	m.hasPath = hasPath
 	return m, nil
@@ -552,6 +560,7 @@ func (q *Queue) match(e *Entry) *Memory {
 	if scope.IsZero() {
 		return nil
 	}
+	var canon []byte // e's arguments as canonical JSON, made at their first comparison
 	for _, m := range q.memories {
 		if m.Scope != scope || m.Target != e.Target {
 			continue
@@ -567,8 +576,18 @@ func (q *Queue) match(e *Entry) *Memory {
 			}
 		case m.AnyArgs:
 			return m
-		case !e.ArgsTruncated && bytes.Equal(m.Args, e.Args):
-			return m
+		case e.ArgsTruncated:
+		case len(m.Args) == 0 || len(e.Args) == 0:
+			if len(m.Args) == len(e.Args) {
+				return m
+			}
+		default:
+			if canon == nil {
+				canon, _ = audit.Canonical(e.Args) // nil, matching nothing, with a duplicate key
+			}
+			if canon != nil && bytes.Equal(m.Args, canon) {
+				return m
+			}
 		}
 	}
 	return nil

@@ -345,6 +345,20 @@ func TestRememberArgs(t *testing.T) {
 		if d, err := q.Ask(ctx, print(`{"copies":1}`)); err != nil || d.By != ByRemembered {
 			t.Fatalf("exact args (compacted): %+v %v", d, err)
 		}
+		id, done = asked(t, q, ctx, print(`{"copies":3,"duplex":true}`))
+		if err := q.Approve(id, ByCLI, true); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if d, err := q.Ask(ctx, print(`{ "duplex": true, "copies": 3 }`)); err != nil || d.By != ByRemembered {
+			t.Fatalf("exact args in another order: %+v %v", d, err)
+		}
+		id, done = asked(t, q, ctx, print(`{"copies":4,"copies":5}`))
+		if err := q.ApproveRemember(id, ByCLI, Remember{}); code(err) != CodeNotRememberable {
+			t.Fatalf("remembering arguments with a duplicate key: %v", err)
+		}
+		_ = q.Deny(id, ByCLI)
+		<-done
 		id, done = asked(t, q, ctx, print(`{"copies":2}`))
 		if err := q.ApproveRemember(id, ByCLI, Remember{AnyArgs: true}); err != nil {
 			t.Fatal(err)
