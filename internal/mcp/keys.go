@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockhq/airlock/internal/audit"
 )
 
 // What a retried tools/call is, and how it keeps its key.
@@ -132,21 +133,14 @@ func callFingerprint(sessionID, tool string, args json.RawMessage, explicit stri
 	return "call\x00" + base64.RawURLEncoding.EncodeToString(h.Sum(nil))
 }
 
-// canonicalJSON re-encodes a JSON value with object members sorted and numbers as written, so
-// that two spellings of the same arguments are one call. Input that does not decode is
-// returned as it is.
+// canonicalJSON is raw's canonical form (audit.Canonical: members sorted, numbers as written),
+// so that two spellings of the same arguments are one call. Input that has none (not JSON, a
+// duplicate key, which objectArguments refuses) is returned as it is.
 func canonicalJSON(raw json.RawMessage) []byte {
-	var v any
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	if d.Decode(&v) != nil {
-		return raw
+	if c, err := audit.Canonical(raw); err == nil {
+		return c
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
+	return raw
 }
 
 // fresh returns a new key that no call shares.
