@@ -14,7 +14,8 @@ import (
 const DefaultHeadEvery = 5 * time.Minute
 
 // ExportHeads calls emit with the journal's head every interval when it moved since the last
-// export, and once more when ctx is done (at shutdown), then returns. The daemon passes a
+// export, and once more when ctx is done (at shutdown), moved or not, then returns: each stop
+// of the daemon leaves its last head in the log. The daemon passes a
 // function that logs the head (journald and syslog keep the lines where a process with the
 // operator's uid cannot rewrite them) and, when the operator asks, WriteHeadFile. The caller
 // owns the goroutine that runs it; it stops with ctx.
@@ -25,8 +26,8 @@ func (j *Journal) ExportHeads(ctx context.Context, every time.Duration, emit fun
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var last Head
-	export := func() {
-		if h := j.Head(); h.Seq != last.Seq || h.Digest != last.Digest {
+	export := func(always bool) {
+		if h := j.Head(); always || h.Seq != last.Seq || h.Digest != last.Digest {
 			emit(h)
 			last = h
 		}
@@ -34,10 +35,10 @@ func (j *Journal) ExportHeads(ctx context.Context, every time.Duration, emit fun
 	for {
 		select {
 		case <-ctx.Done():
-			export()
+			export(true)
 			return
 		case <-t.C:
-			export()
+			export(false)
 		}
 	}
 }

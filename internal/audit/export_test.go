@@ -40,6 +40,29 @@ func TestExportHeadsEveryIntervalAndAtShutdown(t *testing.T) {
 	})
 }
 
+// TestExportHeadsAtShutdownUnmoved: the head is exported at shutdown though it has not moved
+// since the last export, so that every stop leaves its last head in the log.
+func TestExportHeadsAtShutdownUnmoved(t *testing.T) {
+	dir := newDir(t)
+	j := openJ(t, dir, Options{})
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var got []Head
+		done := make(chan struct{})
+		go func() {
+			j.ExportHeads(ctx, time.Minute, func(h Head) { got = append(got, h) })
+			close(done)
+		}()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		cancel()
+		<-done
+		if len(got) != 2 || got[0] != got[1] || got[1] != j.Head() {
+			t.Fatalf("exported %+v, head %+v", got, j.Head())
+		}
+	})
+}
+
 func TestWriteHeadFile(t *testing.T) {
 	dir := newDir(t)
 	j := openJ(t, dir, Options{})
