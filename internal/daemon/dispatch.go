@@ -200,7 +200,12 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
 			return nil, e
 		}
-		return s.sessions.Describe(cmd.SessionID)
+		d, err := s.sessions.Describe(cmd.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		d.HostDeniesProposals = s.gate.Host().DeniesProposals()
+		return d, nil
 
 	case protocol.OpRegisterAdapter, protocol.OpRemoveAdapter, protocol.OpListAdapters, protocol.OpAdapterLogs, protocol.OpApproveAdapter,
 		protocol.OpListCapabilities, protocol.OpDescribeCapability, protocol.OpObserveCapability, protocol.OpInvokeCapability:

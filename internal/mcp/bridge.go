@@ -413,7 +413,7 @@ func (b *Bridge) refresh(ctx context.Context) error {
 		for _, s := range grantedTools(&d.Record, b.cfg.Generation) {
 			want[s.tool.Name] = s
 		}
-		if liveGeneration(&d.Record, b.cfg.Generation) {
+		if liveGeneration(&d.Record, b.cfg.Generation) && !d.HostDeniesProposals {
 			for _, s := range proposalTools(sessionRules(d.Record.Policy.Rules)) {
 				want[s.tool.Name] = s
 			}

@@ -80,3 +80,28 @@ func TestProposalToolsAtTheMCPDoor(t *testing.T) {
 		t.Fatal("the daemon log holds the refused argv's value")
 	}
 }
+
+// TestHostDenyHidesProposalTools: under a host policy whose "proposals" is "deny", a session
+// whose own policy allows proposals is offered no proposal tools, since the daemon would
+// refuse every call of them (describeSession's hostDeniesProposals).
+func TestHostDenyHidesProposalTools(t *testing.T) {
+	e := startEnvWith(t, daemontest.Options{Args: []string{"--policy", policyFile(t, `{"default":"allow","proposals":"deny"}`)}})
+	p := map[string]any{
+		"cwd": e.root, "session": map[string]any{"mode": "memory"}, "policy": map[string]any{"file": policyFile(t, `{"default":"allow","proposals":"allow"}`)},
+		"resources": map[string]any{"extensions": "none", "skills": "none", "promptTemplates": "none", "themes": "none",
+			"contextFiles": "none", "tools": "none"},
+	}
+	if r := call(t, e.c, client.Command{Operation: "open", SessionID: "agent", Generation: gen(1), Payload: p}); !r.OK {
+		t.Fatalf("open: %v", r.Err())
+	}
+	var d struct {
+		HostDeniesProposals bool `json:"hostDeniesProposals"`
+	}
+	if r := call(t, e.c, client.Command{Operation: "describeSession", SessionID: "agent"}); !r.OK || r.Decode(&d) != nil || !d.HostDeniesProposals {
+		t.Fatalf("describeSession under the host's deny: %s", r.Data)
+	}
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	if tools := cn.tools(t); tools["adapter_propose"] != nil || tools["adapter_proposals"] != nil {
+		t.Fatalf("proposal tools offered under the host's deny: %v", tools)
+	}
+}

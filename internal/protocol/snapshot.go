@@ -293,6 +293,10 @@ type SessionPage struct {
 type SessionDescription struct {
 	Record   CatalogRecord    `json:"record"`
 	Snapshot *SessionSnapshot `json:"snapshot,omitempty"`
+	// HostDeniesProposals is true when the host's policy refuses every session's adapter
+	// proposals, whatever the session's own policy says, so that a client such as the MCP
+	// bridge does not offer the proposal tools.
+	HostDeniesProposals bool `json:"hostDeniesProposals,omitempty"`
 }
 
 // SessionClosedData is the data of a sessionClosed event.
