@@ -464,7 +464,7 @@ func (q *Queue) decide(id, by string, ok bool, rem *Remember) error {
 	w, found := q.pending[id]
 	if !found {
 		q.mu.Unlock()
-		return protocol.Errorf(CodeUnknownApproval, "no request waits under that approval id")
+		return protocol.Errorf(CodeUnknownApproval, "no request waits under that approval id: it was decided or timed out already, or the id is wrong (airlock approvals lists the waiting ones)")
 	}
 	var m *Memory
 	if rem != nil {
