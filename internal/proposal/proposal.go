@@ -31,7 +31,7 @@ import (
 // tool message of an agent turn) with a hint from internal/hint.
 const (
 	// CodeInvalid: the proposal is malformed: an unknown key, a field too long or outside
-	// its grammar. Details name the field.
+	// its grammar, a command file that is not executable. Details name the field.
 	CodeInvalid = "proposal_invalid"
 	// CodeOutsideWorkspace: a file the proposal names is outside the session's workspace, is
 	// reached through a symbolic link or "..", is not a regular file, or the command is

@@ -119,6 +119,7 @@ func TestResolveConfinement(t *testing.T) {
 		{"arg outside", "sh", []string{"adapter.sh", secret}, proposal.CodeOutsideWorkspace, "args[1]"},
 		{"arg through link", "sh", []string{"adapter.sh", "out/secret.sh"}, proposal.CodeOutsideWorkspace, "args[1]"},
 		{"missing script", "sh", []string{"nope.sh"}, proposal.CodeInvalid, "args[0]"},
+		{"not executable", "conf.json", nil, proposal.CodeInvalid, "command"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -91,6 +91,11 @@ func Resolve(p *Proposal, workspace string) (*Plan, error) {
 		if err != nil {
 			return nil, err
 		}
+		if fi, err := os.Lstat(exe); err == nil && fi.Mode().Perm()&0o100 == 0 {
+			// It could only fail once the operator approved it: a file the agent wrote is
+			// not executable, and nothing it may call makes it so.
+			return nil, refuse(CodeInvalid, "command", "%s is not executable: run it with an interpreter (%s) and the file as args[0]", bounded(p.Command), interpreterList())
+		}
 		plan.Command = exe
 		plan.Files = append(plan.Files, File{Role: capclient.RoleExecutable, Path: exe, SHA256: sum})
 	}
