@@ -480,6 +480,23 @@ func (q *Queue) decide(id, by string, ok bool, rem *Remember) error {
 		q.memories = append(q.memories, m)
 	}
 	delete(q.pending, id)
+	// The requests already waiting that the new memory answers go with this one: the
+	// operator has just said yes to all of them.
+	var also []*waiter
+	if m != nil && ok {
+		for oid, o := range q.pending {
+			var canon []byte
+			if m.matches(&o.entry, &canon) {
+				delete(q.pending, oid)
+				m.Uses++
+				also = append(also, o)
+			}
+		}
+	}
+	var mc Memory // m as it is now, for the events: Ask changes its Uses under q.mu
+	if m != nil {
+		mc = *m
+	}
 	q.mu.Unlock()
 
 	d := Decision{ID: id}
@@ -497,10 +514,17 @@ func (q *Queue) decide(id, by string, ok bool, rem *Remember) error {
 	}
 	q.emit(ev)
 	if m != nil {
-		mc := *m
-		q.emit(Event{Type: EventRemembered, Entry: w.entry, Decision: d, Memory: &mc})
+		m1 := mc
+		q.emit(Event{Type: EventRemembered, Entry: w.entry, Decision: d, Memory: &m1})
 	}
 	w.decision <- d
+	for _, o := range also {
+		od := Decision{By: ByRemembered, Remembered: true, ID: o.entry.ID}
+		<-o.announced
+		m1 := mc
+		q.emit(Event{Type: EventApproved, Entry: o.entry, Decision: od, Memory: &m1})
+		o.decision <- od
+	}
 	return nil
 }
 
@@ -553,44 +577,40 @@ func isFS(target string) bool { return len(target) > 3 && target[:3] == "fs." }
 
 // match returns the memory that answers e, nil when none does. q.mu is held.
 func (q *Queue) match(e *Entry) *Memory {
-	if !e.Rememberable || e.Kind != KindCall {
-		return nil
-	}
-	scope := ScopeOf(e.Actor)
-	if scope.IsZero() {
-		return nil
-	}
 	var canon []byte // e's arguments as canonical JSON, made at their first comparison
 	for _, m := range q.memories {
-		if m.Scope != scope || m.Target != e.Target {
-			continue
-		}
-		switch {
-		case m.hasPath && m.Pattern != "":
-			if m.glob.Match(e.Path) {
-				return m
-			}
-		case m.hasPath:
-			if m.Path == e.Path {
-				return m
-			}
-		case m.AnyArgs:
+		if m.matches(e, &canon) {
 			return m
-		case e.ArgsTruncated:
-		case len(m.Args) == 0 || len(e.Args) == 0:
-			if len(m.Args) == len(e.Args) {
-				return m
-			}
-		default:
-			if canon == nil {
-				canon, _ = audit.Canonical(e.Args) // nil, matching nothing, with a duplicate key
-			}
-			if canon != nil && bytes.Equal(m.Args, canon) {
-				return m
-			}
 		}
 	}
 	return nil
+}
+
+// matches reports whether m answers e. *canon caches e's arguments as canonical JSON across
+// the memories one entry is held against (nil until they are first compared).
+func (m *Memory) matches(e *Entry, canon *[]byte) bool {
+	if !e.Rememberable || e.Kind != KindCall || m.Target != e.Target {
+		return false
+	}
+	if scope := ScopeOf(e.Actor); scope.IsZero() || m.Scope != scope {
+		return false
+	}
+	switch {
+	case m.hasPath && m.Pattern != "":
+		return m.glob.Match(e.Path)
+	case m.hasPath:
+		return m.Path == e.Path
+	case m.AnyArgs:
+		return true
+	case e.ArgsTruncated:
+		return false
+	case len(m.Args) == 0 || len(e.Args) == 0:
+		return len(m.Args) == len(e.Args)
+	}
+	if *canon == nil {
+		*canon, _ = audit.Canonical(e.Args) // nil, matching nothing, with a duplicate key
+	}
+	return *canon != nil && bytes.Equal(m.Args, *canon)
 }
 
 // Remembered returns the remembered decisions, oldest first.

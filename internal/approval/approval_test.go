@@ -589,3 +589,58 @@ func TestAskedGoesOutBeforeItsDecision(t *testing.T) {
 		})
 	}
 }
+
+// TestRememberReleasesTheWaitingItMatches: approving one request and remembering a pattern
+// approves the requests already waiting that the pattern matches, recorded as remembered;
+// one it does not match, and one of another session, still wait.
+func TestRememberReleasesTheWaitingItMatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		q := NewQueue(Config{OnEvent: ev.add})
+		ctx := context.Background()
+		first, firstDone := asked(t, q, ctx, write("src/a.go"))
+		_, sameDone := asked(t, q, ctx, write("src/b.go"))
+		other, otherDone := asked(t, q, ctx, write("docs/c.md"))
+		elsewhere := write("src/d.go")
+		elsewhere.Actor.Session = "s2"
+		foreign, foreignDone := asked(t, q, ctx, elsewhere)
+
+		if err := q.ApproveRemember(first, ByCLI, Remember{Pattern: "src/**"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-firstDone; err != nil {
+			t.Fatalf("the approved request: %v", err)
+		}
+		if err := <-sameDone; err != nil {
+			t.Fatalf("a waiting request the pattern matches: %v", err)
+		}
+		var waiting []string
+		for _, e := range q.Pending() {
+			waiting = append(waiting, e.ID)
+		}
+		slices.Sort(waiting)
+		want := []string{other, foreign}
+		slices.Sort(want)
+		if !slices.Equal(waiting, want) {
+			t.Fatalf("still waiting %v, want %v", waiting, want)
+		}
+		if m := q.Remembered(); len(m) != 1 || m[0].Uses != 1 {
+			t.Fatalf("remembered %+v", m)
+		}
+		var byMemory int
+		ev.mu.Lock()
+		for _, e := range ev.evs {
+			if e.Type == EventApproved && e.Decision.By == ByRemembered && e.Entry.Path == "src/b.go" {
+				byMemory++
+			}
+		}
+		ev.mu.Unlock()
+		if byMemory != 1 {
+			t.Fatalf("events %v", ev.types())
+		}
+		_ = q.Deny(other, ByCLI)
+		_ = q.Deny(foreign, ByCLI)
+		<-otherDone
+		<-foreignDone
+	})
+}
