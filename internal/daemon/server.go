@@ -175,16 +175,6 @@ type Server struct {
 	prom *metrics.Metrics
 }
 
-// Pauses after a failed accept, as net/http's: the first, doubled at each failure in a row
-// up to the last. A failure is almost always a lack of descriptors (EMFILE, ENFILE), which a
-// flood of connections to any listener of this process causes — the web page's is a TCP
-// port that any local user can reach — and which ends when the flood does: the pause keeps
-// the loop from spinning meanwhile, and its bound brings the socket back within a second.
-const (
-	acceptRetryFirst = 5 * time.Millisecond
-	acceptRetryMax   = time.Second
-)
-
 // serve accepts connections until the listener closes. A failed accept is retried after a
 // pause rather than ending the loop: the owner socket outlives a descriptor shortage
 // (TestOwnerSocketSurvivesDescriptorExhaustion).
@@ -197,7 +187,7 @@ func (s *Server) serve(ln *ownersock.Socket) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			pause = min(max(2*pause, acceptRetryFirst), acceptRetryMax)
+			pause = ownersock.AcceptRetry(pause)
 			s.log.Error("accept failed", "err", err, "retryIn", pause)
 			select {
 			case <-time.After(pause):

@@ -123,3 +123,19 @@ func (s *Socket) Close() error {
 	}
 	return err
 }
+
+// Pauses after a failed accept, as net/http's: the first, doubled at each failure in a row
+// up to the last. A failure is almost always a lack of descriptors (EMFILE, ENFILE), which a
+// flood of connections to any listener of the process causes, and which ends when the flood
+// does: the pause keeps the accept loop from spinning, and from logging every failure,
+// meanwhile, and its bound brings the socket back within a second.
+const (
+	acceptRetryFirst = 5 * time.Millisecond
+	acceptRetryMax   = time.Second
+)
+
+// AcceptRetry returns the pause before the next accept after one failed, given the pause
+// before it (0 after an accept that succeeded).
+func AcceptRetry(prev time.Duration) time.Duration {
+	return min(max(2*prev, acceptRetryFirst), acceptRetryMax)
+}

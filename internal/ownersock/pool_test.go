@@ -330,3 +330,20 @@ func TestLineDeadlineStop(t *testing.T) {
 		}
 	})
 }
+
+// TestAcceptRetry: the pause after failed accepts starts at 5 ms, doubles at each failure in
+// a row, and stays at 1 s.
+func TestAcceptRetry(t *testing.T) {
+	var got []time.Duration
+	var p time.Duration
+	for range 10 {
+		p = AcceptRetry(p)
+		got = append(got, p)
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i := range want {
+		if got[i] != want[i]*time.Millisecond {
+			t.Fatalf("pauses %v", got)
+		}
+	}
+}

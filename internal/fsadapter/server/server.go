@@ -231,16 +231,21 @@ func validSocketPath(p string) bool {
 // learns it from its slot.
 func (s *Server) accept(ln *ownersock.Socket, pool *ownersock.Pool, handle func(*net.UnixConn, *ownersock.Slot), evict func(*net.UnixConn)) {
 	defer s.wg.Done()
+	var pause time.Duration
 	for {
 		nc, err := ln.AcceptUnix()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
-				s.log.Error("accept failed", "err", err)
-				time.Sleep(10 * time.Millisecond) // EMFILE and friends: do not spin
+				// EMFILE and friends: neither spin nor log every failure. A Close meanwhile
+				// is seen by the next accept, within the pause.
+				pause = ownersock.AcceptRetry(pause)
+				s.log.Error("accept failed", "err", err, "retryIn", pause)
+				time.Sleep(pause)
 				continue
 			}
 			return
 		}
+		pause = 0
 		cred, err := ownersock.PeerCred(nc)
 		if err != nil || cred.UID != s.uid {
 			s.log.Warn("connection from another user refused", "peerUid", cred.UID)
