@@ -217,6 +217,14 @@ func TestServerRefusesForeignHost(t *testing.T) {
 	if code, _ := get(t, base+"/metrics", "localhost:"+port); code != http.StatusOK {
 		t.Errorf("Host localhost: %d", code)
 	}
+	for _, host := range []string{"127.0.0.1", "[::1]", "localhost", "[::1]:" + port} {
+		if code, _ := get(t, base+"/metrics", host); code != http.StatusOK {
+			t.Errorf("Host %s: %d", host, code)
+		}
+	}
+	if code, _ := get(t, base+"/metrics", "[::2]"); code != http.StatusMisdirectedRequest {
+		t.Errorf("Host [::2]: %d, want %d", code, http.StatusMisdirectedRequest)
+	}
 	if code, _ := get(t, base+"/", ""); code != http.StatusNotFound {
 		t.Errorf("GET /: %d, want 404", code)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,7 +101,8 @@ func loopbackHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, err := net.SplitHostPort(r.Host)
 		if err != nil {
-			host = r.Host
+			// No port (the scheme's default): an IPv6 literal keeps its brackets, [::1].
+			host = strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]")
 		}
 		if !loopback.Host(host) {
 			http.Error(w, "host not allowed", http.StatusMisdirectedRequest)
