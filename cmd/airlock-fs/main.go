@@ -122,20 +122,38 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 	return fs, admin
 }
 
+// parse parses a command's flags and positional arguments, which may come in any order, as
+// airlock's own commands take them (flag alone stops at the first positional one, so
+// "revoke-grant g-… --admin-socket PATH" was refused as a wrong argument count). The positional
+// arguments are left as fs.Args().
 func parse(fs *flag.FlagSet, args []string, positional int) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usagef("%v", err)
 		}
-		return usagef("%v", err)
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
 	}
-	if fs.NArg() != positional {
+	if len(pos) != positional {
 		if positional == 0 {
-			return usagef("unexpected argument %q", fs.Arg(0))
+			return usagef("unexpected argument %q", pos[0])
 		}
 		return usagef("%s takes %d argument(s)", strings.TrimPrefix(fs.Name(), "airlock-fs "), positional)
 	}
-	return nil
+	// Leave the positional arguments where the commands read them.
+	return fs.Parse(append([]string{"--"}, pos...))
 }
 
 func serve(args []string, stdin io.Reader, stderr io.Writer, sigs <-chan os.Signal) error {

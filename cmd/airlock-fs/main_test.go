@@ -279,6 +279,27 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestFlagsAfterArgument: a flag may follow the positional argument, as in airlock's own
+// commands; "revoke-grant g-… --admin-socket PATH" was refused as a usage error ("takes 1
+// argument(s)") before it reached the admin socket.
+func TestFlagsAfterArgument(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run([]string{"revoke-grant", "g-x", "--admin-socket", "/nonexistent/admin.sock"}, &stdout, &stderr, nil)
+	if code != exitFail || !strings.HasPrefix(stderr.String(), "airlock-fs: admin_unreachable: ") {
+		t.Fatalf("revoke-grant g-x --admin-socket: exit %d %q", code, stderr.String())
+	}
+	stderr.Reset()
+	code = run([]string{"revoke-grant", "g-x", "--admin-socket", "/nonexistent/admin.sock", "g-y"}, &stdout, &stderr, nil)
+	if code != exitUsage || !strings.Contains(stderr.String(), "takes 1 argument(s)") {
+		t.Fatalf("two grant ids: exit %d %q", code, stderr.String())
+	}
+	stderr.Reset()
+	code = run([]string{"grants", "--admin-socket", "/nonexistent/admin.sock", "extra"}, &stdout, &stderr, nil)
+	if code != exitUsage || !strings.Contains(stderr.String(), `unexpected argument "extra"`) {
+		t.Fatalf("grants extra: exit %d %q", code, stderr.String())
+	}
+}
+
 // TestRetryAfterDaemonCrashAppliesOnce: an fs.edit is applied, airlockd is killed with SIGKILL
 // and restarted, the quarantined session is reprovisioned with a new grant from the same
 // airlock-fs, and the call is retried with the same toolCallId, as docs/tool-adapters.md
