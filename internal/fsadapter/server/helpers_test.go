@@ -67,8 +67,8 @@ func newFixture(t *testing.T, conns ...ConnLimits) *fixture {
 	return f
 }
 
-// admin sends one raw admin request line and returns the decoded answer.
-func (f *fixture) admin(line string) (ok bool, data json.RawMessage, code string) {
+// adminRaw sends one raw admin request line and returns the answer line.
+func (f *fixture) adminRaw(line string) []byte {
 	f.t.Helper()
 	nc, err := net.Dial("unix", f.s.cfg.AdminSocket)
 	if err != nil {
@@ -83,6 +83,13 @@ func (f *fixture) admin(line string) (ok bool, data json.RawMessage, code string
 	if err != nil {
 		f.t.Fatalf("admin answer: %v", err)
 	}
+	return b
+}
+
+// admin sends one raw admin request line and returns the decoded answer.
+func (f *fixture) admin(line string) (ok bool, data json.RawMessage, code string) {
+	f.t.Helper()
+	b := f.adminRaw(line)
 	var resp struct {
 		OK    bool            `json:"ok"`
 		Data  json.RawMessage `json:"data"`

@@ -407,8 +407,12 @@ func (s *Server) adminConn(nc *net.UnixConn, slot *ownersock.Slot) {
 		default:
 			if req, e := DecodeAdminRequest(line); e != nil {
 				resp.Error = e
+			} else if data, e := s.handleAdmin(req); e != nil {
+				// Not resp.Data, resp.Error = …: a handler's typed nil data would be a non-nil
+				// interface and answer a refusal with "data":null beside its error.
+				resp.Error = e
 			} else {
-				resp.Data, resp.Error = s.handleAdmin(req)
+				resp.Data = data
 			}
 		}
 		resp.OK = resp.Error == nil

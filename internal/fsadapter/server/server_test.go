@@ -479,6 +479,26 @@ func TestAdminRequests(t *testing.T) {
 	}
 }
 
+// TestAdminRefusalHasNoData: a refused admin request is answered {"ok":false,"error":…}, as
+// docs/airlock-fs.md says; a refused grant or revoke-grant also carried "data":null.
+func TestAdminRefusalHasNoData(t *testing.T) {
+	f := newFixture(t)
+	for _, line := range []string{
+		`{"op":"revoke-grant","grantId":"g-none"}`,
+		`{"op":"grant","root":"` + f.root + `/missing","hostInstanceId":"h","sessionId":"s","generation":1,"operations":["fs.read"]}`,
+		`{"op":"nope"}`,
+	} {
+		b := f.adminRaw(line)
+		var resp map[string]json.RawMessage
+		if err := json.Unmarshal(b, &resp); err != nil {
+			t.Fatalf("%s: %s: %v", line, b, err)
+		}
+		if _, ok := resp["data"]; ok || string(resp["ok"]) != "false" || resp["error"] == nil {
+			t.Errorf("%s: answered %s", line, b)
+		}
+	}
+}
+
 func TestSockets(t *testing.T) {
 	f := newFixture(t)
 	for _, p := range []string{f.s.cfg.Socket, f.s.cfg.AdminSocket} {
