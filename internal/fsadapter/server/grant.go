@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -163,7 +164,9 @@ func (s *Server) mint(r *AdminRequest) (*descriptor, tooladapter.Handle, *protoc
 			HostInstanceID: *r.HostInstanceID, SessionID: *r.SessionID, Generation: *r.Generation,
 			CapabilityHandle: newHandle(),
 		},
-		Operations: append([]string(nil), (*r.Operations)...),
+		// slices.Clone keeps an empty list an empty list: a nil one would be encoded null and
+		// refused as "the wrong type" instead of as an empty operations list.
+		Operations: slices.Clone(*r.Operations),
 		Limits:     limitsWithDefaults(r.Limits),
 	}
 	raw, err := json.Marshal(d)

@@ -499,6 +499,20 @@ func TestAdminRefusalHasNoData(t *testing.T) {
 	}
 }
 
+// TestAdminGrantWithoutOperations: a grant of no operations is refused for what it is; it was
+// refused "descriptor member has the wrong type", the empty list having become null.
+func TestAdminGrantWithoutOperations(t *testing.T) {
+	f := newFixture(t)
+	b := f.adminRaw(`{"op":"grant","root":"` + f.root + `","hostInstanceId":"h","sessionId":"s","generation":1,"operations":[]}`)
+	var resp AdminResponse
+	if err := json.Unmarshal(b, &resp); err != nil || resp.Error == nil {
+		t.Fatalf("answered %s (%v)", b, err)
+	}
+	if resp.Error.Code != "unsupported_tool_operation" || !strings.Contains(resp.Error.Message, "1 to 6") {
+		t.Fatalf("answered %s", b)
+	}
+}
+
 func TestSockets(t *testing.T) {
 	f := newFixture(t)
 	for _, p := range []string{f.s.cfg.Socket, f.s.cfg.AdminSocket} {
