@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
@@ -42,8 +45,8 @@ func printHost(w io.Writer, h *protocol.HostSnapshot) {
 	fmt.Fprintf(t, "turns\t%d running, %d queued\n", h.ActiveTurns, h.QueuedTurns)
 	r := h.Recovery
 	if r.PendingReplays > 0 || r.ReplayedRequests > 0 || r.IndeterminateRequests > 0 || r.FailureCount > 0 {
-		fmt.Fprintf(t, "recovery\t%d replayed, %d pending, %d indeterminate, %d failures %v\n",
-			r.ReplayedRequests, r.PendingReplays, r.IndeterminateRequests, r.FailureCount, r.FailureCodes)
+		fmt.Fprintf(t, "recovery\t%d replayed, %d pending, %d indeterminate, %d failures%s\n",
+			r.ReplayedRequests, r.PendingReplays, r.IndeterminateRequests, r.FailureCount, failureCodes(r.FailureCodes))
 	}
 	t.Flush()
 	fmt.Fprintln(w)
@@ -66,6 +69,22 @@ func printHost(w io.Writer, h *protocol.HostSnapshot) {
 		fmt.Fprintln(w)
 		printAdapters(w, h.Adapters)
 	}
+}
+
+// failureCodes lists recovery failure codes as " (code=count, …)" in code order, or "" when
+// there is none; Go's map syntax ("map[]") is no output for people.
+func failureCodes(codes map[string]int) string {
+	if len(codes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, c := range slices.Sorted(maps.Keys(codes)) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s=%d", c, codes[c])
+	}
+	return " (" + b.String() + ")"
 }
 
 // drain tells the daemon to stop admitting new residency. The daemon answers once no turn is

@@ -88,3 +88,31 @@ func TestDrain(t *testing.T) {
 		t.Errorf("negative timeout: stderr %q", bad.stderr)
 	}
 }
+
+// TestStatusRecoveryLine: the recovery line names the failure codes with their counts and says
+// nothing more when there is none; it printed Go's map syntax ("0 failures map[]").
+func TestStatusRecoveryLine(t *testing.T) {
+	for _, tc := range []struct {
+		codes map[string]int
+		count int
+		want  string
+	}{
+		{nil, 0, "recovery 0 replayed, 0 pending, 1 indeterminate, 0 failures\n"},
+		{map[string]int{}, 0, "recovery 0 replayed, 0 pending, 1 indeterminate, 0 failures\n"},
+		{map[string]int{"restore_open_failed": 1, "manifest_generation_mismatch": 2}, 3,
+			"recovery 0 replayed, 0 pending, 1 indeterminate, 3 failures (manifest_generation_mismatch=2, restore_open_failed=1)\n"},
+	} {
+		var b strings.Builder
+		h := protocol.HostSnapshot{Recovery: protocol.RecoveryHealth{IndeterminateRequests: 1, FailureCount: tc.count, FailureCodes: tc.codes}}
+		printHost(&b, &h)
+		var line string
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "recovery") {
+				line = strings.Join(strings.Fields(l), " ") + "\n"
+			}
+		}
+		if line != tc.want {
+			t.Errorf("%v: recovery line %q, want %q", tc.codes, line, tc.want)
+		}
+	}
+}
