@@ -302,6 +302,10 @@ func (m *Manager) recoverEntry(e *store.JournalEntry, restored map[string]*runti
 	case store.JournalIndeterminate:
 		m.recovery.IndeterminateRequests++
 		m.mu.Unlock()
+		// host.recovery only counts them: the log is where an operator whose client is gone
+		// finds the ticket to reconcile.
+		m.log.Warn("wake indeterminate since a restart: reconcile its ticket (airlock reconcile TICKET --outcome succeeded|failed)",
+			"sessionId", r.sessionID, "generation", r.generation, "ticketId", r.ticketID, "requestId", r.requestID)
 		return
 	}
 	m.mu.Unlock()

@@ -1,11 +1,14 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,7 +46,7 @@ func (h *turnHost) start(t *testing.T) {
 	h.startWith(t, Config{})
 }
 
-// startWith is start with cfg's recovery deadlines.
+// startWith is start with cfg's recovery deadlines and logger.
 func (h *turnHost) startWith(t *testing.T, cfg Config) {
 	t.Helper()
 	st, err := store.Open(h.dir, store.Options{})
@@ -52,7 +55,7 @@ func (h *turnHost) startWith(t *testing.T, cfg Config) {
 	}
 	m := New(Config{HostInstanceID: "host-test", Store: st,
 		Providers:           map[string]Provider{"local": {Name: "local", BaseURL: h.llm.URL()}},
-		RecoveryOpenTimeout: cfg.RecoveryOpenTimeout, RecoveryTimeout: cfg.RecoveryTimeout})
+		RecoveryOpenTimeout: cfg.RecoveryOpenTimeout, RecoveryTimeout: cfg.RecoveryTimeout, Logger: cfg.Logger})
 	if err := m.Recover(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +198,53 @@ func TestCompletionNotRecorded(t *testing.T) {
 	if err != nil || r.Ticket.State != protocol.TicketIndeterminate {
 		t.Fatalf("ticket: %v %+v", err, r)
 	}
+}
+
+// TestIndeterminateWakeLogged: the start that finds a wake indeterminate logs its ticket, which
+// host.recovery only counts: an operator whose client is gone had no way to learn what to
+// reconcile.
+func TestIndeterminateWakeLogged(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	h.llm.Push(modeltest.Reply{Text: "done", Hold: hold})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := h.wake("s", "k", "question", true)
+		errc <- err
+	}()
+	<-h.llm.Arrived(1)
+	h.st.Close() // the outcome cannot be recorded: the wake stays accepted
+	close(hold)
+	if err := <-errc; code(err) != protocol.CodeDurabilityCompletion {
+		t.Fatalf("wake: %v", err)
+	}
+	h.m.Shutdown()
+	var logs syncBuffer
+	h.startWith(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	want := "ticketId=" + protocol.TicketID("s", "k")
+	if out := logs.String(); !strings.Contains(out, "wake indeterminate") || !strings.Contains(out, want) ||
+		!strings.Contains(out, "requestId=r-k") {
+		t.Fatalf("log does not name the indeterminate ticket (%s):\n%s", want, out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestJournalRetention prunes the oldest terminal entries beyond the per-session bound.
