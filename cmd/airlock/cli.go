@@ -132,19 +132,48 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return c.run(a, ctx, rest[len(words):])
 		}
 	}
-	if rest[0] == "room" {
-		if len(rest) == 1 {
-			return a.failUsage(top, usageErrorf("room needs a subcommand: status, create, list, show, close, invite, join, publish, unpublish, caps, observe, invoke, approvals, approve or deny"))
+	if subs := groupCommands(rest[0]); len(subs) > 0 {
+		switch {
+		case len(rest) == 1:
+			list := subs[len(subs)-1]
+			if len(subs) > 1 {
+				list = strings.Join(subs[:len(subs)-1], ", ") + " or " + list
+			}
+			return a.failUsage(top, usageErrorf("%s needs a subcommand: %s", rest[0], list))
+		case rest[1] == "-h" || rest[1] == "--help" || rest[1] == "help":
+			a.groupUsage(a.stdout, rest[0])
+			return exitOK
 		}
-		return a.failUsage(top, usageErrorf("unknown command %q", "room "+rest[1]))
-	}
-	if rest[0] == "session" {
-		if len(rest) == 1 {
-			return a.failUsage(top, usageErrorf("session needs a subcommand: open, close, list, show or attach"))
-		}
-		return a.failUsage(top, usageErrorf("unknown command %q", "session "+rest[1]))
+		return a.failUsage(top, usageErrorf("unknown command %q", rest[0]+" "+rest[1]))
 	}
 	return a.failUsage(top, usageErrorf("unknown command %q", rest[0]))
+}
+
+// groupCommands returns the subcommands of group, a word that only commands of two words
+// start with (session, room, adapter, cap, …), in the order of the help.
+func groupCommands(group string) []string {
+	var subs []string
+	for _, c := range commandTable() {
+		first, sub, ok := strings.Cut(c.name, " ")
+		if first != group {
+			continue
+		}
+		if !ok {
+			return nil // a command of its own, which parsed its arguments itself
+		}
+		subs = append(subs, sub)
+	}
+	return subs
+}
+
+// groupUsage prints the help of the commands of one group, as the CLI's help does.
+func (a *app) groupUsage(w io.Writer, group string) {
+	fmt.Fprintf(w, "usage: airlock %s SUBCOMMAND [flags]\n\nCommands:\n", group)
+	for _, c := range commandTable() {
+		if first, _, _ := strings.Cut(c.name, " "); first == group {
+			fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+		}
+	}
 }
 
 // failUsage reports a usage error and points at the help of the command, or of the CLI.

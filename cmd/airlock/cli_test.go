@@ -21,6 +21,25 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+	// A group's -h lists its commands; "session --help" was "unknown command".
+	for _, args := range [][]string{{"session", "--help"}, {"session", "-h"}, {"adapter", "help"}} {
+		r := cli(t, "/nonexistent.sock", "", args...).wantCode(t, exitOK)
+		if !strings.HasPrefix(r.stdout, "usage: airlock "+args[0]+" SUBCOMMAND") || !strings.Contains(r.stdout, "  "+args[0]+" list") {
+			t.Errorf("%v:\n%s", args, r.stdout)
+		}
+	}
+	// A group alone names its subcommands, each group as the help lists them.
+	for _, tc := range []struct{ group, want string }{
+		{"session", "session needs a subcommand: open, close, list, show or attach\n"},
+		{"cap", "cap needs a subcommand: list, describe, observe or invoke\n"},
+		{"policy", "policy needs a subcommand: check\n"},
+	} {
+		r := cli(t, "/nonexistent.sock", "", tc.group).wantCode(t, exitUsage)
+		if !strings.HasPrefix(r.stderr, "airlock: usage: "+tc.want) {
+			t.Errorf("%s: %q", tc.group, r.stderr)
+		}
+	}
+
 	r := cli(t, "/nonexistent.sock", "", "session", "open", "-h").wantCode(t, exitOK)
 	if !strings.HasPrefix(r.stdout, "usage: airlock session open SESSION") || !strings.Contains(r.stdout, "-generation") {
 		t.Errorf("session open -h:\n%s", r.stdout)
@@ -49,6 +68,8 @@ func TestUsageErrors(t *testing.T) {
 		{"teleport"},
 		{"session"},
 		{"session", "teleport"},
+		{"adapter"},
+		{"adapter", "teleport"},
 		{"--no-such-flag", "status"},
 		{"status", "extra"},
 		{"status", "--verbose"},
