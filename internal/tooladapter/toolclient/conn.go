@@ -218,7 +218,13 @@ func (c *Conn) bind(ctx context.Context, deadline time.Time) *protocol.Error {
 		if isTimeout(err) {
 			return timedOut()
 		}
-		return c.readError(err)
+		e := c.readError(err)
+		if e.Code == tooladapter.CodeConnectionClosed {
+			// An adapter refuses a bind by closing without a byte (airlock-fs does), so this is
+			// what an open with a revoked or mismatched grant sees: say so.
+			e.Message = "tool adapter closed the connection without answering bind: it refused the binding (is the grant live, and minted for this host instance, session, generation, operations and limits?) or stopped"
+		}
+		return e
 	}
 	f, e := c.inbound(line)
 	if e != nil {

@@ -147,6 +147,18 @@ func TestBindFailures(t *testing.T) {
 	}
 }
 
+// TestBindRefusedSaysSo: an adapter that closes the connection instead of answering bind (as
+// airlock-fs refuses a bind no live grant matches) is reported as a refused bind, not as a bare
+// "tool adapter closed the connection", which an operator could not act on.
+func TestBindRefusedSaysSo(t *testing.T) {
+	a := newAdapter(t, func(ac *adapterConn, f *tooladapter.Frame) { _ = ac.nc.Close() })
+	_, e := Connect(context.Background(), mustDescriptor(t, descriptorMap(a.sock)), Options{})
+	wantCode(t, e, tooladapter.CodeConnectionClosed)
+	if !e.Retryable || !strings.Contains(e.Message, "without answering bind") || !strings.Contains(e.Message, "grant") {
+		t.Fatalf("refused bind: %+v", e)
+	}
+}
+
 func TestConnectFailures(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		dir := shortRoot(t)
