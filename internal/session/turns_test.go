@@ -229,6 +229,28 @@ func TestIndeterminateWakeLogged(t *testing.T) {
 	}
 }
 
+// TestRestartRevisions pins what docs/protocol.md ("Storage and restart") says a restart does to
+// the catalog: a restored session's record is left as it was, a memory session's is marked
+// dormant with revision + 1.
+func TestRestartRevisions(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "kept", protocol.ModeNew)
+	h.open(t, "mem", protocol.ModeMemory)
+	h.m.Shutdown()
+	h.st.Close()
+	h.start(t)
+	for _, tc := range []struct {
+		id        string
+		revision  uint64
+		residency string
+	}{{"kept", 1, protocol.Resident}, {"mem", 2, protocol.Dormant}} {
+		rec, err := h.st.Record(tc.id)
+		if err != nil || rec.Revision != tc.revision || rec.Residency != tc.residency {
+			t.Errorf("%s after a restart: %v %+v", tc.id, err, rec)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger and a reader.
 type syncBuffer struct {
 	mu sync.Mutex
