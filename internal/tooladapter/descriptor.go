@@ -3,6 +3,7 @@ package tooladapter
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path"
 	"regexp"
 	"strings"
@@ -285,12 +286,26 @@ func decodeError(err error) *protocol.Error {
 	field := de.Path
 	switch de.Reason {
 	case ndjson.ReasonUnknownField, ndjson.ReasonDuplicateKey, ndjson.ReasonCaseVariant:
-		return fieldError(CodeInvalidField, field, "descriptor member is not allowed (%s)", de.Reason)
+		return fieldError(CodeInvalidField, unknownKeyField(field), "descriptor member is not allowed (%s)", de.Reason)
 	}
 	if field == "" {
 		return protocol.Errorf(CodeInvalidDescriptor, "descriptor must be one JSON object")
 	}
 	return fieldError(groupCode(field), field, "descriptor member has the wrong type")
+}
+
+// unknownKeyField is details.field for a key the descriptor refuses: its path, unless the
+// key is long enough to be a capability handle, which is then named by its length only, so
+// that a client that put its handle in a key's place does not get it back in the answer.
+func unknownKeyField(path string) string {
+	parent, key := "", path
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		parent, key = path[:i+1], path[i+1:]
+	}
+	if len(key) < minHandleLen {
+		return path
+	}
+	return fmt.Sprintf("%s(a key of %d bytes)", parent, len(key))
 }
 
 // groupCode returns the error code of the rule group a descriptor member belongs to.

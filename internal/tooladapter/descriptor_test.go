@@ -56,6 +56,8 @@ func TestDescriptorDrift(t *testing.T) {
 		{name: "endpoint.token", mut: func(m map[string]any) { endpoint(m)["token"] = "t" }, code: CodeInvalidField, field: "endpoint.token"},
 		{name: "binding.env", mut: func(m map[string]any) { binding(m)["env"] = map[string]any{"A": "b"} }, code: CodeInvalidField, field: "binding.env"},
 		{name: "limits.unbounded", mut: func(m map[string]any) { limits(m)["unbounded"] = true }, code: CodeInvalidField, field: "limits.unbounded"},
+		{name: "a handle as a key", mut: func(m map[string]any) { binding(m)[testHandle] = "x" }, code: CodeInvalidField, field: fmt.Sprintf("binding.(a key of %d bytes)", len(testHandle))},
+		{name: "a handle as a top-level key", mut: func(m map[string]any) { m[testHandle] = 1 }, code: CodeInvalidField, field: fmt.Sprintf("(a key of %d bytes)", len(testHandle))},
 		{name: "case variant key", raw: strings.Replace(string(mustJSON(t, descriptorMap(testSock))), `"adapterId"`, `"AdapterId"`, 1), code: CodeInvalidField, field: "AdapterId"},
 		{name: "duplicate key", raw: strings.Replace(string(mustJSON(t, descriptorMap(testSock))), `"adapterId":"owner-filesystem"`, `"adapterId":"owner-filesystem","adapterId":"x"`, 1), code: CodeInvalidField, field: "adapterId"},
 
