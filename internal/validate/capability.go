@@ -50,6 +50,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,6 +108,12 @@ type Config struct {
 	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
 	// FaultModes and RunFaultAdapter); nil skips the fault probes.
 	Fault func(mode string) (command string, args []string)
+	// ShowStderr makes a failure caused by a child that died or was killed, and a failed
+	// stdin_close, which say how the process ended, also quote the last lines it wrote to
+	// stderr: the traceback or complaint its author needs. Only for the author who runs the harness
+	// (airlock validate capability): the daemon, which validates agents' proposals, leaves it
+	// off, so that no adapter text reaches a report it shows.
+	ShowStderr bool
 }
 
 // Check reports whether c can be run.
@@ -356,7 +363,48 @@ func (h *harness) call(c *capclient.Client, label string, req capadapter.Request
 	if capadapter.CodeOf(err) == capadapter.CodeTooLarge {
 		h.bounds = append(h.bounds, label+": "+describeErr(err))
 	}
+	if err != nil && c.Failure() != nil {
+		err = &stderrError{err: err, ending: processEnding(c, h.cfg.ShowStderr)}
+	}
 	return resp, err
+}
+
+// stderrLines is how many of its last stderr lines a failed child's ending quotes.
+const stderrLines = 4
+
+// stderrError is a call's error with the ending of the child that failed (see processEnding).
+type stderrError struct {
+	err    error
+	ending string
+}
+
+func (e *stderrError) Error() string { return e.err.Error() }
+func (e *stderrError) Unwrap() error { return e.err }
+
+// processEnding waits until c, which has failed or is stopping, is reaped (its failure or Close
+// kills what is left of it, so the wait is short), and says how its process ended and, with
+// stderr (Config.ShowStderr), what it wrote to stderr last.
+func processEnding(c *capclient.Client, stderr bool) string {
+	<-c.Done()
+	ending := "the process ended"
+	if st := c.ProcessState(); st != nil {
+		ending += " with " + st.String()
+	}
+	if !stderr {
+		return ending
+	}
+	var tail []string
+	lines := c.Logs()
+	for i := len(lines) - 1; i >= 0 && len(tail) < stderrLines; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" && !strings.HasPrefix(l, "[airlock] ") { // the runtime's own notes
+			tail = append(tail, l)
+		}
+	}
+	if len(tail) == 0 {
+		return ending + " and wrote nothing to stderr"
+	}
+	slices.Reverse(tail)
+	return ending + "; its last stderr lines: " + strings.Join(tail, " | ")
 }
 
 // expectCode makes a call that must be answered with the error code want, and returns the
@@ -444,14 +492,18 @@ func (h *harness) closeAll() {
 
 // describeErr renders a capadapter error as "code: detail".
 func describeErr(err error) string {
+	var ending string
+	if se, ok := err.(*stderrError); ok {
+		err, ending = se.err, " ("+se.ending+")"
+	}
 	var e *capadapter.Error
 	if errors.As(err, &e) {
 		if e.Detail == "" {
-			return e.Code
+			return e.Code + ending
 		}
-		return e.Code + ": " + e.Detail
+		return e.Code + ": " + e.Detail + ending
 	}
-	return err.Error()
+	return err.Error() + ending
 }
 
 func describeResp(resp capadapter.Response, err error) string {

@@ -235,6 +235,49 @@ func TestBrokenAdapters(t *testing.T) {
 	}
 }
 
+// TestFailuresSayHowTheProcessEnded: a child that crashed or did not exit cleanly is reported
+// with its exit status and, with ShowStderr, its last stderr lines, which are its author's only
+// clue; without ShowStderr (the daemon's runs) no stderr text is in the report.
+func TestFailuresSayHowTheProcessEnded(t *testing.T) {
+	cases := []struct {
+		mode, probe, stderr string
+		want                []string
+	}{
+		{mode: "exit-status", probe: ProbeStdinClose, stderr: "cleanup failed: lost the device",
+			want: []string{"exited", "not with status 0", "exit status 3"}},
+		{mode: "crash-observe", probe: ProbeObserve, stderr: "observe crashed: no device",
+			want: []string{"closed its stdout", "exit status 1"}},
+	}
+	for _, tc := range cases {
+		for _, show := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ShowStderr=%v", tc.mode, show), func(t *testing.T) {
+				trackChildren(t)
+				cfg := testConfig(t, tc.mode)
+				cfg.ShowStderr = show
+				rep := run(t, cfg)
+				p, _ := rep.Probe(tc.probe)
+				if p.Pass {
+					t.Fatalf("%s passes:\n%s", tc.probe, dump(rep))
+				}
+				want := tc.want
+				if show {
+					want = append(want, tc.stderr)
+				} else if strings.Contains(dump(rep), tc.stderr) {
+					t.Errorf("the report quotes stderr without ShowStderr:\n%s", dump(rep))
+				}
+				for _, w := range want {
+					if !strings.Contains(p.Detail, w) {
+						t.Errorf("%s detail %q lacks %q", p.Name, p.Detail, w)
+					}
+				}
+				if strings.Contains(p.Detail, "signalled") {
+					t.Errorf("%s detail %q says the adapter was signalled", p.Name, p.Detail)
+				}
+			})
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	for _, cfg := range []Config{
 		{},

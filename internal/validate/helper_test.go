@@ -115,6 +115,8 @@ const lightDescriptor = `{"capabilityId":"test_light","title":"Test light","vers
 //	version-other-result answers a wrong protocolVersion with a result and the id "invalid"
 //	no-unsupported-*     answers the probe of that code with invalid_request
 //	no-unknown-capability
+//	exit-status          on stdin close, complains on stderr and exits with status 3
+//	crash-observe        on observe, complains on stderr and exits with status 1
 func testAdapter(mode string) int {
 	in := bufio.NewReaderSize(os.Stdin, 1<<16)
 	out := bufio.NewWriter(os.Stdout)
@@ -132,8 +134,12 @@ func testAdapter(mode string) int {
 	for {
 		line, err := in.ReadBytes('\n')
 		if err != nil {
-			if mode == "no-exit" {
+			switch mode {
+			case "no-exit":
 				time.Sleep(time.Hour)
+			case "exit-status":
+				os.Stderr.WriteString("cleanup failed: lost the device\n")
+				return 3
 			}
 			return 0
 		}
@@ -202,6 +208,9 @@ func testAdapter(mode string) int {
 				ok(map[string]any{"note": "see https://example.com/x"})
 			case "big-result":
 				ok(map[string]any{"blob": strings.Repeat("a", 5000)})
+			case "crash-observe":
+				os.Stderr.WriteString("observe crashed: no device\n")
+				return 1
 			case "slow-observe":
 				time.Sleep(20 * time.Second)
 				ok(map[string]any{"level": level})

@@ -335,6 +335,14 @@ func (c *Client) Failure() error {
 // Logs returns the child's kept stderr lines, for its operator only.
 func (c *Client) Logs() []string { return c.log.snapshot() }
 
+// ProcessState returns how the child ended once Done is closed (its exit status, or the
+// signal that killed it), and nil before.
+func (c *Client) ProcessState() *os.ProcessState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
 // signalLocked signals the child's whole process group, unless the group was already killed
 // after the leader exited: from then on its id may be reused.
 func (c *Client) signalLocked(sig syscall.Signal) {
