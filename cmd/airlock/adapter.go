@@ -5,19 +5,45 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
+// absScript returns args with the script of an interpreter command (capclient.ScriptPath: the
+// first argument that is no option and names a file, here in this directory) made absolute.
+// The daemon runs the child in its own directory, where `python3 counter.py` names another
+// file or none, while airlock validate capability, run here, found this one; and the script
+// is the file whose SHA-256 the registration records. Other arguments are sent as written.
+func absScript(command string, args []string) []string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return args
+	}
+	script := capclient.ScriptPath(command, args, dir)
+	if script == "" {
+		return args
+	}
+	for i, arg := range args {
+		if !strings.HasPrefix(arg, "-") && !filepath.IsAbs(arg) && filepath.Join(dir, arg) == script {
+			out := slices.Clone(args)
+			out[i] = script
+			return out
+		}
+	}
+	return args
+}
+
 // adapterRegister approves and starts an adapter: airlock adapter register NAME -- CMD [ARGS…].
 // The daemon starts and validates it before persisting the registration. A command given with
-// a directory part is made absolute here, since the daemon runs in another directory; a bare
-// name is looked up in the daemon's PATH. --room, or --session with --generation, tie it to a
+// a directory part, and an interpreter's script (absScript), are made absolute here, since the
+// daemon runs in another directory; a bare name is looked up in the daemon's PATH. --room, or --session with --generation, tie it to a
 // room or a session generation, and --lease ends it after a duration: a temporary adapter.
 // --pass-env NAME (repeatable) passes that variable from the daemon's environment to the
 // adapter: the name is part of the approval; the value is the daemon's, never sent or stored.
@@ -61,7 +87,7 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 		command = abs
 	}
 	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpRegisterAdapter,
-		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: argv[1:], PassEnv: passEnv, Room: *room,
+		Payload: protocol.RegisterAdapterPayload{Name: pos[0], Command: command, Args: absScript(command, argv[1:]), PassEnv: passEnv, Room: *room,
 			SessionID: *session, Generation: *generation, LeaseSeconds: int64(lease.Round(time.Second) / time.Second)}})
 	if err != nil {
 		return o.fail(err)

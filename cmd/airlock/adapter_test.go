@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -182,5 +184,46 @@ func TestAdapterPassEnvAndAvailabilityCommands(t *testing.T) {
 	if strings.Contains(out+js, secret) || json.Unmarshal([]byte(js), &env) != nil || len(env.Data.Adapters) != 1 ||
 		strings.Join(env.Data.Adapters[0].PassEnv, ",") != "PROBE_TOKEN" {
 		t.Fatalf("status --json: %q", js)
+	}
+}
+
+// TestAdapterRegisterInterpreterScriptRelative: `adapter register NAME -- sh lamp.sh`, run in
+// the script's directory, registers the script there (as airlock validate capability, run
+// there, checks it), not a lamp.sh in the daemon's directory, and records its digest.
+func TestAdapterRegisterInterpreterScriptRelative(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	d := daemontest.Start(t, daemontest.Options{})
+	dir := t.TempDir()
+	script := filepath.Join(dir, "lamp.sh")
+	if err := os.WriteFile(script, []byte("exec '"+lamp+"'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--socket", d.Socket, "adapter", "register", "lamp", "--json", "--", "sh", "lamp.sh"}, nil, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("register: %d %q %q", code, stdout.String(), stderr.String())
+	}
+	var env struct {
+		Data struct {
+			Adapter struct {
+				State   string   `json:"state"`
+				Args    []string `json:"args"`
+				Digests []struct {
+					Role string `json:"role"`
+					Path string `json:"path"`
+				} `json:"digests"`
+			} `json:"adapter"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &env); err != nil {
+		t.Fatal(err)
+	}
+	a := env.Data.Adapter
+	if a.State != "ready" || len(a.Args) != 1 || a.Args[0] != script {
+		t.Fatalf("adapter %+v, want ready with args [%s]", a, script)
+	}
+	if len(a.Digests) != 2 || a.Digests[1].Role != "script" || a.Digests[1].Path != script {
+		t.Fatalf("digests %+v, want the script %s", a.Digests, script)
 	}
 }
