@@ -139,12 +139,12 @@ func ParseDescriptor(data []byte) (Descriptor, []byte, error) {
 }
 
 func canonicalDescriptor(d Descriptor) ([]byte, error) {
-	canon, err := json.Marshal(&d) // map keys sort; no HTML is possible in validated text
+	canon, err := json.Marshal(&d) // map keys sort; <, > and & are escaped, as the bound is measured
 	if err != nil {
 		return nil, invalidDescriptor("descriptor is not serializable")
 	}
 	if len(canon) > MaxDescriptorBytes {
-		return nil, newError(CodeTooLarge, "descriptor exceeds "+strconv.Itoa(MaxDescriptorBytes)+" bytes")
+		return nil, descriptorTooLarge(len(canon))
 	}
 	return canon, nil
 }
@@ -215,9 +215,16 @@ func ValidateDescriptor(d Descriptor) error {
 		return invalidDescriptor("descriptor is not serializable")
 	}
 	if len(canon) > MaxDescriptorBytes {
-		return newError(CodeTooLarge, "descriptor exceeds 1024 bytes")
+		return descriptorTooLarge(len(canon))
 	}
 	return nil
+}
+
+// descriptorTooLarge says how large a descriptor is as it is measured: an author whose own
+// compact JSON is within the bound learns why it is not.
+func descriptorTooLarge(n int) *Error {
+	return newError(CodeTooLarge, "descriptor is "+strconv.Itoa(n)+" bytes, over "+strconv.Itoa(MaxDescriptorBytes)+
+		`, encoded compactly with <, > and & escaped as \u003c, \u003e and \u0026`)
 }
 
 // unsafeDescriptorText reports whether any string of d fails unsafeText.

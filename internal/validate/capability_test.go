@@ -191,6 +191,8 @@ func TestBrokenAdapters(t *testing.T) {
 			// start (a race-built test binary on a loaded machine missed 300 ms in CI).
 			cfg: func(c *Config) { c.Timeout = 2 * time.Second }},
 		{mode: "big-result", fail: []string{ProbeObserve, ProbeBounds}, detail: "over 4096"},
+		{mode: "amp-titles", fail: []string{ProbeList, ProbeBounds}, detail: "too_large: descriptor is 1",
+			sent: []string{"bytes, over 1024", `escaped as \u003c, \u003e and \u0026`}},
 		{mode: "version-result", fail: []string{ProbeProtocolVersion}, detail: "want invalid_request",
 			sent: []string{`(sent {"protocolVersion":2,"method":"list"}): answered a result`}},
 		// Another id is a warning only for invalid_request from an adapter that keeps serving.

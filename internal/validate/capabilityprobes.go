@@ -45,10 +45,13 @@ func (h *harness) probeList() bool {
 	for i, item := range items {
 		label := fmt.Sprintf("descriptor %d", i)
 		h.screenDescriptor(label, item)
-		if compactLen(item) > capadapter.MaxDescriptorBytes {
+		d, cb, err := capadapter.ParseDescriptor(item)
+		switch {
+		case capadapter.CodeOf(err) == capadapter.CodeTooLarge: // measured as the runtime measures it
+			h.bounds = append(h.bounds, label+": "+describeErr(err))
+		case compactLen(item) > capadapter.MaxDescriptorBytes:
 			h.bounds = append(h.bounds, fmt.Sprintf("%s: %d bytes, over %d", label, compactLen(item), capadapter.MaxDescriptorBytes))
 		}
-		d, cb, err := capadapter.ParseDescriptor(item)
 		if err != nil {
 			problems = append(problems, label+": "+describeErr(err))
 			continue

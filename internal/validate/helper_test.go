@@ -115,6 +115,8 @@ const lightDescriptor = `{"capabilityId":"test_light","title":"Test light","vers
 //	version-other-result answers a wrong protocolVersion with a result and the id "invalid"
 //	no-unsupported-*     answers the probe of that code with invalid_request
 //	no-unknown-capability
+//	amp-titles           lists titles of 64 "&", a descriptor within 1024 bytes as written
+//	                     and over it as the runtime measures it (& escaped as \u0026)
 //	exit-status          on stdin close, complains on stderr and exits with status 3
 //	crash-observe        on observe, complains on stderr and exits with status 1
 func testAdapter(mode string) int {
@@ -122,13 +124,18 @@ func testAdapter(mode string) int {
 	out := bufio.NewWriter(os.Stdout)
 	send := func(v map[string]any) {
 		v["protocolVersion"] = 1
-		b, _ := json.Marshal(v)
-		out.Write(append(b, '\n'))
+		enc := json.NewEncoder(out) // writes & as it is, as other languages do
+		enc.SetEscapeHTML(false)
+		enc.Encode(v)
 		out.Flush()
 	}
 	desc := lightDescriptor
-	if mode == "sensitive" {
+	switch mode {
+	case "sensitive":
 		desc = strings.Replace(desc, `"label":"string"`, `"endpoint":"string"`, 1)
+	case "amp-titles":
+		desc = strings.NewReplacer(`"Test light"`, `"`+strings.Repeat("&", 64)+`"`, `"Set level"`, `"`+strings.Repeat("&", 64)+`"`,
+			`"Flip"`, `"`+strings.Repeat("&", 64)+`"`).Replace(desc)
 	}
 	level := 0.0
 	for {
