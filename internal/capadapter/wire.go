@@ -160,7 +160,7 @@ func DecodeResponse(frame []byte, wantID string) (Response, error) {
 	}
 	var w responseWire
 	if err := ndjson.Decode(frame, &w, ndjson.Closed); err != nil {
-		return Response{}, newError(CodeMalformedResponse, "response is not a strict protocol envelope")
+		return Response{}, newError(CodeMalformedResponse, envelopeProblem(err))
 	}
 	if string(w.ProtocolVersion) != "1" {
 		return Response{}, newError(CodeMalformedResponse, "response protocolVersion is not 1")
@@ -184,6 +184,25 @@ func DecodeResponse(frame []byte, wantID string) (Response, error) {
 		return Response{ID: id, ErrorCode: code}, nil
 	}
 	return Response{}, newError(CodeMalformedResponse, "response has neither result nor error")
+}
+
+// envelopeProblem says why a response is not a strict protocol envelope, in words that point
+// an adapter's author at the fix, without quoting the frame.
+func envelopeProblem(err error) string {
+	var de *ndjson.DecodeError
+	if errors.As(err, &de) {
+		switch de.Reason {
+		case ndjson.ReasonSyntax:
+			return "response is not one well-formed JSON object (stdout carries responses only: print logs to stderr)"
+		case ndjson.ReasonDuplicateKey:
+			return "response has a duplicated key"
+		case ndjson.ReasonCaseVariant:
+			return "response has a key that differs only in case from protocolVersion, id, result or error"
+		case ndjson.ReasonUnknownField:
+			return "response has a key other than protocolVersion, id, result and error"
+		}
+	}
+	return "response is not a protocol envelope object"
 }
 
 // quotedEqual reports whether raw is exactly the JSON string "s", unescaped.

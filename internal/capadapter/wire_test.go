@@ -99,6 +99,27 @@ func TestDecodeResponse(t *testing.T) {
 	}
 }
 
+// TestDecodeResponseSaysWhy: a response that is not a strict envelope is refused saying what
+// is wrong with it, so that an author who printed a banner to stdout, or added a key, can
+// tell.
+func TestDecodeResponseSaysWhy(t *testing.T) {
+	for _, tc := range []struct{ frame, want string }{
+		{`adapter starting`, "print logs to stderr"},
+		{`{"protocolVersion":1,"id":"7","result":{"a":[1,]}}`, "not one well-formed JSON object"},
+		{`[]`, "not a protocol envelope object"},
+		{`{"protocolVersion":1,"id":"7","id":"7","result":1}`, "duplicated key"},
+		{`{"protocolVersion":1,"id":"7","result":{"a":1,"a":2}}`, "duplicated key"},
+		{`{"protocolVersion":1,"ID":"7","result":1}`, "differs only in case"},
+		{`{"protocolVersion":1,"id":"7","result":1,"message":"x"}`, "a key other than protocolVersion, id, result and error"},
+	} {
+		_, err := DecodeResponse([]byte(tc.frame), "7")
+		wantCode(t, err, CodeMalformedResponse)
+		if e, ok := err.(*Error); !ok || !strings.Contains(e.Detail, tc.want) || strings.Contains(e.Detail, "message") {
+			t.Errorf("%s: %v, want a detail saying %q (and quoting nothing)", tc.frame, err, tc.want)
+		}
+	}
+}
+
 func TestFrameReaderBounds(t *testing.T) {
 	exact := strings.Repeat(" ", MaxFrameBytes-3) + "{}\n" // 65,536 bytes with the LF
 	over := strings.Repeat(" ", MaxFrameBytes-2) + "{}\n"
