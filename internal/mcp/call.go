@@ -72,10 +72,16 @@ func (b *Bridge) handler(s toolSpec) sdk.ToolHandler {
 			return b.callCapability(ctx, client.Command{Operation: protocol.OpObserveRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID}})
 		case kindRoomAction:
+			if e := argsTooLarge(args, protocol.MaxRoomArgsBytes); e != nil {
+				return errorResult(e), nil
+			}
 			return b.callAction(ctx, client.Command{Operation: protocol.OpInvokeRoomCapability, Client: clientName,
 				Payload: protocol.RoomCallPayload{Room: s.room, Provider: s.provider, CapabilityID: s.capabilityID, Action: s.action, Args: args}},
 				callFingerprint(sessionID, s.tool.Name, args, explicit), args)
 		default:
+			if e := argsTooLarge(args, protocol.MaxCapabilityArgsBytes); e != nil {
+				return errorResult(e), nil
+			}
 			return b.callAction(ctx, b.gated(client.Command{Operation: protocol.OpInvokeCapability,
 				Payload: protocol.InvokeCapabilityPayload{CapabilityID: s.capabilityID, Action: s.action, Args: args}}, clientName),
 				callFingerprint(sessionID, s.tool.Name, args, explicit), args)
@@ -92,6 +98,18 @@ func noArguments(args json.RawMessage) *protocol.Error {
 		return nil
 	}
 	return protocol.Errorf(capadapter.CodeInvalidArgs, "an argument is not declared by observe, which takes no arguments")
+}
+
+// argsTooLarge refuses an action's arguments over bound bytes as sent (the adapter protocol's
+// bound for a local action, the room edge's for a room one) with too_large, as the supervisor
+// and the adapter protocol name it. The daemon's envelope check refuses them invalid_field,
+// the code of a request that airlock's own client got wrong, whose hint tells the model to
+// send the same arguments again.
+func argsTooLarge(args json.RawMessage, bound int) *protocol.Error {
+	if len(args) <= bound {
+		return nil
+	}
+	return protocol.Errorf(capadapter.CodeTooLarge, "the arguments are %d bytes as JSON, over the %d an action takes", len(args), bound)
 }
 
 // gated fills a local capability call's actor members: the bridge's session, so that the

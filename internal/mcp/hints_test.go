@@ -63,6 +63,10 @@ func TestErrorsCarryAHint(t *testing.T) {
 			[]string{`airlock: invalid_args: argument "level" must be a number`}, "device"},
 		{"runtime: undeclared capability argument", "desk_lamp_set_power", map[string]any{"on": true, "colour": "red"}, "invalid_args",
 			[]string{`which takes "on" (true or false, required)`}, "device"},
+		// Arguments over the adapter protocol's 1024 bytes: too_large, whose hint says to send
+		// less, not the envelope's invalid_field, whose hint says airlock's own client erred.
+		{"runtime: capability arguments over 1024 bytes", "desk_lamp_set_brightness", map[string]any{"level": strings.Repeat("dazzling", 140)},
+			"too_large", []string{"over the 1024 an action takes"}, "send less"},
 		// observe takes no arguments, as its input schema says: one is refused as an
 		// action's undeclared one is, not run with it unread.
 		{"runtime: an argument to observe", "desk_lamp_observe", map[string]any{"colour": "red"}, "invalid_args",
