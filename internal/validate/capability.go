@@ -381,11 +381,21 @@ type stderrError struct {
 func (e *stderrError) Error() string { return e.err.Error() }
 func (e *stderrError) Unwrap() error { return e.err }
 
+// endingWait bounds processEnding's wait for a killed child to be reaped: only a process stuck
+// in the kernel outlives SIGKILL for long.
+const endingWait = 2 * time.Second
+
 // processEnding waits until c, which has failed or is stopping, is reaped (its failure or Close
 // kills what is left of it, so the wait is short), and says how its process ended and, with
 // stderr (Config.ShowStderr), what it wrote to stderr last.
 func processEnding(c *capclient.Client, stderr bool) string {
-	<-c.Done()
+	timer := time.NewTimer(endingWait)
+	defer timer.Stop()
+	select {
+	case <-c.Done():
+	case <-timer.C:
+		return "the process has not exited " + endingWait.String() + " after it was killed"
+	}
 	ending := "the process ended"
 	if st := c.ProcessState(); st != nil {
 		ending += " with " + st.String()
