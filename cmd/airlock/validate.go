@@ -64,7 +64,7 @@ func (a *app) validateCapability(ctx context.Context, args []string) int {
 	if len(argv) == 0 || argv[0] == "" {
 		return a.failUsage(o, usageErrorf("missing the adapter command after --"))
 	}
-	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:], PassEnv: passEnv, ShowStderr: true}
+	cfg := validate.Config{Action: *action, Timeout: *timeout, Fault: faultAdapter, Args: argv[1:], PassEnv: passEnv, ShowAdapterText: true}
 	if *argsJSON != "" {
 		if *action == "" {
 			return a.failUsage(o, usageErrorf("--args needs --action"))

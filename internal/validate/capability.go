@@ -53,6 +53,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlockhq/airlock/internal/capadapter"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
@@ -108,12 +109,15 @@ type Config struct {
 	// Fault returns the command and arguments of the built-in misbehaving adapter mode (see
 	// FaultModes and RunFaultAdapter); nil skips the fault probes.
 	Fault func(mode string) (command string, args []string)
-	// ShowStderr makes a failure caused by a child that died or was killed, and a failed
-	// stdin_close, which say how the process ended, also quote the last lines it wrote to
-	// stderr: the traceback or complaint its author needs. Only for the author who runs the harness
-	// (airlock validate capability): the daemon, which validates agents' proposals, leaves it
-	// off, so that no adapter text reaches a report it shows.
-	ShowStderr bool
+	// ShowAdapterText makes the report quote what the adapter wrote: the last lines of its
+	// stderr in a failure caused by a child that died or was killed and in a failed
+	// stdin_close (the traceback or complaint its author needs), and the text of a result the
+	// runtime would withhold, or a wrong id it answered with. Only for the author who runs the
+	// harness (airlock validate capability): the daemon, which validates agents' proposals and
+	// shows the report to the proposing session, leaves it off, so that no adapter text
+	// reaches a caller through a report (an adapter reading a secret and answering it would
+	// otherwise pass it to the agent as a warning); the report then gives the text's length.
+	ShowAdapterText bool
 }
 
 // Check reports whether c can be run.
@@ -273,6 +277,15 @@ func (h *harness) run() {
 	h.probeScreens()
 }
 
+// text is how the report shows a text the adapter wrote: quoted for its author
+// (Config.ShowAdapterText), else by its length only.
+func (h *harness) text(s string) string {
+	if h.cfg.ShowAdapterText {
+		return quote(s)
+	}
+	return fmt.Sprintf("(a text of %d characters, not shown)", utf8.RuneCountInString(s))
+}
+
 func (h *harness) pass(name, detail string) { h.rep.add(Probe{Name: name, Pass: true, Detail: detail}) }
 func (h *harness) fail(name, detail string) { h.rep.add(Probe{Name: name, Detail: detail}) }
 func (h *harness) warn(name, detail string) {
@@ -364,7 +377,7 @@ func (h *harness) call(c *capclient.Client, label string, req capadapter.Request
 		h.bounds = append(h.bounds, label+": "+describeErr(err))
 	}
 	if err != nil && c.Failure() != nil {
-		err = &stderrError{err: err, ending: processEnding(c, h.cfg.ShowStderr)}
+		err = &stderrError{err: err, ending: processEnding(c, h.cfg.ShowAdapterText)}
 	}
 	return resp, err
 }
@@ -387,7 +400,7 @@ const endingWait = 2 * time.Second
 
 // processEnding waits until c, which has failed or is stopping, is reaped (its failure or Close
 // kills what is left of it, so the wait is short), and says how its process ended and, with
-// stderr (Config.ShowStderr), what it wrote to stderr last.
+// stderr (Config.ShowAdapterText), what it wrote to stderr last.
 func processEnding(c *capclient.Client, stderr bool) string {
 	timer := time.NewTimer(endingWait)
 	defer timer.Stop()
@@ -474,7 +487,7 @@ func (h *harness) resultCall(label string, req capadapter.Request) (problem, war
 		}
 		return label + ": the runtime refuses the result: " + describeErr(err), ""
 	}
-	found := screenResult(resp.Result)
+	found := screenResult(resp.Result, h.text)
 	if p := checkSemantic(resp.Result); p != "" {
 		found = append(found, p)
 	}

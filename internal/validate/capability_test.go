@@ -152,7 +152,9 @@ func TestStrictAdapterPasses(t *testing.T) {
 // "invalid") passes, with a warning on protocol_version that says why it is not a failure.
 func TestWrongVersionOtherIDWarns(t *testing.T) {
 	trackChildren(t)
-	rep := run(t, testConfig(t, "version-other-id"))
+	cfg := testConfig(t, "version-other-id")
+	cfg.ShowAdapterText = true
+	rep := run(t, cfg)
 	wantAllPass(t, rep, conformanceProbes...)
 	p, _ := rep.Probe(ProbeProtocolVersion)
 	for _, want := range []string{"warning", `id "invalid"`, "kept serving", "does not define", "never sends"} {
@@ -238,8 +240,8 @@ func TestBrokenAdapters(t *testing.T) {
 }
 
 // TestFailuresSayHowTheProcessEnded: a child that crashed or did not exit cleanly is reported
-// with its exit status and, with ShowStderr, its last stderr lines, which are its author's only
-// clue; without ShowStderr (the daemon's runs) no stderr text is in the report.
+// with its exit status and, with ShowAdapterText, its last stderr lines, which are its author's only
+// clue; without ShowAdapterText (the daemon's runs) no stderr text is in the report.
 func TestFailuresSayHowTheProcessEnded(t *testing.T) {
 	cases := []struct {
 		mode, probe, stderr string
@@ -252,10 +254,10 @@ func TestFailuresSayHowTheProcessEnded(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for _, show := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/ShowStderr=%v", tc.mode, show), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/ShowAdapterText=%v", tc.mode, show), func(t *testing.T) {
 				trackChildren(t)
 				cfg := testConfig(t, tc.mode)
-				cfg.ShowStderr = show
+				cfg.ShowAdapterText = show
 				rep := run(t, cfg)
 				p, _ := rep.Probe(tc.probe)
 				if p.Pass {
@@ -265,7 +267,7 @@ func TestFailuresSayHowTheProcessEnded(t *testing.T) {
 				if show {
 					want = append(want, tc.stderr)
 				} else if strings.Contains(dump(rep), tc.stderr) {
-					t.Errorf("the report quotes stderr without ShowStderr:\n%s", dump(rep))
+					t.Errorf("the report quotes stderr without ShowAdapterText:\n%s", dump(rep))
 				}
 				for _, w := range want {
 					if !strings.Contains(p.Detail, w) {
@@ -321,22 +323,30 @@ func TestWithheldResultWarns(t *testing.T) {
 			}
 		}
 	})
-	t.Run("noticeboard", func(t *testing.T) {
-		board := buildAdapter(t, "./internal/daemontest/noticeboard")
-		trackChildren(t)
-		rep := run(t, Config{Command: board, Action: "post", ActionArgs: json.RawMessage(`{"text":"wifi password: hunter2"}`)})
-		wantAllPass(t, rep, conformanceProbes...)
-		if p, _ := rep.Probe(ProbeObserve); strings.HasPrefix(p.Detail, "warning") {
-			t.Errorf("observe of an empty board warns: %q", p.Detail)
-		}
-		for _, name := range []string{ProbeInvoke, ProbeScreens} {
-			p, _ := rep.Probe(name)
-			for _, want := range []string{"warning: ", "invoke notice_board.post", "result_withheld: it fails the sensitive_text screen",
-				"URL or sensitive key:value in"} {
-				if !strings.Contains(p.Detail, want) {
-					t.Errorf("%s detail %q lacks %q", name, p.Detail, want)
+	for _, show := range []bool{true, false} {
+		t.Run(fmt.Sprintf("noticeboard/ShowAdapterText=%v", show), func(t *testing.T) {
+			board := buildAdapter(t, "./internal/daemontest/noticeboard")
+			trackChildren(t)
+			rep := run(t, Config{Command: board, Action: "post", ActionArgs: json.RawMessage(`{"text":"wifi password: hunter2"}`), ShowAdapterText: show})
+			wantAllPass(t, rep, conformanceProbes...)
+			if p, _ := rep.Probe(ProbeObserve); strings.HasPrefix(p.Detail, "warning") {
+				t.Errorf("observe of an empty board warns: %q", p.Detail)
+			}
+			// The result's text is quoted for the author only: the daemon shows its reports
+			// of proposals to the proposing session, and an adapter's result must not reach
+			// a caller that way.
+			result := `URL or sensitive key:value in "wifi password: hunter2"`
+			if !show {
+				result = "URL or sensitive key:value in (a text of 22 characters, not shown)"
+			}
+			for _, name := range []string{ProbeInvoke, ProbeScreens} {
+				p, _ := rep.Probe(name)
+				for _, want := range []string{"warning: ", "invoke notice_board.post", "result_withheld: it fails the sensitive_text screen", result} {
+					if !strings.Contains(p.Detail, want) {
+						t.Errorf("%s detail %q lacks %q", name, p.Detail, want)
+					}
 				}
 			}
-		}
-	})
+		})
+	}
 }

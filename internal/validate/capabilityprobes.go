@@ -350,7 +350,7 @@ func (h *harness) probeStdinClose() {
 	default:
 		problem = "the adapter exited " + took + " after stdin closed, but not with status 0"
 	}
-	h.fail(ProbeStdinClose, problem+" ("+processEnding(c, h.cfg.ShowStderr)+")")
+	h.fail(ProbeStdinClose, problem+" ("+processEnding(c, h.cfg.ShowAdapterText)+")")
 }
 
 func (h *harness) probeDeadline() {
@@ -429,12 +429,12 @@ func (h *harness) otherID(req capadapter.Request) (warning, problem string) {
 		return "", "-"
 	}
 	if len(answers) < 2 {
-		return "", "answered invalid_request with the id " + quote(id) + " instead of the request's, but did not answer a list afterwards"
+		return "", "answered invalid_request with the id " + h.text(id) + " instead of the request's, but did not answer a list afterwards"
 	}
 	if resp, err := capadapter.DecodeResponse(answers[1], listID); err != nil || resp.ErrorCode != "" {
-		return "", "answered invalid_request with the id " + quote(id) + " instead of the request's, but a list afterwards failed: " + describeResp(resp, err)
+		return "", "answered invalid_request with the id " + h.text(id) + " instead of the request's, but a list afterwards failed: " + describeResp(resp, err)
 	}
-	return "warning: answered invalid_request with the id " + quote(id) + ", not the request's id, and kept serving. " +
+	return "warning: answered invalid_request with the id " + h.text(id) + ", not the request's id, and kept serving. " +
 		"Not a failure: the protocol does not define an answer to a request of another protocolVersion, and the runtime " +
 		"never sends one (it would discard an answer with another id); echoing the request's id is preferred", ""
 }

@@ -74,7 +74,7 @@ func screenDescriptor(raw []byte) []string {
 
 // screenResult returns the screen violations in an observe or invoke result: a URL or a
 // sensitive key:value in any key or string, a sensitive key name.
-func screenResult(raw []byte) []string {
+func screenResult(raw []byte, text func(string) string) []string {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	var v any
@@ -88,7 +88,7 @@ func screenResult(raw []byte) []string {
 		case map[string]any:
 			for _, k := range sortedKeys(x) {
 				if sensitiveName.MatchString(k) || unsafeText.MatchString(k) {
-					out = append(out, "sensitive key "+quote(k))
+					out = append(out, "sensitive key "+text(k))
 				}
 				walk(x[k])
 			}
@@ -98,7 +98,7 @@ func screenResult(raw []byte) []string {
 			}
 		case string:
 			if unsafeText.MatchString(x) {
-				out = append(out, "URL or sensitive key:value in "+quote(x))
+				out = append(out, "URL or sensitive key:value in "+text(x))
 			}
 		}
 	}
