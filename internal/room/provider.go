@@ -462,8 +462,13 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 			fail(CodeOf(err))
 			return
 		}
-		// The wait was long: the publication or the roster may have changed meanwhile.
+		// The wait was long: the publication or the roster may have changed meanwhile, or the
+		// caller left (its result would be withheld, so the effect would be for nobody).
 		if _, err := p.authorize(c); err != nil {
+			fail(CodeUnauthorized)
+			return
+		}
+		if now, ok := p.cfg.Directory.departures(c.Room, c.Caller); !ok || now != departed {
 			fail(CodeUnauthorized)
 			return
 		}

@@ -470,6 +470,29 @@ func TestPerCallApproval(t *testing.T) {
 			}
 		})
 	})
+	t.Run("caller left while waiting", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t)
+			f.dir.SetPresence(testRoom, f.b.ID(), true)
+			errc := make(chan error, 1)
+			go func() {
+				req := invoke("printer", "print", `{}`)
+				req.AwaitApproval = true
+				_, err := f.call(t, f.b, req, time.Now())
+				errc <- err
+			}()
+			synctest.Wait()
+			// A leave deletes the caller's presence; it stays on the roster.
+			f.dir.SetPresence(testRoom, f.b.ID(), false)
+			if err := f.appr.Approve(f.appr.Pending()[0].ID); err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, <-errc, CodeUnauthorized)
+			if f.inv.count("printer/print") != 0 {
+				t.Fatal("invoked for a caller that left")
+			}
+		})
+	})
 }
 
 func TestInvokeTimeoutAndProviderStop(t *testing.T) {
