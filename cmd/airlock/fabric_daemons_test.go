@@ -532,3 +532,50 @@ func fabricLoad(t *testing.T, what string, ds []*fabricDaemon, effectsLog string
 			strings.Join(lines[max(0, len(lines)-8):], "\n"))
 	}
 }
+
+// TestFabricStatusWhileTheFabricForms starts one airlockd of a three-node fabric alone: its
+// room service waits for a JetStream leader that cannot come, and meanwhile airlock fabric
+// status shows the node (no route, no leader), the status an operator needs to see why,
+// while the room operations answer unavailable saying that the service waits for the fabric.
+func TestFabricStatusWhileTheFabricForms(t *testing.T) {
+	ports := fabricTestPorts(t)
+	root := daemontest.ShortDir(t)
+	top := filepath.Join(root, "fabric")
+	args := []string{"fabric", "init", "--dir", top, "--cluster", "home", "--client-port", strconv.Itoa(ports[0]),
+		"--route-port", strconv.Itoa(ports[1])}
+	var a *fabricDaemon
+	for i, name := range []string{"a", "b", "c"} {
+		state := filepath.Join(root, name)
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		k, _, err := room.LoadOrCreateHostKey(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a == nil {
+			a = &fabricDaemon{name: name, state: state, socket: filepath.Join(root, name+".sock"),
+				fabric: filepath.Join(top, name, "fabric.json"), id: string(k.ID())}
+		}
+		args = append(args, "--node", name+"="+fabricNodeIPs[i], "--host", name+"="+string(k.ID()))
+	}
+	cli(t, "/nonexistent.sock", "", args...).wantCode(t, exitOK)
+	a.start(t)
+	a.h.d.WaitReady()
+
+	var st bus.FabricStatus
+	waitFor(t, "fabric status of the node waiting for its peers", func() bool {
+		return cli(t, a.socket, "", "fabric", "status").code == exitOK
+	})
+	a.h.data(&st, "fabric", "status")
+	if st.Node != "a" || st.Mode != bus.ModeCluster || len(st.Routes) != 0 || st.JetStream.Leader != "" {
+		t.Fatalf("fabric status: %+v", st)
+	}
+	if text := a.h.cli("", "fabric", "status").stdout; !strings.Contains(text, "jetstream: NO LEADER") {
+		t.Fatalf("fabric status text:\n%s", text)
+	}
+	a.h.refused(room.CodeUnavailable, "room", "status")
+	if r := a.h.cli("", "room", "list"); !strings.Contains(r.stderr, "waits for a JetStream leader") {
+		t.Fatalf("room list while the fabric forms: %s", r.stderr)
+	}
+}

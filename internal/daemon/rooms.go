@@ -59,7 +59,9 @@ func (d *Daemon) startRooms(ctx context.Context) {
 		Invoker: &providerInvoker{srv: d.srv, sup: caps}, ErrorCode: providerErrorCode,
 		Via: via, Listen: rc.Listen, Fabric: rc.Fabric, ApprovalWait: rc.ApprovalWait, InviteTTL: rc.InviteTTL,
 		RoomClosed: d.roomClosed, Approver: roomApprover{d.srv.approvals},
+		NodeStarted: d.srv.node.Store,
 	})
+	d.srv.node.Store(nil)
 	if err != nil {
 		d.log.Error("room service not started; room operations answer unavailable", "err", err)
 		return
@@ -416,6 +418,20 @@ func decodeRoom[P any, PP interface {
 func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error) {
 	svc := s.rooms.Load()
 	if svc == nil {
+		if node := s.node.Load(); node != nil {
+			// The service waits for its fabric node's peers: the node's status says why.
+			if cmd.Operation == protocol.OpFabricStatus {
+				if e := protocol.DecodePayload(cmd, &protocol.EmptyPayload{}); e != nil {
+					return nil, e
+				}
+				st, err := node.Status()
+				if err != nil {
+					return nil, protocol.Wrap(protocol.Errorf(protocol.CodeInternal, "internal error"), err)
+				}
+				return &st, nil
+			}
+			return nil, protocol.Retryable(room.CodeUnavailable, "the room service is starting: its fabric node waits for a JetStream leader (airlock fabric status shows the node's routes)")
+		}
 		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
 	}
 	switch cmd.Operation {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approval"
+	"github.com/airlockhq/airlock/internal/bus"
 	"github.com/airlockhq/airlock/internal/gate"
 	"github.com/airlockhq/airlock/internal/metrics"
 	"github.com/airlockhq/airlock/internal/ndjson"
@@ -141,6 +142,9 @@ type Server struct {
 	approvalFeed approvalFeed
 	// rooms is the room service once it runs (nil before, and without one).
 	rooms atomic.Pointer[roomhost.Service]
+	// node is the fabric node while the room service starts (waiting for the fabric to
+	// form), so that fabricStatus answers before the service runs; nil otherwise.
+	node atomic.Pointer[bus.Server]
 	// withdrawMu orders withdrawals against the room service's installation in rooms;
 	// withdrawnEarly are the capabilities withdrawn while a configured service was not
 	// installed yet (roomsPending), which startRooms withdraws from it before installing it.

@@ -89,6 +89,10 @@ type Config struct {
 	// replicas, and on a cluster node its user's rooms follow the rooms this host is in.
 	// Its host id must be this host's. Exclusive with Via and Listen.
 	Fabric *bus.Fabric
+	// NodeStarted, when set, is given the fabric node as soon as it runs, before Start waits
+	// for the fabric to form, so that its status can be read meanwhile (airlock fabric
+	// status while a node waits for its peers); the node is shut down if Start fails.
+	NodeStarted func(*bus.Server)
 
 	// Approver, when set, decides the per-call approvals of this host's ApproveEach
 	// publications (airlockd's one approval queue); Approvals, Decide and ApprovalsWaiting
@@ -239,6 +243,9 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	case cfg.Fabric != nil:
 		if s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Fabric: cfg.Fabric}); err != nil {
 			return nil, err
+		}
+		if cfg.NodeStarted != nil {
+			cfg.NodeStarted(s.server)
 		}
 		dial = cfg.Fabric.DialConfig(s.server)
 		s.users = newBrokerUsers(s.server, cfg.Fabric)
