@@ -1,12 +1,16 @@
 package bus
 
 import (
+	"crypto/ecdsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 )
@@ -249,6 +253,35 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 		t.Fatalf("n2's certificate on n1's address: %v", err)
 	}
 
+	// A certificate of another fabric's CA, and n1's own certificate out of its validity: its
+	// peers would refuse its routes (unknown authority, expired), so the node does not start.
+	if err := InitFabric(filepath.Join(dir, "other"), spec); err != nil {
+		t.Fatal(err)
+	}
+	n1File.Node = "n1"
+	n1File.TLS.Cert, n1File.TLS.Key = filepath.Join(dir, "other", "n1", "node.pem"), filepath.Join(dir, "other", "n1", "node-key.pem")
+	if _, err := openFabric(n1File, n1); !errors.Is(err, &FabricError{Code: CodeFabricFile}) || !strings.Contains(err.Error(), "not one of the fabric's CA") {
+		t.Fatalf("another CA's certificate: %v", err)
+	}
+	ca, caKey := readCA(t, filepath.Join(dir, "f"))
+	for _, when := range []time.Time{time.Now().Add(-3 * nodeValidity), time.Now().Add(24 * time.Hour)} {
+		nd := filepath.Join(dir, "dated", when.Format("20060102"))
+		if err := os.MkdirAll(nd, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeNodeCert(nd, NodeSpec{Name: "n1", IP: "127.0.0.2"}, ca, caKey, when); err != nil {
+			t.Fatal(err)
+		}
+		n1File.TLS.Cert, n1File.TLS.Key = filepath.Join(nd, "node.pem"), filepath.Join(nd, "node-key.pem")
+		want := "expired"
+		if when.After(time.Now()) {
+			want = "valid only from"
+		}
+		if _, err := openFabric(n1File, n1); !errors.Is(err, &FabricError{Code: CodeFabricFile}) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("a certificate made at %v: %v", when, err)
+		}
+	}
+
 	// A readable key, a missing file, a seed of the wrong kind: each refused as fabric_file.
 	if err := os.Chmod(filepath.Join(n1, "node-key.pem"), 0o644); err != nil {
 		t.Fatal(err)
@@ -277,6 +310,22 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 	if _, err := LoadFabric(filepath.Join(n1, "fabric.json")); !errors.Is(err, &FabricError{Code: CodeFabricInvalid}) {
 		t.Fatalf("another host's seed: %v", err)
 	}
+}
+
+// readCA reads the CA certificate and key that InitFabric wrote in dir.
+func readCA(t testing.TB, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	block, _ := pem.Decode(mustRead(t, filepath.Join(dir, "ca.pem")))
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ = pem.Decode(mustRead(t, filepath.Join(dir, "ca-key.pem")))
+	key, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, key.(*ecdsa.PrivateKey)
 }
 
 func mustRead(t testing.TB, path string) []byte {

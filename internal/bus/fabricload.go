@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -87,7 +88,7 @@ func openFabric(f *FabricFile, dir string) (*Fabric, error) {
 		return nil, invalid("users", "no user for this node's host (host.id with the seed's public key)")
 	}
 	if f.Mode == ModeCluster {
-		if err := checkNodeCert(f, cert); err != nil {
+		if err := checkNodeCert(f, cert, pool, time.Now()); err != nil {
 			return nil, err
 		}
 	}
@@ -355,12 +356,22 @@ func (ra *routeAuth) Check(c server.ClientAuthentication) bool {
 }
 
 // checkNodeCert refuses a cluster node's certificate that its peers would refuse as a route
-// (routeAuth): it must name the node as a DNS SAN and, unless the route listener is on every
-// address, carry the listener's IP.
-func checkNodeCert(f *FabricFile, cert tls.Certificate) error {
+// (TLS, routeAuth): it must be valid at now and signed by the fabric's CA (roots), name the
+// node as a DNS SAN and, unless the route listener is on every address, carry the listener's
+// IP.
+func checkNodeCert(f *FabricFile, cert tls.Certificate, roots *x509.CertPool, now time.Time) error {
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Err: err}
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: fmt.Sprintf("the certificate expired at %s: its peers would refuse its routes; write the fabric again (airlock fabric init)", leaf.NotAfter.UTC().Format(time.RFC3339))}
+	case now.Before(leaf.NotBefore):
+		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: fmt.Sprintf("the certificate is valid only from %s (is this machine's clock right?): its peers would refuse its routes", leaf.NotBefore.UTC().Format(time.RFC3339))}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: "the certificate is not one of the fabric's CA (tls.ca): its peers would refuse its routes"}
 	}
 	if !slices.Contains(leaf.DNSNames, f.Node) {
 		return &FabricError{Code: CodeFabricFile, Field: "tls.cert", Detail: fmt.Sprintf("the certificate does not name node %q (a DNS SAN): its peers would refuse its routes", f.Node)}
