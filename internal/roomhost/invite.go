@@ -172,7 +172,13 @@ func (s *Service) Join(ctx context.Context, code string) (Room, error) {
 	if len(data) > maxJoinBytes || ndjson.Decode(data, &rep, ndjson.Closed) != nil {
 		return Room{}, errorf(room.CodeInvalidReply, "the owner's answer is malformed")
 	}
-	if rep.Code != "" {
+	switch rep.Code {
+	case "":
+	case room.CodeUnauthorized:
+		// The owner checks the request's signature and its time: with this host's own key,
+		// only the time can fail, and the code is not used up.
+		return Room{}, errorf(rep.Code, "the room's owner refused the join request's time: this host's clock and the owner's differ by more than %v (the join code stays valid)", room.ClockWindow)
+	default:
 		return Room{}, errorf(rep.Code, "the room's owner refused the join")
 	}
 	ros, err := room.OpenRoster(rep.Roster, owner)

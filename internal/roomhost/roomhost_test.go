@@ -307,6 +307,26 @@ func TestInviteOneTimeAndExpiry(t *testing.T) {
 	_, err = c.svc.Join(bg, inv.Code)
 	codeIs(t, err, CodeInvalidJoinCode)
 
+	// A joining host whose clock is off the owner's by more than the clock window is told
+	// so, and its code is not used up: it joins once its clock is right.
+	inv, err = a.svc.Invite(bg, "home", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.clock.Store(int64(room.ClockWindow + time.Second))
+	_, err = c.svc.Join(bg, inv.Code)
+	codeIs(t, err, room.CodeUnauthorized)
+	if !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("a join refused for its time says: %v", err)
+	}
+	c.clock.Store(0)
+	if _, err := c.svc.Join(bg, inv.Code); err != nil {
+		t.Fatalf("the code after the clock was set right: %v", err)
+	}
+	if err := c.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+
 	// An expired code.
 	inv, err = a.svc.Invite(bg, "home", "")
 	if err != nil {
