@@ -32,7 +32,14 @@ const (
 	// queueGroup makes a subject served by several subscriptions (one host's old and new
 	// connection) deliver each request once.
 	queueGroup = "airlock"
+	// rearmAfter is how long after a request arrived its answer is sent with a re-arm first
+	// (Conn.respondMsg).
+	rearmAfter = time.Second
 )
+
+// RearmToken ends the subject, in a connection's own inbox, of the messages it sends itself
+// to be allowed to answer a request again (Conn.respondMsg).
+const RearmToken = "rearm"
 
 // DialConfig configures a connection.
 type DialConfig struct {
@@ -72,6 +79,10 @@ type Conn struct {
 	js         jetstream.JetStream
 	maxPayload int
 	replicas   int
+	// rearm is the subject in this connection's inbox that it sends itself a request's
+	// reply subject on, before a late answer; rearmAfter is how late (tests change it).
+	rearm      string
+	rearmAfter time.Duration
 	closed     chan struct{}
 	closeOnce  sync.Once
 	refusals   atomic.Uint64
@@ -176,6 +187,15 @@ func Dial(cfg DialConfig) (*Conn, error) {
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
 	}
 	c.nc, c.js = nc, js
+	prefix := cfg.InboxPrefix
+	if prefix == "" {
+		prefix = nats.InboxPrefix[:len(nats.InboxPrefix)-1]
+	}
+	c.rearm, c.rearmAfter = prefix+"."+RearmToken, rearmAfter
+	if _, err := nc.Subscribe(c.rearm, func(*nats.Msg) {}); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bus: subscribe: %w", err)
+	}
 	return c, nil
 }
 
@@ -395,7 +415,7 @@ func (c *Conn) serve(subject string, limit int, s *serving) (busport.Subscriptio
 		return nil, fmt.Errorf("%w: serve limit %d", ErrConfig, limit)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s.ctx, s.cancel, s.slots, s.maxPayload = ctx, cancel, make(chan struct{}, limit), c.maxPayload
+	s.ctx, s.cancel, s.slots, s.maxPayload, s.conn = ctx, cancel, make(chan struct{}, limit), c.maxPayload, c
 	sub, err := c.nc.QueueSubscribe(subject, queueGroup, s.deliver)
 	if err != nil {
 		cancel()
@@ -414,7 +434,6 @@ func (c *Conn) serve(subject string, limit int, s *serving) (busport.Subscriptio
 		return nil, mapError(err)
 	}
 	s.sub = sub
-	s.conn = c
 	if !c.track(s) {
 		_ = s.Stop()
 		return nil, fmt.Errorf("serve: %w", busport.ErrClosed)
@@ -463,13 +482,14 @@ func (s *serving) deliver(m *nats.Msg) {
 	if msgBytes(m.Header, m.Data) > s.maxPayload || m.Reply == "" {
 		return
 	}
+	at := time.Now()
 	select {
 	case s.slots <- struct{}{}:
 	default:
 		if s.mh != nil {
-			respondMsg(m, s.mh.OverloadedMsg(m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
+			s.conn.respondMsg(m, at, s.mh.OverloadedMsg(m.Subject, busport.Msg{Header: m.Header, Data: m.Data}), s.maxPayload)
 		} else {
-			respond(m, s.h.Overloaded(m.Subject, m.Data), s.maxPayload)
+			s.conn.respondMsg(m, at, busport.Msg{Data: s.h.Overloaded(m.Subject, m.Data)}, s.maxPayload)
 		}
 		return
 	}
@@ -486,7 +506,7 @@ func (s *serving) deliver(m *nats.Msg) {
 		var once sync.Once
 		s.mh.ServeMsg(s.ctx, m.Subject, busport.Msg{Header: m.Header, Data: m.Data}, func(r busport.Msg) {
 			once.Do(func() {
-				respondMsg(m, r, s.maxPayload)
+				s.conn.respondMsg(m, at, r, s.maxPayload)
 				<-s.slots
 				s.wg.Done()
 			})
@@ -496,23 +516,28 @@ func (s *serving) deliver(m *nats.Msg) {
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
-		respond(m, s.h.Serve(s.ctx, m.Subject, m.Data), s.maxPayload)
+		s.conn.respondMsg(m, at, busport.Msg{Data: s.h.Serve(s.ctx, m.Subject, m.Data)}, s.maxPayload)
 	}()
 }
 
-// respond sends a reply within the bound; a larger one is not sent, and the caller times out.
-func respond(m *nats.Msg, reply []byte, maxPayload int) {
-	if reply == nil || len(reply) > maxPayload {
-		return
-	}
-	_ = m.Respond(reply)
-}
-
-// respondMsg sends a reply with header fields within the bound, as respond does; a reply with
-// neither header nor data is not sent.
-func respondMsg(m *nats.Msg, reply busport.Msg, maxPayload int) {
+// respondMsg sends the reply to request m, which arrived at at, within the bound; a larger one
+// is not sent, and the caller times out, and a reply with neither header nor data is not sent.
+//
+// The broker lets a host answer a request once, within responseTTL, by recording the request's
+// reply subject when it delivers the request; a reload of the server's users (a host that
+// created, joined or left a room, an admission) forgets every such record of every
+// connection, and a later answer is refused and lost. A call waiting for the provider's
+// operator answers up to a minute later, so a room change of the provider's host meanwhile
+// lost its result while the action ran. An answer later than rearmAfter is therefore preceded
+// by a message that this connection sends itself, on its own inbox, with the request's reply
+// subject: delivering it records the reply subject again, and the answer, which follows on
+// the same connection, is allowed.
+func (c *Conn) respondMsg(m *nats.Msg, at time.Time, reply busport.Msg, maxPayload int) {
 	if (reply.Header == nil && reply.Data == nil) || msgBytes(reply.Header, reply.Data) > maxPayload {
 		return
+	}
+	if time.Since(at) >= c.rearmAfter {
+		_ = c.nc.PublishMsg(&nats.Msg{Subject: c.rearm, Reply: m.Reply})
 	}
 	_ = m.RespondMsg(&nats.Msg{Header: nats.Header(reply.Header), Data: reply.Data})
 }

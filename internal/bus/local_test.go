@@ -286,3 +286,68 @@ func TestLocalServerBoundsConnections(t *testing.T) {
 		}
 	}
 }
+
+// heldHandler answers each request with "ok" once release is closed, telling entered first.
+type heldHandler struct{ entered, release chan struct{} }
+
+func (h heldHandler) Serve(context.Context, string, []byte) []byte {
+	h.entered <- struct{}{}
+	<-h.release
+	return []byte("ok")
+}
+
+func (h heldHandler) Overloaded(string, []byte) []byte { return nil }
+
+// TestAnswerAfterAUsersReload holds a request at its provider while the server's users are
+// reloaded (the provider's host joined another room): the broker forgets that the provider
+// may answer it, and the answer, sent after the reload, still reaches the caller because the
+// provider re-arms it first. Before, it was refused and the caller timed out, although a call
+// that waited for its operator had run.
+func TestAnswerAfterAUsersReload(t *testing.T) {
+	ka, _ := room.GenerateHostKey()
+	kb, _ := room.GenerateHostKey()
+	s, akp := startLocal(t, ka)
+	bkp, _ := nkeys.CreateUser()
+	bpub, _ := bkp.PublicKey()
+	apub, _ := akp.PublicKey()
+	users := []bus.FabricUser{
+		{Host: string(ka.ID()), Nkey: apub, Rooms: []string{"living"}, Owns: []string{"living"}},
+		{Host: string(kb.ID()), Nkey: bpub, Rooms: []string{"living"}},
+	}
+	if err := s.SetUsers(users); err != nil {
+		t.Fatal(err)
+	}
+	a := dialCfg(t, s.HostDialConfig())
+	bus.SetRearmAfter(a, 0) // every answer is late here
+	b := dialCfg(t, bus.DialConfig{URL: s.ClientURL(), Name: string(kb.ID()), InboxPrefix: bus.InboxPrefix(string(kb.ID())), Nkey: bkp})
+	h := heldHandler{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	sub, err := a.Serve(room.CallSubject("living", ka.ID()), 1, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type answer struct {
+		data []byte
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		data, err := b.Request(ctx, room.CallSubject("living", ka.ID()), []byte("call"))
+		got <- answer{data, err}
+	}()
+	<-h.entered
+	users[0].Rooms, users[0].Owns = []string{"kitchen", "living"}, []string{"kitchen", "living"}
+	if err := s.SetUsers(users); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	if r := <-got; r.err != nil || string(r.data) != "ok" {
+		t.Fatalf("the answer after the reload: %q, %v (A's refusals %d)", r.data, r.err, a.Refusals())
+	}
+	if n := a.Refusals(); n != 0 {
+		t.Fatalf("A had %d refusals", n)
+	}
+}

@@ -61,7 +61,8 @@ type Membership struct {
 //     room's owner ("<call prefix>.*.join.*": a host joins a room it is not a member of yet,
 //     and the owner checks the join code); in the rooms bucket its own projection and key
 //     record per room, and the roster of a room it owns; its own presence and catalog per
-//     room; replies to requests it received (one each, within responseTTL);
+//     room; replies to requests it received (one each, within responseTTL), and its own
+//     inbox's re-arm subject (Conn.respondMsg), which reaches only itself;
 //   - JetStream: the account info, the buckets' stream info and creation (not their update
 //     or deletion), direct reads and watches of its rooms' keys only, and the flow control of
 //     its watches.
@@ -69,7 +70,7 @@ type Membership struct {
 // A host with no rooms can still open the buckets, read nothing in them, and ask to join. The permissions are
 // defence in depth: the provider's verification of every call stays the authority.
 func HostPermissions(scheme RoomScheme, host string, rooms []Membership) *server.Permissions {
-	pub := []string{"$JS.API.INFO", scheme.CallPrefix + ".*.join.*"}
+	pub := []string{"$JS.API.INFO", scheme.CallPrefix + ".*.join.*", InboxPrefix(host) + "." + RearmToken}
 	sub := []string{InboxPrefix(host) + ".>", scheme.CallPrefix + ".*.call." + host, scheme.CallPrefix + ".*.join." + host}
 	for _, b := range scheme.buckets() {
 		stream := "KV_" + b
