@@ -304,6 +304,12 @@ func (h heldHandler) Overloaded(string, []byte) []byte { return nil }
 // provider re-arms it first. Before, it was refused and the caller timed out, although a call
 // that waited for its operator had run.
 func TestAnswerAfterAUsersReload(t *testing.T) {
+	t.Run("reloaded", func(t *testing.T) { answerLate(t, true) })
+	// A re-armed answer that no reload made necessary arrives too.
+	t.Run("not reloaded", func(t *testing.T) { answerLate(t, false) })
+}
+
+func answerLate(t *testing.T, reload bool) {
 	ka, _ := room.GenerateHostKey()
 	kb, _ := room.GenerateHostKey()
 	s, akp := startLocal(t, ka)
@@ -339,9 +345,11 @@ func TestAnswerAfterAUsersReload(t *testing.T) {
 		got <- answer{data, err}
 	}()
 	<-h.entered
-	users[0].Rooms, users[0].Owns = []string{"kitchen", "living"}, []string{"kitchen", "living"}
-	if err := s.SetUsers(users); err != nil {
-		t.Fatal(err)
+	if reload {
+		users[0].Rooms, users[0].Owns = []string{"kitchen", "living"}, []string{"kitchen", "living"}
+		if err := s.SetUsers(users); err != nil {
+			t.Fatal(err)
+		}
 	}
 	close(h.release)
 	if r := <-got; r.err != nil || string(r.data) != "ok" {

@@ -45,6 +45,12 @@ func InboxPrefix(host string) string { return "_INBOX." + host }
 // (TestResponseTTLCoversTheLongestCall).
 const responseTTL = 75 * time.Second
 
+// responseMsgs is how many messages a host may send to a request's reply subject: its answer
+// and, before a late answer, its re-arm (Conn.respondMsg). The broker counts a re-arm's
+// delivery as one use of the permission when the permission is still there, and records it
+// anew when a reload forgot it, so that the answer after it is the second use, or the first.
+const responseMsgs = 2
+
 // Membership is one room a host is a member of; Owner marks the room's owner, the only host
 // that writes its roster.
 type Membership struct {
@@ -61,7 +67,7 @@ type Membership struct {
 //     room's owner ("<call prefix>.*.join.*": a host joins a room it is not a member of yet,
 //     and the owner checks the join code); in the rooms bucket its own projection and key
 //     record per room, and the roster of a room it owns; its own presence and catalog per
-//     room; replies to requests it received (one each, within responseTTL), and its own
+//     room; replies to requests it received (two each, within responseTTL), and its own
 //     inbox's re-arm subject (Conn.respondMsg), which reaches only itself;
 //   - JetStream: the account info, the buckets' stream info and creation (not their update
 //     or deletion), direct reads and watches of its rooms' keys only, and the flow control of
@@ -106,7 +112,7 @@ func HostPermissions(scheme RoomScheme, host string, rooms []Membership) *server
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
-		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: responseTTL},
+		Response:  &server.ResponsePermission{MaxMsgs: responseMsgs, Expires: responseTTL},
 	}
 }
 

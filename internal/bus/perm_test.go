@@ -49,7 +49,7 @@ func TestHostPermissions(t *testing.T) {
 	if !slices.Equal(sub, []string{"_INBOX." + hostA + ".>", "airlock.room.*.call." + hostA, "airlock.room.*.join." + hostA}) {
 		t.Errorf("subscribe: %v", sub)
 	}
-	if p.Response == nil || p.Response.MaxMsgs != 1 || p.Response.Expires != responseTTL {
+	if p.Response == nil || p.Response.MaxMsgs != responseMsgs || p.Response.Expires != responseTTL {
 		t.Errorf("responses: %+v", p.Response)
 	}
 
