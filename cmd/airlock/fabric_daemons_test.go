@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -577,5 +578,28 @@ func TestFabricStatusWhileTheFabricForms(t *testing.T) {
 	a.h.refused(room.CodeUnavailable, "room", "status")
 	if r := a.h.cli("", "room", "list"); !strings.Contains(r.stderr, "waits for a JetStream leader") {
 		t.Fatalf("room list while the fabric forms: %s", r.stderr)
+	}
+}
+
+// TestRoomsSayWhyTheyDidNotStart starts airlockd with a fabric file written for another host:
+// the room service does not start (fabric_host), and the room operations say so, where they
+// said only that the service was not running and the reason was in the log alone.
+func TestRoomsSayWhyTheyDidNotStart(t *testing.T) {
+	t.Parallel()
+	root := daemontest.ShortDir(t)
+	top := filepath.Join(root, "fabric")
+	other := strings.Repeat("ab", 32)
+	cli(t, "/nonexistent.sock", "", "fabric", "init", "--dir", top, "--node", "a=127.0.0.2", "--host", "a="+other).wantCode(t, exitOK)
+	state := filepath.Join(root, "state")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fd := &fabricDaemon{name: "a", state: state, socket: filepath.Join(root, "a.sock"), fabric: filepath.Join(top, "a", "fabric.json")}
+	fd.start(t)
+	fd.h.d.WaitStderr("the room service's failure", regexp.MustCompile("room service not started"))
+	fd.h.refused(room.CodeUnavailable, "room", "status")
+	r := fd.h.cli("", "room", "list")
+	if !strings.Contains(r.stderr, "did not start") || !strings.Contains(r.stderr, "fabric_host") || !strings.Contains(r.stderr, other) {
+		t.Fatalf("room list without a room service: %s", r.stderr)
 	}
 }

@@ -64,6 +64,7 @@ func (d *Daemon) startRooms(ctx context.Context) {
 	d.srv.node.Store(nil)
 	if err != nil {
 		d.log.Error("room service not started; room operations answer unavailable", "err", err)
+		d.srv.roomsFailed.Store(&err)
 		return
 	}
 	// A withdrawal while the service started (a lease that ended, a room-tied adapter removed)
@@ -415,6 +416,18 @@ func decodeRoom[P any, PP interface {
 	return p, nil
 }
 
+// roomsDown is the refusal of a room operation while the room service does not run: it is
+// starting (its fabric node waiting for a JetStream leader), or it did not start, and why.
+func (s *Server) roomsDown() *protocol.Error {
+	if s.node.Load() != nil {
+		return protocol.Retryable(room.CodeUnavailable, "the room service is starting: its fabric node waits for a JetStream leader (airlock fabric status shows the node's routes)")
+	}
+	if err := s.roomsFailed.Load(); err != nil {
+		return protocol.Retryable(room.CodeUnavailable, "the room service is not running: it did not start: %v", *err)
+	}
+	return protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+}
+
 func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error) {
 	svc := s.rooms.Load()
 	if svc == nil {
@@ -430,9 +443,8 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 				}
 				return &st, nil
 			}
-			return nil, protocol.Retryable(room.CodeUnavailable, "the room service is starting: its fabric node waits for a JetStream leader (airlock fabric status shows the node's routes)")
 		}
-		return nil, protocol.Retryable(room.CodeUnavailable, "the room service is not running")
+		return nil, s.roomsDown()
 	}
 	switch cmd.Operation {
 	case protocol.OpRoomStatus, protocol.OpListRooms, protocol.OpFabricStatus:

@@ -145,6 +145,9 @@ type Server struct {
 	// node is the fabric node while the room service starts (waiting for the fabric to
 	// form), so that fabricStatus answers before the service runs; nil otherwise.
 	node atomic.Pointer[bus.Server]
+	// roomsFailed is why the configured room service did not start (nil while it starts or
+	// runs, and without one); the room operations' refusals say it.
+	roomsFailed atomic.Pointer[error]
 	// withdrawMu orders withdrawals against the room service's installation in rooms;
 	// withdrawnEarly are the capabilities withdrawn while a configured service was not
 	// installed yet (roomsPending), which startRooms withdraws from it before installing it.
