@@ -359,3 +359,24 @@ func answerLate(t *testing.T, reload bool) {
 		t.Fatalf("A had %d refusals", n)
 	}
 }
+
+// TestLocalServerStatus pins the status of a server without a fabric: one local node whose
+// JetStream is not clustered, shown as such (it read "jetstream: leader , cluster of 1").
+func TestLocalServerStatus(t *testing.T) {
+	k, _ := room.GenerateHostKey()
+	s, _ := startLocal(t, k)
+	st, err := s.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode != "local" || !st.JetStream.Enabled || st.JetStream.Leader != "" || len(st.Routes) != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+	var out strings.Builder
+	if err := bus.WriteStatus(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	if text := out.String(); !strings.Contains(text, " (local), ") || !strings.Contains(text, "jetstream: this node alone, ") {
+		t.Fatalf("status text:\n%s", text)
+	}
+}

@@ -191,6 +191,9 @@ func WriteStatus(w io.Writer, st FabricStatus) error {
 		b.WriteString("jetstream: not on this node\n")
 	case js.ClusterSize > 0 && js.Leader == "":
 		fmt.Fprintf(&b, "jetstream: NO LEADER (cluster of %d), %d streams\n", js.ClusterSize, js.Streams)
+	case js.Leader == "":
+		// Not clustered: the node's JetStream has no meta group and no leader.
+		fmt.Fprintf(&b, "jetstream: this node alone, %d streams, %d messages\n", js.Streams, js.Messages)
 	default:
 		fmt.Fprintf(&b, "jetstream: leader %s, cluster of %d, %d streams, %d messages\n", js.Leader, max(js.ClusterSize, 1), js.Streams, js.Messages)
 	}
