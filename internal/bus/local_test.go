@@ -255,9 +255,16 @@ func TestLocalServerBoundsConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		flood = append(flood, c)
-		// The server's INFO: the connection is registered, unauthenticated.
+		// The server's INFO: the connection is accepted, unauthenticated.
 		if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
 			t.Fatalf("connection %d: %q %v", len(flood), line, err)
+		}
+	}
+	// The server sends its INFO before it registers the connection, and counts only the
+	// registered ones against its bound: wait until it has them all.
+	for deadline := time.Now().Add(10 * time.Second); bus.NumClients(s) < bound; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server registered %d of the %d connections", bus.NumClients(s), bound)
 		}
 	}
 	over, err := net.Dial("tcp", addr)
