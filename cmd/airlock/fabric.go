@@ -99,7 +99,7 @@ func (a *app) fabricInit(_ context.Context, args []string) int {
 		res.Nodes = append(res.Nodes, fabricInitNode{Name: n.Name, IP: n.IP, Dir: filepath.Join(*dir, n.Name)})
 	}
 	return o.succeed(res, func(w io.Writer) {
-		fmt.Fprintf(w, "wrote a fabric of %d nodes under %s (the CA key ca-key.pem stays there)\n", len(res.Nodes), *dir)
+		fmt.Fprintf(w, "wrote a fabric of %s under %s (the CA key ca-key.pem stays there)\n", count(len(res.Nodes), "node"), *dir)
 		for _, n := range res.Nodes {
 			fmt.Fprintf(w, "  %-12s %-16s copy %s/ to that machine; start: airlockd --fabric <there>/fabric.json\n", n.Name, n.IP, n.Dir)
 		}

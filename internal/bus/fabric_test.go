@@ -214,6 +214,17 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(dir, "f")); fi.Mode().Perm() != 0o700 {
 		t.Fatalf("fabric directory mode %v", fi.Mode())
 	}
+	// An empty directory that was there already is made 0700: the CA key goes in it.
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o700); err != nil || os.Chmod(open, 0o755) != nil {
+		t.Fatal(err)
+	}
+	if err := InitFabric(open, spec); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(open); fi.Mode().Perm() != 0o700 {
+		t.Fatalf("an existing empty fabric directory's mode %v", fi.Mode())
+	}
 	fb, err := LoadFabric(filepath.Join(n1, "fabric.json"))
 	if err != nil {
 		t.Fatal(err)

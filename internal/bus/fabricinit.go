@@ -82,6 +82,10 @@ func InitFabric(dir string, spec FabricSpec) error {
 		}
 		return &FabricError{Code: CodeFabricFile, Field: dir, Err: err}
 	}
+	// An empty directory that was there already is made 0700 too: the CA key goes in it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return &FabricError{Code: CodeFabricFile, Field: dir, Err: err}
+	}
 	clientPort, routePort := cmp0(spec.ClientPort, DefaultClientPort), cmp0(spec.RoutePort, DefaultRoutePort)
 
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
