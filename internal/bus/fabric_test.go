@@ -239,6 +239,11 @@ func TestLoadFabricChecksItsFiles(t *testing.T) {
 	if err := InitFabric(filepath.Join(dir, "g"), FabricSpec{Cluster: "c", Nodes: []NodeSpec{{Name: "n1", IP: "box", Host: hostA}}}); !errors.Is(err, &FabricError{Code: CodeFabricInvalid}) {
 		t.Fatalf("init with a host name: %v", err)
 	}
+	for _, ip := range []string{"0.0.0.0", "::", "224.0.0.1"} {
+		if err := InitFabric(filepath.Join(dir, "g"), FabricSpec{Cluster: "c", Nodes: []NodeSpec{{Name: "n1", IP: ip, Host: hostA}}}); !errors.Is(err, &FabricError{Code: CodeFabricInvalid}) {
+			t.Fatalf("init with node address %s: %v", ip, err)
+		}
+	}
 
 	// Another node's certificate and key (valid, of the fabric's CA): its peers would refuse
 	// this node's routes, so the node does not start.

@@ -190,6 +190,10 @@ func (spec *FabricSpec) check() error {
 		if !validServerName(n.Name) || err != nil || addr.Zone() != "" || !validHostID(n.Host) {
 			return invalid(field, "want a name, an IP address and a host id")
 		}
+		if addr.IsUnspecified() || addr.IsMulticast() {
+			// The node's certificate names this address and its peers dial it.
+			return invalid(field, "the node's address is one its peers can reach, not %s", addr)
+		}
 		if names[n.Name] || ips[addr.String()] || hosts[n.Host] {
 			return invalid(field, "repeats a name, an address or a host")
 		}
