@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockhq/airlock/internal/flagargs"
 	"github.com/airlockhq/airlock/internal/fsadapter/server"
 	"github.com/airlockhq/airlock/internal/ndjson"
 	"github.com/airlockhq/airlock/internal/ownersock"
@@ -127,24 +128,12 @@ func newFlags(name string, stderr io.Writer) (*flag.FlagSet, *string) {
 // "revoke-grant g-… --admin-socket PATH" was refused as a wrong argument count). The positional
 // arguments are left as fs.Args().
 func parse(fs *flag.FlagSet, args []string, positional int) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usagef("%v", err)
+	pos, err := flagargs.Parse(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		return usagef("%v", err)
 	}
 	if len(pos) != positional {
 		if positional == 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/flagargs"
 	"github.com/airlockhq/airlock/internal/paths"
 )
 
@@ -222,24 +223,13 @@ func (a *app) newCommand(name string) (*output, *flag.FlagSet) {
 // alone stops at the first positional one). It wants exactly the named positional arguments.
 // When it returns done, the command ends with code: after -h, or a usage error.
 func (a *app) parse(o *output, fs *flag.FlagSet, args []string, positional ...string) (pos []string, code int, done bool) {
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				a.commandHelp(o.command, fs)
-				return nil, exitOK, true
-			}
-			return nil, a.failUsage(o, err), true
+	pos, err := flagargs.Parse(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.commandHelp(o.command, fs)
+			return nil, exitOK, true
 		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+		return nil, a.failUsage(o, err), true
 	}
 	if len(pos) != len(positional) {
 		if len(pos) < len(positional) {
