@@ -10,32 +10,38 @@ import (
 	"time"
 )
 
+// exportEveryMinute runs j.ExportHeads every minute on a goroutine of the caller's bubble:
+// got holds what it exported (read it after synctest.Wait), and stop ends it, as a shutdown.
+func exportEveryMinute(j *Journal) (got *[]Head, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	got = new([]Head)
+	done := make(chan struct{})
+	go func() {
+		j.ExportHeads(ctx, time.Minute, func(h Head) { *got = append(*got, h) })
+		close(done)
+	}()
+	return got, func() { cancel(); <-done }
+}
+
 func TestExportHeadsEveryIntervalAndAtShutdown(t *testing.T) {
 	dir := newDir(t)
 	j := openJ(t, dir, Options{})
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		var got []Head
-		done := make(chan struct{})
-		go func() {
-			j.ExportHeads(ctx, time.Minute, func(h Head) { got = append(got, h) })
-			close(done)
-		}()
+		got, stop := exportEveryMinute(j)
 		time.Sleep(time.Minute) // the first tick exports the head of the new journal
 		synctest.Wait()
-		if len(got) != 1 || got[0].Seq != 1 {
-			t.Fatalf("after one tick: %+v", got)
+		if len(*got) != 1 || (*got)[0].Seq != 1 {
+			t.Fatalf("after one tick: %+v", *got)
 		}
 		time.Sleep(time.Minute) // no append: nothing exported again
 		synctest.Wait()
-		if len(got) != 1 {
-			t.Fatalf("an unchanged head was exported again: %+v", got)
+		if len(*got) != 1 {
+			t.Fatalf("an unchanged head was exported again: %+v", *got)
 		}
 		write(t, j, "s", "a")
-		cancel() // shutdown exports the newest head at once
-		<-done
-		if len(got) != 2 || got[1] != j.Head() {
-			t.Fatalf("at shutdown: %+v, head %+v", got, j.Head())
+		stop() // shutdown exports the newest head at once
+		if len(*got) != 2 || (*got)[1] != j.Head() {
+			t.Fatalf("at shutdown: %+v, head %+v", *got, j.Head())
 		}
 	})
 }
@@ -46,19 +52,12 @@ func TestExportHeadsAtShutdownUnmoved(t *testing.T) {
 	dir := newDir(t)
 	j := openJ(t, dir, Options{})
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		var got []Head
-		done := make(chan struct{})
-		go func() {
-			j.ExportHeads(ctx, time.Minute, func(h Head) { got = append(got, h) })
-			close(done)
-		}()
+		got, stop := exportEveryMinute(j)
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		cancel()
-		<-done
-		if len(got) != 2 || got[0] != got[1] || got[1] != j.Head() {
-			t.Fatalf("exported %+v, head %+v", got, j.Head())
+		stop()
+		if len(*got) != 2 || (*got)[0] != (*got)[1] || (*got)[1] != j.Head() {
+			t.Fatalf("exported %+v, head %+v", *got, j.Head())
 		}
 	})
 }
