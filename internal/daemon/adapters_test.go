@@ -3,9 +3,13 @@ package daemon_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
@@ -186,4 +190,80 @@ func TestBinaryAdapterWithMissingCommandCanBeRemoved(t *testing.T) {
 	if r := call(t, c3, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": built}}); code(r) != "host_draining" {
 		t.Fatalf("register while draining: %s", code(r))
 	}
+}
+
+// TestKilledDaemonLeavesNoAdapterRunning: an adapter that ignores its stdin closing and
+// leaves a helper in its process group does not outlive a daemon killed with SIGKILL. The
+// kernel kills the adapter itself at once (its parent-death signal); the helper runs on until
+// the daemon starts again, which kills it before it starts the adapter anew, so that one copy
+// runs.
+func TestKilledDaemonLeavesNoAdapterRunning(t *testing.T) {
+	lamp := daemontest.Build(t, "./examples/adapters/go-lamp")
+	dir := daemontest.ShortDir(t)
+	helperFile := filepath.Join(dir, "helper.pid")
+	script := filepath.Join(dir, "stubborn-lamp")
+	os.WriteFile(script, []byte("#!/bin/sh\n"+
+		"sleep 100000 &\n"+
+		"echo $! > "+helperFile+"\n"+
+		lamp+"\n"+
+		"exec sleep 100000\n"), 0o755)
+	d := daemontest.Start(t, daemontest.Options{})
+	c := d.Dial()
+	var reg struct {
+		Adapter struct {
+			PID int `json:"pid"`
+		} `json:"adapter"`
+	}
+	if err := call(t, c, client.Command{Operation: "registerAdapter", Payload: map[string]any{"name": "lamp", "command": script}}).Decode(&reg); err != nil || reg.Adapter.PID == 0 {
+		t.Fatalf("register: %v %+v", err, reg)
+	}
+	b, err := os.ReadFile(helperFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderFD, helperFD := pidfd(t, reg.Adapter.PID), pidfd(t, helper)
+	t.Cleanup(func() { syscall.Kill(-reg.Adapter.PID, syscall.SIGKILL) })
+
+	d.Kill9()
+	if !pidExited(t, leaderFD, 30*time.Second) {
+		t.Fatal("the adapter outlived the daemon killed with SIGKILL")
+	}
+	if pidExited(t, helperFD, 0) {
+		t.Fatal("the helper exited with the daemon: this test no longer shows the restart's part")
+	}
+	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
+	if !pidExited(t, helperFD, 30*time.Second) {
+		t.Fatalf("the restarted daemon left the helper running:\n%s", d2.Stderr())
+	}
+	if !strings.Contains(d2.Stderr(), "killed an adapter process group left running") {
+		t.Fatalf("the restart does not log what it killed:\n%s", d2.Stderr())
+	}
+	waitAdapters(t, d2.Dial(), "the adapter started anew", func(m map[string]adapterView) bool {
+		return m["lamp"].State == "ready" && m["lamp"].PID != 0 && m["lamp"].PID != reg.Adapter.PID
+	})
+}
+
+// pidfd opens a pidfd of pid, closed at the end of the test.
+func pidfd(t *testing.T, pid int) int {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd of %d: %v", pid, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// pidExited reports whether the process of pidfd fd has exited, waiting for it up to wait.
+func pidExited(t *testing.T, fd int, wait time.Duration) bool {
+	t.Helper()
+	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(wait.Milliseconds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockhq/airlock/internal/approval"
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/gate"
+	"github.com/airlockhq/airlock/internal/orphan"
 	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -135,7 +136,19 @@ func Start(cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	sup, err := capclient.New(cfg.Adapters)
+	// With the state directory locked (store.Open), the adapter groups a killed daemon left
+	// running are killed before any adapter starts again, so that none runs twice.
+	ledger, reaped, err := orphan.Open(filepath.Join(cfg.StateDir, "adapter-groups"), cfg.Logger)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	for _, r := range reaped {
+		cfg.Logger.Warn("killed an adapter process group left running by the daemon before", "pgid", r.PGID, "processes", r.Members, "exited", r.Gone)
+	}
+	adapterOpts := cfg.Adapters
+	adapterOpts.Children = ledger
+	sup, err := capclient.New(adapterOpts)
 	if err != nil {
 		st.Close()
 		return nil, err

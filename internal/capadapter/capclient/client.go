@@ -60,8 +60,19 @@ type ClientOptions struct {
 	// PassEnv names variables the child gets from this process's environment, when set,
 	// besides the allowlisted ones (see Registration.PassEnv); they must pass CheckPassEnv.
 	PassEnv []string
+	// Children, when set, is told of the child's process group as it starts and once it is
+	// reaped (airlockd's ledger of the groups a crash could leave running: internal/orphan).
+	Children ChildRecorder
 
 	log *logRing // where stderr goes; nil gives the Client a ring of its own
+}
+
+// ChildRecorder keeps track of adapter children's process groups. Started is called with a
+// child's pid (its process group id) once it runs; Reaped once it has been reaped and its
+// group sent SIGKILL. Both may be called from any goroutine.
+type ChildRecorder interface {
+	Started(pid int)
+	Reaped(pid int)
 }
 
 func (o ClientOptions) withDefaults() (ClientOptions, error) {
@@ -105,6 +116,7 @@ type Client struct {
 	stderr      *os.File
 	log         *logRing
 	callTimeout time.Duration
+	children    ChildRecorder // nil: none
 	cmd         *exec.Cmd
 
 	seq   atomic.Uint64 // last request id
@@ -165,17 +177,25 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 		return nil, newError(capadapter.CodeUnavailable, "the adapter's pipes could not be created")
 	}
 	cmd := &exec.Cmd{
-		Path:        command,
-		Args:        append([]string{command}, args...),
-		Env:         adapterEnv(opts.PassEnv),
-		Stdin:       inR,
-		Stdout:      outW,
-		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		Path:   command,
+		Args:   append([]string{command}, args...),
+		Env:    adapterEnv(opts.PassEnv),
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: errW,
+		// The child leads a group of its own, which Close and wait signal as a whole, and
+		// is killed if this process dies first (the parent-death signal is tied to the
+		// thread that starts it, and Go ends no thread but that of a goroutine that locked
+		// it). A helper that the child starts in its group is not: ClientOptions.Children
+		// records the group for the next start to kill.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	if err := cmd.Start(); err != nil {
 		closeAll()
 		return nil, newError(capadapter.CodeUnavailable, "adapter command could not be started")
+	}
+	if opts.Children != nil {
+		opts.Children.Started(cmd.Process.Pid)
 	}
 	// The child holds its ends now; closing ours makes EOF reach the readers when it exits.
 	inR.Close()
@@ -190,6 +210,7 @@ func Spawn(command string, args []string, opts ClientOptions) (*Client, error) {
 		stderr:      errR,
 		log:         opts.log,
 		callTimeout: opts.CallTimeout,
+		children:    opts.Children,
 		cmd:         cmd,
 		stdoutDone:  make(chan struct{}),
 		stderrDone:  make(chan struct{}),
@@ -383,6 +404,9 @@ func (c *Client) wait() {
 	c.exited = true
 	c.mu.Unlock()
 	_ = c.cmd.Wait()
+	if c.children != nil {
+		c.children.Reaped(c.pid)
+	}
 
 	timer := time.NewTimer(pipeDrainWait)
 	for _, ch := range []chan struct{}{c.stdoutDone, c.stderrDone} {

@@ -58,6 +58,8 @@ type Options struct {
 	BackoffMax         time.Duration
 	HealthyAfter       time.Duration
 	MaxRestartFailures int
+	// Children, when set, records every child's process group (ClientOptions.Children).
+	Children ChildRecorder
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -228,7 +230,7 @@ func New(opts Options) (*Supervisor, error) {
 }
 
 func (s *Supervisor) startChild(ctx context.Context, reg Registration, log *logRing) (instance, error) {
-	c, err := Start(ctx, reg.Command, reg.Args, ClientOptions{CallTimeout: s.opts.CallTimeout, PassEnv: reg.PassEnv, log: log})
+	c, err := Start(ctx, reg.Command, reg.Args, ClientOptions{CallTimeout: s.opts.CallTimeout, PassEnv: reg.PassEnv, Children: s.opts.Children, log: log})
 	if err != nil {
 		return nil, err
 	}
