@@ -783,6 +783,10 @@ var baseAgreementCases = []agreementCase{
 	{"admitBusHost too many rooms", 2, line("2.0", "admitBusHost", "", `{"hostId":"`+rep("b", 64)+`","nkey":"U`+rep("A", 55)+`","rooms":[`+strings.Repeat(`{"room":"r"},`, 256)+`{"room":"r"}]}`), false},
 	{"removeBusHost", 2, line("2.0", "removeBusHost", "", `{"hostId":"`+rep("b", 64)+`"}`), true},
 	{"removeBusHost bad host", 2, line("2.0", "removeBusHost", "", `{"hostId":"b"}`), false},
+	{"removeRoomMember", 2, line("2.0", "removeRoomMember", "", `{"room":"home","hostId":"`+rep("b", 64)+`"}`), true},
+	{"removeRoomMember no room", 2, line("2.0", "removeRoomMember", "", `{"hostId":"`+rep("b", 64)+`"}`), false},
+	{"removeRoomMember bad host", 2, line("2.0", "removeRoomMember", "", `{"room":"home","hostId":"`+rep("B", 64)+`"}`), false},
+	{"removeRoomMember host case variant", 2, line("2.0", "removeRoomMember", "", `{"room":"home","hostId":"`+rep("b", 64)+`","HostId":"x"}`), false},
 	{"createRoom", 2, line("2.0", "createRoom", "", `{"room":"home","title":"Home"}`), true},
 	{"createRoom without title", 2, line("2.0", "createRoom", "", `{"room":"home"}`), true},
 	{"createRoom id 64", 2, line("2.0", "createRoom", "", `{"room":"`+rep("a", 64)+`"}`), true},
@@ -1014,6 +1018,11 @@ func codeAccepts(st *store.Store, line []byte) (bool, string) {
 		}
 	case protocol.OpAdmitBusHost:
 		var p protocol.AdmitBusHostPayload
+		if e = protocol.DecodePayload(cmd, &p); e == nil {
+			e = p.Validate()
+		}
+	case protocol.OpRemoveRoomMember:
+		var p protocol.RoomMemberPayload
 		if e = protocol.DecodePayload(cmd, &p); e == nil {
 			e = p.Validate()
 		}

@@ -73,6 +73,7 @@ func commandTable() []command {
 		{"room show", "ROOM [--json]", "show a room's members and the capabilities visible in it", (*app).roomShow},
 		{"room close", "ROOM [--json]", "close a room this host owns (every other member loses it), or leave another's", (*app).roomClose},
 		{"room invite", "ROOM [--name N] [--json]", "print a one-time, short-lived join code for one other host", (*app).roomInvite},
+		{"room remove", "ROOM HOST [--json]", "take a member (its host id, as room show prints it) out of a room this host owns: its calls are refused from then on and it forgets the room; a new join code can invite it again", (*app).roomRemove},
 		{"room join", "CODE|- [--json]", "join the room of a join code (- reads it from stdin)", (*app).roomJoin},
 		{"room publish", "--room R --cap X [--actions a,b] [--observe] [--members H,H] [--approve-each] [--json]", "publish a local capability into a room", (*app).roomPublish},
 		{"room unpublish", "--room R --cap X [--json]", "withdraw a capability from a room", (*app).roomUnpublish},

@@ -249,6 +249,32 @@ func (a *app) roomInvite(ctx context.Context, args []string) int {
 	})
 }
 
+// roomRemove takes one member out of a room this host owns.
+func (a *app) roomRemove(ctx context.Context, args []string) int {
+	o, fs := a.newCommand("room remove")
+	fs.BoolVar(&o.json, "json", false, "print the JSON envelope; data is {room, hostId, removed}")
+	pos, code, done := a.parse(o, fs, args, "ROOM", "HOST")
+	if done {
+		return code
+	}
+	data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpRemoveRoomMember,
+		Payload: protocol.RoomMemberPayload{Room: pos[0], HostID: pos[1]}})
+	if err != nil {
+		return o.fail(err)
+	}
+	return o.succeed(data, func(w io.Writer) {
+		var r struct {
+			Removed bool `json:"removed"`
+		}
+		_ = json.Unmarshal(data, &r)
+		if r.Removed {
+			fmt.Fprintf(w, "removed %s from room %s\n", pos[1], pos[0])
+		} else {
+			fmt.Fprintf(w, "%s is not a member of room %s: nothing to do\n", pos[1], pos[0])
+		}
+	})
+}
+
 // roomJoin joins with a code given as the argument or, with "-", read from stdin so that it
 // stays out of the process list and shell history.
 func (a *app) roomJoin(ctx context.Context, args []string) int {

@@ -456,6 +456,36 @@ func TestRoomTwoDaemons(t *testing.T) {
 		t.Fatalf("A still publishes %+v after removing the adapter", pubs.Capabilities)
 	}
 
+	// The owner takes B out of the room: B leaves it by itself, and its calls are refused.
+	b.refused("not_owner", "room", "remove", "home", sa.HostID)
+	a.refused("invalid_request", "room", "remove", "home", sa.HostID)
+	a.refused("invalid_field", "room", "remove", "home", short(sb.HostID))
+	a.refused("unknown_room", "room", "remove", "attic", sb.HostID)
+	var removed struct {
+		Room    string `json:"room"`
+		HostID  string `json:"hostId"`
+		Removed bool   `json:"removed"`
+	}
+	a.data(&removed, "room", "remove", "home", sb.HostID)
+	if !removed.Removed || removed.Room != "home" || removed.HostID != sb.HostID {
+		t.Fatalf("remove: %+v", removed)
+	}
+	var rooms struct {
+		Rooms []roomView `json:"rooms"`
+	}
+	waitFor(t, "B to leave the room it was removed from", func() bool {
+		b.data(&rooms, "room", "list")
+		return len(rooms.Rooms) == 0
+	})
+	b.refused("unknown_room", "room", "caps", "--room", "home")
+	a.data(&show, "room", "show", "home")
+	if len(show.Members) != 1 || show.Members[0].HostID != sa.HostID {
+		t.Fatalf("A's room after removing B: %+v", show)
+	}
+	if text := a.cli("", "room", "remove", "home", sb.HostID).wantCode(t, exitOK).stdout; !strings.Contains(text, "is not a member of room home") {
+		t.Fatalf("a second remove says %q", text)
+	}
+
 	// Canaries: the bulb's address (an endpoint only the adapter's config holds), the
 	// adapter's stderr, both hosts' private keys, and the join code, in any CLI output (but
 	// the invite's own), either daemon's log, or any room record on the bus.

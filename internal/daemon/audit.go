@@ -335,6 +335,7 @@ var auditedCommands = map[string]string{
 	protocol.OpCreateRoom:          "room.create",
 	protocol.OpJoinRoom:            "room.join",
 	protocol.OpCloseRoom:           "room.close",
+	protocol.OpRemoveRoomMember:    "room.remove",
 	protocol.OpPublishCapability:   "room.publish",
 	protocol.OpUnpublishCapability: "room.unpublish",
 	protocol.OpAdmitBusHost:        "bus.admit",

@@ -212,7 +212,7 @@ func (s *Server) run(ctx context.Context, c *conn, cmd *protocol.Command) (any, 
 		return s.runAdapters(ctx, c, cmd)
 
 	case protocol.OpRoomStatus, protocol.OpCreateRoom, protocol.OpListRooms, protocol.OpShowRoom, protocol.OpCloseRoom,
-		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpPublishCapability, protocol.OpUnpublishCapability,
+		protocol.OpInviteRoom, protocol.OpJoinRoom, protocol.OpRemoveRoomMember, protocol.OpPublishCapability, protocol.OpUnpublishCapability,
 		protocol.OpListRoomCapabilities, protocol.OpObserveRoomCapability, protocol.OpInvokeRoomCapability,
 		protocol.OpFabricStatus,
 		protocol.OpAdmitBusHost, protocol.OpListBusHosts, protocol.OpRemoveBusHost:

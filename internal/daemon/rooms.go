@@ -273,6 +273,14 @@ type BusHostAdmitted struct {
 	NATSURL string `json:"natsUrl"`
 }
 
+// RoomMemberRemoved is the data of removeRoomMember: removed is false for a host that was not
+// a member.
+type RoomMemberRemoved struct {
+	Room    string `json:"room"`
+	HostID  string `json:"hostId"`
+	Removed bool   `json:"removed"`
+}
+
 // BusHostRemoved is the data of removeBusHost.
 type BusHostRemoved struct {
 	HostID  string `json:"hostId"`
@@ -518,6 +526,16 @@ func (s *Server) roomOp(ctx context.Context, cmd *protocol.Command) (any, error)
 			return nil, err
 		}
 		return &RoomResult{Room: r}, nil
+	case protocol.OpRemoveRoomMember:
+		p, e := decodeRoom[protocol.RoomMemberPayload](cmd)
+		if e != nil {
+			return nil, e
+		}
+		removed, err := svc.RemoveMember(ctx, p.Room, room.HostID(p.HostID))
+		if err != nil {
+			return nil, err
+		}
+		return &RoomMemberRemoved{Room: p.Room, HostID: p.HostID, Removed: removed}, nil
 	case protocol.OpPublishCapability:
 		p, e := decodeRoom[protocol.PublishCapabilityPayload](cmd)
 		if e != nil {

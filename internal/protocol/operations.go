@@ -85,6 +85,7 @@ var operations = map[string]opSpec{
 	OpCloseRoom:             {2, idNone},
 	OpInviteRoom:            {2, idNone},
 	OpJoinRoom:              {2, idNone},
+	OpRemoveRoomMember:      {2, idNone},
 	OpPublishCapability:     {2, idNone},
 	OpUnpublishCapability:   {2, idNone},
 	OpListRoomCapabilities:  {2, idNone},

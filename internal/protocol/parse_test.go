@@ -296,7 +296,7 @@ func TestOperationTables(t *testing.T) {
 		"listCapabilities", "describeCapability", "observeCapability", "invokeCapability",
 		"ticket", "reconcile", "abortTool",
 		"roomStatus", "createRoom", "listRooms", "showRoom", "closeRoom", "inviteRoom", "joinRoom",
-		"publishCapability", "unpublishCapability", "listRoomCapabilities",
+		"removeRoomMember", "publishCapability", "unpublishCapability", "listRoomCapabilities",
 		"observeRoomCapability", "invokeRoomCapability", "listApprovals", "decideApproval", "roomUILogin", "fabricStatus",
 		"admitBusHost", "listBusHosts", "removeBusHost", "listRememberedApprovals", "forgetApproval",
 		"proposeAdapter", "listProposals")
@@ -380,6 +380,7 @@ var identityRules = map[string][3]presence{
 	"admitBusHost":          {ignored, ignored, ignored},
 	"listBusHosts":          {ignored, ignored, ignored},
 	"removeBusHost":         {ignored, ignored, ignored},
+	"removeRoomMember":      {ignored, ignored, ignored},
 
 	"listRememberedApprovals": {ignored, ignored, ignored},
 	"forgetApproval":          {ignored, ignored, ignored},

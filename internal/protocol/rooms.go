@@ -9,13 +9,15 @@ import (
 
 // Room operations (2.x): the owner's surface of the host's room service.
 const (
-	OpRoomStatus            = "roomStatus"
-	OpCreateRoom            = "createRoom"
-	OpListRooms             = "listRooms"
-	OpShowRoom              = "showRoom"
-	OpCloseRoom             = "closeRoom"
-	OpInviteRoom            = "inviteRoom"
-	OpJoinRoom              = "joinRoom"
+	OpRoomStatus = "roomStatus"
+	OpCreateRoom = "createRoom"
+	OpListRooms  = "listRooms"
+	OpShowRoom   = "showRoom"
+	OpCloseRoom  = "closeRoom"
+	OpInviteRoom = "inviteRoom"
+	OpJoinRoom   = "joinRoom"
+	// OpRemoveRoomMember takes one member out of a room this host owns.
+	OpRemoveRoomMember      = "removeRoomMember"
 	OpPublishCapability     = "publishCapability"
 	OpUnpublishCapability   = "unpublishCapability"
 	OpListRoomCapabilities  = "listRoomCapabilities"
@@ -58,7 +60,7 @@ const EventApproval = "approval"
 // roomOperations are the room operations in handshake order.
 var roomOperations = []string{
 	OpRoomStatus, OpCreateRoom, OpListRooms, OpShowRoom, OpCloseRoom, OpInviteRoom, OpJoinRoom,
-	OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
+	OpRemoveRoomMember, OpPublishCapability, OpUnpublishCapability, OpListRoomCapabilities,
 	OpObserveRoomCapability, OpInvokeRoomCapability, OpListApprovals, OpDecideApproval,
 	OpRoomUILogin, OpFabricStatus, OpAdmitBusHost, OpListBusHosts, OpRemoveBusHost,
 }
@@ -149,6 +151,20 @@ func (p *InviteRoomPayload) Validate() *Error {
 		return e
 	}
 	return validRoomText("payload.name", p.Name)
+}
+
+// RoomMemberPayload names a member of a room: the payload of removeRoomMember.
+type RoomMemberPayload struct {
+	Room   string `json:"room"`
+	HostID string `json:"hostId"`
+}
+
+// Validate checks the room id and host id grammars.
+func (p *RoomMemberPayload) Validate() *Error {
+	if e := validRoomID("payload.room", p.Room); e != nil {
+		return e
+	}
+	return validHostID("payload.hostId", p.HostID)
 }
 
 // JoinRoomPayload is the payload of joinRoom. The code is a bearer secret: it is never

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -342,4 +343,45 @@ func (s *Service) addMember(ctx context.Context, id string, host room.HostID, na
 	s.joined[id] = next
 	s.mu.Unlock()
 	return next, nil
+}
+
+// RemoveMember takes host out of room id, which this host must own, and reports whether host
+// was a member. The owner signs and publishes a roster without it, so that from then on every
+// provider refuses its calls and withholds results of calls it made before (the roster
+// decides each call at dispatch and at result), the bus takes the room's broker permissions
+// from its user, and the host itself forgets the room when it reads the roster, as it would
+// a closed room (Config.RoomClosed). A later join code can invite it again.
+func (s *Service) RemoveMember(ctx context.Context, id string, host room.HostID) (bool, error) {
+	s.rosterMu.Lock()
+	defer s.rosterMu.Unlock()
+	rec, err := s.record(id)
+	if err != nil {
+		return false, err
+	}
+	if room.HostID(rec.Owner) != s.key.ID() {
+		return false, errorf(CodeNotOwner, "only the room's owner removes members")
+	}
+	if host == s.key.ID() {
+		return false, errorf(room.CodeInvalidRequest, "the owner cannot remove itself; close the room instead")
+	}
+	i := slices.IndexFunc(rec.Members, func(m store.RoomMember) bool { return m.Host == string(host) })
+	if i < 0 {
+		return false, nil
+	}
+	next := rec
+	next.Members = slices.Delete(slices.Clone(rec.Members), i, i+1)
+	next.Version++
+	if err := s.cfg.Store.PutRoom(next); err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
+	defer cancel()
+	if err := s.sync.PublishRoster(ctx, rosterOf(next)); err != nil {
+		return false, asError(err)
+	}
+	s.mu.Lock()
+	s.joined[id] = next
+	s.mu.Unlock()
+	s.log.Info("room member removed", "room", id, "host", host)
+	return true, nil
 }

@@ -554,3 +554,62 @@ func TestJoinAsksAgainUntilTheOwnerIsServed(t *testing.T) {
 		t.Fatalf("B's room after the join: %+v, %v", r, err)
 	}
 }
+
+// TestOwnerRemovesMember: the owner takes one member out of a room; the member forgets the
+// room as it would a closed one (its publications withdrawn), the room goes on for the rest,
+// and a new join code can invite the member again.
+func TestOwnerRemovesMember(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	if _, err := b.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.svc.Publish(bg, Publish{Room: "home", Capability: "lamp", Observe: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A sees B's lamp", func() bool { caps, _ := a.svc.Capabilities(bg, "home"); return len(caps) == 2 })
+
+	_, err := b.svc.RemoveMember(bg, "home", a.svc.HostID())
+	codeIs(t, err, CodeNotOwner)
+	_, err = a.svc.RemoveMember(bg, "home", a.svc.HostID())
+	codeIs(t, err, room.CodeInvalidRequest)
+	_, err = a.svc.RemoveMember(bg, "attic", b.svc.HostID())
+	codeIs(t, err, CodeUnknownRoom)
+
+	if removed, err := a.svc.RemoveMember(bg, "home", b.svc.HostID()); err != nil || !removed {
+		t.Fatalf("remove: %v %v", removed, err)
+	}
+	waitFor(t, "B to forget the room", func() bool { rooms, _ := b.svc.Rooms(bg); return len(rooms) == 0 })
+	waitFor(t, "B's RoomClosed", func() bool { return slices.Equal(b.roomsClosed(), []string{"home"}) })
+	if pubs, err := b.st.Publications(); err != nil || len(pubs) != 0 {
+		t.Fatalf("B's stored publications after its removal: %+v, %v", pubs, err)
+	}
+	d, err := a.svc.Room(bg, "home")
+	if err != nil || len(d.Members) != 1 || !d.Members[0].Self {
+		t.Fatalf("A's room after the removal: %+v, %v", d, err)
+	}
+	waitFor(t, "A to stop seeing B's lamp", func() bool {
+		caps, _ := a.svc.Capabilities(bg, "home")
+		return len(caps) == 1 && caps[0].ProviderSelf
+	})
+	if recs, err := a.st.Rooms(); err != nil || len(recs) != 1 || len(recs[0].Members) != 1 {
+		t.Fatalf("A's stored room after the removal: %+v, %v", recs, err)
+	}
+	if got := a.roomsClosed(); len(got) != 0 {
+		t.Fatalf("A's RoomClosed told %v: the room goes on", got)
+	}
+	if removed, err := a.svc.RemoveMember(bg, "home", b.svc.HostID()); err != nil || removed {
+		t.Fatalf("a second remove: %v %v", removed, err)
+	}
+
+	inv, err := a.svc.Invite(bg, "home", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.svc.Join(bg, inv.Code); err != nil || r.Members != 2 {
+		t.Fatalf("join again: %+v %v", r, err)
+	}
+	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", json.RawMessage(`{}`)); err != nil {
+		t.Fatalf("B's call after it joined again: %v", err)
+	}
+}
