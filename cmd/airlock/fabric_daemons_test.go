@@ -219,11 +219,12 @@ func TestFabricThreeDaemons(t *testing.T) {
 		a.data(&st, "fabric", "status")
 		return len(st.Routes) == 2 && st.JetStream.Leader != ""
 	})
-	if st.Mode != bus.ModeCluster || st.Node != "a" || st.Cluster != "home" || !strings.HasPrefix(st.ClientURL, "tls://127.0.0.2:") {
+	if st.Mode != bus.ModeCluster || st.Node != "a" || st.Cluster != "home" || !strings.HasPrefix(st.ClientURL, "tls://127.0.0.2:") ||
+		st.Certificate == nil || st.Certificate.NotAfter.Before(time.Now().AddDate(1, 11, 0)) || st.Certificate.CANotAfter.Before(st.Certificate.NotAfter) {
 		t.Fatalf("A's fabric status: %+v", st)
 	}
 	if text := a.cli("", "fabric", "status").wantCode(t, exitOK).stdout; !strings.Contains(text, "node a (cluster), cluster home") ||
-		!strings.Contains(text, "route  b") || !strings.Contains(text, "jetstream: leader") {
+		!strings.Contains(text, "route  b") || !strings.Contains(text, "jetstream: leader") || !strings.Contains(text, "certificate: valid until ") {
 		t.Fatalf("fabric status text:\n%s", text)
 	}
 	var rs roomStatusData

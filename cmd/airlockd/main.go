@@ -166,6 +166,11 @@ func run(args []string, stderr io.Writer) error {
 		if rooms.Fabric, err = bus.LoadFabric(*fabricFile); err != nil {
 			return fmt.Errorf("--fabric: %w", err)
 		}
+		if rooms.Fabric.ExpiresSoon(time.Now()) {
+			cert, ca := rooms.Fabric.Expiry()
+			log.Warn("the fabric's certificates expire soon: past that, this node's peers refuse its routes; write the fabric again (airlock fabric init)",
+				"certificate", cert.UTC().Format(time.RFC3339), "ca", ca.UTC().Format(time.RFC3339))
+		}
 	}
 	if *socket == "" {
 		*socket = paths.Socket()

@@ -408,6 +408,11 @@ func TestFabricClusterRoutesReplicatesAndConfinesHosts(t *testing.T) {
 		if st.Mode != bus.ModeCluster || st.Cluster != "airlock-test" || st.JetStream.ClusterSize != 3 {
 			t.Fatalf("status: %+v", st)
 		}
+		// fabric init's certificates: the node's for 2 years, the CA's for 10.
+		if c := st.Certificate; c == nil || time.Until(c.NotAfter) < 729*24*time.Hour || time.Until(c.NotAfter) > 731*24*time.Hour ||
+			time.Until(c.CANotAfter) < 3649*24*time.Hour {
+			t.Fatalf("certificate: %+v", st.Certificate)
+		}
 		for _, r := range st.Routes {
 			if r.RTTMicros <= 0 && !waitUntil(5*time.Second, func() bool { s, _ := n.srv.Status(); return s.Routes[0].RTTMicros > 0 }) {
 				t.Fatalf("route without an RTT: %+v", st.Routes)
@@ -421,7 +426,7 @@ func TestFabricClusterRoutesReplicatesAndConfinesHosts(t *testing.T) {
 			}
 			text := out.String()
 			if strings.Count(text, "\nroute  ") != 2 || !strings.Contains(text, "jetstream: leader "+st.Node+", cluster of 3") ||
-				strings.Count(text, "  peer ") != 2 {
+				strings.Count(text, "  peer ") != 2 || !strings.Contains(text, "\ncertificate: valid until "+st.Certificate.NotAfter.Format(time.DateOnly)) {
 				t.Fatalf("status text:\n%s", text)
 			}
 		}

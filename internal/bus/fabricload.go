@@ -3,6 +3,7 @@ package bus
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,19 @@ type Fabric struct {
 	serverTLS, dialTLS *tls.Config
 	user               nkeys.KeyPair
 	userPub            string
+	// certNotAfter and caNotAfter are when this node's certificate and the fabric's CA (the
+	// first of its certificates to expire) stop being valid.
+	certNotAfter, caNotAfter time.Time
+}
+
+// Expiry is when this node's certificate, and the fabric's CA, stop being valid: past either,
+// its peers refuse its routes and leaf connections.
+func (fb *Fabric) Expiry() (cert, ca time.Time) { return fb.certNotAfter, fb.caNotAfter }
+
+// ExpiresSoon reports whether the node's certificate or the CA expires within ExpiryWarning
+// of now: airlockd warns at start.
+func (fb *Fabric) ExpiresSoon(now time.Time) bool {
+	return fb.certNotAfter.Sub(now) < ExpiryWarning || fb.caNotAfter.Sub(now) < ExpiryWarning
 }
 
 // LoadFabric reads and checks the fabric file at path and the files it names.
@@ -92,7 +106,10 @@ func openFabric(f *FabricFile, dir string) (*Fabric, error) {
 			return nil, err
 		}
 	}
-	fb := &Fabric{File: f, user: kp, userPub: pub}
+	fb := &Fabric{File: f, user: kp, userPub: pub, caNotAfter: earliestExpiry(caPEM)}
+	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+		fb.certNotAfter = leaf.NotAfter
+	}
 	fb.serverTLS = &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
@@ -102,6 +119,25 @@ func openFabric(f *FabricFile, dir string) (*Fabric, error) {
 	}
 	fb.dialTLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}, RootCAs: pool}
 	return fb, nil
+}
+
+// earliestExpiry is the earliest NotAfter of the PEM certificates in data, or zero when none
+// parses.
+func earliestExpiry(data []byte) time.Time {
+	var first time.Time
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return first
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err == nil && (first.IsZero() || c.NotAfter.Before(first)) {
+			first = c.NotAfter
+		}
+	}
 }
 
 func hasUser(f *FabricFile, host, nkey string) bool {

@@ -376,7 +376,7 @@ func TestLocalServerStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Mode != "local" || !st.JetStream.Enabled || st.JetStream.Leader != "" || len(st.Routes) != 0 {
+	if st.Mode != "local" || !st.JetStream.Enabled || st.JetStream.Leader != "" || len(st.Routes) != 0 || st.Certificate != nil {
 		t.Fatalf("status: %+v", st)
 	}
 	var out strings.Builder

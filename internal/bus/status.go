@@ -29,7 +29,21 @@ type FabricStatus struct {
 	JetStream JetStreamStatus `json:"jetstream"`
 	// Connections is how many clients are connected to this node.
 	Connections int `json:"connections"`
+	// Certificate is when this node's TLS certificate and the fabric's CA expire; absent
+	// without a fabric (mode local).
+	Certificate *CertificateStatus `json:"certificate,omitempty"`
 }
+
+// CertificateStatus is when a fabric node's certificate and its fabric's CA stop being
+// valid. Past either, the node's peers refuse its routes and leaf connections: write the
+// fabric again (airlock fabric init) before then.
+type CertificateStatus struct {
+	NotAfter   time.Time `json:"notAfter"`
+	CANotAfter time.Time `json:"caNotAfter"`
+}
+
+// ExpiryWarning is how long before a certificate's expiry status and airlockd's log warn.
+const ExpiryWarning = 30 * 24 * time.Hour
 
 // RouteStatus is one route.
 type RouteStatus struct {
@@ -83,6 +97,8 @@ func (s *Server) Status() (FabricStatus, error) {
 	st := FabricStatus{Node: s.ns.Name(), Mode: "local", Routes: []RouteStatus{}, Leaves: []LeafStatus{}}
 	if s.fabric != nil {
 		st.Mode = s.fabric.File.Mode
+		cert, ca := s.fabric.Expiry()
+		st.Certificate = &CertificateStatus{NotAfter: cert.UTC(), CANotAfter: ca.UTC()}
 	}
 	st.ClientURL = s.ClientURL()
 	st.Cluster = s.ns.ClusterName()
@@ -167,14 +183,32 @@ func rttMicros(s string) int64 {
 	return d.Microseconds()
 }
 
+// expiryText says when a certificate expires, loudly once it is within ExpiryWarning.
+func expiryText(notAfter, now time.Time) string {
+	left := notAfter.Sub(now)
+	date := notAfter.UTC().Format(time.DateOnly)
+	switch {
+	case left <= 0:
+		return "EXPIRED on " + date + " (write the fabric again: airlock fabric init)"
+	case left < ExpiryWarning:
+		return fmt.Sprintf("EXPIRES on %s, in %d days (write the fabric again: airlock fabric init)", date, int(left.Hours()/24))
+	default:
+		return fmt.Sprintf("valid until %s (%d days)", date, int(left.Hours()/24))
+	}
+}
+
 // WriteStatus writes st for a terminal.
 func WriteStatus(w io.Writer, st FabricStatus) error {
+	now := time.Now()
 	var b strings.Builder
 	fmt.Fprintf(&b, "node %s (%s)", st.Node, st.Mode)
 	if st.Cluster != "" {
 		fmt.Fprintf(&b, ", cluster %s", st.Cluster)
 	}
 	fmt.Fprintf(&b, ", %d connections\n", st.Connections)
+	if c := st.Certificate; c != nil {
+		fmt.Fprintf(&b, "certificate: %s; CA: %s\n", expiryText(c.NotAfter, now), expiryText(c.CANotAfter, now))
+	}
 	for _, r := range st.Routes {
 		fmt.Fprintf(&b, "route  %-16s %-22s rtt %s\n", r.Peer, r.Addr, time.Duration(r.RTTMicros)*time.Microsecond)
 	}

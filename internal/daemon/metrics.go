@@ -74,6 +74,10 @@ func (d *Daemon) metricsStatus() metrics.Status {
 	if svc := d.srv.rooms.Load(); svc != nil {
 		st.Rooms = &metrics.Rooms{BusConnected: svc.BusConnected(), Rooms: svc.Status().Rooms}
 	}
+	if r := d.cfg.Rooms; r != nil && r.Fabric != nil {
+		cert, ca := r.Fabric.Expiry()
+		st.Fabric = &metrics.FabricExpiry{Certificate: cert, CA: ca}
+	}
 	st.ApprovalsWaiting = d.approvalsWaiting()
 	return st
 }

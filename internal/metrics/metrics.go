@@ -121,6 +121,9 @@ type Status struct {
 	ApprovalsWaiting int
 	// Rooms is the room service's state; nil when it does not run.
 	Rooms *Rooms
+	// Fabric is when the fabric node's certificate and the fabric's CA expire; nil without
+	// airlockd --fabric.
+	Fabric *FabricExpiry
 	// Counters are the host's content-free event counters that status reports under
 	// host.metrics (connectionsAccepted, eventsDropped…), by name. The names are the
 	// daemon's own constants.
@@ -138,6 +141,11 @@ type Adapter struct {
 type Rooms struct {
 	BusConnected bool // the connection to the room bus is up
 	Rooms        int  // rooms this host is in
+}
+
+// FabricExpiry is when a fabric node's TLS certificate and its fabric's CA stop being valid.
+type FabricExpiry struct {
+	Certificate, CA time.Time
 }
 
 // AdapterStates are the states the adapter state metric reports for every adapter, one

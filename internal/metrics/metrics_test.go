@@ -156,6 +156,9 @@ func TestStatusCollector(t *testing.T) {
 	if strings.Contains(body, "airlock_room_bus_connected") {
 		t.Error("bus state reported without a room service")
 	}
+	if strings.Contains(body, "airlock_fabric_certificate_expiry_timestamp_seconds{") {
+		t.Error("a certificate expiry reported without a fabric")
+	}
 	if calls != 1 {
 		t.Errorf("status read %d times in one scrape, want 1", calls)
 	}
@@ -163,6 +166,10 @@ func TestStatusCollector(t *testing.T) {
 	mustContain(t, scrape(t, base), `airlock_room_bus_connected 1`, `airlock_rooms 2`)
 	st.Rooms.BusConnected = false
 	mustContain(t, scrape(t, base), `airlock_room_bus_connected 0`)
+	st.Fabric = &FabricExpiry{Certificate: time.Unix(1861920000, 0), CA: time.Unix(2114380800, 0)}
+	mustContain(t, scrape(t, base),
+		`airlock_fabric_certificate_expiry_timestamp_seconds{certificate="node"} 1.86192e+09`,
+		`airlock_fabric_certificate_expiry_timestamp_seconds{certificate="ca"} 2.1143808e+09`)
 }
 
 func TestAuditAppend(t *testing.T) {

@@ -19,6 +19,8 @@ var (
 		"1 while the room service's connection to the room bus is up, 0 while it is lost; absent without a room service.", nil, nil)
 	descRooms = prometheus.NewDesc("airlock_rooms",
 		"Rooms this host is in; absent without a room service.", nil, nil)
+	descFabricExpiry = prometheus.NewDesc("airlock_fabric_certificate_expiry_timestamp_seconds",
+		"When the fabric node's TLS certificate (certificate=node) and the fabric's CA (certificate=ca) stop being valid, in seconds since the Unix epoch; absent without airlockd --fabric. Past either, the node's peers refuse its routes: alert well before (airlock fabric init writes new ones).", []string{"certificate"}, nil)
 	descHostEvents = prometheus.NewDesc("airlock_host_events_total",
 		"The host's content-free event counters, as status reports them under host.metrics, by name.", []string{"event"}, nil)
 )
@@ -31,7 +33,7 @@ type statusCollector struct {
 
 func (c *statusCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSessions, descTurns, descConnections, descApprovals,
-		descAdapterState, descAdapterRestarts, descBusConnected, descRooms, descHostEvents} {
+		descAdapterState, descAdapterRestarts, descBusConnected, descRooms, descFabricExpiry, descHostEvents} {
 		ch <- d
 	}
 }
@@ -70,6 +72,10 @@ func (c *statusCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(descHostEvents, prometheus.CounterValue, float64(n), name)
+	}
+	if f := st.Fabric; f != nil {
+		ch <- prometheus.MustNewConstMetric(descFabricExpiry, prometheus.GaugeValue, float64(f.Certificate.Unix()), "node")
+		ch <- prometheus.MustNewConstMetric(descFabricExpiry, prometheus.GaugeValue, float64(f.CA.Unix()), "ca")
 	}
 	if r := st.Rooms; r != nil {
 		up := 0
