@@ -40,6 +40,25 @@ type roomView struct {
 	departures map[HostID]uint64
 	// keys are the verified X25519 keys of hosts, from their key records.
 	keys map[HostID]peerKey
+	// watches are the calls waiting on their callers' stay in the room (WhileThere).
+	watches map[*stayWatch]struct{}
+}
+
+// stayWatch is one WhileThere: leave runs once host is no longer in the room.
+type stayWatch struct {
+	host  HostID
+	leave func()
+}
+
+// fireLocked runs and drops the watches of v that match: every one when host is empty, else
+// those of host. d.mu is held.
+func (v *roomView) fireLocked(host HostID) {
+	for w := range v.watches {
+		if host == "" || w.host == host {
+			delete(v.watches, w)
+			w.leave()
+		}
+	}
 }
 
 // peerKey is a host's X25519 key as its newest verified key record gave it.
@@ -66,7 +85,7 @@ func (d *Directory) Trust(room string, owner HostID) error {
 		return nil
 	}
 	d.rooms[room] = &roomView{owner: owner, present: make(map[HostID]bool), seen: make(map[HostID]time.Time),
-		departures: make(map[HostID]uint64), keys: make(map[HostID]peerKey)}
+		departures: make(map[HostID]uint64), keys: make(map[HostID]peerKey), watches: make(map[*stayWatch]struct{})}
 	return nil
 }
 
@@ -74,7 +93,32 @@ func (d *Directory) Trust(room string, owner HostID) error {
 func (d *Directory) Forget(room string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if v, ok := d.rooms[room]; ok {
+		v.fireLocked("")
+	}
 	delete(d.rooms, room)
+}
+
+// WhileThere runs leave, once, as soon as host is no longer in room: its presence is deleted
+// or expires (a departure after the departed'th, which the caller read with departures), the
+// owner's roster stops listing it, or this host forgets the room; at once when one of these
+// has happened already. leave runs under the directory's lock: it must not block or call the
+// directory (a context's cancel is what it is for). stop ends the watch.
+func (d *Directory) WhileThere(room string, host HostID, departed uint64, leave func()) (stop func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.rooms[room]
+	if !ok || v.departures[host] != departed || v.roster == nil || !v.roster.Has(host) {
+		leave()
+		return func() {}
+	}
+	w := &stayWatch{host: host, leave: leave}
+	v.watches[w] = struct{}{}
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(v.watches, w)
+	}
 }
 
 // Owner returns the owner trusted for room.
@@ -110,6 +154,12 @@ func (d *Directory) ApplyRoster(room string, data []byte) (Roster, error) {
 	}
 	if v.roster == nil || r.Version > v.roster.Version {
 		v.roster = &r
+		for w := range v.watches {
+			if !r.Has(w.host) {
+				delete(v.watches, w)
+				w.leave()
+			}
+		}
 	}
 	return *v.roster, nil
 }
@@ -144,6 +194,7 @@ func (d *Directory) SetPresence(room string, host HostID, present bool) {
 	}
 	if !present && v.present[host] {
 		v.departures[host]++
+		v.fireLocked(host)
 	}
 	v.present[host] = present
 	if present {

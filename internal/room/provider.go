@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/busport"
@@ -454,10 +455,21 @@ func (p *Provider) run(ctx context.Context, c *Call, pub Publication, now, deadl
 			return
 		}
 		d := argsDigest(c.Args)
-		err := p.cfg.Approver.WaitApproval(ctx, PendingApproval{
+		// A caller that leaves the room (or is removed from it) while its call waits takes
+		// the call out of the operator's queue at once: nobody is left to get its result.
+		wctx, endWait := context.WithCancel(ctx)
+		var gone atomic.Bool
+		stop := p.cfg.Directory.WhileThere(c.Room, c.Caller, departed, func() { gone.Store(true); endWait() })
+		err := p.cfg.Approver.WaitApproval(wctx, PendingApproval{
 			Room: c.Room, Caller: c.Caller, Capability: c.Capability, Action: c.Action, Args: c.Args,
 			ArgsDigest: hex.EncodeToString(d[:]), RequestID: c.RequestID, Since: now, Deadline: until,
 		})
+		stop()
+		endWait()
+		if gone.Load() {
+			fail(CodeUnauthorized)
+			return
+		}
 		if err != nil {
 			fail(CodeOf(err))
 			return

@@ -470,29 +470,46 @@ func TestPerCallApproval(t *testing.T) {
 			}
 		})
 	})
-	t.Run("caller left while waiting", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			f := newFixture(t)
-			f.dir.SetPresence(testRoom, f.b.ID(), true)
-			errc := make(chan error, 1)
-			go func() {
-				req := invoke("printer", "print", `{}`)
-				req.AwaitApproval = true
-				_, err := f.call(t, f.b, req, time.Now())
-				errc <- err
-			}()
-			synctest.Wait()
-			// A leave deletes the caller's presence; it stays on the roster.
-			f.dir.SetPresence(testRoom, f.b.ID(), false)
-			if err := f.appr.Approve(f.appr.Pending()[0].ID); err != nil {
-				t.Fatal(err)
-			}
-			wantCode(t, <-errc, CodeUnauthorized)
-			if f.inv.count("printer/print") != 0 {
-				t.Fatal("invoked for a caller that left")
-			}
+	// A caller that leaves (its presence deleted; it stays on the roster), is removed from the
+	// roster, or a room this host forgets takes its waiting call out of the queue at once,
+	// undecided, and the call is refused.
+	for name, leave := range map[string]func(t *testing.T, f *fixture){
+		"caller left while waiting":    func(_ *testing.T, f *fixture) { f.dir.SetPresence(testRoom, f.b.ID(), false) },
+		"caller removed while waiting": func(t *testing.T, f *fixture) { f.setRoster(t, 2, f.a.ID(), f.c.ID()) },
+		"room forgotten while waiting": func(_ *testing.T, f *fixture) { f.dir.Forget(testRoom) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t)
+				f.dir.SetPresence(testRoom, f.b.ID(), true)
+				errc := make(chan error, 1)
+				go func() {
+					req := invoke("printer", "print", `{}`)
+					req.AwaitApproval = true
+					_, err := f.call(t, f.b, req, time.Now())
+					errc <- err
+				}()
+				synctest.Wait()
+				pending := f.appr.Pending()
+				if len(pending) != 1 {
+					t.Fatalf("pending = %+v", pending)
+				}
+				start := time.Now()
+				leave(t, f)
+				wantCode(t, <-errc, CodeUnauthorized)
+				if time.Since(start) != 0 {
+					t.Fatalf("the call waited %v after its caller went", time.Since(start))
+				}
+				if p := f.appr.Pending(); len(p) != 0 {
+					t.Fatalf("still pending for a caller that went: %+v", p)
+				}
+				wantCode(t, f.appr.Approve(pending[0].ID), CodeUnknownApproval)
+				if f.inv.count("printer/print") != 0 {
+					t.Fatal("invoked for a caller that went")
+				}
+			})
 		})
-	})
+	}
 }
 
 func TestInvokeTimeoutAndProviderStop(t *testing.T) {
