@@ -21,6 +21,7 @@ package bus
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -85,6 +86,9 @@ type ServerConfig struct {
 	// other hosts SetUsers adds; and the server's warden. Without Host or a fabric the
 	// server admits any connection, which only tests and in-process servers should want.
 	Host *LocalHost
+	// Logger, when set, gets the server's errors and warnings (and its notices at debug),
+	// bounded (natsLog); without it the server logs nothing.
+	Logger *slog.Logger
 }
 
 // Server is a running embedded NATS server with JetStream.
@@ -165,6 +169,9 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("bus: server: %w", err)
+	}
+	if cfg.Logger != nil {
+		ns.SetLogger(newNATSLog(cfg.Logger), false, false)
 	}
 	ns.Start()
 	if !ns.ReadyForConnections(readyTimeout) {

@@ -419,7 +419,7 @@ func (s *Service) startBus(ctx context.Context) (bus.DialConfig, error) {
 		s.users.rooms = stored
 		return bus.DialConfig{URL: url, Name: id, InboxPrefix: bus.InboxPrefix(id), Nkey: seed}, nil
 	}
-	s.server, err = bus.StartServer(bus.ServerConfig{StateDir: s.cfg.StateDir, Listen: s.cfg.Listen, Host: &bus.LocalHost{ID: id, Key: seed}})
+	s.server, err = bus.StartServer(bus.ServerConfig{StateDir: s.cfg.StateDir, Listen: s.cfg.Listen, Host: &bus.LocalHost{ID: id, Key: seed}, Logger: s.log})
 	if err != nil {
 		return bus.DialConfig{}, err
 	}

@@ -241,7 +241,7 @@ func Start(ctx context.Context, cfg Config) (_ *Service, err error) {
 	var dial bus.DialConfig
 	switch {
 	case cfg.Fabric != nil:
-		if s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Fabric: cfg.Fabric}); err != nil {
+		if s.server, err = bus.StartServer(bus.ServerConfig{StateDir: cfg.StateDir, Fabric: cfg.Fabric, Logger: s.log}); err != nil {
 			return nil, err
 		}
 		if cfg.NodeStarted != nil {
