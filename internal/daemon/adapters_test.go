@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 )
@@ -225,18 +223,18 @@ func TestKilledDaemonLeavesNoAdapterRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaderFD, helperFD := pidfd(t, reg.Adapter.PID), pidfd(t, helper)
+	leader, helperProc := daemontest.Watch(t, reg.Adapter.PID), daemontest.Watch(t, helper)
 	t.Cleanup(func() { syscall.Kill(-reg.Adapter.PID, syscall.SIGKILL) })
 
 	d.Kill9()
-	if !pidExited(t, leaderFD, 30*time.Second) {
+	if !leader.Exited(30 * time.Second) {
 		t.Fatal("the adapter outlived the daemon killed with SIGKILL")
 	}
-	if pidExited(t, helperFD, 0) {
+	if helperProc.Exited(0) {
 		t.Fatal("the helper exited with the daemon: this test no longer shows the restart's part")
 	}
 	d2 := daemontest.Start(t, daemontest.Options{Socket: d.Socket, StateDir: d.StateDir})
-	if !pidExited(t, helperFD, 30*time.Second) {
+	if !helperProc.Exited(30 * time.Second) {
 		t.Fatalf("the restarted daemon left the helper running:\n%s", d2.Stderr())
 	}
 	if !strings.Contains(d2.Stderr(), "killed an adapter process group left running") {
@@ -245,25 +243,4 @@ func TestKilledDaemonLeavesNoAdapterRunning(t *testing.T) {
 	waitAdapters(t, d2.Dial(), "the adapter started anew", func(m map[string]adapterView) bool {
 		return m["lamp"].State == "ready" && m["lamp"].PID != 0 && m["lamp"].PID != reg.Adapter.PID
 	})
-}
-
-// pidfd opens a pidfd of pid, closed at the end of the test.
-func pidfd(t *testing.T, pid int) int {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		t.Fatalf("pidfd of %d: %v", pid, err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
-
-// pidExited reports whether the process of pidfd fd has exited, waiting for it up to wait.
-func pidExited(t *testing.T, fd int, wait time.Duration) bool {
-	t.Helper()
-	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(wait.Milliseconds()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n == 1
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/airlockhq/airlock/internal/daemontest"
 )
 
 // The test binary doubles as the processes of a group: ORPHAN_HELPER=leader starts a helper
@@ -69,27 +69,6 @@ func startGroup(t *testing.T) (*exec.Cmd, int) {
 	return cmd, helper
 }
 
-// pidfd opens a pidfd of pid, closed at the end of the test.
-func pidfd(t *testing.T, pid int) int {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		t.Fatalf("pidfd of %d: %v", pid, err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
-}
-
-// exited reports whether the process of pidfd fd has exited, waiting for it up to wait.
-func exited(t *testing.T, fd int, wait time.Duration) bool {
-	t.Helper()
-	n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(wait.Milliseconds()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n == 1
-}
-
 func TestOpenKillsTheGroupsADeadDaemonLeft(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "adapter-groups")
 	l, reaped, err := Open(path, nil)
@@ -97,7 +76,7 @@ func TestOpenKillsTheGroupsADeadDaemonLeft(t *testing.T) {
 		t.Fatalf("fresh ledger: %v %v", reaped, err)
 	}
 	cmd, helper := startGroup(t)
-	leaderFD, helperFD := pidfd(t, cmd.Process.Pid), pidfd(t, helper)
+	leader, helperProc := daemontest.Watch(t, cmd.Process.Pid), daemontest.Watch(t, helper)
 	l.Started(cmd.Process.Pid)
 	if g := l.Groups(); len(g) != 1 || g[0].PGID != cmd.Process.Pid || g[0].Start == 0 {
 		t.Fatalf("recorded: %+v", g)
@@ -110,7 +89,7 @@ func TestOpenKillsTheGroupsADeadDaemonLeft(t *testing.T) {
 	if len(reaped) != 1 || reaped[0].PGID != cmd.Process.Pid || reaped[0].Members != 2 || !reaped[0].Gone {
 		t.Fatalf("reaped: %+v", reaped)
 	}
-	if !exited(t, leaderFD, 0) || !exited(t, helperFD, 0) {
+	if !leader.Exited(0) || !helperProc.Exited(0) {
 		t.Fatal("Open returned with the group still running")
 	}
 	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
@@ -155,7 +134,7 @@ func TestOpenSparesWhatIsNotProvablyOurs(t *testing.T) {
 	if !ok {
 		t.Fatal("no stat of the leader")
 	}
-	leaderFD, helperFD := pidfd(t, cmd.Process.Pid), pidfd(t, helper)
+	leader, helperProc := daemontest.Watch(t, cmd.Process.Pid), daemontest.Watch(t, helper)
 	for name, ledger := range map[string][]byte{
 		"another start time": Format(bootID(), []Group{{PGID: cmd.Process.Pid, Start: st.start + 1}}),
 		"another boot":       Format("3b1c0f0e-0000-4000-8000-000000000000", []Group{{PGID: cmd.Process.Pid, Start: st.start}}),
@@ -169,7 +148,7 @@ func TestOpenSparesWhatIsNotProvablyOurs(t *testing.T) {
 		if err != nil || len(reaped) != 0 {
 			t.Fatalf("%s: reaped %+v, %v", name, reaped, err)
 		}
-		if exited(t, leaderFD, 0) || exited(t, helperFD, 0) {
+		if leader.Exited(0) || helperProc.Exited(0) {
 			t.Fatalf("%s: the group was killed", name)
 		}
 		if _, groups, err := Parse(must(os.ReadFile(path))); err != nil || len(groups) != 0 || len(l.Groups()) != 0 {
