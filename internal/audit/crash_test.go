@@ -118,8 +118,11 @@ func killNine(t *testing.T, mode SyncMode) {
 			t.Fatalf("round %d: child ended with %v (killAt %d, %d acks); stderr: %s", round, err, killAt, n, stderr.String())
 		}
 
-		// A kill cannot tear one write(2) of a file, a power loss can: every other round, the
-		// newest segment gets part of a line, as a torn write would leave it.
+		// A power loss can tear a write, and so can the kill itself: the kernel looks for a
+		// fatal signal between the pages of one write(2), so a record that crosses a page
+		// boundary may be cut there (never acknowledged: the child dies inside the write).
+		// Every other round, the newest segment also gets part of a line, as a torn write
+		// would leave it.
 		var fragment int
 		if round%2 == 1 {
 			fragment = tearTail(t, dir)
@@ -131,7 +134,7 @@ func killNine(t *testing.T, mode SyncMode) {
 		if rep.TornBytes > 0 {
 			torn++
 		}
-		if fragment > 0 && rep.TornBytes != int64(fragment) {
+		if fragment > 0 && rep.TornBytes < int64(fragment) {
 			t.Fatalf("round %d: a torn tail of %d bytes, Open cut %d", round, fragment, rep.TornBytes)
 		}
 		if err := j.Close(); err != nil {
