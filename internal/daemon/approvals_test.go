@@ -18,6 +18,7 @@ import (
 	"github.com/airlockhq/airlock/internal/client"
 	"github.com/airlockhq/airlock/internal/daemontest"
 	"github.com/airlockhq/airlock/internal/policy"
+	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/room"
 )
 
@@ -93,13 +94,17 @@ func (e *approvalEnv) event(t *testing.T, typ string) approval.Event {
 func stat(c *client.Client, id, path string) <-chan *client.Response {
 	out := make(chan *client.Response, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), lineTimeout)
+		// A call waits for the operator, whom a test may play with airlock processes of its
+		// own: on a loaded machine that takes longer than one line's timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		g := int64(1)
 		r, err := c.Call(ctx, client.Command{Operation: "invokeTool", SessionID: "bench", Generation: &g, Client: "claude-code",
 			Payload: map[string]any{"toolCallId": id, "operation": "fs.stat", "arguments": map[string]any{"path": path}}})
 		if err != nil {
-			r = &client.Response{}
+			// The call's own failure (a timeout on a loaded machine, a closed connection),
+			// named, rather than an empty answer that hides it.
+			r = &client.Response{Error: &protocol.Error{Code: "call_failed", Message: err.Error()}}
 		}
 		out <- r
 	}()

@@ -510,7 +510,7 @@ func TestBinaryResourcePolicy(t *testing.T) {
 }
 
 func TestBinaryOversizedRecords(t *testing.T) {
-	d := daemontest.Start(t, daemontest.Options{Args: []string{"--max-response-bytes", "2490", "--max-event-bytes", "2490",
+	d := daemontest.Start(t, daemontest.Options{Args: []string{"--max-response-bytes", "2560", "--max-event-bytes", "2560",
 		"--provider", "local=http://127.0.0.1:9/v1"}})
 	cwd := t.TempDir()
 	c := d.Dial()
@@ -523,16 +523,16 @@ func TestBinaryOversizedRecords(t *testing.T) {
 		}
 	}
 	r := call(t, c, client.Command{Operation: "status"})
-	if code(r) != "outbound_record_too_large" || r.Error.Details["maxBytes"] != 2490.0 {
+	if code(r) != "outbound_record_too_large" || r.Error.Details["maxBytes"] != 2560.0 {
 		t.Fatalf("oversized status: %+v", r)
 	}
 	// The connection is still usable.
 	call(t, c, client.Command{Operation: "status", SessionID: "one"})
 
 	// A session id of 256 four-byte characters appears twice in sessionClosed (envelope and
-	// snapshot, with a name of 100 bytes): over 2490 bytes. Its eventDropped replacement names
+	// snapshot, with a name of 100 bytes): over 2560 bytes. Its eventDropped replacement names
 	// it once and fits. (The limit leaves room for the 2.x handshake, which daemontest's
-	// readiness wait reads: 2480 bytes since it lists the approval queue's two operations.)
+	// readiness wait reads: 2533 bytes since it lists removeRoomMember.)
 	long := strings.Repeat("\U0001D530", 256)
 	lp := openPayload(cwd)
 	lp["name"] = strings.Repeat("n", 100)
