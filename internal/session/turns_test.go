@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -196,6 +197,41 @@ func TestCompletionNotRecorded(t *testing.T) {
 	}
 	r, err := h.m.Ticket(protocol.TicketID("s", "k"))
 	if err != nil || r.Ticket.State != protocol.TicketIndeterminate {
+		t.Fatalf("ticket: %v %+v", err, r)
+	}
+}
+
+// TestLongAnswerIsRecordedNotIndeterminate: a model's answer too long for the wake's journal
+// entry (1.5 MB, well within the model client's and the transcript's limits) failed the wake
+// durability_completion_failed and left it accepted, so the restart after made it
+// indeterminate and the host degraded until an operator reconciled it. A model cannot be
+// allowed to do that by answering at length: the wake is recorded failed
+// journal_record_too_large, a retry gets that outcome, the generation goes on, and a restart
+// finds the host ready.
+func TestLongAnswerIsRecordedNotIndeterminate(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	h.llm.Push(modeltest.Reply{Text: strings.Repeat("a", 1500<<10), Chunk: 64 << 10})
+	_, err := h.wake("s", "k", "say a lot", true)
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeJournalRecordTooLarge || pe.Details["ticketId"] != protocol.TicketID("s", "k") {
+		t.Fatalf("wake: %v", err)
+	}
+	if _, err := h.wake("s", "k", "say a lot", true); code(err) != protocol.CodeJournalRecordTooLarge {
+		t.Fatalf("duplicate: %v", err)
+	}
+	h.llm.Push(modeltest.Reply{Text: "short"})
+	if v, err := h.wake("s", "k2", "and now briefly", true); err != nil || resultText(t, v) != "short" {
+		t.Fatalf("next wake: %v %v", v, err)
+	}
+	h.m.Shutdown()
+	h.st.Close()
+	h.start(t)
+	if !h.m.Ready() {
+		t.Fatal("not ready after a restart")
+	}
+	r, err := h.m.Ticket(protocol.TicketID("s", "k"))
+	if err != nil || r.Ticket.State != protocol.TicketFailed || r.Ticket.Error == nil || r.Ticket.Error.Code != protocol.CodeJournalRecordTooLarge {
 		t.Fatalf("ticket: %v %+v", err, r)
 	}
 }

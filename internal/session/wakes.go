@@ -7,6 +7,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/protocol"
@@ -284,6 +285,12 @@ func (m *Manager) settleLocked(j *job, result json.RawMessage, e *protocol.Error
 // finishDurable records a wake's terminal outcome in the journal, then settles it. A turn that
 // completed but whose terminal record cannot be written fails durability_completion_failed and
 // stays accepted: a restart makes it indeterminate rather than guessing.
+//
+// A result too large for its journal entry (a model's answer of a megabyte) is the one failure
+// to record that is known before anything is written: the wake is recorded failed
+// journal_record_too_large instead, so that a model cannot leave a wake indeterminate, and the
+// host degraded after a restart, by answering at length. The answer is in the transcript, and
+// the turn's events (turnEnd) stand: the turn did complete.
 func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Error) {
 	r := j.rec
 	to := store.JournalCompleted
@@ -295,7 +302,16 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 	retired := m.pruneLocked(r)
 	m.mu.Unlock()
 	if seq != 0 {
-		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, durableSeqs(retired)); err != nil {
+		_, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, durableSeqs(retired))
+		if e == nil && errors.Is(err, &protocol.Error{Code: protocol.CodeJournalRecordTooLarge}) {
+			m.log.Warn("turn result too large for the wake journal: the wake is recorded failed", "sessionId", r.sessionID, "requestId", r.requestID, "resultBytes", len(result))
+			e = protocol.Errorf(protocol.CodeJournalRecordTooLarge,
+				"the turn completed, but its result (%d bytes) is too large to record; its answer is in the session's transcript", len(result)).
+				With("limit", store.MaxJournalRecordBytes).With("ticketId", r.ticketID)
+			to, result = store.JournalFailed, nil
+			_, err = m.cfg.Store.UpdateJournal(r.sessionID, seq, to, nil, e, durableSeqs(retired))
+		}
+		if err != nil {
 			m.log.Error("terminal journal record not written", "sessionId", r.sessionID, "requestId", r.requestID, "err", err)
 			// The entry keeps the state the store holds: accepted for a turn that ran (a
 			// restart makes it indeterminate), queued for a wake that never started (a
