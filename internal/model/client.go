@@ -45,6 +45,13 @@ const (
 	DefaultResponseHeaderTimeout = 5 * time.Minute
 	// defaultIdleConnTimeout closes pooled connections the provider would drop anyway.
 	defaultIdleConnTimeout = 90 * time.Second
+	// DefaultBodyIdleTimeout bounds the silence of a response body once its headers came. A
+	// provider that stops sending mid-answer (a wedged server, a connection whose peer
+	// vanished without a reset) would otherwise hold the turn, and one of the host's turn
+	// slots, until an operator aborted it. It is as long as DefaultResponseHeaderTimeout,
+	// for the same slow local servers: one may send a stream's headers first and then
+	// process the whole prompt before its first token.
+	DefaultBodyIdleTimeout = 5 * time.Minute
 )
 
 // maxErrorBodyBytes bounds the body read from an error response: only its message is kept.
@@ -57,6 +64,7 @@ type options struct {
 	httpClient          *http.Client
 	lim                 limits
 	maxCompletionTokens bool
+	bodyIdleTimeout     time.Duration
 }
 
 // WithHTTPClient makes the client send requests with hc instead of its own default client.
@@ -105,6 +113,16 @@ func WithMaxArgumentBytes(n int) Option {
 	}
 }
 
+// WithBodyIdleTimeout sets how long a response body may send nothing before the call fails
+// model_timeout; d <= 0 keeps DefaultBodyIdleTimeout. It applies with WithHTTPClient too.
+func WithBodyIdleTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.bodyIdleTimeout = d
+		}
+	}
+}
+
 // WithMaxCompletionTokens sends Request.MaxTokens as "max_completion_tokens" instead of
 // "max_tokens". OpenAI's reasoning models refuse "max_tokens", while Ollama and older
 // llama.cpp builds silently ignore "max_completion_tokens"; so "max_tokens" is the default
@@ -133,7 +151,7 @@ func NewClient(p Provider, opts ...Option) *Client {
 		maxLineBytes:     DefaultMaxLineBytes,
 		maxToolCalls:     DefaultMaxToolCalls,
 		maxArgumentBytes: DefaultMaxArgumentBytes,
-	}}
+	}, bodyIdleTimeout: DefaultBodyIdleTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -183,7 +201,8 @@ func (c *Client) CloseIdleConnections() { c.hc.CloseIdleConnections() }
 // returned: the caller must treat them as void then.
 //
 // A canceled ctx returns model_canceled and a passed deadline model_timeout, whichever
-// stage the call is in; the response body is closed before Complete returns.
+// stage the call is in; so does a response body that sends nothing for the body idle timeout
+// (WithBodyIdleTimeout), model_timeout. The response body is closed before Complete returns.
 func (c *Client) Complete(ctx context.Context, req Request, onDelta func(Delta)) (Response, error) {
 	s := scrubber{key: c.auth.key}
 	resp, err := c.complete(ctx, req, s, onDelta)
@@ -210,6 +229,23 @@ func (c *Client) complete(ctx context.Context, req Request, s scrubber, onDelta 
 	if err := ctx.Err(); err != nil {
 		return Response{}, err
 	}
+	// The body's idle timer cancels the request through its own context, so that a read
+	// blocked on a silent connection returns; the caller's ctx is left alone, and its own
+	// end still decides in Complete.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	resp, err := c.exchange(ctx, req, s, onDelta, cancel)
+	if err != nil && errors.Is(context.Cause(ctx), errBodyIdle) {
+		return Response{}, s.newError(CodeTimeout, true, 0,
+			"sent nothing for "+c.opts.bodyIdleTimeout.String()+" in the middle of its answer", nil)
+	}
+	return resp, err
+}
+
+// errBodyIdle is the cause a response body's idle timer cancels the request with.
+var errBodyIdle = errors.New("the response body was idle too long")
+
+func (c *Client) exchange(ctx context.Context, req Request, s scrubber, onDelta func(Delta), cancel context.CancelCauseFunc) (Response, error) {
 	body, err := encodeRequest(req, c.opts.maxCompletionTokens)
 	if err != nil {
 		return Response{}, s.newError(CodeRequestRejected, false, 0, "invalid request", err)
@@ -239,6 +275,9 @@ func (c *Client) complete(ctx context.Context, req Request, s scrubber, onDelta 
 		return Response{}, err
 	}
 	defer res.Body.Close()
+	idle := time.AfterFunc(c.opts.bodyIdleTimeout, func() { cancel(errBodyIdle) })
+	defer idle.Stop()
+	res.Body = &idleReader{ReadCloser: res.Body, timer: idle, d: c.opts.bodyIdleTimeout}
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		return Response{}, s.errorResponse(res)
 	}
@@ -351,6 +390,22 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	l.n -= int64(n)
 	if l.n < 0 {
 		return n, errTooLarge
+	}
+	return n, err
+}
+
+// idleReader restarts its timer after every read that returned bytes, so that the timer fires
+// only once the body has sent nothing for d.
+type idleReader struct {
+	io.ReadCloser
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 {
+		r.timer.Reset(r.d)
 	}
 	return n, err
 }

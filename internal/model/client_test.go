@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/model"
@@ -522,4 +523,91 @@ func TestKeyNeverInErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stallingBody sends one chunk and then nothing until the request's context ends, as a wedged
+// provider does once its headers and first token went out; like net/http's transport, the
+// context's end fails the read.
+type stallingBody struct {
+	ctx   context.Context
+	first io.Reader
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if n, _ := b.first.Read(p); n > 0 {
+		return n, nil
+	}
+	<-b.ctx.Done()
+	return 0, b.ctx.Err()
+}
+
+func (b *stallingBody) Close() error { return nil }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestBodyIdleTimeout: a provider that stopped sending in the middle of its answer held the
+// turn until an operator aborted it, since only the headers had a deadline. The body's silence
+// is bounded too, by a timer each read restarts: a stream that keeps sending is never cut,
+// a silent one fails model_timeout (retryable), and the caller's own cancel keeps its code.
+func TestBodyIdleTimeout(t *testing.T) {
+	const idle = time.Minute
+	chunk := `data: {"choices":[{"index":0,"delta":{"content":"hel"}}]}` + "\n\n"
+	stalling := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+			Body: &stallingBody{ctx: r.Context(), first: strings.NewReader(chunk)}, Request: r}, nil
+	})
+	newClient := func(rt http.RoundTripper) *model.Client {
+		return model.NewClient(model.Provider{Name: "p", BaseURL: "http://model.invalid/v1"},
+			model.WithHTTPClient(&http.Client{Transport: rt}), model.WithBodyIdleTimeout(idle))
+	}
+
+	t.Run("silent", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			_, err := newClient(stalling).Complete(t.Context(), userRequest(true), nil)
+			var me *model.Error
+			if !errors.As(err, &me) || me.Code != model.CodeTimeout || !me.Retryable {
+				t.Fatalf("err = %v, want a retryable %s", err, model.CodeTimeout)
+			}
+			if waited := time.Since(start); waited != idle {
+				t.Fatalf("failed after %v, want %v", waited, idle)
+			}
+		})
+	})
+
+	t.Run("slow but steady", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// A chunk every 50 s, 10 of them: longer than the idle timeout in all, never silent for it.
+			steady := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				pr, pw := io.Pipe()
+				go func() {
+					for range 10 {
+						time.Sleep(50 * time.Second)
+						pw.Write([]byte(chunk))
+					}
+					pw.Write([]byte(`data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"))
+					pw.Close()
+				}()
+				return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: pr, Request: r}, nil
+			})
+			resp, err := newClient(steady).Complete(t.Context(), userRequest(true), nil)
+			if err != nil || resp.Message.Content != strings.Repeat("hel", 10) {
+				t.Fatalf("Complete = %q, %v", resp.Message.Content, err)
+			}
+		})
+	})
+
+	t.Run("caller cancels", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(idle/2, cancel)
+			_, err := newClient(stalling).Complete(ctx, userRequest(true), nil)
+			var me *model.Error
+			if !errors.As(err, &me) || me.Code != model.CodeCanceled {
+				t.Fatalf("err = %v, want %s", err, model.CodeCanceled)
+			}
+		})
+	})
 }
