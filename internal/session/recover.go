@@ -87,6 +87,7 @@ func (m *Manager) recover(started time.Time) error {
 	quarantined := make(map[string]string)
 	conditions := make(map[string]protocol.RecoveryCondition)
 	restored := make(map[string]*runtime)
+	closed := make(map[string]bool)
 	var dormant []string
 	var candidates []*protocol.CatalogRecord
 	for i := range recs {
@@ -102,6 +103,8 @@ func (m *Manager) recover(started time.Time) error {
 		}
 		if rec.Residency == protocol.Resident {
 			candidates = append(candidates, rec)
+		} else {
+			closed[rec.SessionID] = true
 		}
 	}
 	outcomes := m.restoreAll(candidates, manifests, deadline)
@@ -137,7 +140,7 @@ func (m *Manager) recover(started time.Time) error {
 	}
 
 	for i := range entries {
-		m.recoverEntry(&entries[i], restored, quarantined)
+		m.recoverEntry(&entries[i], restored, quarantined, closed)
 	}
 
 	m.mu.Lock()
@@ -285,8 +288,9 @@ func (m *Manager) restore(rec *protocol.CatalogRecord, man *store.Manifest, dead
 
 // recoverEntry indexes one journal entry and settles what the restart decided for it: a
 // queued wake is replayed on its restored session, or fails terminally when its session is
-// quarantined or could not be restored; an indeterminate wake waits for reconciliation.
-func (m *Manager) recoverEntry(e *store.JournalEntry, restored map[string]*runtime, quarantined map[string]string) {
+// quarantined, was closed before the restart, or could not be restored; an indeterminate wake
+// waits for reconciliation.
+func (m *Manager) recoverEntry(e *store.JournalEntry, restored map[string]*runtime, quarantined map[string]string, closed map[string]bool) {
 	r := &jrec{
 		sessionID: e.SessionID, generation: e.Generation, key: e.IdempotencyKey, ticketID: e.TicketID,
 		requestID: e.RequestID, fingerprint: e.Fingerprint, source: e.Source, seq: e.Seq, state: e.State,
@@ -330,6 +334,11 @@ func (m *Manager) recoverEntry(e *store.JournalEntry, restored map[string]*runti
 		default:
 			fail = protocol.Retryable(code, "the session's model provider credentials must be provided again after restart")
 		}
+	} else if closed[e.SessionID] {
+		// A close records the session dormant first and fails its queue after, in the
+		// background: a crash in between leaves the wakes queued. They fail as the close
+		// failed them, and nothing failed to restore, so the host is not degraded for them.
+		fail = protocol.Retryable(protocol.CodeAborted, "the session was closed")
 	} else {
 		fail = protocol.Errorf(protocol.CodeRestoreWakeFailed, "the wake's session generation was not restored after the restart")
 		m.mu.Lock()

@@ -236,6 +236,53 @@ func TestLongAnswerIsRecordedNotIndeterminate(t *testing.T) {
 	}
 }
 
+// TestCrashAfterCloseKeepsHostReady: a close records the session dormant, then fails its
+// queued wakes in the background, one journal write each. A crash in between (an operator
+// closed a busy session, and the daemon died a moment later) left them queued, and the next
+// start failed them restore_wake_failed, counting each as a recovery failure: the host came
+// back degraded for a session nobody wanted restored. They fail aborted, as the close failed
+// them, and the host is ready.
+func TestCrashAfterCloseKeepsHostReady(t *testing.T) {
+	h := newTurnHost(t)
+	h.open(t, "s", protocol.ModeNew)
+	hold := make(chan struct{})
+	h.llm.Push(modeltest.Reply{Hold: hold})
+	for _, k := range []string{"k1", "k2", "k3"} {
+		if _, err := h.wake("s", k, "p-"+k, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-h.llm.Arrived(1)
+	// What a crash leaves: the first write of the close, the record made dormant, and the
+	// queued wakes still queued (a shutdown leaves them so; the running one ends aborted).
+	h.m.Shutdown()
+	rec, err := h.st.Record("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Residency, rec.State = protocol.Dormant, protocol.StateIdle
+	if err := h.st.SaveSession(rec, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.st.Close()
+	close(hold)
+
+	h.start(t)
+	if !h.m.Ready() {
+		t.Fatal("not ready after a restart that found a closed session's queued wakes")
+	}
+	for _, k := range []string{"k2", "k3"} {
+		r, err := h.m.Ticket(protocol.TicketID("s", k))
+		if err != nil || r.Ticket.State != protocol.TicketFailed || r.Ticket.Error == nil ||
+			r.Ticket.Error.Code != protocol.CodeAborted || !r.Ticket.Error.Retryable {
+			t.Fatalf("ticket %s: %v %+v", k, err, r)
+		}
+	}
+	if n := h.llm.Count(); n != 1 {
+		t.Fatalf("the model was called %d times; a closed session's wake ran after the restart", n)
+	}
+}
+
 // TestIndeterminateWakeLogged: the start that finds a wake indeterminate logs its ticket, which
 // host.recovery only counts: an operator whose client is gone had no way to learn what to
 // reconcile.
