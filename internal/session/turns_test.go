@@ -190,6 +190,18 @@ func TestCompletionNotRecorded(t *testing.T) {
 	if _, err := h.wake("s", "k", "question", true); code(err) != protocol.CodeRequestIndeterminate {
 		t.Fatalf("duplicate: %v", err)
 	}
+	// Indeterminate already, as its ticket says, not only after a restart: the host is not
+	// ready, and a reconcile tries to record the verdict (which the closed store refuses)
+	// rather than answering that the indeterminate ticket is not indeterminate.
+	if h.m.Ready() {
+		t.Fatal("ready with an indeterminate wake, before the restart")
+	}
+	if r, err := h.m.Ticket(protocol.TicketID("s", "k")); err != nil || r.Ticket.State != protocol.TicketIndeterminate {
+		t.Fatalf("ticket before the restart: %v %+v", err, r)
+	}
+	if _, err := h.m.Reconcile(protocol.TicketID("s", "k"), protocol.OutcomeSucceeded); code(err) == protocol.CodeTicketNotIndeterminate {
+		t.Fatalf("reconcile before the restart: %v", err)
+	}
 	h.m.Shutdown()
 	h.start(t)
 	if h.m.Ready() {

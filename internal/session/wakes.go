@@ -38,6 +38,9 @@ type jrec struct {
 	createdAt   time.Time
 	updatedAt   time.Time
 	live        *job // while queued or running in this incarnation
+	// unrecorded marks a wake whose turn ran but whose terminal record could not be written:
+	// it is indeterminate here while the store still holds it accepted.
+	unrecorded bool
 	// result and err are kept here only for memory sessions; durable wakes read the store.
 	result json.RawMessage
 	err    *protocol.Error
@@ -323,11 +326,23 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 			}
 			fail := protocol.Errorf(protocol.CodeDurabilityCompletion,
 				"the turn ended but its outcome could not be recorded; the wake is indeterminate").With("ticketId", r.ticketID)
-			if r.state == store.JournalQueued {
+			unrecorded := r.state != store.JournalQueued
+			if !unrecorded {
 				fail = protocol.Errorf(protocol.CodeDurabilityFailed, "the wake's end could not be recorded; it stays journaled and runs after a restart")
+			} else {
+				// Indeterminate now, as a restart would find it: its ticket says so, it
+				// holds the host degraded, and an operator can reconcile it without a
+				// restart once the store writes again.
+				r.state, r.unrecorded = store.JournalIndeterminate, true
+				m.recovery.IndeterminateRequests++
+				m.recomputePhaseLocked()
 			}
 			m.settleLocked(j, nil, fail)
 			m.mu.Unlock()
+			if unrecorded {
+				m.log.Warn("wake indeterminate: its outcome could not be recorded; reconcile its ticket (airlock reconcile TICKET --outcome succeeded|failed)",
+					"sessionId", r.sessionID, "generation", r.generation, "ticketId", r.ticketID, "requestId", r.requestID)
+			}
 			return
 		}
 	}
@@ -473,6 +488,19 @@ func (m *Manager) Reconcile(ticketID, outcome string) (*protocol.TicketResult, e
 	if state != store.JournalIndeterminate {
 		return nil, protocol.Errorf(protocol.CodeTicketNotIndeterminate, "only an indeterminate ticket can be reconciled; this one is %s", shown).
 			With("ticketId", ticketID).With("state", shown)
+	}
+	m.mu.Lock()
+	unrecorded := r.unrecorded
+	m.mu.Unlock()
+	if unrecorded {
+		// The store still holds it accepted: it becomes indeterminate there first, so that
+		// the verdict is recorded as an operator's, as after a restart.
+		if _, err := m.cfg.Store.UpdateJournal(r.sessionID, r.seq, store.JournalIndeterminate, nil, nil, nil); err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		r.unrecorded = false
+		m.mu.Unlock()
 	}
 	// The verdict is what a duplicate of the wake gets from now on: an empty result that says
 	// it was reconciled, or an error that says so.
