@@ -197,7 +197,7 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 	if spec.SystemPrompt != "" {
 		msgs = append(msgs, model.Message{Role: model.RoleSystem, Content: spec.SystemPrompt})
 	}
-	msgs = append(msgs, req.History...)
+	msgs = append(msgs, answerUnanswered(req.History)...)
 	// addUser records user messages (the prompt, steers, follow-ups) and adds them to the
 	// conversation.
 	addUser := func(texts []string) *protocol.Error {
@@ -283,6 +283,55 @@ func Run(ctx context.Context, spec *Spec, req Request, mb *Mailbox, sink Sink) (
 	}
 	sink.Emit(protocol.EventTurnEnd, turnEnd{StopReason: res.StopReason, ModelCalls: res.ModelCalls, ToolCalls: res.ToolCalls, Usage: res.Usage})
 	return res, nil
+}
+
+// unansweredCode is what a tool call that has no recorded result shows the model: its
+// effect is as unknown as a wake's a restart left indeterminate, and the code's hint says
+// to check before calling again.
+const unansweredCode = "request_indeterminate"
+
+// answerUnanswered returns history with a result for every tool call that has none, placed
+// right after the calls' assistant message and the results it has. A daemon that died during
+// a tool call (kill -9, a power cut) leaves a transcript whose assistant message asks for
+// calls that nothing answers; providers refuse such a conversation (OpenAI: "An assistant
+// message with 'tool_calls' must be followed by tool messages responding to each
+// 'tool_call_id'"), so that every later turn of the session would fail. The transcript keeps
+// what happened; only what the model is sent is completed, the same way at every turn.
+func answerUnanswered(history []model.Message) []model.Message {
+	var (
+		out     []model.Message // nil until a call is found unanswered
+		pending []model.ToolCall
+		from    int // history[from:] is not yet in out
+	)
+	flush := func(at int) {
+		if len(pending) == 0 {
+			return
+		}
+		out = append(out, history[from:at]...)
+		from = at
+		for _, tc := range pending {
+			b, _ := json.Marshal(map[string]any{"error": toolError{Code: unansweredCode,
+				Message:   "airlockd stopped before this tool call's result was recorded: it may or may not have run",
+				Retryable: false, Hint: hint.For(unansweredCode)}})
+			out = append(out, model.Message{Role: model.RoleTool, ToolCallID: tc.ID, Content: string(b)})
+		}
+		pending = nil
+	}
+	for i, m := range history {
+		if m.Role == model.RoleTool {
+			pending = slices.DeleteFunc(pending, func(tc model.ToolCall) bool { return tc.ID == m.ToolCallID })
+			continue
+		}
+		flush(i)
+		if m.Role == model.RoleAssistant {
+			pending = slices.Clone(m.ToolCalls)
+		}
+	}
+	flush(len(history))
+	if out == nil {
+		return history
+	}
+	return append(out, history[from:]...)
 }
 
 // aborted returns the aborted error once ctx is done.

@@ -378,3 +378,52 @@ func TestHostToolsAreOfferedAndCalled(t *testing.T) {
 		}
 	}
 }
+
+// TestUnansweredToolCallsAreAnswered: a daemon killed during a tool call leaves a transcript
+// whose assistant message asks for calls nothing answered. The restored session sent that
+// conversation as it was, and a provider that checks it (OpenAI does) refused every later
+// turn, model_request_rejected, for good: the transcript cannot change. Each unanswered call
+// gets a result the model can read, right after the answered ones, at every turn.
+func TestUnansweredToolCallsAreAnswered(t *testing.T) {
+	call := func(ids ...string) model.Message {
+		m := model.Message{Role: model.RoleAssistant}
+		for _, id := range ids {
+			m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: id, Name: "fs_write", Arguments: `{}`})
+		}
+		return m
+	}
+	user := func(s string) model.Message { return model.Message{Role: model.RoleUser, Content: s} }
+	result := func(id string) model.Message {
+		return model.Message{Role: model.RoleTool, ToolCallID: id, Content: "ok"}
+	}
+	history := []model.Message{
+		user("one"), call("a", "b"), result("a"), // b was running when the daemon died
+		user("two"), call("c"), result("c"), {Role: model.RoleAssistant, Content: "done"},
+		user("three"), call("d"), // d too, at the very end
+	}
+	m := &script{replies: []model.Response{{Message: model.Message{Content: "fine"}}}}
+	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "four", History: history}, nil, &sink{}); e != nil {
+		t.Fatal(e)
+	}
+	var got []string
+	for _, msg := range m.sent[0] {
+		switch {
+		case msg.Role == model.RoleTool && strings.Contains(msg.Content, `"code":"request_indeterminate"`):
+			got = append(got, "unknown:"+msg.ToolCallID)
+		case msg.Role == model.RoleTool:
+			got = append(got, "result:"+msg.ToolCallID)
+		case len(msg.ToolCalls) > 0:
+			got = append(got, "call")
+		default:
+			got = append(got, string(msg.Role)+":"+msg.Content)
+		}
+	}
+	want := []string{"user:one", "call", "result:a", "unknown:b", "user:two", "call", "result:c", "assistant:done",
+		"user:three", "call", "unknown:d", "user:four"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("sent\n%q\nwant\n%q", got, want)
+	}
+	if !slices.Equal(history[len(history)-1].ToolCalls, call("d").ToolCalls) || len(history) != 9 {
+		t.Fatal("the caller's history was modified")
+	}
+}
