@@ -19,9 +19,12 @@ import (
 // with O_EXCL and O_NOFOLLOW; the conversation id is that name without ".jsonl". A zero now
 // means the current time.
 //
-// If Create fails after creating the file, it removes the file. A crash inside Create can
-// still leave a file whose header is incomplete; Open refuses it as corrupt_transcript, and
-// Latest may return it.
+// The header is written and made durable under a temporary name (a "." and the name, with
+// ".tmp" after it), which is then renamed: a transcript's name exists only with its whole
+// header. A crash inside Create leaves at most such a temporary file, which neither Latest nor
+// Open considers; before, it left a transcript with an incomplete header, which Latest
+// returned, so that every later open in mode continue failed corrupt_transcript until an
+// operator removed it. If Create fails, it removes what it created.
 func Create(dir string, now time.Time) (*File, error) {
 	if dir == "" {
 		return nil, insecure("transcript directory path is empty")
@@ -53,17 +56,19 @@ func Create(dir string, now time.Time) (*File, error) {
 		return nil, fmt.Errorf("create transcript: creation time %s cannot be encoded: %w", now.UTC().Format(time.RFC3339), err)
 	}
 	path := filepath.Join(dir, h.ConversationID+fileSuffix)
+	tmp := filepath.Join(dir, "."+h.ConversationID+fileSuffix+".tmp")
 
-	osf, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL|openNoFollow, fileMode)
+	osf, err := os.OpenFile(tmp, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL|openNoFollow, fileMode)
 	if err != nil {
 		if isLoop(err) {
-			return nil, insecure("transcript %s is a symbolic link", path)
+			return nil, insecure("transcript %s is a symbolic link", tmp)
 		}
 		return nil, fmt.Errorf("create transcript %s: %w", path, err)
 	}
+	created := tmp
 	fail := func(err error) (*File, error) {
 		osf.Close()
-		os.Remove(path)
+		os.Remove(created)
 		return nil, fmt.Errorf("create transcript %s: %w", path, err)
 	}
 	if _, err := osf.Write(line); err != nil {
@@ -72,6 +77,16 @@ func Create(dir string, now time.Time) (*File, error) {
 	if err := fsync(osf); err != nil {
 		return fail(err)
 	}
+	// The name is new (its random part): should something have taken it meanwhile, Create
+	// fails rather than replace it. The check and the rename are not one step, but only the
+	// directory's owner can create names here, and rename never follows a link.
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		return fail(fmt.Errorf("%s exists", path))
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(err)
+	}
+	created = path
 	// The new name must survive a crash too, or the catalog could name a file that is gone.
 	if err := syncDir(dir); err != nil {
 		return fail(err)

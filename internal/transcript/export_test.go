@@ -27,3 +27,10 @@ func SkipSync(t testing.TB) {
 	t.Cleanup(func() { fsync = old })
 	fsync = func(*os.File) error { return nil }
 }
+
+// SetSync replaces fsync for one test. Tests using it must not run in parallel.
+func SetSync(t testing.TB, f func(*os.File) error) {
+	old := fsync
+	t.Cleanup(func() { fsync = old })
+	fsync = f
+}

@@ -192,6 +192,42 @@ func TestLatest(t *testing.T) {
 	wantCode(t, err, protocol.CodeInsecureStatePath)
 }
 
+// TestCreateCrashLeavesNoTranscript: Create made the transcript's name first and wrote its
+// header after, so that a daemon killed in between (or a power cut before the header reached
+// the disk) left a transcript with no whole header under a name Latest returns: every later
+// open in mode continue failed corrupt_transcript until an operator removed the file. The
+// name now appears only once the header is durable; the crash here is the process dying in
+// the fsync of the header.
+func TestCreateCrashLeavesNoTranscript(t *testing.T) {
+	dir := privateDir(t)
+	before, err := transcript.Create(dir, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.Close()
+
+	type crash struct{}
+	transcript.SetSync(t, func(*os.File) error { panic(crash{}) })
+	func() {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Fatal("Create did not sync the header")
+			} else if _, ok := r.(crash); !ok {
+				panic(r)
+			}
+		}()
+		transcript.Create(dir, time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC))
+	}()
+
+	got, ok, err := transcript.Latest(dir)
+	if err != nil || !ok || got != before.Identity().File {
+		t.Fatalf("Latest after a crash in Create = %q, %v, %v; want the transcript before it, %q", got, ok, err, before.Identity().File)
+	}
+	if _, _, _, err := transcript.Open(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestCreateRefusesInsecureDirectory(t *testing.T) {
 	tests := []struct {
 		name string
