@@ -281,6 +281,11 @@ func (c *Client) exchange(ctx context.Context, req Request, s scrubber, onDelta 
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		return Response{}, s.errorResponse(res)
 	}
+	if isWebPage(res.Header.Get("Content-Type")) {
+		// A web page (a server's UI, a proxy's login) where the API should answer: the base
+		// URL is not the API's, which no retry mends.
+		return Response{}, s.newError(CodeNotFound, false, res.StatusCode, "answered a web page (text/html), not the Chat Completions API: check that the provider's base URL is the API's (often ending in /v1)", nil)
+	}
 	r := &limitedReader{r: res.Body, n: c.opts.lim.maxResponseBytes}
 	if isEventStream(res.Header.Get("Content-Type"), req.Stream) {
 		return decodeStream(r, c.opts.lim, s, onDelta)
@@ -311,6 +316,12 @@ func isEventStream(contentType string, asked bool) bool {
 		return false
 	}
 	return asked
+}
+
+// isWebPage reports whether a 2xx answer is an HTML page.
+func isWebPage(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "text/html" || mt == "application/xhtml+xml")
 }
 
 // errorResponse maps a non-2xx response, reading a bounded part of its body for the

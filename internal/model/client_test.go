@@ -611,3 +611,24 @@ func TestBodyIdleTimeout(t *testing.T) {
 		})
 	})
 }
+
+// TestWebPageIsNotTheAPI: a 200 answer that is a web page (a server's UI or a proxy's page at
+// a base URL that is not the API's) fails model_not_found, not retryable, saying to check the
+// base URL; before, it read as a stream that ended early (model_unavailable, retryable).
+func TestWebPageIsNotTheAPI(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			io.WriteString(w, "<!doctype html><title>Welcome</title><p>It works.</p>")
+		}))
+		c := model.NewClient(model.Provider{Name: "t", BaseURL: srv.URL})
+		_, err := c.Complete(context.Background(), userRequest(stream), nil)
+		c.CloseIdleConnections()
+		srv.Close()
+		mustCode(t, err, model.CodeNotFound)
+		var me *model.Error
+		if !errors.As(err, &me) || me.Retryable || me.Status != 200 || !strings.Contains(me.Message, "base URL") {
+			t.Fatalf("stream %v: %+v", stream, me)
+		}
+	}
+}

@@ -22,7 +22,7 @@ const (
 	// Retry-After header when present.
 	CodeRateLimited = "model_rate_limited"
 	// CodeNotFound: the provider answered 404 (unknown model, or a BASE_URL without the
-	// Chat Completions API).
+	// Chat Completions API), or a web page (text/html) where the API should answer.
 	CodeNotFound = "model_not_found"
 	// CodeRequestRejected: the provider answered another 4xx (or a 3xx, which is not
 	// followed), or the request could not be sent as given (Status 0).
