@@ -82,6 +82,29 @@ func checkDBFileInfo(fi fs.FileInfo, path string) error {
 	return checkOwnerMode(fi, "state database", path)
 }
 
+// checkEmptyDB refuses a database file of zero bytes in a state directory that holds anything
+// else. A first start that crashed before bbolt wrote its first pages leaves such a file in a
+// directory with nothing beside it, and starting over on it loses nothing; everything else a
+// daemon keeps there (sessions, the audit journal, keys, the bus's store) is written only
+// after the database was opened, so beside any of it an empty database was truncated, and
+// starting over would forget every session, adapter and room while the rest stays.
+func checkEmptyDB(dir, path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Size() != 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read state directory %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.Name() != DBName {
+			return corrupt("%s is empty, but %s holds a daemon's earlier state (%s): it was truncated; airlockd will not start over on it: restore it from a backup, or move it aside to start with empty state", path, dir, e.Name())
+		}
+	}
+	return nil
+}
+
 // openDBFile is bbolt's Options.OpenFile. It refuses to follow a symbolic link in the last
 // component, creates the file 0600 whatever mode bbolt asks for, and checks the open file
 // itself, closing the race between checkDBFile and the open.

@@ -71,6 +71,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := checkDBFile(path); err != nil {
 		return nil, err
 	}
+	if err := checkEmptyDB(dir, path); err != nil {
+		return nil, err
+	}
 	db, err := openBolt(dir, path, opts.LockTimeout)
 	if err != nil {
 		return nil, err

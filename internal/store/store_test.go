@@ -1071,3 +1071,27 @@ func BenchmarkSaveSession(b *testing.B) {
 		}
 	}
 }
+
+// TestOpenRefusesAnEmptyFileBesideEarlierState: a database of zero bytes beside anything else
+// in the state directory (sessions, the audit journal, keys) was truncated, not left by a first
+// start: corrupt_state, and the file is left as it is.
+func TestOpenRefusesAnEmptyFileBesideEarlierState(t *testing.T) {
+	dir := newDir(t)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "audit"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, DBName)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(dir, Options{})
+	if e := protocol.AsError(err); e.Code != protocol.CodeCorruptState || !strings.Contains(e.Message, "holds a daemon's earlier state (audit)") {
+		t.Fatalf("Open: %v", err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the empty file was changed: %v %v", fi, err)
+	}
+}
