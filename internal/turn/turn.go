@@ -346,11 +346,16 @@ func aborted(ctx context.Context) *protocol.Error {
 	return protocol.Retryable(protocol.CodeAborted, "%s", msg)
 }
 
-// modelError keeps a model failure's own code, message and retryability.
+// modelError keeps a model failure's own code, message and retryability, and the delay its
+// provider asked for (Retry-After) as details.retryAfterMs, so that a harness waits that long.
 func modelError(err error) *protocol.Error {
 	var me *model.Error
 	if errors.As(err, &me) {
-		return &protocol.Error{Code: me.Code, Message: me.Message, Retryable: me.Retryable}
+		pe := &protocol.Error{Code: me.Code, Message: me.Message, Retryable: me.Retryable}
+		if me.Retryable && me.RetryAfter > 0 {
+			pe = pe.With(tooladapter.DetailRetryAfterMs, me.RetryAfter.Milliseconds())
+		}
+		return pe
 	}
 	return protocol.Errorf(protocol.CodeTurnFailed, "the model call failed")
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockhq/airlock/internal/hint"
 	"github.com/airlockhq/airlock/internal/model"
@@ -188,6 +189,12 @@ func TestFailures(t *testing.T) {
 	m := &script{errs: []error{me}}
 	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != "model_auth_failed" {
 		t.Fatalf("model error: %v", e)
+	}
+	// A rate limit keeps the delay the provider asked for, for the harness.
+	m = &script{errs: []error{&model.Error{Code: model.CodeRateLimited, Message: "slow down", Retryable: true, Status: 429, RetryAfter: 7 * time.Second}}}
+	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != model.CodeRateLimited || !e.Retryable ||
+		e.Details[tooladapter.DetailRetryAfterMs] != int64(7000) {
+		t.Fatalf("rate limited: %+v", e)
 	}
 	m = &script{errs: []error{errors.New("boom")}}
 	if _, e := Run(context.Background(), &Spec{Model: m}, Request{Prompt: "x"}, nil, &sink{}); e == nil || e.Code != protocol.CodeTurnFailed {
