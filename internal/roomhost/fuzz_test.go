@@ -38,12 +38,15 @@ func FuzzParseCode(f *testing.F) {
 // refusals use the documented codes.
 func FuzzDecodeJoin(f *testing.F) {
 	now := time.UnixMilli(1_800_000_000_000)
-	owner, _, req := signedJoin(f, now)
+	owner, joiner, req := signedJoin(f, now)
 	f.Add(joinSubject("home", owner.ID()), []byte(marshal(req)))
 	respelled := req
 	respelled.Sig = req.Sig[:8] + "\r\n" + req.Sig[8:]
 	f.Add(joinSubject("home", owner.ID()), []byte(marshal(respelled)))
 	f.Add(joinSubject("home", owner.ID()), []byte(`{"room":"home"}`))
+	leave := joinRequest{Room: "home", Host: joiner.ID(), Leave: true, Time: req.Time}
+	leave.Sig = base64.StdEncoding.EncodeToString(joiner.Sign(joinMessage(&leave)))
+	f.Add(joinSubject("home", owner.ID()), []byte(marshal(leave)))
 	f.Add("airlock.room.home.join.x", []byte(`{}`))
 	f.Fuzz(func(t *testing.T, subject string, payload []byte) {
 		r, secret, code := decodeJoin(subject, owner.ID(), payload, now)
@@ -58,12 +61,12 @@ func FuzzDecodeJoin(f *testing.F) {
 			}
 			return
 		}
-		if subject != joinSubject(r.Room, owner.ID()) || len(secret) != secretBytes {
+		if subject != joinSubject(r.Room, owner.ID()) || (r.Leave && (secret != nil || r.Secret != "")) || (!r.Leave && len(secret) != secretBytes) {
 			t.Fatalf("accepted %+v on %q", r, subject)
 		}
 		// One spelling of each: what was accepted is what encodes it.
 		sig, _ := base64.StdEncoding.Strict().DecodeString(r.Sig)
-		if base64.StdEncoding.EncodeToString(sig) != r.Sig || base64.RawURLEncoding.EncodeToString(secret) != r.Secret {
+		if base64.StdEncoding.EncodeToString(sig) != r.Sig || (!r.Leave && base64.RawURLEncoding.EncodeToString(secret) != r.Secret) {
 			t.Fatalf("accepted a signature %q or a secret %q not in its canonical form", r.Sig, r.Secret)
 		}
 	})

@@ -33,6 +33,9 @@ const (
 	// maxJoinBytes bounds a join request and its reply on the bus.
 	maxJoinBytes = room.MaxRecordBytes + 1<<10
 	joinDomain   = "airlock-room-join-v1\n"
+	leaveDomain  = "airlock-room-leave-v1\n"
+	// leaveTimeout bounds telling a room's owner that this host left (tellOwnerLeft).
+	leaveTimeout = 2 * time.Second
 )
 
 type invite struct {
@@ -110,12 +113,14 @@ func parseCode(code string) (id string, owner room.HostID, secret []byte, err er
 	return parts[1], room.HostID(parts[2]), secret, nil
 }
 
-// joinRequest asks a room's owner to add the signing host to the roster.
+// joinRequest asks a room's owner to add the signing host to the roster or, with Leave, to
+// take it out: a member that left tells the owner, so that the roster does not keep it.
 type joinRequest struct {
 	Room string      `json:"room"`
 	Host room.HostID `json:"host"`
-	// Secret is the join code's secret, base64url.
+	// Secret is the join code's secret, base64url; empty in a leave.
 	Secret string `json:"secret"`
+	Leave  bool   `json:"leave,omitempty"`
 	Time   int64  `json:"time"`
 	Sig    string `json:"sig"`
 }
@@ -127,14 +132,21 @@ type joinReply struct {
 	Roster json.RawMessage `json:"roster,omitempty"`
 }
 
+// joinMessage is what a join or leave request's signature covers; the two have domains of
+// their own, so that neither signature stands for the other.
 func joinMessage(r *joinRequest) []byte {
-	digest := sha256.Sum256([]byte(r.Secret))
 	msg := []byte(joinDomain)
+	if r.Leave {
+		msg = []byte(leaveDomain)
+	}
 	for _, f := range []string{r.Room, string(r.Host)} {
 		msg = binary.BigEndian.AppendUint32(msg, uint32(len(f)))
 		msg = append(msg, f...)
 	}
-	msg = append(msg, digest[:]...)
+	if !r.Leave {
+		digest := sha256.Sum256([]byte(r.Secret))
+		msg = append(msg, digest[:]...)
+	}
 	return binary.BigEndian.AppendUint64(msg, uint64(r.Time))
 }
 
@@ -259,6 +271,12 @@ func (s *Service) admit(ctx context.Context, subject string, payload []byte, now
 	if code != "" {
 		return joinReply{Code: code}
 	}
+	if req.Leave {
+		if _, err := s.removeMember(ctx, req.Room, req.Host, "room member left"); err != nil {
+			return joinReply{Code: codeOf(err)}
+		}
+		return joinReply{}
+	}
 	h := sha256.Sum256(secret)
 	s.mu.Lock()
 	inv, ok := s.invites[h]
@@ -297,6 +315,12 @@ func decodeJoin(subject string, owner room.HostID, payload []byte, now time.Time
 	if err != nil || !ed25519.Verify(req.Host.PublicKey(), joinMessage(&req), sig) ||
 		t.Before(now.Add(-room.ClockWindow)) || t.After(now.Add(room.ClockWindow)) {
 		return nil, nil, room.CodeUnauthorized
+	}
+	if req.Leave {
+		if req.Secret != "" {
+			return nil, nil, room.CodeInvalidRequest
+		}
+		return &req, nil, ""
 	}
 	secret, err := room.DecodeBase64(base64.RawURLEncoding, req.Secret)
 	if err != nil || len(secret) != secretBytes {
@@ -352,6 +376,11 @@ func (s *Service) addMember(ctx context.Context, id string, host room.HostID, na
 // from its user, and the host itself forgets the room when it reads the roster, as it would
 // a closed room (Config.RoomClosed). A later join code can invite it again.
 func (s *Service) RemoveMember(ctx context.Context, id string, host room.HostID) (bool, error) {
+	return s.removeMember(ctx, id, host, "room member removed")
+}
+
+// removeMember is RemoveMember, logged as what.
+func (s *Service) removeMember(ctx context.Context, id string, host room.HostID, what string) (bool, error) {
 	s.rosterMu.Lock()
 	defer s.rosterMu.Unlock()
 	rec, err := s.record(id)
@@ -382,6 +411,22 @@ func (s *Service) RemoveMember(ctx context.Context, id string, host room.HostID)
 	s.mu.Lock()
 	s.joined[id] = next
 	s.mu.Unlock()
-	s.log.Info("room member removed", "room", id, "host", host)
+	s.log.Info(what, "room", id, "host", host)
 	return true, nil
+}
+
+// tellOwnerLeft tells the owner of room rec that this host left it, so that it takes this
+// host out of its roster; best effort, within leaveTimeout: an owner that is away, or of an
+// older airlock (which refuses the request), keeps this host listed until it removes it.
+func (s *Service) tellOwnerLeft(ctx context.Context, rec store.RoomRecord) {
+	req := joinRequest{Room: rec.ID, Host: s.key.ID(), Leave: true, Time: s.now().UnixMilli()}
+	req.Sig = base64.StdEncoding.EncodeToString(s.key.Sign(joinMessage(&req)))
+	ctx, cancel := context.WithTimeout(ctx, leaveTimeout)
+	defer cancel()
+	data, err := s.conn.Request(ctx, joinSubject(rec.ID, room.HostID(rec.Owner)), marshal(req))
+	var rep joinReply
+	if err == nil && ndjson.Decode(data, &rep, ndjson.Closed) == nil && rep.Code == "" {
+		return
+	}
+	s.log.Info("the room's owner was not told of the leave: it lists this host until it removes it", "room", rec.ID, "owner", rec.Owner)
 }

@@ -2,6 +2,7 @@ package roomhost
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -611,5 +612,37 @@ func TestOwnerRemovesMember(t *testing.T) {
 	}
 	if _, err := b.svc.Invoke(bg, "home", string(a.svc.HostID()), "lamp", "reboot", json.RawMessage(`{}`)); err != nil {
 		t.Fatalf("B's call after it joined again: %v", err)
+	}
+}
+
+// TestMemberLeaveTellsTheOwner: a member that leaves a room (its close) tells the owner, who
+// takes it out of the roster; a leave request signed by another host, or replayed outside the
+// clock window, is refused.
+func TestMemberLeaveTellsTheOwner(t *testing.T) {
+	a, b := twoHosts(t, 0)
+	bg := ctx(t)
+	now := time.Now()
+	forged := joinRequest{Room: "home", Host: b.svc.HostID(), Leave: true, Time: now.UnixMilli()}
+	forged.Sig = base64.StdEncoding.EncodeToString(a.svc.key.Sign(joinMessage(&forged)))
+	if rep := a.svc.admit(bg, joinSubject("home", a.svc.HostID()), marshal(forged), now); rep.Code != room.CodeUnauthorized {
+		t.Fatalf("a leave signed by another key: %+v", rep)
+	}
+	stale := joinRequest{Room: "home", Host: b.svc.HostID(), Leave: true, Time: now.Add(-2 * room.ClockWindow).UnixMilli()}
+	stale.Sig = base64.StdEncoding.EncodeToString(b.svc.key.Sign(joinMessage(&stale)))
+	if rep := a.svc.admit(bg, joinSubject("home", a.svc.HostID()), marshal(stale), now); rep.Code != room.CodeUnauthorized {
+		t.Fatalf("a leave outside the clock window: %+v", rep)
+	}
+	if d, _ := a.svc.Room(bg, "home"); len(d.Members) != 2 {
+		t.Fatalf("a refused leave changed the roster: %+v", d.Members)
+	}
+	if err := b.svc.CloseRoom(bg, "home"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to take B out of the roster", func() bool {
+		d, err := a.svc.Room(bg, "home")
+		return err == nil && len(d.Members) == 1 && d.Members[0].Self
+	})
+	if recs, err := a.st.Rooms(); err != nil || len(recs) != 1 || len(recs[0].Members) != 1 {
+		t.Fatalf("A's stored room after B left: %+v, %v", recs, err)
 	}
 }

@@ -221,8 +221,15 @@ func (s *Service) Room(ctx context.Context, id string) (RoomDetail, error) {
 // and its record forgotten. Then Config.RoomClosed is told, outside the service's locks, so
 // that what is tied to the room (temporary adapters) ends with it.
 func (s *Service) CloseRoom(ctx context.Context, id string) error {
+	rec, err := s.record(id)
+	if err != nil {
+		return err
+	}
 	if err := s.closeRoom(ctx, id); err != nil {
 		return err
+	}
+	if room.HostID(rec.Owner) != s.key.ID() {
+		s.tellOwnerLeft(ctx, rec)
 	}
 	if s.cfg.RoomClosed != nil {
 		s.cfg.RoomClosed(ctx, id)
