@@ -7,7 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/client"
@@ -276,7 +279,8 @@ func (a *app) dial(ctx context.Context, version string) (*client.Client, error) 
 	return c, nil
 }
 
-// unreachable describes a failed dial.
+// unreachable describes a failed dial. When no daemon listens on the socket (no socket file,
+// or a stale one nothing accepts on) it also says how to start one there.
 func unreachable(socket string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
@@ -286,7 +290,27 @@ func unreachable(socket string, err error) error {
 	if u := errors.Unwrap(err); u != nil {
 		cause = u
 	}
-	return transportErrorf(exitUnavailable, "cannot connect to airlockd at %s: %v", socket, cause)
+	ce := transportErrorf(exitUnavailable, "cannot connect to airlockd at %s: %v", socket, cause)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		ce.hint = "is airlockd running? " + startDaemonHint(socket)
+	}
+	return ce
+}
+
+// startDaemonHint is the sentence that tells a person how to start the daemon a command looked
+// for: airlockd beside this airlock (as make build and a release lay them out), on the socket
+// it looked at.
+func startDaemonHint(socket string) string {
+	daemon := "airlockd"
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if p := filepath.Join(filepath.Dir(exe), "airlockd"); isExecutable(p) {
+				daemon = p
+			}
+		}
+	}
+	return fmt.Sprintf("start it with `%s --socket %s &` (or `systemctl --user start airlockd`)",
+		shellQuote(daemon), shellQuote(socket))
 }
 
 // call runs one command on a fresh connection and returns the data of its answer. A refusal

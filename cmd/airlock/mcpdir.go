@@ -160,19 +160,9 @@ func (s *dirSession) close(ctx context.Context) {
 }
 
 // startHint is the sentence that tells the reader of a failure how to start the daemon this
-// airlock mcp looked for: airlockd beside this airlock (as make build and a release lay them
-// out), on the socket it looked at.
+// airlock mcp looked for.
 func (a *app) startHint() string {
-	daemon := "airlockd"
-	if exe, err := os.Executable(); err == nil {
-		if exe, err = filepath.EvalSymlinks(exe); err == nil {
-			if p := filepath.Join(filepath.Dir(exe), "airlockd"); isExecutable(p) {
-				daemon = p
-			}
-		}
-	}
-	return fmt.Sprintf("start it with `%s --socket %s &` (or `systemctl --user start airlockd`), then restart this MCP server",
-		shellQuote(daemon), shellQuote(a.socket))
+	return startDaemonHint(a.socket) + ", then restart this MCP server"
 }
 
 func isExecutable(p string) bool {

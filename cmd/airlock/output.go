@@ -44,6 +44,7 @@ const cliSchema = "airlock.cli/v1"
 type cliError struct {
 	body protocol.Error
 	exit int
+	hint string // what to do about it, for a person: a second stderr line, not in --json
 }
 
 func (e *cliError) Error() string { return e.body.Code + ": " + e.body.Message }
@@ -120,6 +121,9 @@ func (o *output) fail(err error) int {
 func (o *output) failWith(err error, data any) int {
 	ce := classify(err)
 	fmt.Fprintf(o.stderr, "airlock: %s: %s\n", clean(ce.body.Code), clean(ce.body.Message))
+	if ce.hint != "" {
+		fmt.Fprintf(o.stderr, "airlock: %s\n", clean(ce.hint))
+	}
 	if o.json {
 		body := ce.body
 		o.emit(envelope{Schema: cliSchema, Command: o.command, OK: false, Data: data, Error: &body}, ce.exit)

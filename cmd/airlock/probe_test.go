@@ -49,6 +49,42 @@ func TestProbeMissingSocket(t *testing.T) {
 	}
 }
 
+// TestUnreachableNamesTheStartCommand: a command that finds no daemon, whether the socket is
+// missing or stale (a file nothing accepts on, as a killed daemon leaves), says on stderr how
+// to start one on that socket; --json keeps the envelope as it was. Before, it said only
+// "cannot connect", and a newcomer had to find the command in the README.
+func TestUnreachableNamesTheStartCommand(t *testing.T) {
+	t.Parallel()
+	dir := daemontest.ShortDir(t)
+	stale := filepath.Join(dir, "stale.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: stale, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	for _, tc := range []struct{ name, socket string }{
+		{"missing", filepath.Join(dir, "absent", "airlockd.sock")},
+		{"stale", stale},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, args := range [][]string{{"status"}, {"probe"}, {"session", "list"}} {
+				r := cli(t, tc.socket, "", args...).wantCode(t, exitUnavailable)
+				want := "airlock: is airlockd running? start it with `"
+				if lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n"); len(lines) != 2 ||
+					!strings.HasPrefix(lines[0], "airlock: transport: cannot connect to airlockd at "+tc.socket+": ") ||
+					!strings.HasPrefix(lines[1], want) || !strings.Contains(lines[1], "airlockd --socket "+tc.socket+" &`") {
+					t.Errorf("%v: stderr %q, want the failure and then %q…", args, r.stderr, want)
+				}
+			}
+			j := cli(t, tc.socket, "", "status", "--json").wantCode(t, exitUnavailable)
+			if env := envelopeOf(t, j, "status", false); env.Error.Code != codeTransport || strings.Contains(env.Error.Message, "start it") {
+				t.Errorf("--json error %+v", env.Error)
+			}
+		})
+	}
+}
+
 // response renders a handshake answer of a fake daemon.
 func response(c fakeCommand, body string) string {
 	return fmt.Sprintf(`{"protocolVersion":%q,"kind":"response","requestId":%q,"hostInstanceId":"fake",%s}`, c.ProtocolVersion, c.RequestID, body)
