@@ -4,7 +4,10 @@
 
 (function () {
   const MAX_LOG = 200; // entries kept in the call log list
-  const state = { roomId: '', room: null, logCount: 0 };
+  // STREAM_RETRY_MS is how long the page waits before it opens the event stream again after
+  // the server refused it (too many streams, or the daemon was not back yet).
+  const STREAM_RETRY_MS = 5000;
+  const state = { roomId: '', room: null, logCount: 0, loggedOut: false };
   const CSRF_KEY = 'airlock-csrf';
 
   // csrf is the session's CSRF token, which every API request carries. The login's redirect
@@ -64,6 +67,7 @@
       data = null;
     }
     if (!res.ok) {
+      if (res.status === 401 && data && data.error) loggedOut(data.error);
       if (data && data.error) throw data.error;
       throw { code: 'http_' + res.status, message: res.statusText };
     }
@@ -74,6 +78,25 @@
     const b = document.getElementById('banner');
     b.textContent = text || '';
     b.hidden = !text;
+  }
+
+  // loggedOut tells the operator that this page's login has ended, and what to do: a daemon
+  // restart ends every login (they live in its memory), as do SessionTTL and newer logins
+  // beyond MaxSessions. Nothing on the page works until a new login link is opened.
+  function loggedOut(err) {
+    state.loggedOut = true;
+    const status = document.getElementById('status');
+    status.textContent = 'logged out';
+    status.className = 'status down';
+    banner(errText(err) + ' — open a new login link from `airlock room open-ui`.');
+  }
+
+  // refreshAll reloads every panel the event stream keeps current.
+  function refreshAll() {
+    loadRooms();
+    if (state.roomId) selectRoom(state.roomId);
+    loadApprovals();
+    loadRemembered();
   }
 
   // Rooms.
@@ -430,17 +453,38 @@
     while (list.children.length > MAX_LOG) list.removeChild(list.lastChild);
   }
 
-  function connectEvents() {
+  // connectEvents opens the event stream; resync says that events may have been missed
+  // since the panels were loaded.
+  function connectEvents(resync) {
     const status = document.getElementById('status');
     // An EventSource sends no headers: the token goes in the query.
     const es = new EventSource('/api/events?csrf=' + encodeURIComponent(csrf()));
+    let missed = !!resync;
     es.addEventListener('open', () => {
       status.textContent = 'live';
       status.className = 'status live';
+      // What happened while the stream was down came as no event: an approval that now
+      // waits, or one that was decided or expired, would otherwise stay unseen or stale.
+      if (missed) refreshAll();
+      missed = false;
     });
     es.addEventListener('error', () => {
+      missed = true;
+      if (state.loggedOut) {
+        es.close();
+        return;
+      }
       status.textContent = 'reconnecting…';
       status.className = 'status down';
+      if (es.readyState !== EventSource.CLOSED) return; // the browser tries again by itself
+      // The server answered, but not with a stream, and the browser gives up: a login that
+      // has ended (api shows it), or too many streams. Ask which, and retry unless it was
+      // the login.
+      es.close();
+      const retry = () => {
+        if (!state.loggedOut) setTimeout(() => connectEvents(true), STREAM_RETRY_MS);
+      };
+      api('GET', '/api/session').then(retry, retry);
     });
     const onEvent = (msg) => {
       let ev;
@@ -521,12 +565,7 @@
       banner(errText(err) + ' — open a new login link from `airlock room open-ui`.');
       return;
     }
-    document.getElementById('refresh').addEventListener('click', () => {
-      loadRooms();
-      if (state.roomId) selectRoom(state.roomId);
-      loadApprovals();
-      loadRemembered();
-    });
+    document.getElementById('refresh').addEventListener('click', refreshAll);
     document.getElementById('history-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
       loadHistory(0);
