@@ -39,12 +39,21 @@ const (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "airlockd:", err)
-		}
-		os.Exit(2)
+	err := run(os.Args[1:], os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "airlockd:", err)
 	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode is airlockd's exit status after run: 0 after a clean stop or --help (which asked
+// for the usage, as airlock help and airlock-fs --help do), 2 when it could not start or
+// stopped on an error.
+func exitCode(err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }
 
 func run(args []string, stderr io.Writer) error {

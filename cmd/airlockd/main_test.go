@@ -7,6 +7,29 @@ import (
 	"testing"
 )
 
+// TestHelpExitsZero: airlockd --help prints the flags and exits 0, as airlock help does; a
+// flag it does not know still exits 2. Before, --help exited 2, which a script or a package
+// check running it took for a failure.
+func TestHelpExitsZero(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"-h"}, 0},
+		{[]string{"--bogus"}, 2},
+		{[]string{"--http", "0.0.0.0:0", "--rooms=false"}, 2},
+	} {
+		var out strings.Builder
+		if got := exitCode(run(c.args, &out)); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.args, got, c.want)
+		}
+		if c.want == 0 && !strings.Contains(out.String(), "-socket") {
+			t.Errorf("%v printed %q, want the flags", c.args, out.String())
+		}
+	}
+}
+
 // TestFabricFlags: --fabric excludes the flags that configure the bus otherwise, needs the
 // room service, and a file that cannot be loaded stops airlockd before it starts.
 func TestFabricFlags(t *testing.T) {
