@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/client"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 )
 
@@ -354,7 +355,12 @@ func (a *app) capCommand(ctx context.Context, name, op string, args []string) in
 		}
 		payload = protocol.InvokeCapabilityPayload{CapabilityID: *id, Action: *action, Args: raw}
 	}
-	data, err := a.callWithin(ctx, gatedCallTimeout, protocol.Version2, client.Command{Operation: op, Payload: payload})
+	// What the approval queue names the call by, were a policy to ask about it.
+	target := *id + "." + policy.ActionObserve
+	if op == protocol.OpInvokeCapability {
+		target = *id + "." + *action
+	}
+	data, err := a.gatedCall(ctx, client.Command{Operation: op, Payload: payload}, target)
 	if err != nil {
 		return o.fail(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/airlockhq/airlock/internal/approval"
@@ -197,3 +199,56 @@ func (a *app) approvalsForget(ctx context.Context, args []string) int {
 // observe, cap invoke): the longest approval wait the daemon allows, and callTimeout besides.
 // The daemon's own approval timeout (60 s by default) ends such a wait first.
 const gatedCallTimeout = approval.MaxTimeout + callTimeout
+
+// approvalPoll is how often a gated call asks the daemon whether it waits in the approval
+// queue: soon enough that a person sees why the command hangs before they wonder, rarely
+// enough that a listing costs the daemon nothing.
+const approvalPoll = 500 * time.Millisecond
+
+// gatedCall runs cmd as call does, bounded by gatedCallTimeout, for a call the gate may hold
+// for the operator. While it is held, one line on stderr says so, with the commands that
+// decide it and until when: the call's own connection carries no such news, and a person at
+// the terminal (often the operator) would otherwise see a command hang for up to the approval
+// timeout. The request is found in the queue by this process's pid, the session and target.
+func (a *app) gatedCall(ctx context.Context, cmd client.Command, target string) (json.RawMessage, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.tellApprovalWait(wctx, cmd.SessionID, target) })
+	data, err := a.callWithin(ctx, gatedCallTimeout, protocol.Version2, cmd)
+	cancel()
+	wg.Wait()
+	return data, err
+}
+
+// tellApprovalWait polls the approval queue until ctx ends or it has told of this process's
+// request for target in session.
+func (a *app) tellApprovalWait(ctx context.Context, session, target string) {
+	tick := time.NewTicker(approvalPoll)
+	defer tick.Stop()
+	pid := os.Getpid()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		data, err := a.call(ctx, protocol.Version2, client.Command{Operation: protocol.OpListApprovals})
+		if err != nil {
+			return // the call itself reports what matters
+		}
+		var r struct {
+			Approvals []approvalView `json:"approvals"`
+		}
+		if json.Unmarshal(data, &r) != nil {
+			return
+		}
+		for _, p := range r.Approvals {
+			if p.Actor.PID == pid && p.Actor.Session == session && p.Target == target {
+				id := text(p.ID)
+				fmt.Fprintf(a.stderr, "airlock: waiting for the operator's approval until %s (%s): airlock approve %s, or airlock deny %s\n",
+					p.Expires.Local().Format(time.TimeOnly), text(p.Reason), id, id)
+				return
+			}
+		}
+	}
+}

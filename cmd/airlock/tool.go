@@ -48,10 +48,10 @@ func (a *app) tool(ctx context.Context, args []string) int {
 	if *callID == "" {
 		*callID = "cli-" + rand.Text()
 	}
-	data, err := a.callWithin(ctx, gatedCallTimeout, protocol.Version2, client.Command{
+	data, err := a.gatedCall(ctx, client.Command{
 		Operation: protocol.OpInvokeTool, SessionID: pos[0], Generation: gen,
 		Payload: protocol.InvokeToolPayload{ToolCallID: *callID, Operation: pos[1], Arguments: arguments},
-	})
+	}, pos[1])
 	if err != nil {
 		return o.fail(err)
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -75,5 +77,52 @@ func TestToolAndDescriptorCommands(t *testing.T) {
 	}
 	if code, _, _ := cli("[]", "session", "open", "x", "--generation", "1", "--cwd", cwd, "--descriptor", "-"); code != 2 {
 		t.Fatalf("a descriptor that is not an object: exit %d", code)
+	}
+}
+
+// TestToolSaysItWaitsForApproval: airlock tool, held at the gate because the session's policy
+// asks about writes, says so on stderr while it waits, naming the request and the commands
+// that decide it; approved, the write runs and the command succeeds. Before, it hung silently
+// for up to the approval timeout, and whoever ran it had to guess at airlock approvals.
+func TestToolSaysItWaitsForApproval(t *testing.T) {
+	t.Parallel()
+	daemontest.Binary(t, "airlock-fs") // beside airlockd, where it runs it from
+	d := startDaemon(t)
+	work := t.TempDir()
+	cli(t, d.Socket, "", "session", "open", "w", "--generation", "1", "--cwd", work,
+		"--fs-ops", "fs.read,fs.write", "--policy", "ask-writes").wantCode(t, exitOK)
+
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", d.Socket,
+		"tool", "w", "fs.write", "--generation", "1", "--arg", "path=a.txt", "--arg", "content=approved")
+	stderr := &daemontest.SyncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waiting := regexp.MustCompile("airlock: waiting for the operator's approval until [0-9:]+ \\(session policy rule 1 .*\\): airlock approve ([0-9a-f]+), or airlock deny ([0-9a-f]+)\n")
+	var m []string
+	waitFor(t, "airlock tool to say it waits for approval", func() bool {
+		m = waiting.FindStringSubmatch(stderr.String())
+		return m != nil
+	})
+	if m[1] != m[2] {
+		t.Errorf("the line names two requests: %q", m[0])
+	}
+	var l struct {
+		Approvals []pendingView `json:"approvals"`
+	}
+	decode(t, envelopeOf(t, cli(t, d.Socket, "", "approvals", "--json").wantCode(t, exitOK), "approvals", true).Data, &l)
+	if len(l.Approvals) != 1 || l.Approvals[0].ID != m[1] || l.Approvals[0].Path != "a.txt" {
+		t.Fatalf("the queue %+v, the line names %s", l.Approvals, m[1])
+	}
+	cli(t, d.Socket, "", "approve", m[1]).wantCode(t, exitOK)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("airlock tool after the approval: %v\n%s", err, stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(work, "a.txt")); err != nil || string(b) != "approved" {
+		t.Errorf("a.txt %q, %v", b, err)
+	}
+	if n := strings.Count(stderr.String(), "waiting for the operator's approval"); n != 1 {
+		t.Errorf("said %d times that it waits:\n%s", n, stderr)
 	}
 }
