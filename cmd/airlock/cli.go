@@ -205,7 +205,8 @@ func (a *app) usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nWith --json a command prints one object {schema, command, ok, data|error}.\n")
 	fmt.Fprintf(w, "Errors go to stderr as 'airlock: CODE: message'. Exit codes: 0 ok, 1 refused by the\n")
-	fmt.Fprintf(w, "daemon, 2 usage, 69 daemon unreachable, 75 not ready (probe), 76 protocol failure.\n")
+	fmt.Fprintf(w, "daemon, 2 usage, 69 daemon unreachable, 75 not ready (probe), 76 protocol failure,\n")
+	fmt.Fprintf(w, "130 interrupted (SIGINT or SIGTERM) before the command ended.\n")
 }
 
 func (a *app) help(context.Context, []string) int {

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -54,6 +55,34 @@ func TestHelp(t *testing.T) {
 	r = cli(t, "/nonexistent.sock", "", "mcp", "-h").wantCode(t, exitOK)
 	if !strings.Contains(r.stdout, "[--policy NAME|FILE]") || !strings.Contains(r.stdout, "\n    \twith --session: the session generation") {
 		t.Errorf("mcp -h:\n%s", r.stdout)
+	}
+}
+
+// TestHelpListsEveryExitCode: airlock help and the README name every exit code the CLI uses,
+// each once; 130 (interrupted) was missing from both, so that a script could not tell a ^C
+// from a refusal without reading the source.
+func TestHelpListsEveryExitCode(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := strings.Join(strings.Fields(cli(t, "/nonexistent.sock", "", "help").wantCode(t, exitOK).stdout), " ")
+	doc := strings.Join(strings.Fields(string(readme)), " ")
+	for _, c := range []struct {
+		code    int
+		meaning string
+	}{
+		{exitOK, "ok"}, {exitFailure, "refused by the daemon"}, {exitUsage, "usage"}, {exitUnavailable, "daemon unreachable"},
+		{exitNotReady, "not ready"}, {exitProtocol, "protocol failure"}, {exitInterrupted, "interrupted"},
+	} {
+		want := strconv.Itoa(c.code) + " " + c.meaning
+		if !strings.Contains(help, want) {
+			t.Errorf("airlock help does not say %q", want)
+		}
+		if !strings.Contains(doc, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
 	}
 }
 
