@@ -499,7 +499,10 @@ func (a *app) roomOpenUI(ctx context.Context, args []string) int {
 			ExpiresAt time.Time `json:"expiresAt"`
 		}
 		_ = json.Unmarshal(data, &res)
-		fmt.Fprintf(w, "%s\nopen it in a browser on this host before %s; it logs in once\n", res.URL, res.ExpiresAt.Local().Format(time.TimeOnly))
+		// The URL alone on stdout, as room invite prints its code: xdg-open "$(airlock room
+		// open-ui)" opens it.
+		fmt.Fprintf(w, "%s\n", res.URL)
+		fmt.Fprintf(a.stderr, "open it in a browser on this host before %s; it logs in once\n", res.ExpiresAt.Local().Format(time.TimeOnly))
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -611,5 +612,21 @@ func TestSayMember(t *testing.T) {
 		if b.String() != c.want {
 			t.Errorf("%s: %q, want %q", c.data, b.String(), c.want)
 		}
+	}
+}
+
+// TestRoomOpenUIPrintsTheURLAlone: room open-ui prints the login URL alone on stdout and what
+// to do with it on stderr, as room invite does with its code, so that xdg-open "$(airlock room
+// open-ui)" opens the page. Before, the note followed the URL on stdout and the command
+// substitution handed the browser both lines.
+func TestRoomOpenUIPrintsTheURLAlone(t *testing.T) {
+	t.Parallel()
+	h := startRoomHost(t, "--http", "127.0.0.1:0")
+	r := h.cli("", "room", "open-ui").wantCode(t, exitOK)
+	if !regexp.MustCompile(`^http://127\.0\.0\.1:[0-9]+/login\?token=[A-Za-z0-9_-]+\n$`).MatchString(r.stdout) {
+		t.Errorf("stdout %q, want the URL alone", r.stdout)
+	}
+	if !strings.HasPrefix(r.stderr, "open it in a browser on this host before ") {
+		t.Errorf("stderr %q", r.stderr)
 	}
 }
