@@ -327,7 +327,43 @@
 
   // Approvals.
 
-  async function loadApprovals() {
+  // focusedControl describes the control of the approval list that has the keyboard focus, so
+  // that a rebuilt list can give it back: which request, its position, which control, and the
+  // caret of a text field.
+  function focusedControl(list) {
+    const active = document.activeElement;
+    if (!active || !list.contains(active)) return null;
+    const li = active.closest('li[data-approval]');
+    let sel = null;
+    if (active.name) sel = 'input[name="' + active.name + '"]';
+    else if (active.classList.contains('approve')) sel = 'button.approve';
+    else if (active.classList.contains('deny')) sel = 'button.deny';
+    return { id: li ? li.dataset.approval : '', index: li ? [...list.children].indexOf(li) : 0, sel,
+      start: active.selectionStart, end: active.selectionEnd };
+  }
+
+  // restoreFocus gives the focus back after the list was rebuilt: to the same control of the
+  // same request, or, when that request is gone (decided, expired), to the Approve button of
+  // the one now in its place, else to the panel's heading, so that a keyboard user goes on
+  // from where they were rather than from the top of the page.
+  function restoreFocus(list, f) {
+    if (!f) return;
+    let target = null;
+    const same = f.id ? list.querySelector('li[data-approval="' + CSS.escape(f.id) + '"]') : null;
+    if (same && f.sel) target = same.querySelector(f.sel);
+    if (!target && !same) {
+      const items = list.querySelectorAll('li[data-approval]');
+      const next = items[Math.min(f.index, items.length - 1)];
+      if (next) target = next.querySelector('button.approve');
+    }
+    if (!target) target = document.querySelector('#approvals h2');
+    target.focus();
+    if (target.setSelectionRange && typeof f.start === 'number') target.setSelectionRange(f.start, f.end);
+  }
+
+  // loadApprovals rebuilds the list; refocus, when set, is the focus to give back (a decision
+  // disabled the button that had it, which took the focus away).
+  async function loadApprovals(refocus) {
     const list = document.getElementById('approval-list');
     let items;
     try {
@@ -337,7 +373,8 @@
       list.append(el('li', { class: 'error', text: errText(err) }));
       return;
     }
-    // A list rebuilt while the operator fills in an entry keeps what they chose.
+    // A list rebuilt while the operator fills in an entry keeps what they chose, and the focus.
+    const focus = focusedControl(list) || refocus || null;
     const kept = {};
     for (const li of list.querySelectorAll('li[data-approval]')) {
       const r = li.querySelector('input[name="remember"]');
@@ -361,6 +398,7 @@
       if (pattern) pattern.value = was.pattern;
       if (anyArgs) anyArgs.checked = was.anyArgs;
       const decide = async (approve, btns) => {
+        const focus = focusedControl(list);
         btns.forEach((b) => { b.disabled = true; });
         const body = { id: p.id, approve };
         if (approve && remember.checked) {
@@ -370,12 +408,13 @@
         }
         try {
           await api('POST', '/api/decide', body);
-          loadApprovals();
+          loadApprovals(focus);
           loadRemembered();
         } catch (err) {
           out.hidden = false;
           out.textContent = errText(err);
           btns.forEach((b) => { b.disabled = false; });
+          if (focus) restoreFocus(list, focus);
         }
       };
       const yes = el('button', { type: 'button', class: 'approve', text: 'Approve' });
@@ -398,6 +437,7 @@
           pattern, anyArgs ? el('label', {}, anyArgs, ' any arguments') : null) : null,
         el('div', { class: 'buttons' }, yes, no), out));
     }
+    restoreFocus(list, focus);
   }
 
   async function loadRemembered() {
