@@ -8,7 +8,8 @@ import (
 )
 
 // apiEvents streams the backend's events as Server-Sent Events until the client goes away, the
-// backend closes the subscription, a write stalls past StreamWriteTimeout, or Shutdown.
+// backend closes the subscription, a write stalls past StreamWriteTimeout, its login ends
+// (noticed at the next heartbeat), or Shutdown.
 // Between events a comment line goes out every HeartbeatInterval. At most MaxStreams run at
 // once; the backend's channel bounds what waits for a slow reader.
 func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ session) {
@@ -54,6 +55,12 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ session) {
 		case <-s.stop:
 			return
 		case <-heartbeat.C:
+			// The login is checked at every request, and a stream is one long request: it
+			// ends when its login does (SessionTTL, or ended by newer logins past
+			// MaxSessions), so that it never outlives it by more than a heartbeat.
+			if _, ok := s.session(r); !ok {
+				return
+			}
 			if !write([]byte(": heartbeat\n\n")) {
 				return
 			}

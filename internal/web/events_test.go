@@ -219,20 +219,71 @@ func (w *syncWriter) String() string {
 	return w.body.String()
 }
 
+// openStream opens the event stream of c's login through the handler, as the page does, and
+// returns what it writes and a channel closed when it ends.
+func openStream(t *testing.T, ctx context.Context, c *client) (*syncWriter, <-chan struct{}) {
+	t.Helper()
+	req := httptest.NewRequestWithContext(ctx, "GET", "http://"+testAddr+"/api/events?csrf="+c.csrf, nil)
+	req.AddCookie(c.cookie)
+	w := &syncWriter{hdr: make(http.Header)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.h.ServeHTTP(w, req)
+	}()
+	return w, done
+}
+
+// TestEventsEndWithTheLogin: a stream is one long request, and it ends when its login does,
+// within a heartbeat: after SessionTTL, and when MaxSessions newer logins end it. Before, a
+// stream opened once went on delivering the call log for as long as the connection lasted.
+func TestEventsEndWithTheLogin(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, s *Server, h http.Handler)
+	}{
+		{"expired", func(*testing.T, *Server, http.Handler) { time.Sleep(SessionTTL) }},
+		{"ended by newer logins", func(t *testing.T, s *Server, h http.Handler) {
+			for range MaxSessions {
+				login(t, s, h)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newTestBackend()
+				s, h := newTestServer(t, b)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				w, done := openStream(t, ctx, login(t, s, h))
+				synctest.Wait()
+				if !strings.HasPrefix(w.String(), ": airlock events") {
+					t.Fatalf("the stream did not open: %q", w.String())
+				}
+				tc.end(t, s, h)
+				time.Sleep(HeartbeatInterval)
+				synctest.Wait()
+				select {
+				case <-done:
+				default:
+					t.Fatal("the stream goes on after its login ended")
+				}
+				if n := b.subscribers(); n != 0 {
+					t.Errorf("%d subscriptions after the stream ended, want 0", n)
+				}
+			})
+		})
+	}
+}
+
 // TestEventsHeartbeat counts heartbeats on the synctest clock, and the stream's end when the
 // client goes away: the subscription is released.
 func TestEventsHeartbeat(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newTestBackend()
-		s, _ := newTestServer(t, b)
+		s, h := newTestServer(t, b)
 		ctx, cancel := context.WithCancel(context.Background())
-		req := httptest.NewRequestWithContext(ctx, "GET", "/api/events", nil)
-		w := &syncWriter{hdr: make(http.Header)}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s.apiEvents(w, req, session{})
-		}()
+		w, done := openStream(t, ctx, login(t, s, h))
 		synctest.Wait()
 		if n := strings.Count(w.String(), ": heartbeat"); n != 0 {
 			t.Errorf("%d heartbeats before the interval", n)
