@@ -22,6 +22,7 @@ import (
 	"github.com/airlockhq/airlock/internal/capadapter/capclient"
 	"github.com/airlockhq/airlock/internal/daemon"
 	"github.com/airlockhq/airlock/internal/model"
+	"github.com/airlockhq/airlock/internal/ownersock"
 	"github.com/airlockhq/airlock/internal/paths"
 	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/room"
@@ -42,8 +43,20 @@ func main() {
 	err := run(os.Args[1:], os.Stderr)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "airlockd:", err)
+		if h := hint(err); h != "" {
+			fmt.Fprintln(os.Stderr, "airlockd:", h)
+		}
 	}
 	os.Exit(exitCode(err))
+}
+
+// hint is what to do about a failed start that a person commonly meets, "" for the rest: a
+// second daemon on the socket of a running one (the default socket, when one runs already).
+func hint(err error) string {
+	if errors.Is(err, ownersock.ErrActive) {
+		return "another airlockd serves this socket (airlock status shows it): stop it first, or give this one its own --socket and --state-dir"
+	}
+	return ""
 }
 
 // exitCode is airlockd's exit status after run: 0 after a clean stop or --help (which asked

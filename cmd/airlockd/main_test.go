@@ -1,10 +1,16 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/airlockhq/airlock/internal/daemontest"
+	"github.com/airlockhq/airlock/internal/ownersock"
 )
 
 // TestHelpExitsZero: airlockd --help prints the flags and exits 0, as airlock help does; a
@@ -83,5 +89,36 @@ func TestAuditFlags(t *testing.T) {
 	}
 	if err := run([]string{"--audit-sync", "always"}, io.Discard); err == nil || !strings.Contains(err.Error(), "answer or interval") {
 		t.Errorf("--audit-sync always: %v", err)
+	}
+}
+
+// TestSecondDaemonSaysWhatToDo: airlockd started on the socket a running daemon serves (the
+// default socket, when one runs already) fails "socket is already active" and then says what
+// to do about it. Before, the failure alone left a newcomer to guess.
+func TestSecondDaemonSaysWhatToDo(t *testing.T) {
+	dir := daemontest.ShortDir(t)
+	socket := filepath.Join(dir, "d.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() { // a daemon that answers the check's dial
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	})
+	err = run([]string{"--socket", socket, "--state-dir", filepath.Join(dir, "state"), "--rooms=false", "--no-fs-adapter", "--audit=false"}, io.Discard)
+	if !errors.Is(err, ownersock.ErrActive) {
+		t.Fatalf("run: %v, want ErrActive", err)
+	}
+	if h := hint(err); !strings.Contains(h, "another airlockd serves this socket") || !strings.Contains(h, "--socket") {
+		t.Errorf("hint %q", h)
 	}
 }
