@@ -302,7 +302,7 @@ func (a *app) sessionClose(ctx context.Context, args []string) int {
 // sessionList pages through the durable catalog.
 func (a *app) sessionList(ctx context.Context, args []string) int {
 	o, fs := a.newCommand("session list")
-	fs.BoolVar(&o.json, "json", false, `print the JSON envelope; data is {"sessions": [...]}, every page merged`)
+	fs.BoolVar(&o.json, "json", false, `print the JSON envelope; data is {"sessions": [...]}, every page merged, with "more": true when --limit cut the list`)
 	limit := fs.Int("limit", 0, "list at most this many sessions (0: all)")
 	if _, code, done := a.parse(o, fs, args); done {
 		return code
@@ -310,32 +310,39 @@ func (a *app) sessionList(ctx context.Context, args []string) int {
 	if *limit < 0 {
 		return a.failUsage(o, usageErrorf("--limit must not be negative"))
 	}
-	raws, recs, err := a.listAll(ctx, *limit)
+	raws, recs, more, err := a.listAll(ctx, *limit)
 	if err != nil {
 		return o.fail(err)
 	}
-	return o.succeed(map[string]any{"sessions": raws}, func(w io.Writer) {
+	data := map[string]any{"sessions": raws}
+	if more {
+		data["more"] = true
+	}
+	return o.succeed(data, func(w io.Writer) {
 		t := newTable(w)
 		fmt.Fprintln(t, "SESSION\tGEN\tRESIDENCY\tSTATE\tREVISION\tUPDATED")
 		for _, r := range recs {
 			fmt.Fprintf(t, "%s\t%d\t%s\t%s\t%d\t%s\n", orDash(r.SessionID), r.Generation, orDash(r.Residency), orDash(r.State), r.Revision, timestamp(r.UpdatedAt))
 		}
 		t.Flush()
+		if more {
+			fmt.Fprintf(a.stderr, "airlock: the catalog holds more than %d sessions: raise --limit, or --limit 0 for all\n", *limit)
+		}
 	})
 }
 
 // listAll follows listSessions cursors on one connection until the catalog ends or limit (when
-// positive) records are in hand. It returns each record raw, for --json, and decoded.
-func (a *app) listAll(ctx context.Context, limit int) ([]json.RawMessage, []protocol.CatalogRecord, error) {
+// positive) records are in hand. It returns each record raw, for --json, and decoded, and
+// whether the catalog holds more than limit.
+func (a *app) listAll(ctx context.Context, limit int) (raws []json.RawMessage, recs []protocol.CatalogRecord, more bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	c, err := a.dial(ctx, protocol.Version2)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	defer c.Close()
-	raws := []json.RawMessage{}
-	var recs []protocol.CatalogRecord
+	raws = []json.RawMessage{}
 	// A daemon whose cursors repeat would otherwise keep this loop going forever.
 	seen := map[string]bool{"": true}
 	cursor := ""
@@ -349,30 +356,30 @@ func (a *app) listAll(ctx context.Context, limit int) ([]json.RawMessage, []prot
 			Payload:   protocol.ListSessionsPayload{Cursor: cursor, Limit: &n},
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		var page struct {
 			Sessions   []json.RawMessage `json:"sessions"`
 			NextCursor string            `json:"nextCursor"`
 		}
 		if err := decodeData(data, &page); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		for _, raw := range page.Sessions {
 			var r protocol.CatalogRecord
 			if err := decodeData(raw, &r); err != nil {
-				return nil, nil, err
+				return nil, nil, false, err
 			}
 			raws, recs = append(raws, raw), append(recs, r)
 		}
 		if limit > 0 && len(raws) >= limit {
-			return raws[:limit], recs[:limit], nil
+			return raws[:limit], recs[:limit], len(raws) > limit || page.NextCursor != "", nil
 		}
 		if page.NextCursor == "" {
-			return raws, recs, nil
+			return raws, recs, false, nil
 		}
 		if seen[page.NextCursor] || len(page.Sessions) == 0 {
-			return nil, nil, protocolErrorf("listSessions returned a cursor that does not advance")
+			return nil, nil, false, protocolErrorf("listSessions returned a cursor that does not advance")
 		}
 		seen[page.NextCursor] = true
 		cursor = page.NextCursor

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,6 +130,33 @@ func TestSessionListPages(t *testing.T) {
 	if len(lines) != 4 || !regexp.MustCompile(`^SESSION\s+GEN\s+RESIDENCY\s+STATE\s+REVISION\s+UPDATED$`).MatchString(lines[0]) ||
 		!regexp.MustCompile(`^pg-aa\s+1\s+resident\s+idle\s+1\s+\S+$`).MatchString(lines[1]) {
 		t.Errorf("list --limit 3:\n%s", r.stdout)
+	}
+
+	// A list --limit cut says so: on stderr, and "more" in --json. Before, a script could not
+	// tell a catalog of 3 sessions from the first 3 of many.
+	if want := "airlock: the catalog holds more than 3 sessions: raise --limit, or --limit 0 for all\n"; r.stderr != want {
+		t.Errorf("list --limit 3: stderr %q, want %q", r.stderr, want)
+	}
+	more := func(args ...string) bool {
+		t.Helper()
+		r := cli(t, d.Socket, "", append([]string{"session", "list", "--json"}, args...)...).wantCode(t, exitOK)
+		var page struct {
+			Sessions []json.RawMessage `json:"sessions"`
+			More     bool              `json:"more"`
+		}
+		decode(t, envelopeOf(t, r, "session list", true).Data, &page)
+		return page.More
+	}
+	for _, tc := range []struct {
+		limit int
+		more  bool
+	}{{3, true}, {protocol.MaxPageSize, true}, {n - 1, true}, {n, false}, {n + 1, false}, {0, false}} {
+		if got := more("--limit", strconv.Itoa(tc.limit)); got != tc.more {
+			t.Errorf("list --limit %d: more %v, want %v", tc.limit, got, tc.more)
+		}
+	}
+	if r := cli(t, d.Socket, "", "session", "list", "--limit", strconv.Itoa(n)).wantCode(t, exitOK); r.stderr != "" {
+		t.Errorf("list --limit %d of %d: stderr %q", n, n, r.stderr)
 	}
 }
 
