@@ -126,6 +126,9 @@ func (a *app) mcpServe(ctx context.Context, args []string) int {
 	toClient := *httpAddr == "" && !isTerminal(a.stdin)
 	fail := func(err error) int {
 		err = mcpError(err)
+		if toClient {
+			err = withoutHint(err) // the start hint below says it for an MCP server
+		}
 		code := o.fail(err)
 		if toClient {
 			pe, unreachable := clientFailure(err)

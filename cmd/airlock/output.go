@@ -84,6 +84,13 @@ func classify(err error) *cliError {
 	return transportErrorf(exitUnavailable, "%v", err)
 }
 
+// withoutHint is err as classify reports it, without its hint line.
+func withoutHint(err error) error {
+	ce := *classify(err)
+	ce.hint = ""
+	return &ce
+}
+
 // envelope is the one JSON object a --json command prints. Data is set when OK; probe also
 // sets it on failure, so that its exitCode is machine-readable either way.
 type envelope struct {

@@ -85,6 +85,18 @@ func TestUnreachableNamesTheStartCommand(t *testing.T) {
 	}
 }
 
+// TestMCPUnreachableHintOnce: airlock mcp serving a client on stdio, with no daemon, says on
+// stderr once how to start one (its own sentence, which adds "then restart this MCP server"),
+// not the CLI's hint line as well.
+func TestMCPUnreachableHintOnce(t *testing.T) {
+	t.Parallel()
+	socket := filepath.Join(daemontest.ShortDir(t), "absent", "airlockd.sock")
+	r := cli(t, socket, "", "mcp", "--dir", t.TempDir()).wantCode(t, exitUnavailable)
+	if n := strings.Count(r.stderr, "start it with"); n != 1 || !strings.Contains(r.stderr, "then restart this MCP server") {
+		t.Errorf("stderr names the start command %d times, want once:\n%s", n, r.stderr)
+	}
+}
+
 // response renders a handshake answer of a fake daemon.
 func response(c fakeCommand, body string) string {
 	return fmt.Sprintf(`{"protocolVersion":%q,"kind":"response","requestId":%q,"hostInstanceId":"fake",%s}`, c.ProtocolVersion, c.RequestID, body)
