@@ -5,8 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -419,11 +421,22 @@ func (s *Service) startBus(ctx context.Context) (bus.DialConfig, error) {
 		s.users.rooms = stored
 		return bus.DialConfig{URL: url, Name: id, InboxPrefix: bus.InboxPrefix(id), Nkey: seed}, nil
 	}
-	s.server, err = bus.StartServer(bus.ServerConfig{StateDir: s.cfg.StateDir, Listen: s.cfg.Listen, Host: &bus.LocalHost{ID: id, Key: seed}, Logger: s.log})
+	listen := s.cfg.Listen
+	if listen == "" {
+		listen = lastBusListen(s.cfg.StateDir)
+	}
+	s.server, err = bus.StartServer(bus.ServerConfig{StateDir: s.cfg.StateDir, Listen: listen, Host: &bus.LocalHost{ID: id, Key: seed}, Logger: s.log})
+	if err != nil && listen != s.cfg.Listen {
+		s.log.Warn("the embedded bus's port of the last start is taken: another port is chosen, and daemons on this bus (--nats-via) must be restarted to find it", "listen", listen, "err", err)
+		s.server, err = bus.StartServer(bus.ServerConfig{StateDir: s.cfg.StateDir, Listen: s.cfg.Listen, Host: &bus.LocalHost{ID: id, Key: seed}, Logger: s.log})
+	}
 	if err != nil {
 		return bus.DialConfig{}, err
 	}
 	s.url = s.server.ClientURL()
+	if s.cfg.Listen == "" {
+		keepBusListen(s.cfg.StateDir, s.url, s.log)
+	}
 	if s.local, err = openLocalBus(ctx, s.server, s.cfg.Store, id, pub, s.log); err != nil {
 		return bus.DialConfig{}, err
 	}
@@ -432,6 +445,42 @@ func (s *Service) startBus(ctx context.Context) (bus.DialConfig, error) {
 		return bus.DialConfig{}, err
 	}
 	return s.server.HostDialConfig(), nil
+}
+
+// BusPortFile is the file in the state directory holding the loopback port the embedded bus
+// listened on at the last start without --nats-listen: the next start listens there again
+// when it is free, so that the daemons joined to this bus (--nats-via), whose connections
+// reconnect to the address they were given, find it after a restart.
+const BusPortFile = "bus.port"
+
+// lastBusListen is the address of the port BusPortFile records, or "" (a random port) when
+// there is none or it is not a port.
+func lastBusListen(stateDir string) string {
+	b, err := os.ReadFile(filepath.Join(stateDir, BusPortFile))
+	if err != nil || len(b) > 8 {
+		return ""
+	}
+	port, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 16)
+	if err != nil || port == 0 {
+		return ""
+	}
+	return "127.0.0.1:" + strconv.FormatUint(port, 10)
+}
+
+// keepBusListen records the port of the bus at url in BusPortFile.
+func keepBusListen(stateDir, url string, log *slog.Logger) {
+	i := strings.LastIndexByte(url, ':')
+	if i < 0 {
+		return
+	}
+	port := url[i+1:]
+	path := filepath.Join(stateDir, BusPortFile)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == port {
+		return
+	}
+	if err := os.WriteFile(path, []byte(port+"\n"), 0o600); err != nil {
+		log.Warn("the embedded bus's port is not recorded: the next start may choose another", "err", err)
+	}
 }
 
 // roomBuckets are the buckets the keeper watches over.

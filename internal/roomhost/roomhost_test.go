@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -644,5 +645,63 @@ func TestMemberLeaveTellsTheOwner(t *testing.T) {
 	})
 	if recs, err := a.st.Rooms(); err != nil || len(recs) != 1 || len(recs[0].Members) != 1 {
 		t.Fatalf("A's stored room after B left: %+v, %v", recs, err)
+	}
+}
+
+// admissionOf admits through whichever host it is given last: the daemon a host joined by
+// --nats-via, across that daemon's restarts.
+type admissionOf struct {
+	mu sync.Mutex
+	h  *host
+}
+
+func (v *admissionOf) set(h *host) {
+	v.mu.Lock()
+	v.h = h
+	v.mu.Unlock()
+}
+
+func (v *admissionOf) AdmitBusHost(ctx context.Context, req AdmitRequest) (string, error) {
+	v.mu.Lock()
+	h := v.h
+	v.mu.Unlock()
+	return h.svc.AdmitBusHost(ctx, req)
+}
+
+// TestJoinedHostReconnectsAfterTheBusRestarts: the embedded bus listens, at a restart, on the
+// port of its last start, so that a host joined to it (--nats-via), whose connection
+// reconnects to the address it was given, is connected again without a restart of its own.
+func TestJoinedHostReconnectsAfterTheBusRestarts(t *testing.T) {
+	a := startHost(t, nil, "", 0)
+	via := &admissionOf{h: a}
+	b := startHost(t, via, "", 0)
+	url := a.svc.Status().NATSURL
+	if data, err := os.ReadFile(filepath.Join(a.dir, BusPortFile)); err != nil || !strings.HasSuffix(url, ":"+strings.TrimSpace(string(data))) {
+		t.Fatalf("%s holds %q for %s: %v", BusPortFile, data, url, err)
+	}
+	a.stop()
+	waitFor(t, "B to lose the bus", func() bool { return !b.svc.BusConnected() })
+	a = startHost(t, nil, a.dir, 0)
+	via.set(a)
+	if got := a.svc.Status().NATSURL; got != url {
+		t.Fatalf("the bus came back at %s, not %s", got, url)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !b.svc.BusConnected() {
+		if time.Now().After(deadline) {
+			t.Fatal("B did not connect again to the restarted bus")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A port another process took meanwhile: the bus starts on another one, and says so.
+	a.stop()
+	l, err := net.Listen("tcp", strings.TrimPrefix(url, "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	a = startHost(t, nil, a.dir, 0)
+	if got := a.svc.Status().NATSURL; got == url {
+		t.Fatalf("the bus started on a port another process holds: %s", got)
 	}
 }
