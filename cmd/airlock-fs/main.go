@@ -104,7 +104,8 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal) int {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, flag.ErrHelp):
-		return exitUsage
+		// The flag package printed the command's flags: asked for, not a mistake.
+		return exitOK
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "airlock-fs: usage: %s\n%s", ue.msg, usageText)
 		return exitUsage

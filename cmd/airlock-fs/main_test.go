@@ -300,6 +300,21 @@ func TestFlagsAfterArgument(t *testing.T) {
 	}
 }
 
+// TestCommandHelpExitsZero: --help of each command prints its flags and exits 0, as the
+// top-level help does; an unknown flag is still a usage error.
+func TestCommandHelpExitsZero(t *testing.T) {
+	for _, cmd := range []string{"serve", "grant", "grants", "revoke-grant"} {
+		var stdout, stderr strings.Builder
+		if code := run([]string{cmd, "--help"}, &stdout, &stderr, nil); code != exitOK || !strings.Contains(stderr.String(), "-admin-socket") {
+			t.Errorf("%s --help: exit %d %q", cmd, code, stderr.String())
+		}
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"grants", "--no-such-flag"}, &stdout, &stderr, nil); code != exitUsage {
+		t.Errorf("an unknown flag: exit %d", code)
+	}
+}
+
 // TestRetryAfterDaemonCrashAppliesOnce: an fs.edit is applied, airlockd is killed with SIGKILL
 // and restarted, the quarantined session is reprovisioned with a new grant from the same
 // airlock-fs, and the call is retried with the same toolCallId, as docs/tool-adapters.md
