@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,15 @@ func auditDir(dir string) (string, error) {
 		return "", usageErrorf("%v; or give --dir", err)
 	}
 	return audit.DirIn(state), nil
+}
+
+// journalThere refuses a journal directory that does not exist, saying why there is none
+// (before anything is printed, the table's header included).
+func journalThere(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return protocol.Errorf(audit.CodeCorrupt, "no audit journal at %s: airlockd writes one from its first start (unless started with --audit=false); --dir names another directory", dir)
+	}
+	return nil
 }
 
 // parseSince reads --since: a duration back from now ("2h"), an RFC 3339 time, or a local date.
@@ -73,6 +84,9 @@ func (a *app) auditRead(ctx context.Context, args []string) int {
 	d, err := auditDir(*dir)
 	if err != nil {
 		return a.failUsage(o, err)
+	}
+	if err := journalThere(d); err != nil {
+		return o.fail(err)
 	}
 	w := bufio.NewWriter(a.stdout)
 	if !o.json {
@@ -189,6 +203,9 @@ func (a *app) auditVerify(ctx context.Context, args []string) int {
 	if err != nil {
 		return a.failUsage(o, err)
 	}
+	if err := journalThere(d); err != nil {
+		return o.fail(err)
+	}
 	rep, err := audit.Verify(d, anchor)
 	if err != nil {
 		return o.fail(journalError(err, "cannot verify %s", d))
@@ -255,6 +272,9 @@ func (a *app) auditHead(ctx context.Context, args []string) int {
 	d, err := auditDir(*dir)
 	if err != nil {
 		return a.failUsage(o, err)
+	}
+	if err := journalThere(d); err != nil {
+		return o.fail(err)
 	}
 	rep, err := audit.VerifyTail(d)
 	if err != nil {

@@ -238,6 +238,15 @@ func TestAuditRefusesADirectoryWithoutJournal(t *testing.T) {
 			t.Errorf("%v of a journal without segments: stderr %s", args, r.stderr)
 		}
 	}
+	// A fresh machine: no journal directory yet. Says why, and prints nothing else (no table
+	// header before the error).
+	missing := filepath.Join(state, "never")
+	for _, args := range [][]string{{"audit"}, {"audit", "verify"}, {"audit", "head"}} {
+		r := cli(t, "/nonexistent.sock", "", append(args, "--dir", missing)...).wantCode(t, exitFailure)
+		if !strings.HasPrefix(r.stderr, "airlock: audit_corrupt: no audit journal at "+missing+": airlockd writes one from its first start") || r.stdout != "" {
+			t.Errorf("%v of a directory that does not exist: stdout %q stderr %s", args, r.stdout, r.stderr)
+		}
+	}
 }
 
 // TestAuditJSONKeys pins the members of audit head --json and audit verify --json that
