@@ -108,6 +108,10 @@ func (a *app) adapterRegister(ctx context.Context, args []string) int {
 		if len(res.Adapter.PassEnv) > 0 {
 			fmt.Fprintf(w, "passed from the daemon's environment: %s\n", strings.Join(res.Adapter.PassEnv, ", "))
 		}
+		if len(res.Adapter.PassEnvUnset) > 0 {
+			fmt.Fprintf(a.stderr, "airlock: note: the daemon's environment does not set %s: the adapter starts without it; set it where airlockd starts (its service's Environment=, say), then restart airlockd\n",
+				strings.Join(res.Adapter.PassEnvUnset, ", "))
+		}
 	})
 }
 

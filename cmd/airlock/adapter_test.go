@@ -133,6 +133,29 @@ func TestAdapterTemporaryAndApproveCommands(t *testing.T) {
 	}
 }
 
+// TestAdapterPassEnvUnsetIsSaid: a --pass-env variable the daemon's environment does not set
+// (exported to the operator's shell only, say) is said at register, on stderr, and in the
+// adapter's passEnvUnset, which adapter list --json shows too.
+func TestAdapterPassEnvUnsetIsSaid(t *testing.T) {
+	probe := daemontest.Build(t, "./internal/daemon/testdata/envprobe")
+	d := daemontest.Start(t, daemontest.Options{Env: []string{"PROBE_SET=1"}})
+	cli := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append([]string{"--socket", d.Socket}, args...), nil, &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	code, out, errOut := cli("adapter", "register", "probe", "--pass-env", "PROBE_SET", "--pass-env", "PROBE_NOT_IN_THE_DAEMON", "--", probe, "PROBE_SET", t.TempDir()+"/tool")
+	if code != 0 || !strings.Contains(errOut, "the daemon's environment does not set PROBE_NOT_IN_THE_DAEMON: the adapter starts without it") ||
+		strings.Contains(errOut, "PROBE_SET,") || !strings.Contains(out, "passed from the daemon's environment: PROBE_SET, PROBE_NOT_IN_THE_DAEMON") {
+		t.Fatalf("register: %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := cli("adapter", "list", "--json"); code != 0 || !strings.Contains(out, `"passEnvUnset": [
+          "PROBE_NOT_IN_THE_DAEMON"
+        ]`) {
+		t.Fatalf("adapter list --json: %d %s", code, out)
+	}
+}
+
 // TestAdapterPassEnvAndAvailabilityCommands: adapter register --pass-env names a variable,
 // which adapter list and status show (the value never); after three unavailable observes,
 // cap list, its --json and status show the capability unavailable with the reason.

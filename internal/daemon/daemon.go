@@ -381,7 +381,7 @@ func (d *Daemon) hostSnapshot(v2 bool) protocol.HostSnapshot {
 			h.Adapters = append(h.Adapters, protocol.AdapterState{
 				Name: a.Name, Command: a.Command, Args: a.Args, State: string(a.State), PID: a.PID,
 				Restarts: a.Restarts, LastFailure: a.LastFailure, Capabilities: a.Capabilities,
-				UnavailableCapabilities: a.UnavailableCapabilities, PassEnv: a.PassEnv,
+				UnavailableCapabilities: a.UnavailableCapabilities, PassEnv: a.PassEnv, PassEnvUnset: a.PassEnvUnset,
 				Room: a.Room, SessionID: a.Session, Generation: a.Generation, LeaseExpiresAt: a.LeaseExpires,
 				Digests: adapterDigests(a.Digests), Withheld: a.Withheld,
 			})

@@ -138,6 +138,9 @@ type AdapterState struct {
 	// PassEnv are the names of the variables the adapter is passed from the daemon's
 	// environment; never their values.
 	PassEnv []string `json:"passEnv,omitempty"`
+	// PassEnvUnset are those of PassEnv the daemon's environment does not set now: the
+	// adapter starts without them.
+	PassEnvUnset []string `json:"passEnvUnset,omitempty"`
 
 	// A temporary adapter's tie and lease end.
 	Room           string    `json:"room,omitempty"`

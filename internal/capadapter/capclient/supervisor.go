@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -134,6 +135,10 @@ type AdapterStatus struct {
 	// PassEnv are the names of the variables passed from the daemon's environment (see
 	// Registration.PassEnv), never their values.
 	PassEnv []string `json:"passEnv,omitempty"`
+	// PassEnvUnset are those of PassEnv that the daemon's environment does not set now: the
+	// adapter starts without them (a variable exported to the operator's shell but not to
+	// the daemon's service, say).
+	PassEnvUnset []string `json:"passEnvUnset,omitempty"`
 
 	// The ties and lease of a temporary adapter (see Registration).
 	Room         string    `json:"room,omitempty"`
@@ -685,7 +690,7 @@ func (s *Supervisor) Status() []AdapterStatus {
 			Name: a.reg.Name, Command: a.reg.Command, Args: append([]string{}, a.reg.Args...),
 			PassEnv: slices.Clone(a.reg.PassEnv), UnavailableCapabilities: failing, State: a.state, PID: a.pid, Restarts: a.restarts, LastFailure: a.lastFailure, Capabilities: ids,
 			Room: a.reg.Room, Session: a.reg.Session, Generation: a.reg.Generation, LeaseExpires: a.reg.LeaseExpires,
-			Digests: digestStatus(a.reg.Digests, a.current), Withheld: a.withheld,
+			Digests: digestStatus(a.reg.Digests, a.current), Withheld: a.withheld, PassEnvUnset: unsetEnv(a.reg.PassEnv),
 		})
 		if a.last != nil {
 			last := *a.last
@@ -693,6 +698,17 @@ func (s *Supervisor) Status() []AdapterStatus {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// unsetEnv returns the names of names this process's environment does not set.
+func unsetEnv(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if _, ok := os.LookupEnv(n); !ok {
+			out = append(out, n)
+		}
+	}
 	return out
 }
 
