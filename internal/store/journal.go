@@ -161,7 +161,8 @@ func (s *Store) AppendJournal(e JournalEntry) (JournalEntry, error) {
 }
 
 // UpdateJournal moves the entry (sessionID, seq) to state to, sets its UpdatedAt to now, and
-// sets its Result and Error to result and e when they are not nil. In the same group-committed
+// sets its Result and Error to result and e when they are not nil; a move to completed or failed
+// also drops the entry's Prompt, which only a queued wake needs. In the same group-committed
 // transaction it deletes the entries of the same session listed in prune, terminal entries the
 // caller retires; a missing one is skipped, and so is seq itself. It returns the updated entry.
 //
@@ -238,6 +239,13 @@ func (s *Store) UpdateJournal(sessionID string, seq uint64, to string, result js
 		}
 		next.State = to
 		next.UpdatedAt = now
+		if terminalJournalState(to) {
+			// Only a queued wake runs from its entry (after a restart): an ended one needs
+			// its outcome, not its prompt. Kept, the prompts of every session's retained
+			// entries would add up past MaxJournalBytes, which recovery then refuses, and
+			// a large prompt with a large result would not fit MaxJournalRecordBytes.
+			next.Prompt = ""
+		}
 		if result != nil {
 			next.Result = result
 		}

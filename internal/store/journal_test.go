@@ -118,7 +118,8 @@ func TestJournalRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.State, want.Result = JournalCompleted, result
+	// An ended wake keeps its outcome, not its prompt (TestJournalEndedEntryDropsPrompt).
+	want.State, want.Result, want.Prompt = JournalCompleted, result, ""
 	if !reflect.DeepEqual(done, want) {
 		t.Errorf("UpdateJournal = %+v, want %+v", done, want)
 	}
@@ -267,6 +268,65 @@ func TestJournalRecordTooLarge(t *testing.T) {
 	wantCode(t, err, protocol.CodeJournalRecordTooLarge)
 	if after := entryT(t, s, "s", small.Seq); !reflect.DeepEqual(after, before) {
 		t.Errorf("a refused update changed the entry: %+v", after)
+	}
+}
+
+// An ended wake's entry keeps its outcome and drops its prompt, which only a queued wake
+// needs (to run after a restart). Before, the retained entries of a few sessions whose wakes
+// carried large prompts added up past MaxJournalBytes, a journal the next start refused as
+// corrupt, and a large prompt with a large result could not record its outcome at all.
+func TestJournalEndedEntryDropsPrompt(t *testing.T) {
+	s := openT(t, newDir(t))
+	prompt := strings.Repeat("p", MaxJournalRecordBytes/2)
+	result := json.RawMessage(`"` + strings.Repeat("r", MaxJournalRecordBytes/2) + `"`)
+	storedBytes := func(seq uint64) int {
+		t.Helper()
+		n := 0
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			n = len(tx.Bucket(bucketJournal).Bucket([]byte("s")).Get(seqKey(seq)))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for i, to := range []string{JournalCompleted, JournalFailed, JournalIndeterminate} {
+		w := testWake("s", i+1)
+		w.Prompt = prompt
+		e := appendT(t, s, w)
+		updateT(t, s, "s", e.Seq, JournalAccepted)
+		var res json.RawMessage
+		var werr *protocol.Error
+		switch to {
+		case JournalCompleted:
+			res = result
+		case JournalFailed:
+			werr = protocol.Errorf(protocol.CodeAborted, "aborted")
+		}
+		if to == JournalIndeterminate {
+			if _, err := s.RecoverJournal(); err != nil {
+				t.Fatal(err)
+			}
+			// Indeterminate is not ended: an operator's reconcile still decides it.
+			if got := entryT(t, s, "s", e.Seq); got.State != JournalIndeterminate || got.Prompt != prompt {
+				t.Fatalf("indeterminate entry: state %s, prompt of %d bytes, want its prompt", got.State, len(got.Prompt))
+			}
+			res, to = json.RawMessage(`{"stopReason":"reconciled"}`), JournalCompleted
+		}
+		got, err := s.UpdateJournal("s", e.Seq, to, res, werr, nil)
+		if err != nil {
+			t.Fatalf("ending entry %d as %s: %v", e.Seq, to, err)
+		}
+		stored := entryT(t, s, "s", e.Seq)
+		if got.Prompt != "" || stored.Prompt != "" {
+			t.Errorf("entry %d ended %s keeps a prompt of %d bytes", e.Seq, to, len(stored.Prompt))
+		}
+		if stored.Fingerprint != w.Fingerprint || stored.IdempotencyKey != w.IdempotencyKey {
+			t.Errorf("entry %d lost what deduplicates a retry: %+v", e.Seq, stored)
+		}
+		if n, bound := storedBytes(e.Seq), len(res)+2048; n > bound {
+			t.Errorf("entry %d ended %s holds %d bytes, want at most %d (its outcome and ids)", e.Seq, to, n, bound)
+		}
 	}
 }
 
