@@ -13,6 +13,7 @@ import (
 	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
+	"github.com/airlockhq/airlock/internal/transcript"
 	"github.com/airlockhq/airlock/internal/turn"
 )
 
@@ -174,8 +175,8 @@ func (m *Manager) runJob(ctx context.Context, rt *runtime, j *job) {
 		m.log.Warn("turn failed", "sessionId", r.sessionID, "requestId", r.requestID, "code", e.Code)
 	}
 	rt.history = append(rt.history, sink.recorded...)
-	if rt.conv == nil && len(rt.history) > maxMemoryHistory {
-		rt.history = rt.history[len(rt.history)-maxMemoryHistory:]
+	if rt.conv == nil {
+		rt.history = trimMemoryHistory(rt.history)
 	}
 	m.mu.Lock()
 	m.activeTurns--
@@ -197,9 +198,43 @@ func stoppedBeforeRun(r *jrec) *protocol.Error {
 		With("ticketId", r.ticketID)
 }
 
-// maxMemoryHistory bounds the messages a memory session keeps, which have no transcript to
-// bound them; the oldest go first.
-const maxMemoryHistory = 4096
+// maxMemoryHistory and maxMemoryHistoryBytes bound the messages a memory session keeps, which
+// have no transcript to bound them: by count, and by their text as a transcript's file is
+// bounded (a model's answer alone may be megabytes). Variables so that tests can lower them.
+var (
+	maxMemoryHistory      = 4096
+	maxMemoryHistoryBytes = transcript.MaxFileBytes
+)
+
+// trimMemoryHistory drops a memory session's oldest turns until what is left is within
+// maxMemoryHistory and maxMemoryHistoryBytes. It cuts only before a user message, so that the
+// history never starts with a tool result whose call was cut away, which providers refuse;
+// when even the newest turn is over a bound, nothing is kept.
+func trimMemoryHistory(h []model.Message) []model.Message {
+	size := 0
+	for _, msg := range h {
+		size += messageBytes(msg)
+	}
+	cut := 0
+	for cut < len(h) && (len(h)-cut > maxMemoryHistory || size > maxMemoryHistoryBytes || h[cut].Role != model.RoleUser) {
+		size -= messageBytes(h[cut])
+		cut++
+	}
+	if cut == 0 {
+		return h
+	}
+	// A new slice: the dropped messages' text must not stay reachable through the old array.
+	return append([]model.Message(nil), h[cut:]...)
+}
+
+// messageBytes is the text a message holds.
+func messageBytes(msg model.Message) int {
+	n := len(msg.Role) + len(msg.Content) + len(msg.ToolCallID)
+	for _, c := range msg.ToolCalls {
+		n += len(c.ID) + len(c.Name) + len(c.Arguments)
+	}
+	return n
+}
 
 // endJob ends rt's active wake: the session is idle again, or failed with the queue behind the
 // failed turn failing too, and the outcome is recorded and announced.

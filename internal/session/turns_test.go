@@ -16,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlockhq/airlock/internal/model"
 	"github.com/airlockhq/airlock/internal/model/modeltest"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/store"
@@ -754,5 +755,63 @@ func TestDeleteLeavesNoJournalEntry(t *testing.T) {
 				t.Fatalf("round %d: journal entry %s (%s) left behind by the delete", i, e.IdempotencyKey, e.State)
 			}
 		}
+	}
+}
+
+// TestMemoryHistoryBounded: a memory session's history, which no transcript bounds, keeps the
+// newest whole turns within maxMemoryHistory messages and maxMemoryHistoryBytes of text. Before,
+// only the count was bounded (4096 messages of up to a model answer's megabytes each), and a
+// cut by count could leave the history starting with a tool result whose call was cut away.
+func TestMemoryHistoryBounded(t *testing.T) {
+	const answer = 3000
+	for _, tc := range []struct {
+		name            string
+		messages, bytes int
+		wantMessages    int
+	}{
+		// A turn is 4 messages: the prompt, a tool call, its result and the answer. A cut at
+		// 6 messages falls inside a turn; the history then starts at the next prompt.
+		{"count", 6, 1 << 20, 4},
+		// Three turns hold over 9000 bytes: two fit 8000.
+		{"bytes", 1000, 8000, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(n, b int) { maxMemoryHistory, maxMemoryHistoryBytes = n, b }(maxMemoryHistory, maxMemoryHistoryBytes)
+			maxMemoryHistory, maxMemoryHistoryBytes = tc.messages, tc.bytes
+			h := newTurnHost(t)
+			h.open(t, "mem", protocol.ModeMemory)
+			for i := range 5 {
+				h.llm.Push(modeltest.Reply{ToolCalls: []model.ToolCall{{ID: fmt.Sprintf("c%d", i), Name: "fs_read", Arguments: `{}`}}},
+					modeltest.Reply{Text: strings.Repeat("a", answer)})
+				if _, err := h.wake("mem", fmt.Sprintf("k%d", i), fmt.Sprintf("q%d", i), true); err != nil {
+					t.Fatal(err)
+				}
+				h.m.mu.Lock()
+				hist := h.m.sessions["mem"].history
+				h.m.mu.Unlock()
+				size := 0
+				for _, msg := range hist {
+					size += messageBytes(msg)
+				}
+				if len(hist) > tc.messages || size > tc.bytes {
+					t.Fatalf("after wake %d the history holds %d messages, %d bytes; bounds %d, %d", i, len(hist), size, tc.messages, tc.bytes)
+				}
+				if len(hist) == 0 || hist[0].Role != model.RoleUser {
+					t.Fatalf("after wake %d the history starts with %+v, not a prompt", i, hist[:min(1, len(hist))])
+				}
+			}
+			h.m.mu.Lock()
+			n := len(h.m.sessions["mem"].history)
+			h.m.mu.Unlock()
+			if n != tc.wantMessages {
+				t.Errorf("history of %d messages after 5 turns, want %d", n, tc.wantMessages)
+			}
+			// The last model call was sent what the history held, then this turn's prompt.
+			reqs := h.llm.Requests()
+			last := reqs[len(reqs)-2].Request.Messages
+			if len(last) != tc.wantMessages+1 || last[0].Role != model.RoleUser {
+				t.Errorf("the last turn sent %d messages starting with %s, want %d starting with a prompt", len(last), last[0].Role, tc.wantMessages+1)
+			}
+		})
 	}
 }
