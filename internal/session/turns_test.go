@@ -815,3 +815,40 @@ func TestMemoryHistoryBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoryResultsBounded: the results a memory session keeps to answer a retry of an ended
+// wake are bounded in bytes as well as in count (maxTerminalEntries): the oldest go first.
+// Before, 256 answers of a model's megabytes each stayed in memory per session.
+func TestMemoryResultsBounded(t *testing.T) {
+	defer func(n int) { maxMemoryResultBytes = n }(maxMemoryResultBytes)
+	maxMemoryResultBytes = 10000
+	h := newTurnHost(t)
+	h.open(t, "mem", protocol.ModeMemory)
+	for i := range 6 {
+		h.llm.Push(modeltest.Reply{Text: strings.Repeat("a", 3000)})
+		if _, err := h.wake("mem", fmt.Sprintf("k%d", i), "q", true); err != nil {
+			t.Fatal(err)
+		}
+		h.m.mu.Lock()
+		kept, n := 0, len(h.m.terminals["mem"])
+		for _, r := range h.m.terminals["mem"] {
+			kept += len(r.result)
+		}
+		h.m.mu.Unlock()
+		if kept > maxMemoryResultBytes {
+			t.Fatalf("after wake %d the session keeps %d entries with %d bytes of results, over %d", i, n, kept, maxMemoryResultBytes)
+		}
+		if i >= 3 && n != 3 {
+			t.Errorf("after wake %d the session keeps %d entries, want the newest 3", i, n)
+		}
+	}
+	// A retry of a kept wake is answered from memory; one of a retired wake runs again.
+	calls := h.llm.Count()
+	if _, err := h.wake("mem", "k5", "q", true); err != nil || h.llm.Count() != calls {
+		t.Errorf("retry of a kept wake: %v, model calls %d -> %d", err, calls, h.llm.Count())
+	}
+	h.llm.Push(modeltest.Reply{Text: "again"})
+	if v, err := h.wake("mem", "k0", "q", true); err != nil || resultText(t, v) != "again" {
+		t.Errorf("retry of a retired wake: %v", err)
+	}
+}

@@ -22,6 +22,11 @@ const StopReconciled = "reconciled"
 // pruned when a new one is written. A variable so that tests can lower it.
 var maxTerminalEntries = 256
 
+// maxMemoryResultBytes bounds the results a memory session's terminal entries keep in memory,
+// where the 256 of them could otherwise hold a model's answer of megabytes each; the newest
+// result is kept whatever its size. A variable so that tests can lower it.
+var maxMemoryResultBytes = 16 << 20
+
 // jrec is the in-memory index entry of one wake: enough to deduplicate, to find its ticket and
 // to prune. The durable entry (prompt, result) stays in the store.
 type jrec struct {
@@ -302,7 +307,7 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 	}
 	m.mu.Lock()
 	seq := r.seq
-	retired := m.pruneLocked(r)
+	retired := m.pruneLocked(r, result)
 	m.mu.Unlock()
 	if seq != 0 {
 		_, err := m.cfg.Store.UpdateJournal(r.sessionID, seq, to, result, e, durableSeqs(retired))
@@ -361,15 +366,27 @@ func (m *Manager) finishDurable(j *job, result json.RawMessage, e *protocol.Erro
 	m.settleLocked(j, result, e)
 }
 
-// pruneLocked picks the terminal entries of r's session that retention retires once r ends:
-// beyond maxTerminalEntries, or older than terminalRetention. Memory sessions' entries, which
-// live only in the index, are retired by the same rule. m.mu must be held.
-func (m *Manager) pruneLocked(r *jrec) []*jrec {
+// pruneLocked picks the terminal entries of r's session that retention retires once r ends
+// with result: beyond maxTerminalEntries, or older than terminalRetention. Memory sessions'
+// entries, which live only in the index, are retired by the same rule, and also while the
+// results they keep (to answer a retry) and result are over maxMemoryResultBytes. m.mu must
+// be held.
+func (m *Manager) pruneLocked(r *jrec, result json.RawMessage) []*jrec {
 	list := m.terminals[r.sessionID]
 	cut := max(0, len(list)+1-maxTerminalEntries)
 	old := m.now().Add(-terminalRetention)
 	for cut < len(list) && list[cut].updatedAt.Before(old) {
 		cut++
+	}
+	if !r.durable() {
+		kept := len(result)
+		for _, t := range list[cut:] {
+			kept += len(t.result)
+		}
+		for cut < len(list) && kept > maxMemoryResultBytes {
+			kept -= len(list[cut].result)
+			cut++
+		}
 	}
 	return append([]*jrec(nil), list[:cut]...)
 }
