@@ -196,8 +196,8 @@ func parseFast(line []byte) (fastCall, bool) {
 // and leaves the line to the SDK. It keeps nothing of line.
 func (f *fastPath) take(d *drainer, line []byte) bool {
 	c, ok := parseFast(line)
-	if !ok {
-		return false
+	if !ok || d.inUse(c.key) {
+		return false // a request id in use: check answers it
 	}
 	f.mu.Lock()
 	ok = f.ready && (!c.stateless || f.isAccepted(c.meta))

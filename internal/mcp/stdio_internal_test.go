@@ -501,3 +501,56 @@ func FuzzCheckLine(f *testing.F) {
 		}
 	})
 }
+
+// TestRequestIDInUseIsAnswered: a request whose id is that of a request still running (the
+// client reused it, as a shell script piping every request with "id":3 does) is answered
+// -32600 with id null, and the request running is answered once, with its own result. The
+// SDK's connection dropped such a request unanswered, and at the end of stdin the drainer,
+// which had counted it, waited for it until the drain deadline, then answered id 3 a second
+// time with CodeDrainTimeout ("it may still take effect"). Under synctest, so that deadline
+// would pass at once.
+func TestRequestIDInUseIsAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		out := &lockedBuffer{}
+		script := strings.Join([]string{
+			`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"wait","arguments":{}}}`,
+			`{"jsonrpc":"2.0","id":3,"method":"ping"}`,
+			`{"jsonrpc":"2.0","id":3.0,"method":"ping"}`,
+			`{"jsonrpc":"2.0","id":4,"method":"ping"}`,
+		}, "\n") + "\n"
+		ended := make(chan error, 1)
+		go func() { ended <- sdkSession(t, script, release, out) }()
+		synctest.Wait()
+		before := out.lines()
+		close(release)
+		if err := <-ended; err != nil {
+			t.Fatalf("the session ended with %v", err)
+		}
+		var nulls, threes int
+		for _, l := range out.lines() {
+			var r stdioResponse
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("stdout line %s", l)
+			}
+			switch string(r.ID) {
+			case "null":
+				if r.Error == nil || r.Error.Code != jsonrpc.CodeInvalidRequest {
+					t.Errorf("stdout line %s, want -32600", l)
+				}
+				nulls++
+			case "3":
+				if r.Error != nil || !strings.Contains(string(r.Result), "done") {
+					t.Errorf("request 3: %s, want the tool's result", l)
+				}
+				threes++
+			}
+		}
+		if nulls != 2 || threes != 1 || !slices.ContainsFunc(before, func(l string) bool { return strings.Contains(l, `"id":4,"result"`) }) {
+			t.Fatalf("%d answers with id null and %d to id 3, want 2 and 1, and 4 answered while 3 ran; stdout:\n%s",
+				nulls, threes, strings.Join(out.lines(), "\n"))
+		}
+	})
+}
