@@ -151,7 +151,7 @@ var table = []entry{
 	{[]string{"invalid_path"},
 		"airlock-fs refused the path: give a path relative to the granted directory with no leading \"/\", no \"..\", no empty segments, and names the filesystem allows."},
 	{[]string{"invalid_argument"},
-		"An argument is out of the adapter's bounds: compare each with the tool's input schema and call again with values inside its limits."},
+		"An argument is out of the adapter's bounds, for fs_read most often an offset inside a multi-byte character (or a maxBytes smaller than it): start at the character's first byte, at most 3 bytes earlier, or ask for 4 bytes or more; keep the others within the input schema."},
 	{[]string{"path_escape"},
 		"The path would resolve outside the granted directory, which is never allowed: use a path inside it."},
 	{[]string{"path_symlink"},

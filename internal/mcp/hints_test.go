@@ -23,6 +23,7 @@ func TestErrorsCarryAHint(t *testing.T) {
 	os.WriteFile(filepath.Join(e.root, "notes.txt"), []byte("one\ntwo\n"), 0o600)
 	os.WriteFile(filepath.Join(e.root, "blob.bin"), []byte{0xff, 0xfe, 0x00, 0x80}, 0o600)
 	os.Mkdir(filepath.Join(e.root, "dir"), 0o700)
+	os.WriteFile(filepath.Join(e.root, "accent.txt"), []byte("café\n"), 0o600)
 	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.list,fs.read,fs.write,fs.edit"))
 	e.registerLamp(t)
 	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1, Capabilities: []string{"desk_lamp"}})
@@ -38,6 +39,12 @@ func TestErrorsCarryAHint(t *testing.T) {
 		{"edit_not_found", "fs_edit", map[string]any{"path": "notes.txt", "edits": []any{map[string]any{"oldText": "three", "newText": "3"}}}, "edit_not_found", nil, ""},
 		{"not_utf8", "fs_read", map[string]any{"path": "blob.bin"}, "not_utf8", nil, ""},
 		{"not_a_file", "fs_read", map[string]any{"path": "dir"}, "not_a_file", nil, ""},
+		// The daemon checks every bound of fs.read's payload, so what airlock-fs still
+		// refuses invalid_argument is an offset inside a character (or a maxBytes smaller
+		// than the character there): the hint said to compare the arguments with the input
+		// schema, which they fit.
+		{"invalid_argument: an offset inside a character", "fs_read", map[string]any{"path": "accent.txt", "offset": 4}, "invalid_argument",
+			nil, "inside a multi-byte character"},
 		{"runtime: fs argument out of range", "fs_list", map[string]any{"path": ".", "maxEntries": 0}, "adapter_request_invalid",
 			[]string{"maxEntries", "an integer from 1 to 10000"}, "correct that member"},
 		{"runtime: fs argument of the wrong type", "fs_read", map[string]any{"path": "notes.txt", "maxBytes": "dazzling"}, "adapter_request_invalid",
