@@ -630,3 +630,50 @@ func TestReadTextSaysWhenCut(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSchemaSaysTheDefaults: fs_write's inputSchema says what the call does when create
+// and overwrite are left out, and it does that: a file that does not exist is created (create
+// is true by default in airlock-fs), one that exists fails file_exists, and create false fails
+// not_found. The schema said only "Allow creating the file.", which a model reads as off
+// unless set: it sent create true for every new file, as the hints told it to, and took a
+// write of a mistyped path with overwrite true for one that could not create a file.
+func TestWriteSchemaSaysTheDefaults(t *testing.T) {
+	e := startEnv(t)
+	fsp := startFS(t)
+	os.WriteFile(filepath.Join(e.root, "old.txt"), []byte("old\n"), 0o600)
+	e.open(t, "agent", e.root, fsp.grant(t, e.host, e.root, "agent", 1, "fs.read,fs.write"))
+	cn := e.connect(t, mcp.Config{SessionID: "agent", Generation: 1})
+	tools := cn.tools(t)
+	b, _ := json.Marshal(tools["fs_write"].InputSchema)
+	var s struct {
+		Properties map[string]struct {
+			Description string `json:"description"`
+		} `json:"properties"`
+	}
+	json.Unmarshal(b, &s)
+	if d := s.Properties["create"].Description; !strings.Contains(d, "default true") {
+		t.Errorf("create: %q does not say it defaults to true", d)
+	}
+	if d := s.Properties["overwrite"].Description; !strings.Contains(d, "default false") || !strings.Contains(d, "file_exists") {
+		t.Errorf("overwrite: %q does not say it defaults to false", d)
+	}
+	if d := tools["fs_write"].Description; !strings.Contains(d, "is created") {
+		t.Errorf("fs_write's description %q does not say a missing file is created", d)
+	}
+	b, _ = json.Marshal(tools["fs_read"].InputSchema)
+	s.Properties = nil
+	json.Unmarshal(b, &s)
+	if d := s.Properties["offset"].Description; !strings.Contains(d, "inside a multi-byte character fails invalid_argument") {
+		t.Errorf("fs_read's offset: %q does not say an offset inside a character is refused", d)
+	}
+
+	if r := structured(t, cn.call(t, "fs_write", map[string]any{"path": "new.txt", "content": "x"})); r["created"] != true {
+		t.Fatalf("a write of a new file without create: %v, want it created", r)
+	}
+	if c := errorCode(t, cn.call(t, "fs_write", map[string]any{"path": "old.txt", "content": "x"})); c != "file_exists" {
+		t.Fatalf("a write of an existing file without overwrite: %s, want file_exists", c)
+	}
+	if c := errorCode(t, cn.call(t, "fs_write", map[string]any{"path": "other.txt", "content": "x", "create": false, "overwrite": true})); c != "not_found" {
+		t.Fatalf("a write of a new file with create false: %s, want not_found", c)
+	}
+}

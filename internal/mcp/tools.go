@@ -125,7 +125,7 @@ func fsTool(op string, l tooladapter.Limits) *sdk.Tool {
 		desc = "Read a UTF-8 text file in the granted directory, or a byte range of it (cut back to a character boundary)."
 		in = closedObject([]string{"path"}, schema{
 			"path":     pathProp,
-			"offset":   intProp("Byte offset to start at.", 0, 1<<53-1),
+			"offset":   intProp("Byte offset to start at (default 0): the first byte of a character, as offset + bytesRead of an earlier read is; one inside a multi-byte character fails invalid_argument.", 0, 1<<53-1),
 			"maxBytes": intProp(fmt.Sprintf("At most this many bytes. One answer holds at most about %d: when it is cut, eof is false and fs_read from offset + bytesRead reads on.", maxRead), 1, tooladapter.MaxContentBytes),
 		})
 		out = closedObject([]string{"content", "bytesRead", "eof"}, schema{
@@ -148,12 +148,12 @@ func fsTool(op string, l tooladapter.Limits) *sdk.Tool {
 			"truncated": schema{"type": "boolean"},
 		})
 	case tooladapter.OpWrite:
-		desc = "Write a whole UTF-8 text file in the granted directory. create allows creating it, overwrite replacing it."
+		desc = "Write a whole UTF-8 text file in the granted directory: one that does not exist is created (unless create is false), one that exists is replaced only with overwrite true."
 		in = closedObject([]string{"path", "content"}, schema{
 			"path":           pathProp,
 			"content":        schema{"type": "string", "maxLength": maxContent},
-			"create":         schema{"type": "boolean", "description": "Allow creating the file."},
-			"overwrite":      schema{"type": "boolean", "description": "Allow replacing an existing file."},
+			"create":         schema{"type": "boolean", "description": "Allow creating the file (default true: set false to fail not_found rather than create a file that does not exist)."},
+			"overwrite":      schema{"type": "boolean", "description": "Allow replacing an existing file (default false: an existing file fails file_exists)."},
 			"expectedDigest": digestProp,
 		})
 		out = closedObject([]string{"created", "bytesWritten", "digest"}, schema{
