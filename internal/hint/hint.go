@@ -288,7 +288,7 @@ var table = []entry{
 	{[]string{"unknown_tool"},
 		"No tool of that name is granted to this session: call only the tools in your tool list."},
 	{[]string{"daemon_unreachable"},
-		"airlock mcp cannot reach airlockd (it is not running, or it restarted): wait a few seconds and call again, and if it keeps failing, tell the user to start airlockd."},
+		"airlock mcp cannot reach airlockd (it is not running, or it restarted): wait a few seconds and call again; if it keeps failing, or the error is not retryable, tell the user to start airlockd and then restart this MCP server."},
 }
 
 // byCode indexes table.

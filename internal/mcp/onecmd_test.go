@@ -503,6 +503,12 @@ func TestDirReopenGivesUp(t *testing.T) {
 		!strings.Contains(text, gaveUp) || !startHint(e.d.Socket).MatchString(text) {
 		t.Fatalf("a call after giving up: %+v, text %q", we, text)
 	}
+	// The hint, chosen by the code alone, also fits this answer, which is not retryable: it
+	// said only to wait and call again, then to have airlockd started, after which every
+	// call still failed, as this server had given up.
+	if !strings.Contains(we.Hint, "not retryable") || !strings.Contains(we.Hint, "restart this MCP server") {
+		t.Errorf("the hint %q does not say what to do once the server gave up", we.Hint)
+	}
 	if code := closeExit(t, cs, cmd); code != 69 {
 		t.Fatalf("airlock mcp exit %d, want 69\n%s", code, stderr.String())
 	}
