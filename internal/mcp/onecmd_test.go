@@ -1,9 +1,11 @@
 package mcp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -851,5 +853,73 @@ func TestFailureAnswersEveryRequest(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDirClientGoneEndsItsCalls: a client that exits closes both ends of airlock mcp's stdio.
+// With a call still waiting for the operator's approval (ask-writes), airlock mcp sees that
+// stdout has no reader left and ends at once, exit 0: the call is cancelled, its approval
+// request withdrawn, nothing written, and the session and its grant are gone. It waited for the
+// call until the drain deadline (40 s), during which the operator could still approve a
+// write for a client long gone, and then died of SIGPIPE writing the deadline's answer.
+func TestDirClientGoneEndsItsCalls(t *testing.T) {
+	e := startDirEnv(t)
+	cmd := exec.Command(daemontest.Binary(t, "airlock"), "--socket", e.d.Socket, "mcp", "--dir", e.root, "--policy", "ask-writes")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	stderr := &daemontest.SyncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("airlock mcp stderr:\n%s", stderr.String())
+		}
+	})
+	io.WriteString(stdin, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"gone","version":"1"}}}`+"\n")
+	if line, err := bufio.NewReader(r).ReadString('\n'); err != nil || !strings.Contains(line, `"id":0,"result"`) {
+		t.Fatalf("initialize: %q, %v", line, err)
+	}
+	io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fs_write","arguments":{"path":"late.txt","content":"x"}}}`+"\n")
+	waitFor(t, "the write's approval request", func() bool { return len(pendingApprovals(t, e)) == 1 })
+
+	start := time.Now()
+	r.Close()
+	stdin.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("airlock mcp: %v, want exit 0", err)
+		}
+	case <-time.After(mcp.StdinDrainTimeout / 2):
+		t.Fatalf("airlock mcp still runs %v after its client went", time.Since(start))
+	}
+	if ids := pendingApprovals(t, e); len(ids) != 0 {
+		t.Fatalf("approval requests left: %v", ids)
+	}
+	if _, err := os.Stat(filepath.Join(e.root, "late.txt")); !os.IsNotExist(err) {
+		t.Fatalf("late.txt: %v, want it never written", err)
+	}
+	if ids := e.sessionIDs(t); len(ids) != 0 {
+		t.Fatalf("sessions left: %v", ids)
+	}
+	if gs := e.managedGrants(t); len(gs) != 0 {
+		t.Fatalf("grants left: %v", gs)
 	}
 }

@@ -9,10 +9,12 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
 )
@@ -140,6 +142,10 @@ type drainer struct {
 	noBatches bool
 
 	wmu sync.Mutex // serializes writes to out; taken before mu
+	// outGone is set, under wmu, once out's reader has gone (watchOut): what is written
+	// after it is dropped, as nobody can read it, and a write would end the process with
+	// SIGPIPE.
+	outGone bool
 
 	mu      sync.Mutex     // guards the fields below
 	pending map[string]int // id key → requests of that id read and not answered
@@ -422,10 +428,17 @@ func (d *drainer) cancelled(k string, fast bool) {
 }
 
 // wait returns once no request read is unanswered, after answering those left when the drain
-// deadline passes, or once the reader is closed.
+// deadline passes, or once the reader is closed, or once stdout's reader has gone: a client
+// that exited closed both ends, and the requests it left can be answered to no one, so the
+// session ends at once and cancels them (TestDirClientGoneEndsItsCalls). It waited for them
+// until the drain deadline, so that a call waiting for the operator's approval could still
+// be approved and take effect for a client long gone, and then died of SIGPIPE writing the
+// deadline's answers.
 func (d *drainer) wait() {
 	t := time.NewTimer(d.drain)
 	defer t.Stop()
+	gone, stop := d.watchOut()
+	defer stop()
 	for {
 		d.mu.Lock()
 		n := len(d.pending)
@@ -437,11 +450,71 @@ func (d *drainer) wait() {
 		case <-d.changed:
 		case <-d.closed:
 			return
+		case <-gone:
+			return
 		case <-t.C:
 			d.expire()
 			return
 		}
 	}
+}
+
+// outGonePoll is how often wait looks whether stdout's reader has gone: a poll(2) that does
+// not block, a few times a second for at most the drain deadline, only once stdin has ended.
+// A client that exits is seen within it.
+const outGonePoll = 100 * time.Millisecond
+
+// watchOut returns a channel closed once out, a pipe or a socket, has no reader left (poll
+// reports POLLERR or POLLHUP), and sets outGone then; stop ends the watch and waits for it.
+// An out without a file descriptor, or one that never hangs up (a regular file), is never
+// gone.
+func (d *drainer) watchOut() (gone <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	sc, ok := d.out.(syscall.Conn)
+	if !ok {
+		return ch, func() {}
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return ch, func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(outGonePoll)
+		defer tick.Stop()
+		for {
+			if hungUp(rc) {
+				d.wmu.Lock()
+				d.outGone = true
+				d.wmu.Unlock()
+				close(ch)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	return ch, func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// hungUp reports whether the file descriptor of rc has no reader left: poll(2) without
+// waiting and without asking for any event, which still reports POLLERR (a pipe without a
+// reader) and POLLHUP (a socket whose peer closed, a terminal hung up).
+func hungUp(rc syscall.RawConn) bool {
+	var hup bool
+	err := rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd)}}
+		n, err := unix.Poll(p, 0)
+		hup = err == nil && n > 0 && p[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+	})
+	return err == nil && hup
 }
 
 // expire answers every request still pending with CodeDrainTimeout and drops what the SDK
@@ -488,6 +561,9 @@ func (w drainWriter) Write(p []byte) (int, error) {
 	}
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
+	if d.outGone {
+		return len(p), nil
+	}
 	d.mu.Lock()
 	drop := len(keys) == 1 && (d.expired[keys[0]] || d.dropping[keys[0]] > 0)
 	if drop {
