@@ -21,7 +21,7 @@ const (
 	maxLines       = 100_000
 	maxReadFiles   = 64
 	firstWindow    = 16 << 10
-	minTailBytes   = 8 // fs_tail's least maxBytes: a character and the 3 bytes of a step back
+	minTailBytes   = 4 // fs_tail's least maxBytes: a window of a character's length holds a character's start
 	linesMust      = "an integer from 1 to 100000"
 	pathMust       = `a path relative to the granted directory ("." is the directory itself)`
 	codeInvalidArg = "invalid_argument" // airlock-fs: an fs.read offset inside a character
@@ -210,13 +210,18 @@ func runTail(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 	start, text, window := st.Size, "", int64(firstWindow)
 	res := &linesResult{EOF: true}
 	for start > 0 && tailCut(text, lines) < 0 {
-		// Up to 3 bytes more may be read to start at a character boundary.
-		remaining := maxBytes - int64(len(text)) - 3
-		if remaining < 4 {
+		// A window that begins inside a character begins at the next one (readRange), so
+		// it never holds more than maxBytes allows. It held 3 bytes back for a step back
+		// to the character's start, also where there was none to take (ASCII, or a window
+		// from the file's start): a file of maxBytes bytes came back cut, without its
+		// first line (TestHeadAndTail).
+		room := maxBytes - int64(len(text))
+		if room < start && room < minTailBytes {
+			// A window this small might lie inside one character.
 			res.Truncated = true
 			break
 		}
-		from := start - min(window, remaining, start)
+		from := start - min(window, room, start)
 		chunk, at, perr := c.readRange(path, from, start)
 		if perr != nil {
 			return nil, perr
@@ -262,15 +267,17 @@ func tailCut(text string, n int64) int {
 
 // readRange reads the file's bytes [from, to) and returns them with the offset they begin
 // at. fs.read refuses an offset inside a character (invalid_argument), and a window counted
-// back from the end may land in one: the start then moves back a byte, at most three times
-// (a UTF-8 character is at most four bytes). A window cut short by the response frame is read
-// on from where it ended.
+// back from the end may land in one: the start then moves on a byte, at most three times (a
+// UTF-8 character is at most four bytes), so that the window holds whole characters and
+// never more bytes than asked for. to must begin a character (or be the file's end), and a
+// window of at least four bytes then holds one's start. A window cut short by the response
+// frame is read on from where it ended.
 func (c *composedCall) readRange(path string, from, to int64) (string, int64, *protocol.Error) {
-	for back := 0; ; back++ {
+	for on := 0; ; on++ {
 		r, perr := c.read(path, from, to-from)
 		if perr != nil {
-			if perr.Code == codeInvalidArg && from > 0 && back < 3 {
-				from--
+			if perr.Code == codeInvalidArg && on < 3 && from+1 < to {
+				from++
 				continue
 			}
 			return "", 0, perr

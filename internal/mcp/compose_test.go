@@ -145,8 +145,8 @@ func TestHeadAndTail(t *testing.T) {
 		{tool: "fs_tail", path: "nolf.txt", lines: 1, content: "c", offset: 4, eof: true},
 		{tool: "fs_tail", path: "nolf.txt", lines: 2, content: "b\nc", offset: 2, eof: true},
 		{tool: "fs_tail", path: "empty.txt", lines: 3, content: "", offset: 0, eof: true},
-		{tool: "fs_tail", path: "lines.txt", lines: 3, maxBytes: 12, content: "five\n", offset: 19, eof: true, truncated: true,
-			textAfterContent: "(truncated: the 3 lines asked for do not fit in maxBytes; these are the last 1 lines, from offset 19)\n"},
+		{tool: "fs_tail", path: "lines.txt", lines: 3, maxBytes: 12, content: "four\nfive\n", offset: 14, eof: true, truncated: true,
+			textAfterContent: "(truncated: the 3 lines asked for do not fit in maxBytes; these are the last 2 lines, from offset 14)\n"},
 	} {
 		args := map[string]any{"path": c.path, "lines": c.lines}
 		if c.maxBytes > 0 {
@@ -160,6 +160,34 @@ func TestHeadAndTail(t *testing.T) {
 		}
 		if got := text(r); got != c.content+c.textAfterContent {
 			t.Errorf("%s %v: text %q", c.tool, args, got)
+		}
+	}
+
+	// fs_tail uses all of maxBytes: a file of maxBytes bytes is read whole, and a window
+	// beginning inside a character begins at the next one, within maxBytes. It held 3 bytes
+	// back for a step back to the character's start, even where none was needed: the file of
+	// 24 bytes under maxBytes 24 came back without its first line, and "ab€\n" under 8 as
+	// "b€\n"; the fs_tail maxBytes least was 8 for that step back, and is 4.
+	write(t, e.root, "euro.txt", "ab€\n")
+	write(t, e.root, "euros.txt", "€€€\n€€€\n€€€\n")
+	for _, c := range []struct {
+		path            string
+		lines, maxBytes int
+		content         string
+		offset          float64
+		truncated       bool
+	}{
+		{"lines.txt", 9, 24, "one\ntwo\nthree\nfour\nfive\n", 0, false},
+		{"euro.txt", 1, 6, "ab€\n", 0, false},
+		{"euro.txt", 3, 8, "ab€\n", 0, false},
+		{"euros.txt", 2, 12, "€€€\n", 20, true}, // the window [18, 30) begins inside a €: at 19 then
+		{"euros.txt", 3, 29, "€€€\n€€€\n", 10, true},
+		{"euros.txt", 3, 30, "€€€\n€€€\n€€€\n", 0, false},
+	} {
+		args := map[string]any{"path": c.path, "lines": c.lines, "maxBytes": c.maxBytes}
+		_, s := okCall(t, cn, tools, "fs_tail", args)
+		if s["content"] != c.content || s["offset"] != c.offset || s["truncated"] != c.truncated || s["eof"] != true {
+			t.Errorf("fs_tail %v: %v, want content %q from offset %v, truncated %v", args, s, c.content, c.offset, c.truncated)
 		}
 	}
 
