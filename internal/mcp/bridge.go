@@ -465,7 +465,7 @@ func grantedTools(rec *protocol.CatalogRecord, gen int64) []toolSpec {
 			out = append(out, toolSpec{tool: t, kind: kindFS, operation: op, fingerprint: "fs\x00" + op + "\x00" + string(limits) + "\x00" + note})
 		}
 	}
-	return append(out, composedTools(sum.Operations, sum.Limits, string(limits))...)
+	return append(out, composedTools(sum.Operations, sum.Limits, string(limits), rules)...)
 }
 
 // liveGeneration reports whether rec is generation gen, resident or quarantined by a restart.

@@ -28,17 +28,21 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockhq/airlock/internal/ndjson"
+	"github.com/airlockhq/airlock/internal/policy"
 	"github.com/airlockhq/airlock/internal/protocol"
 	"github.com/airlockhq/airlock/internal/tooladapter"
 )
 
-// composedDef is one composed tool: the operations it calls, its MCP tool for a grant's
-// limits, and its program.
+// composedDef is one composed tool: the operations it needs (those it calls, and the one it
+// previews), its MCP tool for a grant's limits, and its program.
 type composedDef struct {
 	name  string
 	needs []string
-	tool  func(l tooladapter.Limits) *sdk.Tool
-	run   func(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *protocol.Error)
+	// previews is the operation among needs that the tool does not call but shows the
+	// effect of (fs_edit_preview: fs.edit), or "".
+	previews string
+	tool     func(l tooladapter.Limits) *sdk.Tool
+	run      func(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *protocol.Error)
 }
 
 // composedDefs are the composed tools, in the order tools/list shows them.
@@ -49,11 +53,17 @@ var composedDefs = []*composedDef{
 	{name: "fs_tree", needs: []string{tooladapter.OpList}, tool: treeTool, run: runTree},
 	{name: "fs_find", needs: []string{tooladapter.OpList}, tool: findTool, run: runFind},
 	{name: "fs_list_sorted", needs: []string{tooladapter.OpList}, tool: listSortedTool, run: runListSorted},
-	{name: "fs_edit_preview", needs: []string{tooladapter.OpRead, tooladapter.OpEdit}, tool: editPreviewTool, run: runEditPreview},
+	{name: "fs_edit_preview", needs: []string{tooladapter.OpRead, tooladapter.OpEdit}, previews: tooladapter.OpEdit, tool: editPreviewTool, run: runEditPreview},
 }
 
-// composedTools returns the specs of the composed tools whose operations ops all hold.
-func composedTools(ops []string, l tooladapter.Limits, limitsFP string) []toolSpec {
+// composedTools returns the specs of the composed tools whose operations ops all hold. Each
+// description says what the session's policy (rules) decides for the operations the tool
+// calls, every one of which passes the daemon's gate, and for the one it previews: a tool
+// whose calls a rule denies or sends to the operator said nothing of it, so that fs_tree
+// under a policy that asks before fs.list asked the operator once per directory, and
+// fs_edit_preview under read-only offered an fs_edit that was refused
+// (TestComposedToolsSayThePolicy).
+func composedTools(ops []string, l tooladapter.Limits, limitsFP string, rules *policy.Policy) []toolSpec {
 	granted := map[string]bool{}
 	for _, op := range ops {
 		granted[op] = true
@@ -68,8 +78,17 @@ next:
 		}
 		t := d.tool(l)
 		t.Name = d.name
+		note := ""
+		for _, op := range d.needs {
+			about := op + ", which this tool calls"
+			if op == d.previews {
+				about = op + ", which " + fsToolName(op) + " calls to make the change shown"
+			}
+			note += policyNoteOn(rules, op, about)
+		}
+		t.Description += note
 		out = append(out, toolSpec{tool: t, kind: kindComposed, composed: d, limits: l,
-			fingerprint: "composed\x00" + d.name + "\x00" + limitsFP})
+			fingerprint: "composed\x00" + d.name + "\x00" + limitsFP + "\x00" + note})
 	}
 	return out
 }

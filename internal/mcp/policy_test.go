@@ -101,3 +101,53 @@ func TestPolicyAtTheMCPDoor(t *testing.T) {
 		t.Fatalf("the lamp after the calls: %+v (set_power must never have run)", lamp.Result)
 	}
 }
+
+// TestComposedToolsSayThePolicy: a composed tool's description says what the session's
+// policy decides for the operations it calls, each of which passes the daemon's gate, and
+// fs_edit_preview's for the fs.edit whose change it shows; a tool whose operations the
+// policy allows says nothing of it. They said nothing: fs_tree under a rule that asks before
+// fs.list asked the operator at every directory, unannounced, and fs_edit_preview under
+// read-only offered a digest for an fs_edit that is refused.
+func TestComposedToolsSayThePolicy(t *testing.T) {
+	e := startDirEnv(t)
+	for _, c := range []struct {
+		policy string
+		says   map[string]string // tool → what its description says, "" for nothing of a policy
+	}{
+		{"read-only", map[string]string{
+			"fs_edit_preview": "The session's policy (read-only) denies fs.edit, which fs_edit calls to make the change shown: every call is refused policy_denied.",
+			"fs_tree":         "", "fs_head": "",
+		}},
+		{policyFile(t, `{"name":"listing","default":"allow","rules":[{"operations":["fs.list"],"decision":"ask"},
+			{"operations":["fs.read"],"paths":["secret/**"],"decision":"deny"}]}`), map[string]string{
+			"fs_tree":         "The session's policy (listing) asks the operator before fs.list, which this tool calls: a call that asks waits",
+			"fs_find":         "asks the operator before fs.list, which this tool calls",
+			"fs_read_many":    "The session's policy (listing) decides fs.read, which this tool calls, by path (",
+			"fs_tail":         "decides fs.read, which this tool calls, by path (",
+			"fs_edit_preview": "decides fs.read, which this tool calls, by path (",
+		}},
+	} {
+		t.Run(filepath.Base(c.policy), func(t *testing.T) {
+			cs, _ := connectDir(t, e, "--policy", c.policy)
+			lt, err := cs.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			desc := map[string]string{}
+			for _, tl := range lt.Tools {
+				desc[tl.Name] = tl.Description
+			}
+			for tool, says := range c.says {
+				d, ok := desc[tool]
+				switch {
+				case !ok:
+					t.Errorf("%s is not listed", tool)
+				case says == "" && strings.Contains(d, "policy"):
+					t.Errorf("%s: %q speaks of a policy that allows what it calls", tool, d)
+				case !strings.Contains(d, says):
+					t.Errorf("%s: %q does not say %q", tool, d, says)
+				}
+			}
+		})
+	}
+}

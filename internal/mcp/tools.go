@@ -339,6 +339,12 @@ func sessionRules(raw json.RawMessage) *policy.Policy {
 // policyNote is what an fs tool's description says of the session's policy for op, so that
 // a model knows before it calls that a write will wait or is denied. Empty without a policy.
 func policyNote(p *policy.Policy, op string) string {
+	return policyNoteOn(p, op, "")
+}
+
+// policyNoteOn is policyNote of op for a tool that is not op's own: about names op as that
+// tool has it ("fs.list, which this tool calls"), "" for op's own tool.
+func policyNoteOn(p *policy.Policy, op, about string) string {
 	if p == nil {
 		return ""
 	}
@@ -346,13 +352,17 @@ func policyNote(p *policy.Policy, op string) string {
 	if p.Name() != "" {
 		name = " (" + p.Name() + ")"
 	}
+	subject, byPath := "this operation", "by path"
+	if about != "" {
+		subject, byPath = about, about+", by path"
+	}
 	switch sum := p.Summary(op); sum {
 	case string(policy.Allow):
 		return ""
 	case string(policy.Deny):
-		return " The session's policy" + name + " denies this operation: every call is refused policy_denied."
+		return " The session's policy" + name + " denies " + subject + ": every call is refused policy_denied."
 	case string(policy.Ask):
-		return " The session's policy" + name + " asks the operator before this operation: " + askNote
+		return " The session's policy" + name + " asks the operator before " + subject + ": " + askNote
 	default:
 		var globs []string
 		for i, r := range p.Document().Rules {
@@ -369,8 +379,8 @@ func policyNote(p *policy.Policy, op string) string {
 				break
 			}
 		}
-		return fmt.Sprintf(" The session's policy%s decides by path (%s): first match of %s; otherwise %s. A denied call is refused policy_denied; "+askNote,
-			name, sum, strings.Join(globs, "; "), p.Document().Default)
+		return fmt.Sprintf(" The session's policy%s decides %s (%s): first match of %s; otherwise %s. A denied call is refused policy_denied; "+askNote,
+			name, byPath, sum, strings.Join(globs, "; "), p.Document().Default)
 	}
 }
 
