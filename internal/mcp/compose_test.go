@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -636,5 +637,35 @@ func TestComposedCancelAbortsItsCalls(t *testing.T) {
 	}
 	if n := len(a.framesOf("invoke")); n != 4 {
 		t.Fatalf("%d invokes, want the 3 cancelled and 1 after", n)
+	}
+}
+
+// TestWalkOfAnOverfullDirectory: a directory with more entries than one fs.list holds (here
+// the grant's 64 KiB response frame) is looked at only as far as its listing goes. fs_find
+// and fs_tree then say so, and that no argument of theirs reaches the rest, where their text
+// said to raise maxResults (or maxEntries) or narrow the pattern, which a model did in vain.
+// A walk that a bound of the tool cut still says to raise it.
+func TestWalkOfAnOverfullDirectory(t *testing.T) {
+	e, cn, tools := composedEnv(t, "--max-response-bytes", "65536")
+	for i := range 1500 {
+		write(t, e.root, fmt.Sprintf("big/f%04d", i), "")
+	}
+	overfull := regexp.MustCompile(`\(truncated: big/ has more entries than one listing holds: only its first \d+ by name were looked at, and no argument of this tool reaches the others\)\n$`)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		full bool // the text says the listing held too few, not to raise a bound
+	}{
+		{"fs_find", map[string]any{"path": ".", "pattern": "big/f14*"}, true},
+		{"fs_find", map[string]any{"path": ".", "pattern": "**/f14*"}, true},
+		{"fs_tree", map[string]any{"path": "big", "maxEntries": 10000}, true},
+		{"fs_find", map[string]any{"path": "big", "pattern": "f0*", "maxResults": 3}, false},
+		{"fs_tree", map[string]any{"path": "big", "maxEntries": 5}, false},
+	} {
+		r, s := okCall(t, cn, tools, c.tool, c.args)
+		got := text(r)
+		if s["truncated"] != true || overfull.MatchString(got) != c.full || !c.full && !strings.Contains(got, "raise max") {
+			t.Errorf("%s %v: truncated %v, text ends %q", c.tool, c.args, s["truncated"], got[max(0, len(got)-200):])
+		}
 	}
 }

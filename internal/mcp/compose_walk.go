@@ -63,10 +63,26 @@ type walkOptions struct {
 	progress       string                  // what a result is, for progress messages
 }
 
-// walk walks from opts.start and returns the results in tree order, and whether a bound
-// left some out. A failure to list the start is the call's error; a subdirectory that fails
-// is marked with its code.
-func (c *composedCall) walk(opts walkOptions) ([]*walkEntry, bool, *protocol.Error) {
+// overfull is a directory with more entries than one fs.list holds (tooladapter's
+// MaxListEntries, or the grant's response frame): only the first ones by name were looked at.
+type overfull struct {
+	path   string
+	listed int // the entries its listing held
+}
+
+// cut is the text's last line for a walk that overfull left incomplete: no argument of the
+// tool reaches the entries a listing does not hold, so the line says so rather than to raise
+// a bound (TestWalkOfAnOverfullDirectory).
+func (o *overfull) cut() string {
+	return "(truncated: " + o.path + " has more entries than one listing holds: only its first " + strconv.Itoa(o.listed) +
+		" by name were looked at, and no argument of this tool reaches the others)\n"
+}
+
+// walk walks from opts.start and returns the results in tree order, whether a bound left
+// some out, and, when only a listing's own bound did, the first directory whose listing could
+// not hold all its entries. A failure to list the start is the call's error; a subdirectory
+// that fails is marked with its code.
+func (c *composedCall) walk(opts walkOptions) ([]*walkEntry, bool, *overfull, *protocol.Error) {
 	type dir struct {
 		path  string
 		segs  []string
@@ -76,13 +92,18 @@ func (c *composedCall) walk(opts walkOptions) ([]*walkEntry, bool, *protocol.Err
 	var (
 		results         []*walkEntry
 		truncated       bool
+		full            *overfull
+		ownCut          bool // a bound of the tool's left results out
 		scanned, listed int
 		textUsed        int64
 		level           = []dir{{path: opts.start}}
 		chunk           = 2 * c.parallel
-		finish          = func(cut bool) ([]*walkEntry, bool, *protocol.Error) {
+		finish          = func(cut bool) ([]*walkEntry, bool, *overfull, *protocol.Error) {
 			slices.SortFunc(results, func(a, b *walkEntry) int { return slices.Compare(a.segs, b.segs) })
-			return results, truncated || cut, nil
+			if cut || ownCut {
+				full = nil // raising a bound does show more
+			}
+			return results, truncated || cut, full, nil
 		}
 	)
 	for len(level) > 0 {
@@ -97,18 +118,29 @@ func (c *composedCall) walk(opts walkOptions) ([]*walkEntry, bool, *protocol.Err
 			maxEntries := opts.listMax(len(results))
 			c.all(len(part), func(i int) { lists[i], errs[i] = c.list(part[i].path, maxEntries) })
 			if c.ctx.Err() != nil {
-				return nil, false, errCancelled
+				return nil, false, nil, errCancelled
 			}
 			listed += len(part)
 			for i, d := range part {
 				if errs[i] != nil {
 					if d.entry == nil {
-						return nil, false, errs[i]
+						return nil, false, nil, errs[i]
 					}
 					d.entry.Error = errs[i].Code
 					continue
 				}
 				truncated = truncated || lists[i].Truncated
+				if n := len(lists[i].Entries); lists[i].Truncated {
+					switch {
+					case maxEntries < tooladapter.MaxListEntries && int64(n) == maxEntries:
+						ownCut = true // the tool asked for no more
+					case full == nil:
+						full = &overfull{path: d.path + "/", listed: n}
+						if d.path == "." {
+							full.path = "the granted directory"
+						}
+					}
+				}
 				for _, le := range lists[i].Entries {
 					scanned++
 					segs := append(slices.Clip(d.segs), le.Name)
@@ -128,7 +160,7 @@ func (c *composedCall) walk(opts walkOptions) ([]*walkEntry, bool, *protocol.Err
 						if d.depth+1 < opts.maxDepth {
 							next = append(next, dir{path: e.Path, segs: segs, depth: d.depth + 1, entry: e})
 						} else if opts.depthTruncates {
-							truncated = true
+							truncated, ownCut = true, true
 						} else {
 							e.NotListed = true
 						}
@@ -275,7 +307,7 @@ func runTree(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 	if perr != nil {
 		return nil, perr
 	}
-	entries, truncated, perr := c.walk(walkOptions{
+	entries, truncated, full, perr := c.walk(walkOptions{
 		start: *a.Path, exclude: ex, maxDepth: int(depth), maxResults: int(limit),
 		want:     func(*walkEntry) bool { return true },
 		descend:  func(*walkEntry) bool { return true },
@@ -289,8 +321,11 @@ func runTree(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 		Entries   []*walkEntry `json:"entries"`
 		Truncated bool         `json:"truncated"`
 	}{nonNil(entries), truncated}
-	return composedResult(res, walkText(entries, truncated, "(empty directory)\n",
-		"(truncated: there are more entries; raise maxEntries, lower maxDepth, exclude some, or list a subdirectory)\n")), nil
+	cut := "(truncated: there are more entries; raise maxEntries, lower maxDepth, exclude some, or list a subdirectory)\n"
+	if full != nil {
+		cut = full.cut()
+	}
+	return composedResult(res, walkText(entries, truncated, "(empty directory)\n", cut)), nil
 }
 
 func findTool(tooladapter.Limits) *sdk.Tool {
@@ -342,7 +377,7 @@ func runFind(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 	if len(prefix) > 0 {
 		start = joinPath(start, strings.Join(prefix, "/"))
 	}
-	matches, truncated, perr := c.walk(walkOptions{
+	matches, truncated, full, perr := c.walk(walkOptions{
 		start: start, base: prefix, exclude: ex, maxDepth: maxWalkDepth, depthTruncates: true, maxResults: int(limit),
 		want:    func(e *walkEntry) bool { return rest.match(e.segs) },
 		descend: func(e *walkEntry) bool { return rest.descend(e.segs) },
@@ -356,8 +391,11 @@ func runFind(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *proto
 		Matches   []*walkEntry `json:"matches"`
 		Truncated bool         `json:"truncated"`
 	}{nonNil(matches), truncated}
-	return composedResult(res, walkText(matches, truncated, "(no matches)\n",
-		"(truncated: there may be more matches; raise maxResults, narrow the path or pattern, or exclude some directories)\n")), nil
+	cut := "(truncated: there may be more matches; raise maxResults, narrow the path or pattern, or exclude some directories)\n"
+	if full != nil {
+		cut = full.cut()
+	}
+	return composedResult(res, walkText(matches, truncated, "(no matches)\n", cut)), nil
 }
 
 func nonNil(e []*walkEntry) []*walkEntry {
