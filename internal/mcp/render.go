@@ -57,6 +57,11 @@ func listText(data []byte) (string, bool) {
 		truncated = r.Truncated
 	}
 	switch {
+	case truncated && entries >= tooladapter.MaxListEntries:
+		// maxEntries is at its most: raising it, as the line below says, cannot be done
+		// (TestListText).
+		b = append(b, "(truncated: the directory has more entries than one listing holds; these are the first "+
+			strconv.Itoa(entries)+" by name, and no tool lists the others)\n"...)
 	case truncated:
 		b = append(b, "(truncated: the directory has more entries; raise maxEntries or list a subdirectory)\n"...)
 	case entries == 0:

@@ -30,6 +30,21 @@ func TestListText(t *testing.T) {
 	if _, ok := listText([]byte(`{"entries":7}`)); ok {
 		t.Error("listText accepted a result it cannot read")
 	}
+	// A listing of the most entries fs.list gives that is still truncated: maxEntries cannot
+	// be raised, which the line said to do.
+	var full strings.Builder
+	full.WriteString(`{"entries":[`)
+	for i := range 10000 {
+		if i > 0 {
+			full.WriteByte(',')
+		}
+		fmt.Fprintf(&full, `{"name":"f%05d","type":"file","size":0,"modifiedAt":"2026-12-05T07:00:00Z"}`, i)
+	}
+	full.WriteString(`],"truncated":true}`)
+	got, ok := listText([]byte(full.String()))
+	if want := "file 0 2026-12-05T07:00:00Z f09999\n(truncated: the directory has more entries than one listing holds; these are the first 10000 by name, and no tool lists the others)\n"; !ok || !strings.HasSuffix(got, want) {
+		t.Errorf("a full listing, truncated: text ends %q", got[max(0, len(got)-200):])
+	}
 }
 
 func TestSearchText(t *testing.T) {
