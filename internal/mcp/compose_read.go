@@ -324,6 +324,9 @@ type fileRead struct {
 	EOF       bool       `json:"eof"`
 	Error     *fileError `json:"error,omitempty"`
 	read      bool
+	// short is what was left of maxBytes when that was less than the file's first
+	// character: it was not read, though nothing was spent on the files before it.
+	short int64
 }
 
 type fileError struct {
@@ -387,6 +390,9 @@ func runReadMany(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *p
 				return nil, perr
 			}
 			if perr != nil && perr.Code == codeInvalidArg && remaining < 4 {
+				if !f.read {
+					f.short = remaining
+				}
 				break // the next character is longer than what is left
 			}
 			apply(f, r, perr)
@@ -409,6 +415,11 @@ func runReadMany(c *composedCall, args json.RawMessage) (*sdk.CallToolResult, *p
 		switch {
 		case f.Error != nil:
 			b.WriteString(" error " + f.Error.Code + ": " + f.Error.Message + "\n")
+			continue
+		case !f.read && f.short > 0:
+			// It said maxBytes was spent on the files before it, also of the first file.
+			res.Truncated = true
+			b.WriteString(" (not read: the " + strconv.FormatInt(f.short, 10) + " bytes left of maxBytes are fewer than its first character)\n")
 			continue
 		case !f.read:
 			res.Truncated = true

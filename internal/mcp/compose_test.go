@@ -290,6 +290,14 @@ func TestReadMany(t *testing.T) {
 	if got := text(r); got != "==> a.txt <== (the first 3 bytes: read on with fs_read at offset 3)\nalp\n==> b.txt <== (not read: maxBytes was spent on the files before it)\n" || s["truncated"] != true {
 		t.Fatalf("maxBytes 3: %q", got)
 	}
+	// Too little for the first character of the first file: it is not read, and nothing was
+	// spent on files before it, which its line said.
+	write(t, e.root, "euro.txt", "€uro\n")
+	r, s = okCall(t, cn, tools, "fs_read_many", map[string]any{"paths": []string{"euro.txt", "a.txt"}, "maxBytes": 2})
+	if got := text(r); got != "==> euro.txt <== (not read: the 2 bytes left of maxBytes are fewer than its first character)\n"+
+		"==> a.txt <== (the first 2 bytes: read on with fs_read at offset 2)\nal\n" || s["truncated"] != true {
+		t.Fatalf("maxBytes 2: %q", got)
+	}
 
 	many := make([]string, 65)
 	for i := range many {
