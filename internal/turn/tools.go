@@ -86,7 +86,7 @@ func definition(op string, l tooladapter.Limits) (string, schema) {
 	case tooladapter.OpRead:
 		return "Read a UTF-8 text file, or a byte range of it.", object([]string{"path"}, schema{
 			"path":     pathProp,
-			"offset":   intProp("Byte offset to start at.", 0, 1<<53-1),
+			"offset":   intProp("Byte offset to start at (default 0): the first byte of a character, as offset + bytesRead of an earlier read is; one inside a multi-byte character fails invalid_argument.", 0, 1<<53-1),
 			"maxBytes": intProp("At most this many bytes.", 1, maxRead),
 		})
 	case tooladapter.OpSearch:
@@ -96,11 +96,11 @@ func definition(op string, l tooladapter.Limits) (string, schema) {
 			"maxResults": intProp("At most this many matches.", 1, tooladapter.MaxSearchResults),
 		})
 	case tooladapter.OpWrite:
-		return "Write a whole UTF-8 text file.", object([]string{"path", "content"}, schema{
+		return "Write a whole UTF-8 text file: one that does not exist is created (unless create is false), one that exists is replaced only with overwrite true.", object([]string{"path", "content"}, schema{
 			"path":           pathProp,
 			"content":        schema{"type": "string", "maxLength": maxContent},
-			"create":         schema{"type": "boolean", "description": "Allow creating the file."},
-			"overwrite":      schema{"type": "boolean", "description": "Allow replacing an existing file."},
+			"create":         schema{"type": "boolean", "description": "Allow creating the file (default true: set false to fail not_found rather than create a file that does not exist)."},
+			"overwrite":      schema{"type": "boolean", "description": "Allow replacing an existing file (default false: an existing file fails file_exists)."},
 			"expectedDigest": digestProp,
 		})
 	case tooladapter.OpEdit:

@@ -249,6 +249,14 @@ func TestDefinitionsAreClosedAndBounded(t *testing.T) {
 	if max := read["properties"].(map[string]any)["maxBytes"].(map[string]any)["maximum"]; max != float64(4096-1024) {
 		t.Fatalf("fs_read maxBytes bound %v", max)
 	}
+	// The write's flags say their defaults, as airlock-fs applies them: a model read "Allow
+	// creating the file." as off unless set.
+	var write map[string]any
+	json.Unmarshal(defs[4].Parameters, &write)
+	props := write["properties"].(map[string]any)
+	if c, o := props["create"].(map[string]any)["description"].(string), props["overwrite"].(map[string]any)["description"].(string); !strings.Contains(c, "default true") || !strings.Contains(o, "default false") {
+		t.Fatalf("fs_write's flags: %q, %q", c, o)
+	}
 }
 
 // TestToolErrorsCarryTheHint: a failed tool call shows the model the error's code and the
